@@ -1,0 +1,208 @@
+//! Principal keys, as pure functions: IP normalisation, agent-id validation, the key format
+//! of each key kind, and the digest under which a bucket is stored.
+//!
+//! Raw agent ids, user ids and tokens never reach a store: a bucket is named by its limiter
+//! and the first 16 bytes of SHA-256 over `limiter NUL principal-key`.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+/// Longest `X-Agent-ID` that counts as an agent id.
+pub const MAX_AGENT_ID_LEN: usize = 128;
+
+/// Which principal a limiter meters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum KeyKind {
+    /// The normalised client IP.
+    #[serde(rename = "ip")]
+    Ip,
+    /// `<ip>:<agent-id or none>`: each enrolled agent behind one NAT gets its own bucket.
+    #[serde(rename = "ip+agent")]
+    IpAgent,
+    /// `user:<sub>` from a verified token, else `ip:<ip>`.
+    #[serde(rename = "user-or-ip")]
+    UserOrIp,
+}
+
+impl KeyKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyKind::Ip => "ip",
+            KeyKind::IpAgent => "ip+agent",
+            KeyKind::UserOrIp => "user-or-ip",
+        }
+    }
+}
+
+/// Normalise a client address into the string its buckets are keyed on.
+///
+/// IPv4 is unchanged; IPv4-mapped IPv6 becomes the IPv4 address; any other IPv6 becomes its
+/// network of `v6_prefix` bits (clamped to 32..=64) in CIDR form, e.g. `2001:db8:abcd:1200::/56`.
+pub fn normalize_ip(ip: IpAddr, v6_prefix: u8) -> String {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let prefix = v6_prefix.clamp(32, 64);
+            let bits = u128::from(v6);
+            let mask = u128::MAX << (128 - prefix as u32);
+            format!("{}/{}", Ipv6Addr::from(bits & mask), prefix)
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it carries; anything else unchanged.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// `X-Agent-ID` counts only when it is 1–128 characters of `[A-Za-z0-9._:-]`.
+pub fn valid_agent_id(raw: &[u8]) -> Option<&str> {
+    let ok = !raw.is_empty()
+        && raw.len() <= MAX_AGENT_ID_LEN
+        && raw
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'));
+    if ok {
+        std::str::from_utf8(raw).ok()
+    } else {
+        None
+    }
+}
+
+/// The principal key of one kind, before digesting. `ip` is already normalised.
+pub fn principal_key(kind: KeyKind, ip: &str, agent_id: Option<&str>, user: Option<&str>) -> String {
+    match kind {
+        KeyKind::Ip => ip.to_owned(),
+        KeyKind::IpAgent => format!("{}:{}", ip, agent_id.unwrap_or("none")),
+        KeyKind::UserOrIp => match user {
+            Some(sub) => format!("user:{sub}"),
+            None => format!("ip:{ip}"),
+        },
+    }
+}
+
+/// First 16 bytes of SHA-256 over `limiter NUL principal`.
+pub fn digest(limiter: &str, principal: &str) -> [u8; 16] {
+    let mut h = Sha256::new();
+    h.update(limiter.as_bytes());
+    h.update([0u8]);
+    h.update(principal.as_bytes());
+    let full = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+/// Where one limiter keeps one principal's bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BucketKey {
+    pub limiter: Arc<str>,
+    pub digest: [u8; 16],
+}
+
+impl BucketKey {
+    pub fn new(limiter: Arc<str>, principal: &str) -> Self {
+        let digest = digest(&limiter, principal);
+        Self { limiter, digest }
+    }
+
+    pub fn digest_hex(&self) -> String {
+        hex::encode(self.digest)
+    }
+}
+
+impl fmt::Display for BucketKey {
+    /// `<limiter>:<hex digest>`: the stored name of the bucket.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.limiter, hex::encode(self.digest))
+    }
+}
+
+/// Unspecified IPv4, used where no address can be had at all.
+pub const UNKNOWN_IP: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn ipv4_is_unchanged() {
+        assert_eq!(normalize_ip(ip("203.0.113.5"), 56), "203.0.113.5");
+    }
+
+    #[test]
+    fn ipv4_mapped_becomes_ipv4() {
+        assert_eq!(normalize_ip(ip("::ffff:203.0.113.5"), 56), "203.0.113.5");
+    }
+
+    #[test]
+    fn ipv6_is_masked_to_prefix() {
+        assert_eq!(
+            normalize_ip(ip("2001:db8:abcd:12ff:1:2:3:4"), 56),
+            "2001:db8:abcd:1200::/56"
+        );
+        assert_eq!(
+            normalize_ip(ip("2001:db8:abcd:12ff:1:2:3:4"), 64),
+            "2001:db8:abcd:12ff::/64"
+        );
+        assert_eq!(normalize_ip(ip("2001:db8:abcd:12ff::1"), 32), "2001:db8::/32");
+        // Out-of-range prefixes are clamped.
+        assert_eq!(normalize_ip(ip("2001:db8:abcd:12ff::1"), 8), "2001:db8::/32");
+        assert_eq!(
+            normalize_ip(ip("2001:db8:abcd:12ff:1::1"), 128),
+            "2001:db8:abcd:12ff::/64"
+        );
+    }
+
+    #[test]
+    fn same_56_shares_next_56_does_not() {
+        let a = normalize_ip(ip("2001:db8:abcd:1200::1"), 56);
+        let b = normalize_ip(ip("2001:db8:abcd:12ff:ffff::9"), 56);
+        let c = normalize_ip(ip("2001:db8:abcd:1300::1"), 56);
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn agent_id_rules() {
+        assert_eq!(valid_agent_id(b"agent-01.site_a:x"), Some("agent-01.site_a:x"));
+        assert_eq!(valid_agent_id(b""), None);
+        assert_eq!(valid_agent_id(b"has space"), None);
+        assert_eq!(valid_agent_id(b"slash/no"), None);
+        assert_eq!(valid_agent_id("caf\u{e9}".as_bytes()), None);
+        assert_eq!(valid_agent_id(&[b'a'; 128]).map(str::len), Some(128));
+        assert_eq!(valid_agent_id(&[b'a'; 129]), None);
+    }
+
+    #[test]
+    fn principal_key_formats() {
+        assert_eq!(principal_key(KeyKind::Ip, "1.2.3.4", Some("a"), Some("u")), "1.2.3.4");
+        assert_eq!(principal_key(KeyKind::IpAgent, "1.2.3.4", Some("a1"), None), "1.2.3.4:a1");
+        assert_eq!(principal_key(KeyKind::IpAgent, "1.2.3.4", None, None), "1.2.3.4:none");
+        assert_eq!(principal_key(KeyKind::UserOrIp, "1.2.3.4", None, Some("user_9")), "user:user_9");
+        assert_eq!(principal_key(KeyKind::UserOrIp, "1.2.3.4", None, None), "ip:1.2.3.4");
+    }
+
+    #[test]
+    fn digest_depends_on_limiter_and_principal() {
+        let a = digest("enrollment", "1.2.3.4");
+        assert_ne!(a, digest("download", "1.2.3.4"));
+        assert_ne!(a, digest("enrollment", "1.2.3.5"));
+        assert_eq!(a, digest("enrollment", "1.2.3.4"));
+        // No ambiguity between the two fields.
+        assert_ne!(digest("ab", "c"), digest("a", "bc"));
+    }
+}

@@ -1,0 +1,65 @@
+//! express-rate-limit's fixed window: `limit` hits per window, the window opening at a key's
+//! first hit and closing `window` later, when the count starts again from zero.
+//!
+//! State: `a` is the instant the window closes, `b` the hits counted in it.
+
+use super::{Quota, State, Verdict};
+use crate::clock::Nanos;
+
+pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+    let window = quota.window_ns();
+    let limit = quota.limit.max(1);
+    let (end, count) = match state {
+        Some(s) if now < s.a => (s.a, s.b),
+        _ => (now.saturating_add(window), 0),
+    };
+    let ends_in = end - now;
+    if count >= limit as u64 {
+        let verdict = Verdict {
+            allowed: false,
+            limit,
+            remaining: 0,
+            reset_after_ns: ends_in,
+            retry_after_ns: ends_in,
+        };
+        return (verdict, None);
+    }
+    let count = count + 1;
+    let verdict = Verdict {
+        allowed: true,
+        limit,
+        remaining: (limit as u64 - count) as u32,
+        reset_after_ns: ends_in,
+        retry_after_ns: 0,
+    };
+    (verdict, Some(State { a: end, b: count }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::Algorithm;
+    use std::time::Duration;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn counts_to_limit_then_waits_for_window_end() {
+        let q = Quota::new(5, Duration::from_secs(900), Algorithm::FixedWindow);
+        let mut st = None;
+        for i in 0..5 {
+            let (v, s) = decide(&q, st, 10 * S + i * S);
+            assert!(v.allowed);
+            assert_eq!(v.remaining as u64, 4 - i);
+            st = s;
+        }
+        let (v, s) = decide(&q, st, 100 * S);
+        assert!(!v.allowed);
+        assert_eq!(s, None);
+        assert_eq!(v.retry_after_ns, 810 * S, "window opened at 10 s, closes at 910 s");
+        // The window closes: the count starts again.
+        let (v, _) = decide(&q, st, 910 * S);
+        assert!(v.allowed);
+        assert_eq!(v.remaining, 4);
+    }
+}

@@ -1,0 +1,43 @@
+//! Where buckets live. One trait, two implementations: [`memory::MemoryStore`] for one process,
+//! and the Redis store for many. Both run the same math from [`crate::limiter`].
+
+pub mod memory;
+
+use crate::keys::BucketKey;
+use crate::limiter::{Quota, Verdict};
+use futures_util::future::BoxFuture;
+
+/// One limiter's question about one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub key: BucketKey,
+    pub quota: Quota,
+}
+
+/// The store could not answer; each limiter's `on_store_error` decides what happens next.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("store error: {0}")]
+pub struct StoreError(pub String);
+
+/// A place that decides requests against buckets.
+pub trait Store: Send + Sync + 'static {
+    /// Decide all checks of one request together: when every one allows, each consumes one
+    /// unit of its bucket; when any refuses, none consume. Verdicts come back in order.
+    fn decide<'a>(&'a self, checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
+
+    /// A short name for logs and metrics: `memory`, `redis`.
+    fn kind(&self) -> &'static str;
+
+    /// Buckets currently held (approximate for remote stores).
+    fn tracked_keys(&self) -> u64;
+
+    /// Buckets dropped to stay within the cap while still active.
+    fn evicted_keys(&self) -> u64 {
+        0
+    }
+
+    /// Whether the store answers right now (readiness).
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
