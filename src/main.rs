@@ -1,1 +1,129 @@
-fn main() {}
+//! The `fleet-limiter` command line: `serve` (and nothing else belongs here).
+
+use clap::{Parser, Subcommand};
+use fleet_limiter::config::{Config, Loader};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "fleet-limiter", version, about = "Principal-keyed rate limiter for agent-fleet HTTP APIs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway: rate-limit every request by its principal, forward the allowed ones.
+    Serve(ServeArgs),
+}
+
+/// Flags shared by every command that reads the configuration.
+#[derive(clap::Args, Clone)]
+struct ConfigArgs {
+    /// TOML configuration file (every key optional; defaults are the built-in calibration).
+    #[arg(long, env = "FLEET_LIMITER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// The upstream API, e.g. http://127.0.0.1:3000.
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// A proxy range whose forwarding headers are trusted (repeatable; none by default).
+    #[arg(long = "trust-proxy", value_name = "CIDR")]
+    trust_proxy: Vec<String>,
+    /// The header trusted proxies write: x-forwarded-for or forwarded.
+    #[arg(long, value_name = "NAME")]
+    forwarded_header: Option<String>,
+    /// IPv6 prefix length that counts as one client (32-64) [default: 56].
+    #[arg(long, value_name = "BITS")]
+    ipv6_prefix: Option<String>,
+    /// Where buckets live: `memory` or a redis:// URL [default: memory].
+    #[arg(long, value_name = "STORE")]
+    store: Option<String>,
+    /// Most buckets the memory store tracks [default: 100000].
+    #[arg(long, value_name = "N")]
+    max_keys: Option<String>,
+    /// Upstream connect timeout [default: 2s].
+    #[arg(long, value_name = "DURATION")]
+    connect_timeout: Option<String>,
+    /// Upstream response timeout [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    read_timeout: Option<String>,
+}
+
+fn loader(args: &ConfigArgs) -> Loader {
+    let mut l = Loader::new();
+    if let Some(path) = &args.config {
+        l = l.file(path);
+    }
+    l.process_env()
+}
+
+fn load_serve(args: &ServeArgs) -> Result<Config, String> {
+    let mut l = loader(&args.cfg);
+    let single = [
+        ("server.listen", &args.listen, "--listen"),
+        ("server.upstream", &args.upstream, "--upstream"),
+        ("client_ip.header", &args.forwarded_header, "--forwarded-header"),
+        ("client_ip.ipv6_prefix", &args.ipv6_prefix, "--ipv6-prefix"),
+        ("store", &args.store, "--store"),
+        ("store.max_keys", &args.max_keys, "--max-keys"),
+        ("server.connect_timeout", &args.connect_timeout, "--connect-timeout"),
+        ("server.read_timeout", &args.read_timeout, "--read-timeout"),
+    ];
+    for (path, value, flag) in single {
+        if let Some(v) = value {
+            l = l.flag(path, v.clone(), flag);
+        }
+    }
+    for t in &args.trust_proxy {
+        l = l.flag("client_ip.trust_proxy", t.clone(), "--trust-proxy");
+    }
+    l.load().map_err(|e| e.to_string())
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Serve(args) => {
+            let cfg = match load_serve(&args) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("fleet-limiter: configuration error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let decider = match fleet_limiter::build_decider(&cfg) {
+                Ok(d) => Arc::new(d),
+                Err(e) => {
+                    eprintln!("fleet-limiter: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let run = actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
+            match run {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("fleet-limiter: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -105,7 +105,7 @@ impl MemoryStore {
             verdicts.push(v);
             updates.push(new);
         }
-        if verdicts.iter().all(|v| v.allowed) {
+        if verdicts.iter().zip(checks).all(|(v, c)| v.allowed || c.advisory) {
             for (c, u) in checks.iter().zip(updates) {
                 if let Some(s) = u {
                     let shard_i = Self::shard_of(&c.key.digest);
@@ -178,6 +178,7 @@ mod tests {
         Check {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(limit, Duration::from_secs(secs)),
+            advisory: false,
         }
     }
 
@@ -197,6 +198,19 @@ mod tests {
         assert_eq!(v[0].remaining, 8, "reported as if allowed, but not consumed");
         let v = store.decide_now(std::slice::from_ref(&loose));
         assert_eq!(v[0].remaining, 8, "the refused request consumed nothing");
+    }
+
+    #[test]
+    fn advisory_refusal_does_not_block_consumption() {
+        let store = MemoryStore::new(1000, Arc::new(ManualClock::new(0)));
+        let mut shadow = check("shadow", "k", 1, 60);
+        shadow.advisory = true;
+        let real = check("real", "k", 10, 60);
+        store.decide_now(&[shadow.clone(), real.clone()]);
+        let v = store.decide_now(&[shadow, real]);
+        assert!(!v[0].allowed);
+        assert!(v[1].allowed);
+        assert_eq!(v[1].remaining, 8, "the enforcing limiter was charged twice");
     }
 
     #[test]

@@ -12,6 +12,8 @@ use futures_util::future::BoxFuture;
 pub struct Check {
     pub key: BucketKey,
     pub quota: Quota,
+    /// A shadow-mode limiter: its refusal never stops the others from consuming.
+    pub advisory: bool,
 }
 
 /// The store could not answer; each limiter's `on_store_error` decides what happens next.
@@ -21,8 +23,9 @@ pub struct StoreError(pub String);
 
 /// A place that decides requests against buckets.
 pub trait Store: Send + Sync + 'static {
-    /// Decide all checks of one request together: when every one allows, each consumes one
-    /// unit of its bucket; when any refuses, none consume. Verdicts come back in order.
+    /// Decide all checks of one request together: when every enforcing check allows, each check
+    /// that allows consumes one unit of its bucket; when an enforcing check refuses, none
+    /// consume (a refused request costs its principal nothing). Verdicts come back in order.
     fn decide<'a>(&'a self, checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
 
     /// A short name for logs and metrics: `memory`, `redis`.

@@ -1,0 +1,125 @@
+//! The calibration fleet-limiter ships with, as data. `docs/calibration.md` explains each row.
+
+/// One built-in limiter: name, budget, window, key, routes, exceptions, group, credential.
+pub struct BuiltIn {
+    pub name: &'static str,
+    pub limit: u32,
+    pub window: &'static str,
+    pub key: &'static str,
+    pub routes: &'static [&'static str],
+    pub except: &'static [&'static str],
+    pub group: Option<&'static str>,
+    pub credential: &'static str,
+}
+
+/// The agent-fleet calibration. Within the `agent` group the most specific route wins, so the
+/// four lifecycle endpoints are metered by their own limiter and not by `agent-device`.
+pub const LIMITERS: &[BuiltIn] = &[
+    BuiltIn {
+        name: "agent-device",
+        limit: 30,
+        window: "1m",
+        key: "ip+agent",
+        routes: &["/api/agent/**"],
+        except: &[],
+        group: Some("agent"),
+        credential: "any",
+    },
+    BuiltIn {
+        name: "enrollment",
+        limit: 300,
+        window: "15m",
+        key: "ip",
+        routes: &["POST /api/agent/enroll"],
+        except: &[],
+        group: Some("agent"),
+        credential: "any",
+    },
+    BuiltIn {
+        name: "download",
+        limit: 300,
+        window: "15m",
+        key: "ip",
+        routes: &["GET /api/agent/download/**"],
+        except: &[],
+        group: Some("agent"),
+        credential: "any",
+    },
+    BuiltIn {
+        name: "key-rotation",
+        limit: 3,
+        window: "15m",
+        key: "ip",
+        routes: &["POST /api/agent/rotate-key"],
+        except: &[],
+        group: Some("agent"),
+        credential: "any",
+    },
+    BuiltIn {
+        name: "ui",
+        limit: 1000,
+        window: "15m",
+        key: "user-or-ip",
+        routes: &["/api/**"],
+        except: &["/api/agent/**", "/api/cron/**", "/api/cli/auth/**"],
+        group: None,
+        credential: "any",
+    },
+    BuiltIn {
+        name: "cli-bearer",
+        limit: 60,
+        window: "1m",
+        key: "ip",
+        routes: &["/api/**"],
+        except: &["/api/agent/**"],
+        group: None,
+        credential: "cli-token",
+    },
+    BuiltIn {
+        name: "api-key",
+        limit: 60,
+        window: "1m",
+        key: "ip",
+        routes: &["/api/**"],
+        except: &["/api/agent/**"],
+        group: None,
+        credential: "api-key",
+    },
+    BuiltIn {
+        name: "cli-device-code",
+        limit: 10,
+        window: "1m",
+        key: "ip",
+        routes: &["POST /api/cli/auth/device/code"],
+        except: &[],
+        group: None,
+        credential: "any",
+    },
+    BuiltIn {
+        name: "cli-device-poll",
+        limit: 60,
+        window: "1m",
+        key: "ip",
+        routes: &["POST /api/cli/auth/device/token"],
+        except: &[],
+        group: None,
+        credential: "any",
+    },
+    BuiltIn {
+        name: "cli-refresh",
+        limit: 10,
+        window: "1m",
+        key: "ip",
+        routes: &["POST /api/cli/auth/refresh"],
+        except: &[],
+        group: None,
+        credential: "any",
+    },
+];
+
+pub const LISTEN: &str = "127.0.0.1:8080";
+pub const CONNECT_TIMEOUT: &str = "2s";
+pub const READ_TIMEOUT: &str = "30s";
+pub const IPV6_PREFIX: u8 = 56;
+pub const MAX_KEYS: usize = 100_000;
+pub const STORE_TIMEOUT: &str = "50ms";

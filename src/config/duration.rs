@@ -1,0 +1,38 @@
+use std::time::Duration;
+
+/// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("`{s}` is not a duration; use a whole number with a unit: ms, s, m, h or d (e.g. \"15m\")");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs).ok_or_else(bad);
+    match unit.trim() {
+        "ms" => Ok(Duration::from_millis(n)),
+        "" | "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        "d" => secs(86_400),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("42"), Ok(Duration::from_secs(42)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("m").is_err());
+        assert!(parse_duration("-1m").is_err());
+        assert!(parse_duration("99999999999999999999d").is_err());
+    }
+}

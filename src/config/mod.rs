@@ -1,0 +1,748 @@
+//! Configuration: built-in defaults, then an optional TOML file, then `FLEET_LIMITER_*`
+//! environment variables, then command-line flags; each layer overrides only what it names.
+//!
+//! Every error names where the value came from (the file, the variable or the flag), the field,
+//! and what is allowed.
+
+pub mod defaults;
+mod duration;
+
+pub use duration::parse_duration;
+
+use crate::client_ip::{ForwardedHeader, TrustedProxies};
+use crate::keys::KeyKind;
+use crate::limiter::{Algorithm, Quota};
+use crate::policy::{CredentialMatch, LimiterSpec, Mode, OnStoreError, RoutePattern};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use toml::Value;
+
+/// A configuration that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Where the buckets live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreBackend {
+    #[default]
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub upstream: Option<String>,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientIpConfig {
+    pub trusted: TrustedProxies,
+    pub ipv6_prefix: u8,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreConfig {
+    pub backend: StoreBackend,
+    pub url: Option<String>,
+    pub cluster: Vec<String>,
+    pub max_keys: usize,
+    pub timeout: Duration,
+}
+
+/// What a healthy fleet looks like; the calibration is checked against it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FleetConfig {
+    pub heartbeat_interval_seconds: u64,
+    pub poll_interval_seconds: u64,
+    pub heartbeat_timeout_seconds: u64,
+    pub max_site_endpoints: u64,
+    pub dashboard_poll_seconds: u64,
+    pub analysts_per_nat: u64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_seconds: 60,
+            poll_interval_seconds: 30,
+            heartbeat_timeout_seconds: 180,
+            max_site_endpoints: 250,
+            dashboard_poll_seconds: 10,
+            analysts_per_nat: 20,
+        }
+    }
+}
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The TOML file it was read from, if any.
+    pub source: Option<PathBuf>,
+    /// `false` forwards every request unmetered (`FLEET_LIMITER_ENABLED=false`).
+    pub enabled: bool,
+    pub server: ServerConfig,
+    pub client_ip: ClientIpConfig,
+    pub store: StoreConfig,
+    pub fleet: FleetConfig,
+    pub limiters: Vec<LimiterSpec>,
+}
+
+impl Default for Config {
+    /// The built-in calibration on the in-memory store.
+    fn default() -> Self {
+        match Loader::default().load() {
+            Ok(c) => c,
+            Err(e) => panic!("the built-in configuration must be valid: {e}"),
+        }
+    }
+}
+
+/// A setting's value type, for parsing it from an environment variable or a flag.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Str,
+    Int,
+    Bool,
+    List,
+}
+
+/// Every scalar setting: its TOML path, its environment variable, its type.
+const SETTINGS: &[(&str, &str, Kind)] = &[
+    ("enabled", "FLEET_LIMITER_ENABLED", Kind::Bool),
+    ("server.listen", "FLEET_LIMITER_LISTEN", Kind::Str),
+    ("server.upstream", "FLEET_LIMITER_UPSTREAM", Kind::Str),
+    ("server.connect_timeout", "FLEET_LIMITER_CONNECT_TIMEOUT", Kind::Str),
+    ("server.read_timeout", "FLEET_LIMITER_READ_TIMEOUT", Kind::Str),
+    ("client_ip.trust_proxy", "FLEET_LIMITER_TRUST_PROXY", Kind::List),
+    ("client_ip.header", "FLEET_LIMITER_FORWARDED_HEADER", Kind::Str),
+    ("client_ip.ipv6_prefix", "FLEET_LIMITER_IPV6_PREFIX", Kind::Int),
+    ("store.backend", "FLEET_LIMITER_STORE_BACKEND", Kind::Str),
+    ("store.url", "FLEET_LIMITER_STORE_URL", Kind::Str),
+    ("store.cluster", "FLEET_LIMITER_STORE_CLUSTER", Kind::List),
+    ("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Kind::Int),
+    ("store.timeout", "FLEET_LIMITER_STORE_TIMEOUT", Kind::Str),
+    ("fleet.heartbeat_interval_seconds", "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS", Kind::Int),
+    ("fleet.poll_interval_seconds", "FLEET_LIMITER_POLL_INTERVAL_SECONDS", Kind::Int),
+    ("fleet.heartbeat_timeout_seconds", "FLEET_LIMITER_HEARTBEAT_TIMEOUT_SECONDS", Kind::Int),
+    ("fleet.max_site_endpoints", "FLEET_LIMITER_MAX_SITE_ENDPOINTS", Kind::Int),
+    ("fleet.dashboard_poll_seconds", "FLEET_LIMITER_DASHBOARD_POLL_SECONDS", Kind::Int),
+    ("fleet.analysts_per_nat", "FLEET_LIMITER_ANALYSTS_PER_NAT", Kind::Int),
+];
+
+/// Fields of a limiter table, with their type for environment overrides
+/// (`FLEET_LIMITER_LIMITER_<NAME>_<FIELD>`, e.g. `FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT=60`).
+const LIMITER_FIELDS: &[(&str, Kind)] = &[
+    ("on_store_error", Kind::Str),
+    ("algorithm", Kind::Str),
+    ("credential", Kind::Str),
+    ("routes", Kind::List),
+    ("except", Kind::List),
+    ("window", Kind::Str),
+    ("limit", Kind::Int),
+    ("group", Kind::Str),
+    ("mode", Kind::Str),
+    ("key", Kind::Str),
+];
+
+/// Builds a [`Config`] from its layers.
+#[derive(Debug, Clone, Default)]
+pub struct Loader {
+    file: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    /// `(toml path, value, flag name)`
+    flags: Vec<(String, String, String)>,
+}
+
+impl Loader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Read this TOML file (the `--config` flag).
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.file = Some(path.into());
+        self
+    }
+
+    /// Take `FLEET_LIMITER_*` variables from this process's environment.
+    pub fn process_env(self) -> Self {
+        self.env(std::env::vars())
+    }
+
+    /// Take `FLEET_LIMITER_*` variables from these pairs.
+    pub fn env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env.extend(vars.into_iter().filter(|(k, _)| k.starts_with("FLEET_LIMITER_")));
+        self
+    }
+
+    /// A command-line flag's value for the setting at `path`.
+    pub fn flag(mut self, path: &str, value: impl Into<String>, flag: &str) -> Self {
+        self.flags.push((path.to_owned(), value.into(), flag.to_owned()));
+        self
+    }
+
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let mut origins: HashMap<String, String> = HashMap::new();
+        let file_name = self.file.as_ref().map(|p| p.display().to_string());
+        let mut doc = match &self.file {
+            Some(path) => read_file(path)?,
+            None => toml::Table::new(),
+        };
+        if let Some(name) = &file_name {
+            record_origins(&doc, "", name, &mut origins);
+        }
+        for (var, raw) in &self.env {
+            apply_env(&mut doc, var, raw, &mut origins)?;
+        }
+        for (path, raw, flag) in &self.flags {
+            apply_flag(&mut doc, path, raw, flag, &mut origins)?;
+        }
+        let raw: RawConfig = Value::Table(doc).try_into().map_err(|e: toml::de::Error| {
+            let where_ = file_name.as_deref().unwrap_or("the configuration");
+            ConfigError(format!("{where_}: {}", e.message().trim()))
+        })?;
+        let ctx = Ctx {
+            origins,
+            file: file_name,
+        };
+        build(raw, &ctx, self.file.clone())
+    }
+}
+
+fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "{}: cannot read the configuration file: {e}; check the --config path",
+            path.display()
+        ))
+    })?;
+    text.parse::<toml::Table>()
+        .map_err(|e| ConfigError(format!("{}: {}", path.display(), e.to_string().trim())))
+}
+
+fn record_origins(t: &toml::Table, prefix: &str, origin: &str, out: &mut HashMap<String, String>) {
+    for (k, v) in t {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        if let Value::Table(inner) = v {
+            record_origins(inner, &path, origin, out);
+        }
+        out.insert(path, origin.to_owned());
+    }
+}
+
+fn parse_kind(raw: &str, kind: Kind, origin: &str, path: &str) -> Result<Value, ConfigError> {
+    Ok(match kind {
+        Kind::Str => Value::String(raw.to_owned()),
+        Kind::Int => Value::Integer(raw.trim().parse::<i64>().map_err(|_| {
+            ConfigError(format!("{origin}: {path}: `{raw}` is not a whole number"))
+        })?),
+        Kind::Bool => match raw.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Value::Boolean(true),
+            "false" | "0" | "no" | "off" => Value::Boolean(false),
+            _ => {
+                return Err(ConfigError(format!(
+                    "{origin}: {path}: `{raw}` is not a boolean; use true or false"
+                )))
+            }
+        },
+        Kind::List => Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_owned()))
+                .collect(),
+        ),
+    })
+}
+
+fn set_path(doc: &mut toml::Table, path: &str, v: Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let Some(last) = parts.pop() else { return };
+    let mut t = doc;
+    for p in parts {
+        let entry = t
+            .entry(p.to_owned())
+            .or_insert_with(|| Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = Value::Table(toml::Table::new());
+        }
+        match entry {
+            Value::Table(inner) => t = inner,
+            _ => return,
+        }
+    }
+    t.insert(last.to_owned(), v);
+}
+
+fn apply_env(
+    doc: &mut toml::Table,
+    var: &str,
+    raw: &str,
+    origins: &mut HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    let origin = format!("environment variable {var}");
+    if var == "FLEET_LIMITER_STORE" {
+        return apply_store_shorthand(doc, raw, &origin, origins);
+    }
+    if let Some((path, _, kind)) = SETTINGS.iter().find(|(_, v, _)| *v == var) {
+        let v = parse_kind(raw, *kind, &origin, path)?;
+        set_path(doc, path, v);
+        origins.insert((*path).to_owned(), origin);
+        return Ok(());
+    }
+    if let Some(rest) = var.strip_prefix("FLEET_LIMITER_LIMITER_") {
+        for (field, kind) in LIMITER_FIELDS {
+            let suffix = format!("_{}", field.to_ascii_uppercase());
+            if let Some(name) = rest.strip_suffix(&suffix) {
+                let name = name.to_ascii_lowercase().replace('_', "-");
+                let path = format!("limiters.{name}.{field}");
+                let v = parse_kind(raw, *kind, &origin, &path)?;
+                set_path(doc, &path, v);
+                origins.insert(path, origin);
+                return Ok(());
+            }
+        }
+        let fields: Vec<String> = LIMITER_FIELDS.iter().map(|(f, _)| f.to_ascii_uppercase()).collect();
+        return Err(ConfigError(format!(
+            "{origin}: not a limiter setting; use FLEET_LIMITER_LIMITER_<NAME>_<FIELD> with FIELD one of {}",
+            fields.join(", ")
+        )));
+    }
+    // Variables the configuration does not own (FLEET_LIMITER_CONFIG names the file;
+    // others belong to other parts of the program) are left alone.
+    Ok(())
+}
+
+/// `--store memory` or `--store redis://host:6379`.
+fn apply_store_shorthand(
+    doc: &mut toml::Table,
+    raw: &str,
+    origin: &str,
+    origins: &mut HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("memory") {
+        set_path(doc, "store.backend", Value::String("memory".into()));
+    } else if raw.starts_with("redis://") || raw.starts_with("rediss://") {
+        set_path(doc, "store.backend", Value::String("redis".into()));
+        set_path(doc, "store.url", Value::String(raw.to_owned()));
+        origins.insert("store.url".into(), origin.to_owned());
+    } else {
+        return Err(ConfigError(format!(
+            "{origin}: store: `{raw}` is neither `memory` nor a redis:// URL"
+        )));
+    }
+    origins.insert("store.backend".into(), origin.to_owned());
+    Ok(())
+}
+
+fn apply_flag(
+    doc: &mut toml::Table,
+    path: &str,
+    raw: &str,
+    flag: &str,
+    origins: &mut HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    let origin = format!("flag {flag}");
+    if path == "store" {
+        return apply_store_shorthand(doc, raw, &origin, origins);
+    }
+    let kind = SETTINGS
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, _, k)| *k)
+        .ok_or_else(|| ConfigError(format!("{origin}: `{path}` is not a setting")))?;
+    let v = match (kind, doc_get(doc, path)) {
+        // A repeatable flag adds to what the flag already gave.
+        (Kind::List, Some(Value::Array(prev))) if origins.get(path) == Some(&origin) => {
+            let mut prev = prev.clone();
+            if let Value::Array(more) = parse_kind(raw, kind, &origin, path)? {
+                prev.extend(more);
+            }
+            Value::Array(prev)
+        }
+        _ => parse_kind(raw, kind, &origin, path)?,
+    };
+    set_path(doc, path, v);
+    origins.insert(path.to_owned(), origin);
+    Ok(())
+}
+
+fn doc_get<'a>(doc: &'a toml::Table, path: &str) -> Option<&'a Value> {
+    let mut parts = path.split('.');
+    let mut v = doc.get(parts.next()?)?;
+    for p in parts {
+        v = v.as_table()?.get(p)?;
+    }
+    Some(v)
+}
+
+/// A duration as `"15m"`, `"30s"`, `"500ms"`, `"1h"`, `"1d"`, or a whole number of seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum DurationValue {
+    Secs(u64),
+    Text(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    enabled: Option<bool>,
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    client_ip: RawClientIp,
+    #[serde(default)]
+    store: RawStore,
+    #[serde(default)]
+    fleet: FleetConfig,
+    #[serde(default)]
+    limiters: BTreeMap<String, RawLimiter>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    upstream: Option<String>,
+    connect_timeout: Option<DurationValue>,
+    read_timeout: Option<DurationValue>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClientIp {
+    trust_proxy: Option<Vec<String>>,
+    header: Option<ForwardedHeader>,
+    ipv6_prefix: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    backend: Option<StoreBackend>,
+    url: Option<String>,
+    cluster: Option<Vec<String>>,
+    max_keys: Option<i64>,
+    timeout: Option<DurationValue>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimiter {
+    limit: Option<i64>,
+    window: Option<DurationValue>,
+    key: Option<KeyKind>,
+    routes: Option<Vec<String>>,
+    except: Option<Vec<String>>,
+    group: Option<String>,
+    credential: Option<CredentialMatch>,
+    algorithm: Option<Algorithm>,
+    mode: Option<Mode>,
+    on_store_error: Option<OnStoreError>,
+}
+
+struct Ctx {
+    origins: HashMap<String, String>,
+    file: Option<String>,
+}
+
+impl Ctx {
+    /// Where the value at `path` came from.
+    fn origin(&self, path: &str) -> String {
+        self.origins
+            .get(path)
+            .cloned()
+            .or_else(|| self.file.clone().filter(|_| path.starts_with("limiters.")))
+            .unwrap_or_else(|| "built-in default".to_owned())
+    }
+
+    fn err(&self, path: &str, msg: impl fmt::Display) -> ConfigError {
+        ConfigError(format!("{}: {path}: {msg}", self.origin(path)))
+    }
+}
+
+fn duration(ctx: &Ctx, path: &str, v: Option<DurationValue>, default: &str) -> Result<Duration, ConfigError> {
+    let d = match v {
+        None => parse_duration(default).map_err(|e| ctx.err(path, e))?,
+        Some(DurationValue::Secs(s)) => Duration::from_secs(s),
+        Some(DurationValue::Text(t)) => parse_duration(&t).map_err(|e| ctx.err(path, e))?,
+    };
+    if d.is_zero() {
+        return Err(ctx.err(path, "must be longer than zero"));
+    }
+    Ok(d)
+}
+
+fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, ConfigError> {
+    let listen_raw = raw.server.listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
+    let listen = listen_raw.parse::<SocketAddr>().map_err(|_| {
+        ctx.err(
+            "server.listen",
+            format!("`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:8080\" or \"[::]:8080\")"),
+        )
+    })?;
+    let upstream = match raw.server.upstream {
+        Some(u) => Some(validate_upstream(ctx, &u)?),
+        None => None,
+    };
+    let server = ServerConfig {
+        listen,
+        upstream,
+        connect_timeout: duration(ctx, "server.connect_timeout", raw.server.connect_timeout, defaults::CONNECT_TIMEOUT)?,
+        read_timeout: duration(ctx, "server.read_timeout", raw.server.read_timeout, defaults::READ_TIMEOUT)?,
+    };
+
+    let mut ranges = Vec::new();
+    for r in raw.client_ip.trust_proxy.unwrap_or_default() {
+        let net = r
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| r.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| {
+                ctx.err(
+                    "client_ip.trust_proxy",
+                    format!("`{r}` is not an address or CIDR range (e.g. \"10.0.0.0/8\", \"::1\")"),
+                )
+            })?;
+        ranges.push(net);
+    }
+    let prefix = raw.client_ip.ipv6_prefix.unwrap_or(defaults::IPV6_PREFIX as i64);
+    if !(32..=64).contains(&prefix) {
+        return Err(ctx.err(
+            "client_ip.ipv6_prefix",
+            format!("{prefix} is out of range; use a prefix length from 32 to 64 (default 56)"),
+        ));
+    }
+    let client_ip = ClientIpConfig {
+        trusted: TrustedProxies::new(ranges, raw.client_ip.header.unwrap_or_default()),
+        ipv6_prefix: prefix as u8,
+    };
+
+    let max_keys = raw.store.max_keys.unwrap_or(defaults::MAX_KEYS as i64);
+    if max_keys < 1 {
+        return Err(ctx.err("store.max_keys", "must be at least 1 (default 100000)"));
+    }
+    let store = StoreConfig {
+        backend: raw.store.backend.unwrap_or_default(),
+        url: raw.store.url,
+        cluster: raw.store.cluster.unwrap_or_default(),
+        max_keys: max_keys as usize,
+        timeout: duration(ctx, "store.timeout", raw.store.timeout, defaults::STORE_TIMEOUT)?,
+    };
+    if store.backend == StoreBackend::Redis && store.url.is_none() && store.cluster.is_empty() {
+        return Err(ctx.err(
+            "store.backend",
+            "the redis backend needs `store.url` (redis://host:6379) or a `store.cluster` list of node URLs",
+        ));
+    }
+
+    let limiters = build_limiters(raw.limiters, ctx)?;
+    Ok(Config {
+        source,
+        enabled: raw.enabled.unwrap_or(true),
+        server,
+        client_ip,
+        store,
+        fleet: raw.fleet,
+        limiters,
+    })
+}
+
+fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
+    let trimmed = u.trim().trim_end_matches('/');
+    let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
+        ctx.err(
+            "server.upstream",
+            format!("`{u}` must be an http:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\")"),
+        )
+    })?;
+    if rest.is_empty() || rest.contains(['?', '#']) {
+        return Err(ctx.err(
+            "server.upstream",
+            format!("`{u}` must be scheme, host, port and optionally a path prefix"),
+        ));
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
+    let owned = |xs: &[&str]| xs.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    RawLimiter {
+        limit: Some(b.limit as i64),
+        window: Some(DurationValue::Text(b.window.to_owned())),
+        key: Some(match b.key {
+            "ip" => KeyKind::Ip,
+            "ip+agent" => KeyKind::IpAgent,
+            _ => KeyKind::UserOrIp,
+        }),
+        routes: Some(owned(b.routes)),
+        except: Some(owned(b.except)),
+        group: b.group.map(str::to_owned),
+        credential: Some(match b.credential {
+            "api-key" => CredentialMatch::ApiKey,
+            "cli-token" => CredentialMatch::CliToken,
+            _ => CredentialMatch::Any,
+        }),
+        algorithm: None,
+        mode: None,
+        on_store_error: None,
+    }
+}
+
+fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
+    RawLimiter {
+        limit: over.limit.or(base.limit),
+        window: over.window.or(base.window),
+        key: over.key.or(base.key),
+        routes: over.routes.or(base.routes),
+        except: over.except.or(base.except),
+        group: over.group.or(base.group),
+        credential: over.credential.or(base.credential),
+        algorithm: over.algorithm.or(base.algorithm),
+        mode: over.mode.or(base.mode),
+        on_store_error: over.on_store_error.or(base.on_store_error),
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+fn build_limiters(
+    mut given: BTreeMap<String, RawLimiter>,
+    ctx: &Ctx,
+) -> Result<Vec<LimiterSpec>, ConfigError> {
+    let builtin_names: Vec<&str> = defaults::LIMITERS.iter().map(|b| b.name).collect();
+    let mut merged: Vec<(String, RawLimiter, bool)> = defaults::LIMITERS
+        .iter()
+        .map(|b| {
+            let base = builtin_raw(b);
+            let r = match given.remove(b.name) {
+                Some(over) => overlay(base, over),
+                None => base,
+            };
+            (b.name.to_owned(), r, true)
+        })
+        .collect();
+    merged.extend(given.into_iter().map(|(n, r)| (n, r, false)));
+
+    let mut out = Vec::with_capacity(merged.len());
+    for (name, r, builtin) in merged {
+        let at = |f: &str| format!("limiters.{name}.{f}");
+        if !valid_name(&name) {
+            return Err(ctx.err(
+                &format!("limiters.{name}"),
+                "a limiter name is 1-64 characters of a-z, 0-9, `-` and `_`",
+            ));
+        }
+        if !builtin {
+            let missing: Vec<&str> = [
+                ("limit", r.limit.is_none()),
+                ("window", r.window.is_none()),
+                ("key", r.key.is_none()),
+                ("routes", r.routes.is_none()),
+            ]
+            .iter()
+            .filter(|(_, m)| *m)
+            .map(|(f, _)| *f)
+            .collect();
+            if !missing.is_empty() {
+                return Err(ctx.err(
+                    &format!("limiters.{name}"),
+                    format!(
+                        "`{name}` is not a built-in limiter ({}), so it defines a new one and needs {}",
+                        builtin_names.join(", "),
+                        missing.join(", ")
+                    ),
+                ));
+            }
+        }
+        let limit = r.limit.unwrap_or(0);
+        if limit < 1 || limit > u32::MAX as i64 {
+            return Err(ctx.err(&at("limit"), format!("{limit} is not a budget; use a whole number of requests, at least 1")));
+        }
+        let window = duration(ctx, &at("window"), r.window, "1m")?;
+        if window > Duration::from_secs(7 * 86_400) {
+            return Err(ctx.err(&at("window"), "is longer than 7 days; use a window from 1s to 7d"));
+        }
+        let parse_routes = |field: &str, list: Option<Vec<String>>| -> Result<Vec<RoutePattern>, ConfigError> {
+            list.unwrap_or_default()
+                .iter()
+                .map(|s| s.parse::<RoutePattern>().map_err(|e| ctx.err(&at(field), e)))
+                .collect()
+        };
+        let routes = parse_routes("routes", r.routes)?;
+        if routes.is_empty() {
+            return Err(ctx.err(&at("routes"), "is empty; name at least one route, e.g. [\"/api/agent/**\"]"));
+        }
+        let except = parse_routes("except", r.except)?;
+        let group = r.group.unwrap_or_else(|| name.clone());
+        out.push(LimiterSpec {
+            name: Arc::from(name.as_str()),
+            quota: Quota::new(limit as u32, window, r.algorithm.unwrap_or_default()),
+            key: r.key.unwrap_or(KeyKind::Ip),
+            routes,
+            except,
+            group: Arc::from(group.as_str()),
+            credential: r.credential.unwrap_or_default(),
+            mode: r.mode.unwrap_or_default(),
+            on_store_error: r.on_store_error.unwrap_or_default(),
+        });
+    }
+    check_precedence(&out, ctx)?;
+    Ok(out)
+}
+
+/// Within one group the most specific route wins; two routes of equal specificity that can
+/// match the same request leave no winner, which is an error.
+fn check_precedence(limiters: &[LimiterSpec], ctx: &Ctx) -> Result<(), ConfigError> {
+    for (i, a) in limiters.iter().enumerate() {
+        for b in &limiters[i + 1..] {
+            if a.group != b.group {
+                continue;
+            }
+            for ra in &a.routes {
+                for rb in &b.routes {
+                    if ra.overlaps(rb) && ra.specificity() == rb.specificity() {
+                        return Err(ctx.err(
+                            &format!("limiters.{}.routes", b.name),
+                            format!(
+                                "route `{rb}` overlaps `{ra}` of limiter `{}` in group `{}` with the same specificity, so neither takes precedence; make one route more specific, or put the limiters in different groups (they then both apply)",
+                                a.name, a.group
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

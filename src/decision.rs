@@ -1,0 +1,216 @@
+//! One request's decision: identity -> policy -> keys -> store -> outcome.
+//!
+//! This is the whole limiter with no HTTP in it: the actix middleware feeds it request facts,
+//! the simulator feeds it scripted ones.
+
+use crate::client_ip::{self, TrustedProxies};
+use crate::config::Config;
+use crate::identity::{self, Identity, TokenVerifier};
+use crate::keys::{self, BucketKey};
+use crate::limiter::{ceil_secs, Verdict};
+use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
+use crate::store::{Check, Store, StoreError};
+use parking_lot::RwLock;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The facts of one request that limiting needs; all borrowed from the request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'a> {
+    pub peer: IpAddr,
+    pub method: &'a str,
+    pub path: &'a str,
+    /// Every value of the configured forwarding header, in order.
+    pub forwarded: &'a [&'a [u8]],
+    pub agent_id: Option<&'a [u8]>,
+    pub authorization: Option<&'a [u8]>,
+    /// A dashboard session token from a cookie, when one was sent.
+    pub session_token: Option<&'a str>,
+}
+
+/// What one limiter said about the request.
+#[derive(Debug, Clone)]
+pub struct LimitResult {
+    pub spec: Arc<LimiterSpec>,
+    pub key: BucketKey,
+    pub verdict: Verdict,
+    /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
+    pub store_error: bool,
+}
+
+impl LimitResult {
+    /// Whether this result refuses the request (an enforcing limiter that said no).
+    pub fn refuses(&self) -> bool {
+        !self.verdict.allowed && self.spec.mode == Mode::Enforce
+    }
+}
+
+/// Everything decided about one request.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub client_ip: Option<IpAddr>,
+    pub results: Vec<LimitResult>,
+    pub store_error: Option<StoreError>,
+}
+
+impl Outcome {
+    /// Refused when any enforcing limiter refused.
+    pub fn refused(&self) -> bool {
+        self.results.iter().any(LimitResult::refuses)
+    }
+
+    /// The longest wait among the refusing limiters, in whole seconds rounded up, at least 1.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.results
+            .iter()
+            .filter(|r| r.refuses())
+            .map(|r| ceil_secs(r.verdict.retry_after_ns).max(1))
+            .max()
+    }
+
+    /// The limiter closest to refusing: least remaining, then the smallest budget.
+    pub fn tightest(&self) -> Option<&LimitResult> {
+        self.results
+            .iter()
+            .filter(|r| !r.store_error)
+            .min_by_key(|r| (r.verdict.remaining, r.verdict.limit))
+    }
+}
+
+/// The limiter with no HTTP: configuration, store and verifier.
+pub struct Decider {
+    state: RwLock<Arc<Settings>>,
+    store: Arc<dyn Store>,
+    verifier: Arc<dyn TokenVerifier>,
+}
+
+/// The parts of the configuration a decision reads; swapped whole on reload.
+#[derive(Debug)]
+pub struct Settings {
+    pub enabled: bool,
+    pub policy: Policy,
+    pub trusted: TrustedProxies,
+    pub ipv6_prefix: u8,
+}
+
+impl Settings {
+    pub fn from_config(cfg: &Config) -> Self {
+        Self {
+            enabled: cfg.enabled,
+            policy: Policy::new(cfg.limiters.clone()),
+            trusted: cfg.client_ip.trusted.clone(),
+            ipv6_prefix: cfg.client_ip.ipv6_prefix,
+        }
+    }
+}
+
+impl Decider {
+    pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
+        Self {
+            state: RwLock::new(Arc::new(Settings::from_config(cfg))),
+            store,
+            verifier,
+        }
+    }
+
+    pub fn settings(&self) -> Arc<Settings> {
+        self.state.read().clone()
+    }
+
+    /// Take a new configuration for the next request. Buckets live in the store under the
+    /// limiter's name, so unchanged limiters keep their state.
+    pub fn reload(&self, cfg: &Config) {
+        *self.state.write() = Arc::new(Settings::from_config(cfg));
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Which header trusted proxies write (so callers collect the right values).
+    pub fn forwarded_header(&self) -> &'static str {
+        self.settings().trusted.header.header_name()
+    }
+
+    pub async fn decide(&self, req: &RequestFacts<'_>) -> Outcome {
+        let settings = self.settings();
+        if !settings.enabled {
+            return Outcome::default();
+        }
+        let ip = client_ip::client_ip(req.peer, req.forwarded.iter().copied(), &settings.trusted);
+        let id = identity::identify(
+            self.verifier.as_ref(),
+            req.agent_id,
+            req.authorization,
+            req.session_token,
+        )
+        .await;
+        let limiters = settings.policy.applicable(req.method, req.path, id.credential);
+        if limiters.is_empty() {
+            return Outcome {
+                client_ip: Some(ip),
+                ..Outcome::default()
+            };
+        }
+        let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
+        let checks = build_checks(&limiters, &ip_key, &id);
+        let (verdicts, store_error) = match self.store.decide(&checks).await {
+            Ok(v) if v.len() == checks.len() => (v, None),
+            Ok(v) => {
+                let e = StoreError(format!("store answered {} verdicts for {} checks", v.len(), checks.len()));
+                (fallback_verdicts(&limiters), Some(e))
+            }
+            Err(e) => (fallback_verdicts(&limiters), Some(e)),
+        };
+        let errored = store_error.is_some();
+        let results = limiters
+            .into_iter()
+            .zip(checks)
+            .zip(verdicts)
+            .map(|((spec, check), verdict)| LimitResult {
+                spec,
+                key: check.key,
+                verdict,
+                store_error: errored,
+            })
+            .collect();
+        Outcome {
+            client_ip: Some(ip),
+            results,
+            store_error,
+        }
+    }
+}
+
+/// One check per limiter, keyed on the principal that limiter meters.
+pub fn build_checks(limiters: &[Arc<LimiterSpec>], ip_key: &str, id: &Identity) -> Vec<Check> {
+    limiters
+        .iter()
+        .map(|l| {
+            let principal = keys::principal_key(l.key, ip_key, id.agent_id.as_deref(), id.user.as_deref());
+            Check {
+                key: BucketKey::new(l.name.clone(), &principal),
+                quota: l.quota,
+                advisory: l.mode != Mode::Enforce,
+            }
+        })
+        .collect()
+}
+
+/// Each limiter's configured answer when the store cannot decide. A denial asks the client to
+/// come back after one request's worth of refill: the only wait the quota itself implies.
+fn fallback_verdicts(limiters: &[Arc<LimiterSpec>]) -> Vec<Verdict> {
+    limiters
+        .iter()
+        .map(|l| {
+            let allowed = l.on_store_error == OnStoreError::Allow;
+            Verdict {
+                allowed,
+                limit: l.quota.limit,
+                remaining: 0,
+                reset_after_ns: 0,
+                retry_after_ns: if allowed { 0 } else { l.quota.emission_interval_ns() },
+            }
+        })
+        .collect()
+}

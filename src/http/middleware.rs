@@ -1,0 +1,164 @@
+//! The actix-web middleware: moves request facts into [`Decider`] and its outcome onto the
+//! response. No limiting logic lives here.
+//!
+//! ```no_run
+//! use actix_web::{web, App, HttpServer};
+//! use fleet_limiter::{config::Config, http::middleware::FleetLimiter};
+//!
+//! # async fn run() -> anyhow::Result<()> {
+//! let limiter = FleetLimiter::from_config(&Config::default())?;
+//! HttpServer::new(move || {
+//!     App::new()
+//!         .wrap(limiter.clone())
+//!         .route("/api/agent/heartbeat", web::post().to(|| async { "ok" }))
+//! })
+//! .bind(("127.0.0.1", 8080))?
+//! .run()
+//! .await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use crate::config::Config;
+use crate::decision::{Decider, Outcome, RequestFacts};
+use crate::http::response;
+use actix_web::body::{EitherBody, MessageBody};
+use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::http::header::{HeaderName, AUTHORIZATION, COOKIE};
+use actix_web::{Error, HttpMessage};
+use futures_util::future::{ready, LocalBoxFuture, Ready};
+use std::net::{IpAddr, Ipv4Addr};
+use std::rc::Rc;
+use std::sync::Arc;
+
+const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
+
+/// The limiter as an actix-web middleware: `App::new().wrap(FleetLimiter::from_config(&cfg)?)`.
+#[derive(Clone)]
+pub struct FleetLimiter {
+    decider: Arc<Decider>,
+    session_cookie: Option<Arc<str>>,
+}
+
+impl FleetLimiter {
+    pub fn new(decider: Arc<Decider>) -> Self {
+        Self {
+            decider,
+            session_cookie: None,
+        }
+    }
+
+    /// Read dashboard session tokens from this cookie as well as from `Authorization`.
+    pub fn with_session_cookie(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.session_cookie = Some(name.into());
+        self
+    }
+
+    /// A limiter on the configuration's store (memory; Redis where built with it) with the
+    /// system clock.
+    pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
+        Ok(Self::new(Arc::new(crate::build_decider(cfg)?)))
+    }
+
+    pub fn decider(&self) -> &Arc<Decider> {
+        &self.decider
+    }
+}
+
+/// The outcome of the limiter for this request, for handlers that want it.
+#[derive(Clone)]
+pub struct LimitOutcome(pub Arc<Outcome>);
+
+impl<S, B> Transform<S, ServiceRequest> for FleetLimiter
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = Error;
+    type Transform = FleetLimiterService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(FleetLimiterService {
+            service: Rc::new(service),
+            limiter: self.clone(),
+        }))
+    }
+}
+
+pub struct FleetLimiterService<S> {
+    service: Rc<S>,
+    limiter: FleetLimiter,
+}
+
+impl<S, B> Service<ServiceRequest> for FleetLimiterService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<B>>;
+    type Error = Error;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        let service = self.service.clone();
+        let limiter = self.limiter.clone();
+        Box::pin(async move {
+            let outcome = Arc::new(decide(&limiter, &req).await);
+            if outcome.refused() {
+                let res = response::too_many_requests(&outcome);
+                return Ok(req.into_response(res).map_into_right_body());
+            }
+            req.extensions_mut().insert(LimitOutcome(outcome.clone()));
+            let mut res = service.call(req).await?;
+            response::apply_headers(res.headers_mut(), &outcome);
+            Ok(res.map_into_left_body())
+        })
+    }
+}
+
+async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
+    let headers = req.headers();
+    let peer = req
+        .peer_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let fwd_name = limiter.decider.forwarded_header();
+    let forwarded: Vec<&[u8]> = headers.get_all(fwd_name).map(|v| v.as_bytes()).collect();
+    let cookie = limiter
+        .session_cookie
+        .as_deref()
+        .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name));
+    let facts = RequestFacts {
+        peer,
+        method: req.method().as_str(),
+        path: req.path(),
+        forwarded: &forwarded,
+        agent_id: headers.get(X_AGENT_ID).map(|v| v.as_bytes()),
+        authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+        session_token: cookie,
+    };
+    limiter.decider.decide(&facts).await
+}
+
+/// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.
+pub fn cookie_value<'a>(values: impl Iterator<Item = &'a [u8]>, name: &str) -> Option<&'a str> {
+    for v in values {
+        let Ok(s) = std::str::from_utf8(v) else { continue };
+        for pair in s.split(';') {
+            if let Some((k, val)) = pair.split_once('=') {
+                if k.trim() == name {
+                    let val = val.trim().trim_matches('"');
+                    if !val.is_empty() {
+                        return Some(val);
+                    }
+                }
+            }
+        }
+    }
+    None
+}

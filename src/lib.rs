@@ -1,0 +1,44 @@
+//! fleet-limiter: a principal-keyed rate limiter for agent-fleet HTTP APIs.
+//!
+//! One request flows one way through one module per step:
+//!
+//! | step | module | what it does |
+//! |---|---|---|
+//! | client IP | [`client_ip`] | peer address, or the rightmost untrusted hop behind trusted proxies |
+//! | identity | [`identity`] | agent id, verified dashboard user, credential kind |
+//! | policy | [`policy`] | which limiters meter the request (routes, groups, credentials) |
+//! | keys | [`keys`] | principal keys, IP normalisation, digests |
+//! | store | [`store`] | one decision per key, memory or Redis, same math from [`limiter`] |
+//! | decision | [`decision`] | runs the steps above; all limiters must allow |
+//! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
+//! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
+//!
+//! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
+//! [`clock`] injects time so every limiter can run in virtual time.
+
+pub mod client_ip;
+pub mod clock;
+pub mod config;
+pub mod decision;
+pub mod http;
+pub mod identity;
+pub mod keys;
+pub mod limiter;
+pub mod policy;
+pub mod store;
+
+use std::sync::Arc;
+
+/// The decider a configuration describes: its store, the system clock, its token verifier.
+pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
+    let store: Arc<dyn store::Store> = match cfg.store.backend {
+        config::StoreBackend::Memory => Arc::new(store::memory::MemoryStore::new(
+            cfg.store.max_keys,
+            Arc::new(clock::SystemClock::new()),
+        )),
+        config::StoreBackend::Redis => {
+            anyhow::bail!("store.backend = \"redis\" is not available in this build; use \"memory\"")
+        }
+    };
+    Ok(decision::Decider::new(cfg, store, Arc::new(identity::NoVerifier)))
+}

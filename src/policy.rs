@@ -1,0 +1,418 @@
+//! Which limiters meter a request: a pure function of method, path and credential kind.
+//!
+//! The guarded set is an allow-list: a request no route names passes unmetered. Limiters in one
+//! `group` are alternatives (the most specific matching route wins); limiters in different
+//! groups stack (all must allow).
+
+use crate::keys::KeyKind;
+use crate::limiter::Quota;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// What kind of credential a request carries, as far as limiting cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    /// No `Authorization: Bearer`.
+    None,
+    /// `Bearer pa_…`.
+    ApiKey,
+    /// A Bearer token that is neither an API key nor a verified dashboard token.
+    CliToken,
+    /// A dashboard session token that verified.
+    VerifiedUser,
+}
+
+/// Which credentials a limiter applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum CredentialMatch {
+    #[default]
+    Any,
+    ApiKey,
+    CliToken,
+}
+
+impl CredentialMatch {
+    pub fn admits(self, c: Credential) -> bool {
+        match self {
+            CredentialMatch::Any => true,
+            CredentialMatch::ApiKey => c == Credential::ApiKey,
+            CredentialMatch::CliToken => c == Credential::CliToken,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialMatch::Any => "any",
+            CredentialMatch::ApiKey => "api-key",
+            CredentialMatch::CliToken => "cli-token",
+        }
+    }
+}
+
+/// What a limiter does with its decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Refuse over-budget requests with 429.
+    #[default]
+    Enforce,
+    /// Decide, count and report, but forward the request anyway.
+    Shadow,
+    /// Not consulted at all.
+    Off,
+}
+
+/// The answer when the store cannot decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnStoreError {
+    #[default]
+    Allow,
+    Deny,
+}
+
+/// One configured limiter, ready to match requests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimiterSpec {
+    pub name: Arc<str>,
+    pub quota: Quota,
+    pub key: KeyKind,
+    pub routes: Vec<RoutePattern>,
+    pub except: Vec<RoutePattern>,
+    pub group: Arc<str>,
+    pub credential: CredentialMatch,
+    pub mode: Mode,
+    pub on_store_error: OnStoreError,
+}
+
+impl LimiterSpec {
+    /// The specificity of this limiter's best route for the request, or `None` if it does not apply.
+    fn matches(&self, method: &str, segs: &[&str], cred: Credential) -> Option<Specificity> {
+        if self.mode == Mode::Off || !self.credential.admits(cred) {
+            return None;
+        }
+        if self.except.iter().any(|p| p.matches(method, segs)) {
+            return None;
+        }
+        self.routes
+            .iter()
+            .filter(|p| p.matches(method, segs))
+            .map(RoutePattern::specificity)
+            .max()
+    }
+}
+
+/// The configured limiters.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    pub limiters: Vec<Arc<LimiterSpec>>,
+}
+
+impl Policy {
+    pub fn new(limiters: Vec<LimiterSpec>) -> Self {
+        Self {
+            limiters: limiters.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<LimiterSpec>> {
+        self.limiters.iter().find(|l| &*l.name == name)
+    }
+
+    /// The limiters that meter this request, in configuration order.
+    pub fn applicable(&self, method: &str, path: &str, cred: Credential) -> Vec<Arc<LimiterSpec>> {
+        let normalized = normalize_path(path);
+        let segs: Vec<&str> = normalized.split('/').filter(|s| !s.is_empty()).collect();
+        let mut best: Vec<(usize, Specificity)> = Vec::new();
+        for (i, l) in self.limiters.iter().enumerate() {
+            let Some(spec) = l.matches(method, &segs, cred) else {
+                continue;
+            };
+            match best
+                .iter_mut()
+                .find(|(j, _)| self.limiters[*j].group == l.group)
+            {
+                Some(slot) if spec > slot.1 => *slot = (i, spec),
+                Some(_) => {}
+                None => best.push((i, spec)),
+            }
+        }
+        best.sort_by_key(|(i, _)| *i);
+        best.into_iter().map(|(i, _)| self.limiters[i].clone()).collect()
+    }
+}
+
+/// How specific a route is: literal segments first, then whether it names a method, then
+/// fewer wildcards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Specificity {
+    literals: usize,
+    method: bool,
+    fewer_wildcards: std::cmp::Reverse<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Lit(String),
+    Star,
+    DoubleStar,
+}
+
+/// `[METHOD ]/path/with/*/and/**`: `*` is one segment, `**` any number (zero included), so
+/// `/api/agent/download/**` also matches `/api/agent/download`. Matching ignores case and a
+/// trailing slash, as Express routing does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutePattern {
+    method: Option<String>,
+    segs: Vec<Seg>,
+    raw: String,
+}
+
+const METHODS: &[&str] = &[
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+];
+
+impl FromStr for RoutePattern {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let raw = s.trim();
+        let (method, path) = match raw.split_once(char::is_whitespace) {
+            Some((m, p)) => {
+                let m = m.to_ascii_uppercase();
+                if !METHODS.contains(&m.as_str()) {
+                    return Err(format!(
+                        "`{raw}`: `{m}` is not an HTTP method (one of {})",
+                        METHODS.join(", ")
+                    ));
+                }
+                (Some(m), p.trim())
+            }
+            None => (None, raw),
+        };
+        if !path.starts_with('/') {
+            return Err(format!(
+                "`{raw}`: a route is `[METHOD ]/path`, and the path starts with `/` (e.g. \"POST /api/agent/enroll\" or \"/api/agent/**\")"
+            ));
+        }
+        let mut segs = Vec::new();
+        for seg in path.split('/').filter(|s| !s.is_empty()) {
+            segs.push(match seg {
+                "*" => Seg::Star,
+                "**" => Seg::DoubleStar,
+                s if s.contains('*') => {
+                    return Err(format!(
+                        "`{raw}`: `*` and `**` must stand alone as a whole path segment"
+                    ))
+                }
+                s => Seg::Lit(s.to_ascii_lowercase()),
+            });
+        }
+        Ok(Self {
+            method,
+            segs,
+            raw: raw.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for RoutePattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+impl Serialize for RoutePattern {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.raw)
+    }
+}
+
+impl RoutePattern {
+    pub fn matches(&self, method: &str, segs: &[&str]) -> bool {
+        if let Some(m) = &self.method {
+            let same = m.eq_ignore_ascii_case(method) || (m == "GET" && method.eq_ignore_ascii_case("HEAD"));
+            if !same {
+                return false;
+            }
+        }
+        match_segs(&self.segs, segs)
+    }
+
+    pub fn specificity(&self) -> Specificity {
+        let literals = self.segs.iter().filter(|s| matches!(s, Seg::Lit(_))).count();
+        Specificity {
+            literals,
+            method: self.method.is_some(),
+            fewer_wildcards: std::cmp::Reverse(self.segs.len() - literals),
+        }
+    }
+
+    /// Whether some request could match both patterns.
+    pub fn overlaps(&self, other: &RoutePattern) -> bool {
+        let methods = match (&self.method, &other.method) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        methods && segs_overlap(&self.segs, &other.segs)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+}
+
+fn match_segs(pat: &[Seg], path: &[&str]) -> bool {
+    match pat.split_first() {
+        None => path.is_empty(),
+        Some((Seg::DoubleStar, rest)) => (0..=path.len()).any(|skip| match_segs(rest, &path[skip..])),
+        Some((seg, rest)) => match path.split_first() {
+            None => false,
+            Some((first, path_rest)) => {
+                let ok = match seg {
+                    Seg::Lit(l) => l.eq_ignore_ascii_case(first),
+                    Seg::Star | Seg::DoubleStar => true,
+                };
+                ok && match_segs(rest, path_rest)
+            }
+        },
+    }
+}
+
+fn segs_overlap(a: &[Seg], b: &[Seg]) -> bool {
+    match (a.split_first(), b.split_first()) {
+        (None, None) => true,
+        (Some((Seg::DoubleStar, ar)), _) => {
+            segs_overlap(ar, b) || (!b.is_empty() && segs_overlap(a, &b[1..]))
+        }
+        (_, Some((Seg::DoubleStar, br))) => {
+            segs_overlap(a, br) || (!a.is_empty() && segs_overlap(&a[1..], b))
+        }
+        (None, _) | (_, None) => false,
+        (Some((x, ar)), Some((y, br))) => {
+            let ok = match (x, y) {
+                (Seg::Lit(p), Seg::Lit(q)) => p == q,
+                _ => true,
+            };
+            ok && segs_overlap(ar, br)
+        }
+    }
+}
+
+/// The path as a router would see it: the query dropped, percent-escapes decoded, `.`, `..`
+/// and empty segments resolved, lower-cased. A request cannot dodge a route by spelling its
+/// path differently.
+pub fn normalize_path(path: &str) -> String {
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let decoded = percent_decode(path);
+    let mut out: Vec<&str> = Vec::new();
+    for seg in decoded.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut s = String::with_capacity(decoded.len() + 1);
+    for seg in out {
+        s.push('/');
+        s.push_str(seg);
+    }
+    if s.is_empty() {
+        s.push('/');
+    }
+    s.to_ascii_lowercase()
+}
+
+fn percent_decode(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_owned();
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hi = (bytes[i + 1] as char).to_digit(16);
+            let lo = (bytes[i + 2] as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hi, lo) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> RoutePattern {
+        s.parse().unwrap()
+    }
+
+    fn m(pat: &str, method: &str, path: &str) -> bool {
+        let n = normalize_path(path);
+        let segs: Vec<&str> = n.split('/').filter(|s| !s.is_empty()).collect();
+        p(pat).matches(method, &segs)
+    }
+
+    #[test]
+    fn patterns_match() {
+        assert!(m("/api/agent/**", "GET", "/api/agent/heartbeat"));
+        assert!(m("/api/agent/**", "GET", "/api/agent"));
+        assert!(!m("/api/agent/**", "GET", "/api/agents"));
+        assert!(m("GET /api/agent/download/**", "GET", "/api/agent/download"));
+        assert!(m("GET /api/agent/download/**", "HEAD", "/api/agent/download/linux/x64"));
+        assert!(!m("GET /api/agent/download/**", "POST", "/api/agent/download"));
+        assert!(m("POST /api/agent/enroll", "post", "/API/Agent/Enroll/"));
+        assert!(m("/api/*/x", "GET", "/api/anything/x"));
+        assert!(!m("/api/*/x", "GET", "/api/x"));
+        assert!(m("/a/**/z", "GET", "/a/b/c/z"));
+        assert!(m("/a/**/z", "GET", "/a/z"));
+    }
+
+    #[test]
+    fn path_tricks_do_not_dodge_routes() {
+        assert!(m("POST /api/agent/enroll", "POST", "/api//agent/./enroll"));
+        assert!(m("POST /api/agent/enroll", "POST", "/api/agent/%65nroll"));
+        assert!(m("POST /api/agent/enroll", "POST", "/api/x/../agent/enroll?y=1"));
+        assert_eq!(normalize_path("/%ff%fe"), "/%ff%fe");
+        assert_eq!(normalize_path(""), "/");
+        assert_eq!(normalize_path("/a%2"), "/a%2");
+        assert_eq!(normalize_path("/../../etc"), "/etc");
+    }
+
+    #[test]
+    fn bad_patterns_say_why() {
+        assert!("api/x".parse::<RoutePattern>().unwrap_err().contains("starts with `/`"));
+        assert!("FETCH /x".parse::<RoutePattern>().unwrap_err().contains("not an HTTP method"));
+        assert!("/a/b*".parse::<RoutePattern>().unwrap_err().contains("stand alone"));
+    }
+
+    #[test]
+    fn overlap_detection() {
+        assert!(p("/api/agent/**").overlaps(&p("POST /api/agent/enroll")));
+        assert!(p("/api/*/enroll").overlaps(&p("/api/agent/*")));
+        assert!(!p("POST /x").overlaps(&p("GET /x")));
+        assert!(!p("/api/agent/**").overlaps(&p("/api/cron/**")));
+        assert!(p("/a/**/z").overlaps(&p("/a/b/**")));
+        assert!(!p("/a/b").overlaps(&p("/a/b/c")));
+    }
+
+    #[test]
+    fn specificity_orders_exact_over_wildcards() {
+        assert!(p("POST /api/agent/enroll").specificity() > p("/api/agent/**").specificity());
+        assert!(p("GET /api/agent/download/**").specificity() > p("/api/agent/**").specificity());
+        assert!(p("GET /a/b").specificity() > p("/a/b").specificity());
+    }
+}
