@@ -10,9 +10,9 @@
 //! - **Cluster.** Keys of one request usually sit on different slots. The checks are grouped by
 //!   slot and every group's script is sent at once (one round trip of latency). Each group is
 //!   atomic. When one group refuses while another consumed, the consumed units are given back by
-//!   `refund.lua` right after: exactly when nothing touched the bucket in between, otherwise by
-//!   moving it back by the units consumed. Between the two, a concurrent request of the same
-//!   principal may see those units spent.
+//!   `refund.lua` before the decision returns (within the same timeout): exactly when nothing
+//!   touched the bucket in between, otherwise by moving it back by the units consumed. Between
+//!   the two, a concurrent request of the same principal may see those units spent.
 //! - **Failure.** Every call is bounded by the configured timeout; an error or a timeout is
 //!   returned at once (each limiter's `on_store_error` then answers), counted, and logged once
 //!   per burst. A lost connection is rebuilt in the background while requests keep failing fast.
@@ -604,7 +604,7 @@ impl Inner {
         if self.failing.swap(false, Ordering::AcqRel) {
             let since = self.errors.load(Ordering::Relaxed)
                 - self.errors_at_burst_start.load(Ordering::Relaxed);
-            tracing::warn!(failed_decisions = since, "redis store answering again");
+            tracing::info!(failed_decisions = since, "redis store answering again");
         }
     }
 }

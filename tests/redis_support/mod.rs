@@ -251,6 +251,16 @@ pub struct Gateway {
 impl Gateway {
     /// Start `fleet-limiter serve` with this TOML configuration in front of `upstream_port`.
     pub fn spawn(config: &str, upstream_port: u16) -> Gateway {
+        Self::spawn_with(config, upstream_port, &[], &[])
+    }
+
+    /// The same, with extra command-line flags and environment variables.
+    pub fn spawn_with(
+        config: &str,
+        upstream_port: u16,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Gateway {
         let dir = tempfile::tempdir().expect("tempdir");
         let cfg = dir.path().join("fleet-limiter.toml");
         std::fs::write(&cfg, config).expect("write config");
@@ -262,8 +272,10 @@ impl Gateway {
             .arg(&cfg)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--upstream", &format!("http://127.0.0.1:{upstream_port}")])
+            .args(args)
             .env("FLEET_LIMITER_LOG", "info")
             .env_remove("FLEET_LIMITER_CONFIG")
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
             .spawn()
