@@ -441,30 +441,7 @@ async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
     };
     let timeout = Duration::from_millis(100);
     let (open, closed) = (unique("open"), unique("closed"));
-    let config = format!(
-        r#"
-[store]
-backend = "redis"
-url = "{url}"
-timeout = "{ms}ms"
-
-[limiters.{open}]
-limit = 3
-window = "1h"
-key = "ip+agent"
-routes = ["/open/**"]
-on_store_error = "allow"
-
-[limiters.{closed}]
-limit = 3
-window = "1h"
-key = "ip+agent"
-routes = ["/closed/**"]
-on_store_error = "deny"
-"#,
-        url = server.url(),
-        ms = timeout.as_millis()
-    );
+    let config = outage_config(&server.url(), timeout, &open, &closed);
     let up = redis_support::upstream();
     let gw = Gateway::spawn(&config, up);
     let client = reqwest::Client::new();
@@ -575,6 +552,128 @@ on_store_error = "deny"
         failed >= 20 * bursts as u64,
         "{failed} failed decisions counted in {bursts} log lines:\n{log}"
     );
+}
+
+fn outage_config(url: &str, timeout: Duration, open: &str, closed: &str) -> String {
+    format!(
+        r#"
+[store]
+backend = "redis"
+url = "{url}"
+timeout = "{ms}ms"
+
+[limiters.{open}]
+limit = 3
+window = "1h"
+key = "ip+agent"
+routes = ["/open/**"]
+on_store_error = "allow"
+
+[limiters.{closed}]
+limit = 3
+window = "1h"
+key = "ip+agent"
+routes = ["/closed/**"]
+on_store_error = "deny"
+"#,
+        ms = timeout.as_millis()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_costs_each_request_at_most_the_timeout() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let timeout = Duration::from_millis(100);
+    let (open, closed) = (unique("open"), unique("closed"));
+    let gw = Gateway::spawn(
+        &outage_config(&server.url(), timeout, &open, &closed),
+        redis_support::upstream(),
+    );
+    let client = reqwest::Client::new();
+    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
+    assert_eq!(get(&client, &closed_url, "warm").await.status, 200);
+
+    // The process is frozen: connections stay open and nothing answers, so only the timeout helps.
+    server.pause();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let t = Instant::now();
+        let o = get(&client, &open_url, &format!("frozen-{i}")).await;
+        let c = get(&client, &closed_url, &format!("frozen-{i}")).await;
+        slowest = slowest.max(t.elapsed() / 2);
+        assert_eq!(
+            (o.status, c.status),
+            (200, 429),
+            "request {i} while Redis is frozen"
+        );
+    }
+    assert!(
+        slowest < timeout * 20,
+        "no request waited far beyond the {timeout:?} timeout (slowest {slowest:?})"
+    );
+    server.resume();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut n = 0;
+    loop {
+        n += 1;
+        if get(&client, &closed_url, &format!("thawed-{n}"))
+            .await
+            .status
+            == 200
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "limiting never resumed:\n{}",
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(get(&client, &closed_url, "thawed").await.status);
+    }
+    assert_eq!(codes, vec![200, 200, 200, 429], "limiting resumed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_before_redis_limits_once_it_appears() {
+    let Some(mut server) = redis_support::own_server() else {
+        return;
+    };
+    server.stop();
+    let (open, closed) = (unique("open"), unique("closed"));
+    let config = outage_config(&server.url(), Duration::from_millis(100), &open, &closed);
+    let gw = Gateway::spawn(&config, redis_support::upstream());
+    let client = reqwest::Client::new();
+    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
+    for i in 0..5 {
+        assert_eq!(
+            get(&client, &open_url, "early").await.status,
+            200,
+            "request {i}: allow on error"
+        );
+        assert_eq!(
+            get(&client, &closed_url, "early").await.status,
+            429,
+            "request {i}: deny on error"
+        );
+    }
+    server.start();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&client, &open_url, "late").await.status == 200 {
+        assert!(
+            Instant::now() < deadline,
+            "limiting never started:\n{}",
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The agent "late" has now spent its 3 requests: Redis counts.
+    assert_eq!(get(&client, &open_url, "late").await.status, 429);
 }
 
 /// The log without terminal colour codes.
