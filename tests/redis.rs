@@ -753,3 +753,39 @@ async fn memory_per_active_key() {
     println!("redis used_memory: {before} -> {after} bytes for {N} active keys = {per_key:.1} bytes per key");
     assert!((40.0..400.0).contains(&per_key), "{per_key} bytes per key");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_cluster_is_used_again_without_a_restart() {
+    let Some(mut cluster) = redis_support::cluster() else {
+        return;
+    };
+    let mut o = RedisOptions::new(Duration::from_millis(200));
+    o.cache_capacity = 0;
+    let store = RedisStore::new(RedisTarget::Cluster(cluster.urls()), o).expect("store");
+    assert!(store.wait_connected(Duration::from_secs(10)));
+    let lim = unique("restart");
+    let checks: Vec<Check> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| check(&lim, p, Quota::gcra(1000, Duration::from_secs(60))))
+        .collect();
+    assert!(store.decide(&checks).await.is_ok());
+    for n in &mut cluster.nodes {
+        n.stop();
+    }
+    assert!(store.decide(&checks).await.is_err());
+    let errors = store.errors();
+    assert!(errors >= 1);
+    for n in &mut cluster.nodes {
+        n.start();
+    }
+    cluster.wait_ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.decide(&checks).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the store never used the cluster again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(store.errors() >= errors);
+}

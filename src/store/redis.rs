@@ -40,8 +40,10 @@ const REFUND_LUA: &str = include_str!("refund.lua");
 /// The longest window the script computes exactly (2^53 ns, about 104 days): Lua numbers are doubles.
 pub const MAX_WINDOW_NS: u64 = 1 << 53;
 
-/// Consecutive timeouts after which a fresh connection is built beside the current one.
-const TIMEOUTS_BEFORE_RECONNECT: u64 = 3;
+/// Consecutive failed decisions after which a fresh connection is built beside the current one.
+const FAILURES_BEFORE_REBUILD: u64 = 3;
+/// At most one such rebuild this often (a Cluster with one master down keeps failing some slots).
+const REBUILD_EVERY: Duration = Duration::from_secs(2);
 /// Cache shards; a power of two.
 const CACHE_SHARDS: usize = 16;
 /// How often the approximate key count is refreshed.
@@ -151,7 +153,7 @@ struct Inner {
     target: RedisTarget,
     opts: RedisOptions,
     handle: tokio::runtime::Handle,
-    conn: RwLock<Option<Conn>>,
+    conn: RwLock<Option<Arc<Conn>>>,
     reconnecting: AtomicBool,
     first_connect: Mutex<Option<mpsc::Sender<()>>>,
     first_wait: Mutex<Option<mpsc::Receiver<()>>>,
@@ -161,7 +163,8 @@ struct Inner {
     errors: AtomicU64,
     failing: AtomicBool,
     errors_at_burst_start: AtomicU64,
-    timeouts_in_row: AtomicU64,
+    failures_in_row: AtomicU64,
+    last_rebuild: Mutex<Option<std::time::Instant>>,
     round_trips: AtomicU64,
     refunds: AtomicU64,
     keys: AtomicU64,
@@ -230,7 +233,8 @@ impl RedisStore {
             errors: AtomicU64::new(0),
             failing: AtomicBool::new(false),
             errors_at_burst_start: AtomicU64::new(0),
-            timeouts_in_row: AtomicU64::new(0),
+            failures_in_row: AtomicU64::new(0),
+            last_rebuild: Mutex::new(None),
             round_trips: AtomicU64::new(0),
             refunds: AtomicU64::new(0),
             keys: AtomicU64::new(0),
@@ -368,10 +372,7 @@ impl Inner {
         let answers = match tokio::time::timeout_at(deadline, join_all(calls)).await {
             Ok(a) => a,
             Err(_) => {
-                let n = self.timeouts_in_row.fetch_add(1, Ordering::Relaxed) + 1;
-                if n >= TIMEOUTS_BEFORE_RECONNECT && matches!(conn, Conn::Single(_)) {
-                    self.reconnect();
-                }
+                self.failed_in_row();
                 return Err(self.failed(format!("no answer within {:?}", self.opts.timeout)));
             }
         };
@@ -397,9 +398,16 @@ impl Inner {
             }
         }
         if let Some(e) = error {
-            if matches!(conn, Conn::Single(_)) && is_connection_error(&e) {
-                *self.conn.write() = None;
+            if matches!(*conn, Conn::Single(_)) && is_connection_error(&e) {
+                // Drop the broken connection (unless a fresh one already replaced it).
+                let mut slot = self.conn.write();
+                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                    *slot = None;
+                }
+                drop(slot);
                 self.reconnect();
+            } else {
+                self.failed_in_row();
             }
             return Err(self.failed(e.to_string()));
         }
@@ -539,8 +547,8 @@ impl Inner {
                     tokio::time::timeout(inner.opts.connect_timeout, inner.connect()).await;
                 match attempt {
                     Ok(Ok(conn)) => {
-                        *inner.conn.write() = Some(conn);
-                        inner.timeouts_in_row.store(0, Ordering::Relaxed);
+                        *inner.conn.write() = Some(Arc::new(conn));
+                        inner.failures_in_row.store(0, Ordering::Relaxed);
                         inner.reconnecting.store(false, Ordering::Release);
                         if let Some(tx) = inner.first_connect.lock().take() {
                             let _ = tx.send(());
@@ -585,6 +593,23 @@ impl Inner {
         }
     }
 
+    /// Another failure in a row: after a few, build a fresh connection beside the current one
+    /// (it replaces it once connected), at most once per [`REBUILD_EVERY`].
+    fn failed_in_row(self: &Arc<Self>) {
+        let n = self.failures_in_row.fetch_add(1, Ordering::Relaxed) + 1;
+        if n < FAILURES_BEFORE_REBUILD {
+            return;
+        }
+        {
+            let mut last = self.last_rebuild.lock();
+            if last.is_some_and(|t| t.elapsed() < REBUILD_EVERY) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        self.reconnect();
+    }
+
     /// Count an error; log only the first of a burst.
     fn failed(&self, msg: String) -> StoreError {
         let total = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
@@ -600,7 +625,7 @@ impl Inner {
     }
 
     fn succeeded(&self) {
-        self.timeouts_in_row.store(0, Ordering::Relaxed);
+        self.failures_in_row.store(0, Ordering::Relaxed);
         if self.failing.swap(false, Ordering::AcqRel) {
             let since = self.errors.load(Ordering::Relaxed)
                 - self.errors_at_burst_start.load(Ordering::Relaxed);

@@ -222,21 +222,30 @@ pub fn cluster() -> Option<Cluster> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    'wait: while Instant::now() < deadline {
-        for n in &nodes {
-            let info = Command::new("redis-cli")
-                .args(["-p", &n.port.to_string(), "cluster", "info"])
-                .output()
-                .expect("redis-cli cluster info");
-            if !String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
-                std::thread::sleep(Duration::from_millis(100));
-                continue 'wait;
+    let cluster = Cluster { nodes };
+    cluster.wait_ok();
+    Some(cluster)
+}
+
+impl Cluster {
+    /// Wait until every node reports `cluster_state:ok`.
+    pub fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        'wait: while Instant::now() < deadline {
+            for n in &self.nodes {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &n.port.to_string(), "cluster", "info"])
+                    .output()
+                    .expect("redis-cli cluster info");
+                if !String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue 'wait;
+                }
             }
+            return;
         }
-        return Some(Cluster { nodes });
+        panic!("the Redis Cluster never reached cluster_state:ok");
     }
-    panic!("the Redis Cluster never reached cluster_state:ok");
 }
 
 /// A tiny upstream API on its own thread: 200 "ok" to everything.
