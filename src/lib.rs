@@ -36,11 +36,7 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
             cfg.store.max_keys,
             Arc::new(clock::SystemClock::new()),
         )),
-        config::StoreBackend::Redis => {
-            anyhow::bail!(
-                "store.backend = \"redis\" is not available in this build; use \"memory\""
-            )
-        }
+        config::StoreBackend::Redis => Arc::new(store::redis::RedisStore::from_config(&cfg.store)?),
     };
     Ok(decision::Decider::new(
         cfg,

@@ -1,7 +1,8 @@
 //! Where buckets live. One trait, two implementations: [`memory::MemoryStore`] for one process,
-//! and the Redis store for many. Both run the same math from [`crate::limiter`].
+//! and [`redis::RedisStore`] for many. Both run the same math from [`crate::limiter`].
 
 pub mod memory;
+pub mod redis;
 
 use crate::keys::BucketKey;
 use crate::limiter::{Quota, Verdict};
@@ -37,6 +38,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Buckets dropped to stay within the cap while still active.
     fn evicted_keys(&self) -> u64 {
+        0
+    }
+
+    /// Decisions the store failed to make (errors and timeouts) since start.
+    fn errors(&self) -> u64 {
         0
     }
 

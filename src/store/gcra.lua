@@ -1,0 +1,161 @@
+-- fleet-limiter: decide every check of one request (or of one Cluster slot) atomically.
+--
+-- Mirrors src/limiter/gcra.rs and src/limiter/fixed_window.rs line for line, and
+-- MemoryStore::decide_many: when every enforcing check allows, each allowed check consumes;
+-- when an enforcing check refuses, nothing is written.
+--
+-- Lua numbers are doubles, exact only up to 2^53, while nanoseconds since the epoch need 61 bits.
+-- So a stored instant is two integers, "<seconds> <nanoseconds> <count>", and all arithmetic is
+-- done on offsets from now (exact for anything within 104 days; the store refuses longer windows).
+--
+-- KEYS[i]    one bucket per check, in request order (the same key may appear twice)
+-- ARGV[1..2] now as seconds and nanoseconds, or "" "" to read Redis TIME
+-- ARGV[3]    milliseconds added to every expiry (0 in production)
+-- ARGV[4..]  five per check: algorithm ("g" gcra, "f" fixed window), limit, emission interval
+--            (gcra) or window (fixed window) in ns, burst in ns (gcra), advisory ("1" or "0")
+--
+-- Returns { committed, then four integers per check: allowed, remaining, reset_after_ns,
+-- retry_after_ns, then two strings per check: the value before and the value written ("" when
+-- none) }; the last two let a Cluster caller undo a consumption a different slot refused.
+
+local now_s, now_n
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now_s = tonumber(t[1])
+  now_n = tonumber(t[2]) * 1000
+else
+  now_s = tonumber(ARGV[1])
+  now_n = tonumber(ARGV[2])
+end
+local pad_ms = tonumber(ARGV[3])
+local NS = 1000000000
+
+-- floor(x / y) for non-negative integers below 2^53, exact despite float division
+local function idiv(x, y)
+  local q = math.floor(x / y)
+  if q * y > x then
+    q = q - 1
+  elseif (q + 1) * y <= x then
+    q = q + 1
+  end
+  return q
+end
+
+-- stored string -> offset of `a` from now (ns), count; nil for a missing or unreadable value
+local function load(raw)
+  if not raw then
+    return nil
+  end
+  local s, n, b = string.match(raw, '^(%d+) (%d+) (%d+)$')
+  if not s then
+    return nil
+  end
+  return { (tonumber(s) - now_s) * NS + (tonumber(n) - now_n), tonumber(b) }
+end
+
+local n = #KEYS
+local verdicts = {}
+local updates = {}
+local before = {}
+local pending = {}
+local blocked = false
+
+for i = 1, n do
+  local key = KEYS[i]
+  local base = 3 + (i - 1) * 5
+  local algo = ARGV[base + 1]
+  local limit = tonumber(ARGV[base + 2])
+  local p = tonumber(ARGV[base + 3])
+  local burst = tonumber(ARGV[base + 4])
+  local advisory = ARGV[base + 5] == '1'
+
+  -- A request may name the same bucket twice: the later check sees the earlier update.
+  local st = pending[key]
+  if st == nil then
+    local raw = redis.call('GET', key)
+    before[i] = raw or ''
+    st = load(raw)
+  else
+    before[i] = ''
+  end
+
+  local allowed, remaining, reset_after, retry_after, new
+  if algo == 'g' then
+    local t = p
+    local tat = 0
+    if st and st[1] > 0 then
+      tat = st[1]
+    end
+    local used = tat + t
+    if used > burst then
+      allowed, remaining, reset_after, retry_after = 0, 0, tat, used - burst
+    else
+      remaining = idiv(burst - used, t)
+      if remaining > limit then
+        remaining = limit
+      end
+      allowed, reset_after, retry_after = 1, used, 0
+      new = { used, 0 }
+    end
+  else
+    local window = p
+    local ends, count = window, 0
+    if st and st[1] > 0 then
+      ends, count = st[1], st[2]
+    end
+    if count >= limit then
+      allowed, remaining, reset_after, retry_after = 0, 0, ends, ends
+    else
+      count = count + 1
+      allowed, remaining, reset_after, retry_after = 1, limit - count, ends, 0
+      new = { ends, count }
+    end
+  end
+
+  if new then
+    pending[key] = new
+  end
+  updates[i] = new or false
+  if allowed == 0 and not advisory then
+    blocked = true
+  end
+  verdicts[#verdicts + 1] = allowed
+  verdicts[#verdicts + 1] = remaining
+  verdicts[#verdicts + 1] = reset_after
+  verdicts[#verdicts + 1] = retry_after
+end
+
+local out = { blocked and 0 or 1 }
+for i = 1, #verdicts do
+  out[#out + 1] = verdicts[i]
+end
+
+-- Write each key's last update: an absolute instant again, expiring once its bucket is full.
+local written = {}
+if not blocked then
+  local last = {}
+  for i = 1, n do
+    if updates[i] then
+      last[KEYS[i]] = i
+    end
+  end
+  for i = 1, n do
+    if updates[i] and last[KEYS[i]] == i then
+      local rel = updates[i][1]
+      local total = now_n + rel
+      local carry = idiv(total, NS)
+      local value = string.format('%d %d %d', now_s + carry, total - carry * NS, updates[i][2])
+      local px = math.floor(rel / 1000000) + 1
+      while px * 1000000 < rel do
+        px = px + 1
+      end
+      redis.call('SET', KEYS[i], value, 'PX', px + pad_ms)
+      written[i] = value
+    end
+  end
+end
+for i = 1, n do
+  out[#out + 1] = before[i]
+  out[#out + 1] = written[i] or ''
+end
+return out

@@ -1,0 +1,791 @@
+//! The Redis store against real redis-server processes (standalone and a three-master Cluster)
+//! and real gateway processes. Skipped without redis-server, failed instead when `CI` is set.
+
+mod redis_support;
+
+use fleet_limiter::clock::ManualClock;
+use fleet_limiter::keys::BucketKey;
+use fleet_limiter::limiter::{Algorithm, Quota};
+use fleet_limiter::store::memory::MemoryStore;
+use fleet_limiter::store::redis::{key_name, RedisOptions, RedisStore, RedisTarget};
+use fleet_limiter::store::{Check, Store};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis_support::Gateway;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A name no other test (or earlier run on a shared Redis) uses.
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// A store on virtual time: the script takes the clock's time as an argument.
+fn virtual_store(target: RedisTarget, clock: &ManualClock, cache: usize) -> RedisStore {
+    let mut o = RedisOptions::new(Duration::from_secs(5));
+    o.clock = Arc::new(clock.clone());
+    o.time_from_clock = true;
+    o.cache_capacity = cache;
+    // Virtual time runs ahead of real time; keep keys long enough that expiry never decides.
+    o.ttl_pad = Duration::from_secs(3600);
+    let s = RedisStore::new(target, o).expect("store");
+    assert!(
+        s.wait_connected(Duration::from_secs(10)),
+        "connect to Redis"
+    );
+    s
+}
+
+/// Feed the memory store and the Redis store one random sequence; compare every verdict.
+/// Returns how many requests needed a cross-slot refund.
+async fn parity(target: RedisTarget) -> u64 {
+    let run = unique("p");
+    let lim = |n: &str| -> Arc<str> { Arc::from(format!("{run}-{n}")) };
+    let quotas: Vec<(Arc<str>, Quota, bool)> = vec![
+        (lim("g1"), Quota::gcra(3, Duration::from_secs(10)), false),
+        (lim("g2"), Quota::gcra(5, Duration::from_secs(60)), false),
+        (lim("g3"), Quota::gcra(7, Duration::from_secs(60)), false),
+        (
+            lim("f1"),
+            Quota::new(3, Duration::from_secs(10), Algorithm::FixedWindow),
+            false,
+        ),
+        (
+            lim("f2"),
+            Quota::new(4, Duration::from_secs(30), Algorithm::FixedWindow),
+            false,
+        ),
+        (lim("s1"), Quota::gcra(2, Duration::from_secs(20)), true),
+        (
+            lim("s2"),
+            Quota::new(1, Duration::from_secs(15), Algorithm::FixedWindow),
+            true,
+        ),
+    ];
+    let principals = ["a", "b"];
+    let clock = ManualClock::new(1_700_000_000_123_456_789);
+    let memory = MemoryStore::new(100_000, Arc::new(clock.clone()));
+    let redis = virtual_store(target, &clock, 0);
+    let steps_ns = [
+        0,
+        0,
+        0,
+        0,
+        0,
+        1_000_000,
+        50_000_000,
+        333_333_333,
+        1_000_000_000,
+        2_500_000_000,
+        7_000_000_000,
+        31_000_000_000,
+    ];
+    let mut rng = StdRng::seed_from_u64(7);
+    let (mut refused, mut advisory_refused, mut multi, mut twice) = (0, 0, 0, 0);
+    for step in 0..3000 {
+        clock.advance(Duration::from_nanos(
+            steps_ns[rng.gen_range(0..steps_ns.len())],
+        ));
+        let n = rng.gen_range(1..=3);
+        let mut checks: Vec<Check> = (0..n)
+            .map(|_| {
+                let (name, quota, advisory) = &quotas[rng.gen_range(0..quotas.len())];
+                Check {
+                    key: BucketKey::new(
+                        name.clone(),
+                        principals[rng.gen_range(0..principals.len())],
+                    ),
+                    quota: *quota,
+                    advisory: *advisory,
+                }
+            })
+            .collect();
+        if rng.gen_bool(0.1) {
+            checks.push(checks[0].clone());
+            twice += 1;
+        }
+        let want = memory.decide(&checks).await.expect("memory decides");
+        let got = redis.decide(&checks).await.expect("redis decides");
+        assert_eq!(got, want, "step {step}: {checks:?}");
+        multi += usize::from(checks.len() > 1);
+        for (c, v) in checks.iter().zip(&want) {
+            if !v.allowed {
+                if c.advisory {
+                    advisory_refused += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+    }
+    eprintln!("refused {refused}, advisory refused {advisory_refused}, multi-key {multi}, same key twice {twice}");
+    assert!(refused > 150, "the sequence refused enough ({refused})");
+    assert!(
+        advisory_refused > 50,
+        "advisory refusals ({advisory_refused})"
+    );
+    assert!(
+        multi > 1000 && twice > 100,
+        "multi-key requests ({multi}, same key twice {twice})"
+    );
+    assert_eq!(redis.errors(), 0);
+    redis.refunds()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_and_memory_agree_decision_by_decision() {
+    let Some(redis) = redis_support::standalone() else {
+        return;
+    };
+    assert_eq!(
+        parity(RedisTarget::Standalone(redis.url())).await,
+        0,
+        "one script, no refunds"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_and_memory_agree_on_a_cluster_across_slots() {
+    let Some(cluster) = redis_support::cluster() else {
+        return;
+    };
+    let refunds = parity(RedisTarget::Cluster(cluster.urls())).await;
+    assert!(
+        refunds > 20,
+        "refusals on one slot gave back other slots' units ({refunds})"
+    );
+}
+
+fn check(limiter: &str, principal: &str, quota: Quota) -> Check {
+    Check {
+        key: BucketKey::new(Arc::from(limiter), principal),
+        quota,
+        advisory: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
+    let Some(server) = redis_support::standalone() else {
+        return;
+    };
+    let store = RedisStore::new(
+        RedisTarget::Standalone(server.url()),
+        RedisOptions::new(Duration::from_secs(5)),
+    )
+    .expect("store");
+    assert!(store.wait_connected(Duration::from_secs(10)));
+    let lim = unique("ttl");
+    let gcra = check(&lim, "10.0.0.1", Quota::gcra(10, Duration::from_secs(10)));
+    let fixed = check(
+        &format!("{lim}-fw"),
+        "10.0.0.1",
+        Quota::new(3, Duration::from_secs(5), Algorithm::FixedWindow),
+    );
+    let v = store
+        .decide(&[gcra.clone(), fixed.clone()])
+        .await
+        .expect("decide");
+    assert!(v.iter().all(|v| v.allowed));
+
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let name = key_name(&gcra.key);
+    assert_eq!(name, format!("fl:{{{lim}:{}}}", gcra.key.digest_hex()));
+    let value: String = redis::cmd("GET")
+        .arg(&name)
+        .query_async(&mut con)
+        .await
+        .expect("GET");
+    assert!(!value.contains("10.0.0.1"));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&name)
+        .query_async(&mut con)
+        .await
+        .expect("PTTL");
+    assert!(
+        pttl > 0 && pttl <= 1_001,
+        "GCRA key lives until one token is back: {pttl} ms"
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(key_name(&fixed.key))
+        .query_async(&mut con)
+        .await
+        .expect("PTTL");
+    assert!(
+        pttl > 0 && pttl <= 5_001,
+        "fixed-window key lives until the window ends: {pttl} ms"
+    );
+
+    // The server forgets its scripts (a restart, a failover): the store loads them again.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .expect("flush");
+    let v = store
+        .decide(std::slice::from_ref(&gcra))
+        .await
+        .expect("decide after NOSCRIPT");
+    assert_eq!(v[0].remaining, 8);
+    assert_eq!(store.round_trips(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_are_answered_locally_until_the_refusal_ends() {
+    let Some(server) = redis_support::standalone() else {
+        return;
+    };
+    let clock = ManualClock::new(5_000_000_000_000);
+    let cached = virtual_store(RedisTarget::Standalone(server.url()), &clock, 1000);
+    let clock2 = clock.clone();
+    let memory = MemoryStore::new(1000, Arc::new(clock2));
+    let lim = unique("hot");
+    let c = [
+        check(&lim, "x", Quota::gcra(2, Duration::from_secs(60))),
+        check(
+            &format!("{lim}-wide"),
+            "x",
+            Quota::gcra(100, Duration::from_secs(60)),
+        ),
+    ];
+    // Two pass, the third is refused by Redis and remembered.
+    for _ in 0..3 {
+        assert_eq!(
+            cached.decide(&c).await.expect("decide"),
+            memory.decide(&c).await.expect("memory")
+        );
+    }
+    let trips = cached.round_trips();
+    assert_eq!(trips, 3);
+    for i in 0..50 {
+        clock.advance(Duration::from_millis(100));
+        let got = cached.decide(&c).await.expect("decide");
+        let want = memory.decide(&c).await.expect("memory");
+        assert!(!got[0].allowed);
+        assert_eq!(
+            got[0], want[0],
+            "request {i}: the refusal and its wait are exact"
+        );
+        // The other limiter is reported as it stood at the refusal (it refills meanwhile).
+        assert_eq!(got[1].remaining, 97);
+        assert!(want[1].remaining >= 97);
+    }
+    assert_eq!(
+        cached.round_trips(),
+        trips,
+        "hammering a refused key costs Redis nothing"
+    );
+    assert_eq!(cached.cache_hits(), 50);
+    // The wait ends: Redis decides again, and allows.
+    clock.advance(Duration::from_secs(30));
+    let got = cached.decide(&c).await.expect("decide");
+    assert_eq!(got, memory.decide(&c).await.expect("memory"));
+    assert!(got[0].allowed);
+    assert_eq!(cached.round_trips(), trips + 1);
+}
+
+fn probe_config(store: &str, a: &str, b: &str) -> String {
+    format!(
+        r#"
+{store}
+
+[limiters.{a}]
+limit = 5
+window = "1h"
+key = "ip"
+routes = ["/probe/**"]
+
+[limiters.{b}]
+limit = 8
+window = "1h"
+key = "ip+agent"
+algorithm = "fixed-window"
+routes = ["/probe/**"]
+"#
+    )
+}
+
+struct Answer {
+    status: u16,
+    retry_after: Option<u64>,
+    remaining: Option<u32>,
+    ratelimit: String,
+}
+
+async fn get(client: &reqwest::Client, url: &str, agent: &str) -> Answer {
+    let r = client
+        .get(url)
+        .header("x-agent-id", agent)
+        .send()
+        .await
+        .expect("the gateway answers");
+    let h = |n: &str| {
+        r.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    Answer {
+        status: r.status().as_u16(),
+        retry_after: h("retry-after").and_then(|v| v.parse().ok()),
+        remaining: h("x-ratelimit-remaining").and_then(|v| v.parse().ok()),
+        ratelimit: h("ratelimit").unwrap_or_default(),
+    }
+}
+
+/// Three gateways on one store: exactly `limit` requests pass in total, and they agree on Retry-After.
+async fn three_gateways_share_one_budget(
+    store_toml: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    concurrent: bool,
+) {
+    let (a, b) = (unique("probe-a"), unique("probe-b"));
+    let config = probe_config(store_toml, &a, &b);
+    let up = redis_support::upstream();
+    let gateways: Vec<Gateway> = (0..3)
+        .map(|_| Gateway::spawn_with(&config, up, args, envs))
+        .collect();
+    let client = reqwest::Client::new();
+    let urls: Vec<String> = (0..30)
+        .map(|i| gateways[i % 3].url(&format!("/probe/{i}")))
+        .collect();
+    let answers: Vec<Answer> = if concurrent {
+        futures_util::future::join_all(urls.iter().map(|u| get(&client, u, "agent-1"))).await
+    } else {
+        let mut out = Vec::new();
+        for u in &urls {
+            out.push(get(&client, u, "agent-1").await);
+        }
+        out
+    };
+    let logs = || {
+        gateways
+            .iter()
+            .map(Gateway::log_text)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let ok: Vec<&Answer> = answers.iter().filter(|x| x.status == 200).collect();
+    let refused: Vec<&Answer> = answers.iter().filter(|x| x.status == 429).collect();
+    assert_eq!(
+        ok.len(),
+        5,
+        "exactly the limit passes across instances; logs:\n{}",
+        logs()
+    );
+    assert_eq!(
+        refused.len(),
+        25,
+        "everything else is refused; logs:\n{}",
+        logs()
+    );
+    let mut remaining: Vec<u32> = ok.iter().filter_map(|x| x.remaining).collect();
+    remaining.sort_unstable();
+    assert_eq!(
+        remaining,
+        vec![0, 1, 2, 3, 4],
+        "each instance saw the shared count"
+    );
+    let waits: Vec<u64> = refused.iter().filter_map(|x| x.retry_after).collect();
+    assert_eq!(waits.len(), 25);
+    let (lo, hi) = (waits.iter().min().copied(), waits.iter().max().copied());
+    assert!(
+        hi.zip(lo)
+            .is_some_and(|(h, l)| h - l <= 1 && l >= 700 && h <= 720),
+        "instances agree on Retry-After (one token every 720 s): {waits:?}"
+    );
+    // A refused request consumed nothing of the other limiter: 8 - 5 passed - 1 asked = 2 left.
+    for r in &refused {
+        assert!(
+            r.ratelimit.contains(&format!("\"{b}\";r=2;")),
+            "{}",
+            r.ratelimit
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_on_one_redis_allow_exactly_the_limit() {
+    let Some(redis) = redis_support::standalone() else {
+        return;
+    };
+    // The command-line shorthand: `--store redis://...`.
+    let url = redis.url();
+    let envs = [("FLEET_LIMITER_STORE_TIMEOUT", "2s")];
+    three_gateways_share_one_budget("", &["--store", &url], &envs, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_gateways_on_a_redis_cluster_allow_exactly_the_limit() {
+    let Some(cluster) = redis_support::cluster() else {
+        return;
+    };
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    let store = format!(
+        "[store]\nbackend = \"redis\"\ncluster = [{}]\ntimeout = \"2s\"",
+        nodes.join(", ")
+    );
+    // One request at a time: each spans two slots, and a refusal on one gives back the other.
+    three_gateways_share_one_budget(&store, &[], &[], false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
+    let Some(mut server) = redis_support::own_server() else {
+        return;
+    };
+    let timeout = Duration::from_millis(100);
+    let (open, closed) = (unique("open"), unique("closed"));
+    let config = outage_config(&server.url(), timeout, &open, &closed);
+    let up = redis_support::upstream();
+    let gw = Gateway::spawn(&config, up);
+    let client = reqwest::Client::new();
+    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
+
+    // Limiting works while Redis is up.
+    let codes = |xs: Vec<Answer>| xs.iter().map(|x| x.status).collect::<Vec<_>>();
+    let mut before = Vec::new();
+    for _ in 0..4 {
+        before.push(get(&client, &closed_url, "before").await);
+    }
+    assert_eq!(codes(before), vec![200, 200, 200, 429]);
+
+    // Load from four clients, each request as a fresh agent so no budget runs out.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for w in 0..4 {
+        let (client, stop) = (client.clone(), stop.clone());
+        let urls = [open_url.clone(), closed_url.clone()];
+        load.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let url = &urls[(i % 2) as usize];
+                let t = Instant::now();
+                let a = get(&client, url, &format!("load-{w}-{i}")).await;
+                seen.push((a.status, t.elapsed()));
+                i += 1;
+            }
+            seen
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.stop();
+
+    // Redis is gone: each limiter gives its configured answer.
+    for i in 0..10 {
+        let o = get(&client, &open_url, &format!("down-{i}")).await;
+        let c = get(&client, &closed_url, &format!("down-{i}")).await;
+        assert_eq!(
+            (o.status, c.status),
+            (200, 429),
+            "during the outage, request {i}"
+        );
+        assert!(c.retry_after.is_some_and(|s| s > 0));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Redis comes back on the same port: limiting resumes without a restart.
+    server.start();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut n = 0;
+    loop {
+        n += 1;
+        if get(&client, &closed_url, &format!("probe-{n}"))
+            .await
+            .status
+            == 200
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never reached Redis again:\n{}",
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut after = Vec::new();
+    for _ in 0..4 {
+        after.push(get(&client, &closed_url, "after").await);
+    }
+    assert_eq!(codes(after), vec![200, 200, 200, 429], "limiting resumed");
+
+    let mut seen = Vec::new();
+    for h in load {
+        seen.extend(h.await.expect("load task"));
+    }
+    assert!(seen.len() > 20, "the load ran ({} requests)", seen.len());
+    assert!(
+        seen.iter().all(|(s, _)| *s == 200 || *s == 429),
+        "never a 5xx: {:?}",
+        seen.iter().filter(|(s, _)| *s >= 500).count()
+    );
+    let slowest = seen.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    assert!(
+        slowest < timeout * 20,
+        "no request waited far beyond the {timeout:?} timeout (slowest {slowest:?})"
+    );
+    // Logged once per burst, not per request: the outage is one burst of many failed decisions
+    // (a timeout under a loaded machine before the outage would add a short burst of its own).
+    let log = strip_ansi(&gw.log_text());
+    let bursts = log.matches("redis store failing").count();
+    let failed: u64 = log
+        .lines()
+        .filter(|l| l.contains("redis store answering again"))
+        .filter_map(|l| l.split("failed_decisions=").nth(1))
+        .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert!((1..=3).contains(&bursts), "{bursts} bursts logged:\n{log}");
+    assert_eq!(
+        log.matches("redis store answering again").count(),
+        bursts,
+        "{log}"
+    );
+    assert!(
+        failed >= 20 * bursts as u64,
+        "{failed} failed decisions counted in {bursts} log lines:\n{log}"
+    );
+}
+
+fn outage_config(url: &str, timeout: Duration, open: &str, closed: &str) -> String {
+    format!(
+        r#"
+[store]
+backend = "redis"
+url = "{url}"
+timeout = "{ms}ms"
+
+[limiters.{open}]
+limit = 3
+window = "1h"
+key = "ip+agent"
+routes = ["/open/**"]
+on_store_error = "allow"
+
+[limiters.{closed}]
+limit = 3
+window = "1h"
+key = "ip+agent"
+routes = ["/closed/**"]
+on_store_error = "deny"
+"#,
+        ms = timeout.as_millis()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_costs_each_request_at_most_the_timeout() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let timeout = Duration::from_millis(100);
+    let (open, closed) = (unique("open"), unique("closed"));
+    let gw = Gateway::spawn(
+        &outage_config(&server.url(), timeout, &open, &closed),
+        redis_support::upstream(),
+    );
+    let client = reqwest::Client::new();
+    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
+    assert_eq!(get(&client, &closed_url, "warm").await.status, 200);
+
+    // The process is frozen: connections stay open and nothing answers, so only the timeout helps.
+    server.pause();
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let t = Instant::now();
+        let o = get(&client, &open_url, &format!("frozen-{i}")).await;
+        let c = get(&client, &closed_url, &format!("frozen-{i}")).await;
+        slowest = slowest.max(t.elapsed() / 2);
+        assert_eq!(
+            (o.status, c.status),
+            (200, 429),
+            "request {i} while Redis is frozen"
+        );
+    }
+    assert!(
+        slowest < timeout * 20,
+        "no request waited far beyond the {timeout:?} timeout (slowest {slowest:?})"
+    );
+    server.resume();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut n = 0;
+    loop {
+        n += 1;
+        if get(&client, &closed_url, &format!("thawed-{n}"))
+            .await
+            .status
+            == 200
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "limiting never resumed:\n{}",
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        codes.push(get(&client, &closed_url, "thawed").await.status);
+    }
+    assert_eq!(codes, vec![200, 200, 200, 429], "limiting resumed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_started_before_redis_limits_once_it_appears() {
+    let Some(mut server) = redis_support::own_server() else {
+        return;
+    };
+    server.stop();
+    let (open, closed) = (unique("open"), unique("closed"));
+    let config = outage_config(&server.url(), Duration::from_millis(100), &open, &closed);
+    let gw = Gateway::spawn(&config, redis_support::upstream());
+    let client = reqwest::Client::new();
+    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
+    for i in 0..5 {
+        assert_eq!(
+            get(&client, &open_url, "early").await.status,
+            200,
+            "request {i}: allow on error"
+        );
+        assert_eq!(
+            get(&client, &closed_url, "early").await.status,
+            429,
+            "request {i}: deny on error"
+        );
+    }
+    server.start();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&client, &open_url, "late").await.status == 200 {
+        assert!(
+            Instant::now() < deadline,
+            "limiting never started:\n{}",
+            gw.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The agent "late" has now spent its 3 requests: Redis counts.
+    assert_eq!(get(&client, &open_url, "late").await.status, 429);
+}
+
+/// The log without terminal colour codes.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Memory per active key, measured: `cargo test --test redis -- --ignored --nocapture memory_per_active_key`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: 100 000 requests"]
+async fn memory_per_active_key() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let store = RedisStore::new(
+        RedisTarget::Standalone(server.url()),
+        RedisOptions::new(Duration::from_secs(5)),
+    )
+    .expect("store");
+    assert!(store.wait_connected(Duration::from_secs(10)));
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    async fn used(con: &mut redis::aio::MultiplexedConnection) -> i64 {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(con)
+            .await
+            .expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("used_memory")
+    }
+    const N: usize = 100_000;
+    let before = used(&mut con).await;
+    // The calibration's enrollment shape: 3 per 15 minutes, so every key lives 5 minutes.
+    let quota = Quota::gcra(3, Duration::from_secs(900));
+    let limiter: Arc<str> = Arc::from("agent-enroll");
+    for batch in 0..N / 500 {
+        let checks: Vec<[Check; 1]> = (0..500)
+            .map(|i| {
+                [Check {
+                    key: BucketKey::new(limiter.clone(), &format!("203.0.113.7:agent-{batch}-{i}")),
+                    quota,
+                    advisory: false,
+                }]
+            })
+            .collect();
+        let verdicts = futures_util::future::join_all(checks.iter().map(|c| store.decide(c))).await;
+        assert!(verdicts
+            .iter()
+            .all(|v| v.as_ref().is_ok_and(|v| v[0].allowed)));
+    }
+    let after = used(&mut con).await;
+    let keys: i64 = redis::cmd("DBSIZE")
+        .query_async(&mut con)
+        .await
+        .expect("DBSIZE");
+    assert_eq!(keys, N as i64);
+    let per_key = (after - before) as f64 / N as f64;
+    println!("redis used_memory: {before} -> {after} bytes for {N} active keys = {per_key:.1} bytes per key");
+    assert!((40.0..400.0).contains(&per_key), "{per_key} bytes per key");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_cluster_is_used_again_without_a_restart() {
+    let Some(mut cluster) = redis_support::cluster() else {
+        return;
+    };
+    let mut o = RedisOptions::new(Duration::from_millis(200));
+    o.cache_capacity = 0;
+    let store = RedisStore::new(RedisTarget::Cluster(cluster.urls()), o).expect("store");
+    assert!(store.wait_connected(Duration::from_secs(10)));
+    let lim = unique("restart");
+    let checks: Vec<Check> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| check(&lim, p, Quota::gcra(1000, Duration::from_secs(60))))
+        .collect();
+    assert!(store.decide(&checks).await.is_ok());
+    for n in &mut cluster.nodes {
+        n.stop();
+    }
+    assert!(store.decide(&checks).await.is_err());
+    let errors = store.errors();
+    assert!(errors >= 1);
+    for n in &mut cluster.nodes {
+        n.start();
+    }
+    cluster.wait_ok();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.decide(&checks).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the store never used the cluster again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(store.errors() >= errors);
+}
