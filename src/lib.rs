@@ -37,8 +37,31 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
             Arc::new(clock::SystemClock::new()),
         )),
         config::StoreBackend::Redis => {
-            anyhow::bail!("store.backend = \"redis\" is not available in this build; use \"memory\"")
+            anyhow::bail!(
+                "store.backend = \"redis\" is not available in this build; use \"memory\""
+            )
         }
     };
-    Ok(decision::Decider::new(cfg, store, Arc::new(identity::NoVerifier)))
+    Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
+}
+
+/// The token verifier `[identity]` describes; with no key source no token verifies.
+pub fn build_verifier(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::TokenVerifier>> {
+    if let Some(why) = cfg.identity.weak_secret() {
+        // Only reachable with identity.allow_weak_secret; the configuration refuses it otherwise.
+        tracing::warn!(
+            "identity.jwt_hs256_secret is weak ({why}) and identity.allow_weak_secret is set: anyone who can guess the secret can mint dashboard users; never run this in production"
+        );
+    }
+    let clock = Arc::new(clock::SystemClock::new());
+    Ok(
+        match identity::jwt::JwtVerifier::from_config(
+            &cfg.identity,
+            clock,
+            Arc::new(identity::jwt::SystemWallClock),
+        )? {
+            Some(v) => Arc::new(v),
+            None => Arc::new(identity::NoVerifier),
+        },
+    )
 }

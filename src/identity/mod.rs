@@ -3,6 +3,9 @@
 //! Only what verifies counts as identity. A token that does not verify leaves the request keyed
 //! on its IP, so an unverified claim can never mint a fresh bucket.
 
+pub mod jwks;
+pub mod jwt;
+
 use crate::keys;
 use crate::policy::Credential;
 use futures_util::future::BoxFuture;
@@ -112,11 +115,17 @@ mod tests {
         assert_eq!(id.credential, Credential::ApiKey);
         assert_eq!(id.agent_id.as_deref(), Some("agent-1"));
         let id = identify(&v, None, Some(b"Bearer good"), None).await;
-        assert_eq!((id.credential, id.user.as_deref()), (Credential::VerifiedUser, Some("user_1")));
+        assert_eq!(
+            (id.credential, id.user.as_deref()),
+            (Credential::VerifiedUser, Some("user_1"))
+        );
         let id = identify(&v, None, Some(b"Bearer forged"), None).await;
         assert_eq!((id.credential, id.user), (Credential::CliToken, None));
         let id = identify(&v, Some(b"bad id!"), None, Some("good")).await;
-        assert_eq!((id.credential, id.agent_id), (Credential::VerifiedUser, None));
+        assert_eq!(
+            (id.credential, id.agent_id),
+            (Credential::VerifiedUser, None)
+        );
         let id = identify(&NoVerifier, None, None, Some("good")).await;
         assert_eq!((id.credential, id.user), (Credential::None, None));
     }
