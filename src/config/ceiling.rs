@@ -138,3 +138,197 @@ pub(super) fn derive_agent_ip(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::clock::ManualClock;
+    use crate::config::{Config, Loader};
+    use crate::decision::{Decider, RequestFacts};
+    use crate::identity::NoVerifier;
+    use crate::store::memory::MemoryStore;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn load(env: &[(&str, &str)]) -> Result<Config, String> {
+        Loader::new()
+            .env(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+            .load()
+            .map_err(|e| e.to_string())
+    }
+
+    fn agent_ip(cfg: &Config) -> (u32, Duration, Vec<String>, Vec<String>) {
+        let l = cfg
+            .limiters
+            .iter()
+            .find(|l| &*l.name == "agent-ip")
+            .unwrap();
+        let s = |v: &[crate::policy::RoutePattern]| v.iter().map(|r| r.to_string()).collect();
+        (l.quota.limit, l.quota.window, s(&l.routes), s(&l.except))
+    }
+
+    #[test]
+    fn default_ceiling_is_max_site_endpoints_times_the_agent_budget() {
+        let cfg = load(&[]).unwrap();
+        let (limit, window, routes, except) = agent_ip(&cfg);
+        assert_eq!((limit, window), (250 * 30, Duration::from_secs(60)));
+        assert_eq!(routes, ["/api/agent/**"]);
+        assert_eq!(
+            except,
+            [
+                "POST /api/agent/enroll",
+                "GET /api/agent/download/**",
+                "POST /api/agent/rotate-key"
+            ]
+        );
+        // The calibration table states the same numbers the derivation gives.
+        let row = crate::config::defaults::LIMITERS
+            .iter()
+            .find(|b| b.name == "agent-ip")
+            .unwrap();
+        assert_eq!((row.limit, row.window), (limit, "1m"));
+    }
+
+    #[test]
+    fn ceiling_follows_agent_device_and_fleet_unless_set() {
+        let cfg = load(&[
+            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "60"),
+            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "1000"),
+        ])
+        .unwrap();
+        assert_eq!(agent_ip(&cfg).0, 60_000);
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "2m")]).unwrap();
+        assert_eq!(
+            (agent_ip(&cfg).0, agent_ip(&cfg).1),
+            (7500, Duration::from_secs(120))
+        );
+        // An explicit window keeps the rate: 7500 per minute is 125 per second.
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_WINDOW", "1s")]).unwrap();
+        assert_eq!(
+            (agent_ip(&cfg).0, agent_ip(&cfg).1),
+            (125, Duration::from_secs(1))
+        );
+        // An explicit limit is taken as is, whatever the fleet says.
+        let cfg = load(&[
+            ("FLEET_LIMITER_LIMITER_AGENT_IP_LIMIT", "900"),
+            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "1000"),
+        ])
+        .unwrap();
+        assert_eq!(agent_ip(&cfg).0, 900);
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_MODE", "shadow")]).unwrap();
+        let l = cfg
+            .limiters
+            .iter()
+            .find(|l| &*l.name == "agent-ip")
+            .unwrap();
+        assert_eq!(l.mode, crate::policy::Mode::Shadow);
+    }
+
+    #[test]
+    fn ceiling_errors_name_the_fix() {
+        let e = load(&[("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "0")]).unwrap_err();
+        assert!(
+            e.contains("fleet.max_site_endpoints: must be at least 1"),
+            "{e}"
+        );
+        let e = load(&[
+            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "4000000000"),
+            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100"),
+        ])
+        .unwrap_err();
+        assert!(e.contains("set limiters.agent-ip.limit explicitly"), "{e}");
+        let e = load(&[
+            ("FLEET_LIMITER_LIMITER_AGENT_IP_GROUP", "agent"),
+            ("FLEET_LIMITER_LIMITER_AGENT_IP_ROUTES", "/api/agent/poll"),
+        ])
+        .unwrap_err();
+        assert!(e.contains("must not share group"), "{e}");
+    }
+
+    fn facts<'a>(path: &'a str, method: &'a str, agent: &'a str) -> RequestFacts<'a> {
+        RequestFacts {
+            peer: "198.51.100.7".parse().unwrap(),
+            method,
+            path,
+            forwarded: &[],
+            agent_id: Some(agent.as_bytes()),
+            authorization: None,
+            session_token: None,
+        }
+    }
+
+    fn decider(cfg: &Config) -> Decider {
+        let store = Arc::new(MemoryStore::new(
+            100_000,
+            Arc::new(ManualClock::new(1_000_000_000)),
+        ));
+        Decider::new(cfg, store, Arc::new(NoVerifier))
+    }
+
+    /// A 250-endpoint site behind one NAT, every agent spending its whole budget at once, never
+    /// meets the ceiling; one more agent id from that IP does.
+    #[actix_rt::test]
+    async fn a_full_site_fits_and_a_rotating_client_is_capped() {
+        let cfg = load(&[]).unwrap();
+        let d = decider(&cfg);
+        for agent in 0..250 {
+            let id = format!("agent-{agent}");
+            for _ in 0..30 {
+                let o = d.decide(&facts("/api/agent/heartbeat", "POST", &id)).await;
+                assert!(!o.refused(), "agent {agent} refused inside its own budget");
+                let names: Vec<&str> = o.results.iter().map(|r| &*r.spec.name).collect();
+                assert_eq!(names, ["agent-device", "agent-ip"]);
+            }
+        }
+        let o = d
+            .decide(&facts("/api/agent/heartbeat", "POST", "agent-250"))
+            .await;
+        assert!(o.refused());
+        let refusing: Vec<&str> = o
+            .results
+            .iter()
+            .filter(|r| r.refuses())
+            .map(|r| &*r.spec.name)
+            .collect();
+        assert_eq!(refusing, ["agent-ip"]);
+        // The refused request consumed nothing from the fresh agent's own bucket.
+        let dev = o
+            .results
+            .iter()
+            .find(|r| &*r.spec.name == "agent-device")
+            .unwrap();
+        assert_eq!(dev.verdict.remaining, 29);
+    }
+
+    #[actix_rt::test]
+    async fn a_rotating_agent_id_gets_no_more_than_the_ceiling() {
+        let cfg = load(&[]).unwrap();
+        let d = decider(&cfg);
+        let mut allowed = 0;
+        for i in 0..8000 {
+            let id = format!("rotating-{i}");
+            if !d
+                .decide(&facts("/api/agent/poll", "GET", &id))
+                .await
+                .refused()
+            {
+                allowed += 1;
+            }
+        }
+        assert_eq!(allowed, 7500);
+    }
+
+    #[actix_rt::test]
+    async fn lifecycle_endpoints_are_outside_the_ceiling() {
+        let cfg = load(&[]).unwrap();
+        let d = decider(&cfg);
+        for (m, p, limiter) in [
+            ("POST", "/api/agent/enroll", "enrollment"),
+            ("GET", "/api/agent/download/linux/amd64", "download"),
+            ("POST", "/api/agent/rotate-key", "key-rotation"),
+        ] {
+            let o = d.decide(&facts(p, m, "a1")).await;
+            let names: Vec<&str> = o.results.iter().map(|r| &*r.spec.name).collect();
+            assert_eq!(names, [limiter], "{m} {p}");
+        }
+    }
+}

@@ -339,6 +339,94 @@ mod tests {
         assert_eq!(weakness("0123456789abcdef0123456789abcdef"), None);
     }
 
+    fn load(env: &[(&str, &str)]) -> Result<IdentityConfig, String> {
+        crate::config::Loader::new()
+            .env(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+            .load()
+            .map(|c| c.identity)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn environment_variables_fill_the_section() {
+        let c = load(&[
+            (
+                "FLEET_LIMITER_JWKS_URL",
+                "http://127.0.0.1:9/.well-known/jwks.json",
+            ),
+            (
+                "FLEET_LIMITER_JWT_HS256_SECRET",
+                "0123456789abcdef0123456789abcdef",
+            ),
+            ("FLEET_LIMITER_JWT_ISSUER", "https://clerk.example.test"),
+            ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard, cli"),
+            (
+                "FLEET_LIMITER_AUTHORIZED_PARTIES",
+                "https://app.example.test",
+            ),
+            ("FLEET_LIMITER_SESSION_COOKIE", "sid"),
+            ("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1m"),
+            ("FLEET_LIMITER_JWT_LEEWAY", "0"),
+            ("FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES", "50"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.jwks_url.as_deref(),
+            Some("http://127.0.0.1:9/.well-known/jwks.json")
+        );
+        assert_eq!(c.jwt_audience, ["dashboard", "cli"]);
+        assert_eq!(c.jwt_issuer, ["https://clerk.example.test"]);
+        assert_eq!(c.authorized_parties, ["https://app.example.test"]);
+        assert_eq!(c.session_cookie, "sid");
+        assert_eq!(c.jwks_refresh_interval, Duration::from_secs(60));
+        assert_eq!(c.leeway, Duration::ZERO);
+        assert_eq!(c.cache_max_entries, 50);
+        assert!(c.verifies());
+        let d = load(&[]).unwrap();
+        assert_eq!(d, IdentityConfig::default());
+        assert!(!d.verifies());
+        assert_eq!(d.session_cookie, "__session");
+    }
+
+    #[test]
+    fn weak_secret_refused_unless_allowed() {
+        let e = load(&[("FLEET_LIMITER_JWT_HS256_SECRET", "changeme")]).unwrap_err();
+        assert!(e.starts_with("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"), "{e}");
+        assert!(
+            e.contains("placeholder") && e.contains("allow_weak_secret"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("changeme"),
+            "the message must not repeat the secret: {e}"
+        );
+        let e = load(&[("FLEET_LIMITER_JWT_HS256_SECRET", "")]).unwrap_err();
+        assert!(e.contains("it is blank"), "{e}");
+        let c = load(&[
+            ("FLEET_LIMITER_JWT_HS256_SECRET", "short"),
+            ("FLEET_LIMITER_ALLOW_WEAK_SECRET", "true"),
+        ])
+        .unwrap();
+        assert_eq!(c.weak_secret(), Some("it is shorter than 32 bytes"));
+    }
+
+    #[test]
+    fn bad_values_say_how_to_fix_them() {
+        let e = load(&[("FLEET_LIMITER_JWKS_URL", "https://x.test/jwks")]).unwrap_err();
+        assert!(
+            e.contains("plain http://") && e.contains("jwt_public_key_pem"),
+            "{e}"
+        );
+        let e = load(&[("FLEET_LIMITER_JWKS_URL", "ftp://x")]).unwrap_err();
+        assert!(e.contains("not an http:// URL"), "{e}");
+        let e = load(&[("FLEET_LIMITER_SESSION_COOKIE", "a;b")]).unwrap_err();
+        assert!(e.contains("not a cookie name"), "{e}");
+        let e = load(&[("FLEET_LIMITER_JWT_PUBLIC_KEY_PEM", "/nonexistent/key.pem")]).unwrap_err();
+        assert!(e.contains("neither PEM text"), "{e}");
+        let e = load(&[("FLEET_LIMITER_JWT_LEEWAY", "1h")]).unwrap_err();
+        assert!(e.contains("longer than 5 minutes"), "{e}");
+    }
+
     #[test]
     fn secret_debug_hides_the_value() {
         let s = Secret::new("hunter2-hunter2");

@@ -5,6 +5,8 @@
 
 pub mod jwks;
 pub mod jwt;
+#[cfg(test)]
+mod verify_tests;
 
 use crate::keys;
 use crate::policy::Credential;
