@@ -256,12 +256,10 @@ mod tests {
         }
     }
 
-    fn decider(cfg: &Config) -> Decider {
-        let store = Arc::new(MemoryStore::new(
-            100_000,
-            Arc::new(ManualClock::new(1_000_000_000)),
-        ));
-        Decider::new(cfg, store, Arc::new(NoVerifier))
+    fn decider(cfg: &Config) -> (Decider, ManualClock) {
+        let clock = ManualClock::new(1_000_000_000);
+        let store = Arc::new(MemoryStore::new(100_000, Arc::new(clock.clone())));
+        (Decider::new(cfg, store, Arc::new(NoVerifier)), clock)
     }
 
     /// A 250-endpoint site behind one NAT, every agent spending its whole budget at once, never
@@ -269,7 +267,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_full_site_fits_and_a_rotating_client_is_capped() {
         let cfg = load(&[]).unwrap();
-        let d = decider(&cfg);
+        let (d, clock) = decider(&cfg);
         for agent in 0..250 {
             let id = format!("agent-{agent}");
             for _ in 0..30 {
@@ -290,7 +288,13 @@ mod tests {
             .map(|r| &*r.spec.name)
             .collect();
         assert_eq!(refusing, ["agent-ip"]);
-        // The refused request consumed nothing from the fresh agent's own bucket.
+        // The refusal consumed nothing from agent-250's own bucket: once the ceiling has
+        // refilled one request (8 ms at 7500/min), agent-250 still has 29 left after its first.
+        clock.advance(Duration::from_millis(8));
+        let o = d
+            .decide(&facts("/api/agent/heartbeat", "POST", "agent-250"))
+            .await;
+        assert!(!o.refused());
         let dev = o
             .results
             .iter()
@@ -302,7 +306,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_rotating_agent_id_gets_no_more_than_the_ceiling() {
         let cfg = load(&[]).unwrap();
-        let d = decider(&cfg);
+        let (d, _clock) = decider(&cfg);
         let mut allowed = 0;
         for i in 0..8000 {
             let id = format!("rotating-{i}");
@@ -320,7 +324,7 @@ mod tests {
     #[actix_rt::test]
     async fn lifecycle_endpoints_are_outside_the_ceiling() {
         let cfg = load(&[]).unwrap();
-        let d = decider(&cfg);
+        let (d, _clock) = decider(&cfg);
         for (m, p, limiter) in [
             ("POST", "/api/agent/enroll", "enrollment"),
             ("GET", "/api/agent/download/linux/amd64", "download"),
