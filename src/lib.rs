@@ -37,9 +37,7 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
             Arc::new(clock::SystemClock::new()),
         )),
         config::StoreBackend::Redis => {
-            anyhow::bail!(
-                "store.backend = \"redis\" is not available in this build; use \"memory\""
-            )
+            anyhow::bail!("store.backend = \"redis\" is not available in this build; use \"memory\"")
         }
     };
     Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
@@ -54,14 +52,9 @@ pub fn build_verifier(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::
         );
     }
     let clock = Arc::new(clock::SystemClock::new());
-    Ok(
-        match identity::jwt::JwtVerifier::from_config(
-            &cfg.identity,
-            clock,
-            Arc::new(identity::jwt::SystemWallClock),
-        )? {
-            Some(v) => Arc::new(v),
-            None => Arc::new(identity::NoVerifier),
-        },
-    )
+    let wall = Arc::new(identity::jwt::SystemWallClock);
+    Ok(match identity::jwt::JwtVerifier::from_config(&cfg.identity, clock, wall)? {
+        Some(v) => Arc::new(v),
+        None => Arc::new(identity::NoVerifier),
+    })
 }

@@ -57,8 +57,8 @@ impl FleetLimiter {
     /// A limiter on the configuration's store (memory; Redis where built with it) with the
     /// system clock.
     pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
-        Ok(Self::new(Arc::new(crate::build_decider(cfg)?))
-            .with_session_cookie(cfg.identity.session_cookie.clone()))
+        let limiter = Self::new(Arc::new(crate::build_decider(cfg)?));
+        Ok(limiter.with_session_cookie(cfg.identity.session_cookie.clone()))
     }
 
     pub fn decider(&self) -> &Arc<Decider> {
@@ -149,9 +149,7 @@ async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
 /// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.
 pub fn cookie_value<'a>(values: impl Iterator<Item = &'a [u8]>, name: &str) -> Option<&'a str> {
     for v in values {
-        let Ok(s) = std::str::from_utf8(v) else {
-            continue;
-        };
+        let Ok(s) = std::str::from_utf8(v) else { continue };
         for pair in s.split(';') {
             if let Some((k, val)) = pair.split_once('=') {
                 if k.trim() == name {
