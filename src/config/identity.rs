@@ -428,6 +428,32 @@ mod tests {
     }
 
     #[test]
+    fn the_toml_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet.toml");
+        std::fs::write(
+            &path,
+            "[identity]\njwks_url = \"http://127.0.0.1:9/jwks\"\njwt_audience = [\"a\", \"b\"]\nauthorized_parties = \"https://x.test\"\njwks_timeout = \"500ms\"\n",
+        )
+        .unwrap();
+        let c = crate::config::Loader::new()
+            .file(&path)
+            .load()
+            .unwrap()
+            .identity;
+        assert_eq!(c.jwt_audience, ["a", "b"]);
+        assert_eq!(c.authorized_parties, ["https://x.test"]);
+        assert_eq!(c.jwks_timeout, Duration::from_millis(500));
+        std::fs::write(&path, "[identity]\njwks_uri = \"http://x\"\n").unwrap();
+        let e = crate::config::Loader::new()
+            .file(&path)
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `jwks_uri`"), "{e}");
+    }
+
+    #[test]
     fn secret_debug_hides_the_value() {
         let s = Secret::new("hunter2-hunter2");
         assert_eq!(format!("{s:?}"), "Secret(15 bytes)");

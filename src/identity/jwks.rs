@@ -11,7 +11,7 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,6 +171,8 @@ pub struct Jwks {
     attempts: AtomicU64,
     failures: AtomicU64,
     fetch_lock: tokio::sync::Mutex<()>,
+    /// A background refresh is queued or running: old keys start at most one task.
+    background: AtomicBool,
 }
 
 impl Jwks {
@@ -202,6 +204,7 @@ impl Jwks {
             attempts: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             fetch_lock: tokio::sync::Mutex::new(()),
+            background: AtomicBool::new(false),
         })
     }
 
@@ -232,10 +235,17 @@ impl Jwks {
         if fetched == 0 || now.saturating_sub(fetched) < self.max_age || !self.may_fetch(now) {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let me = self.clone();
-            handle.spawn(async move { me.refresh().await });
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.background.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let me = self.clone();
+        handle.spawn(async move {
+            me.refresh().await;
+            me.background.store(false, Ordering::Release);
+        });
     }
 
     fn may_fetch(&self, now: Nanos) -> bool {
