@@ -111,7 +111,7 @@ pub fn token_digest(token: &str) -> [u8; 32] {
 pub struct JwtVerifier {
     jwks: Option<Arc<Jwks>>,
     pem: Option<Arc<VerifyKey>>,
-    hs256: Option<DecodingKey>,
+    hs256: Option<Arc<VerifyKey>>,
     issuer: Vec<String>,
     audience: Vec<String>,
     authorized_parties: Vec<String>,
@@ -148,10 +148,12 @@ impl JwtVerifier {
             })?)),
             None => None,
         };
-        let hs256 = cfg
-            .jwt_hs256_secret
-            .as_ref()
-            .map(|s| DecodingKey::from_secret(s.expose().as_bytes()));
+        let hs256 = cfg.jwt_hs256_secret.as_ref().map(|s| {
+            Arc::new(VerifyKey {
+                key: DecodingKey::from_secret(s.expose().as_bytes()),
+                algorithms: vec![Algorithm::HS256],
+            })
+        });
         Ok(Some(Self {
             jwks,
             pem,
@@ -187,13 +189,7 @@ impl JwtVerifier {
         let header = jsonwebtoken::decode_header(token).ok()?;
         let alg = header.alg;
         let candidates: Vec<Arc<VerifyKey>> = match alg {
-            Algorithm::HS256 => match &self.hs256 {
-                Some(k) => vec![Arc::new(VerifyKey {
-                    key: k.clone(),
-                    algorithms: vec![Algorithm::HS256],
-                })],
-                None => Vec::new(),
-            },
+            Algorithm::HS256 => self.hs256.iter().cloned().collect(),
             Algorithm::HS384 | Algorithm::HS512 => Vec::new(),
             _ => {
                 let mut keys = match &self.jwks {
