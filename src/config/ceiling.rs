@@ -14,8 +14,9 @@
 //! fleet settings, so raising either raises the ceiling with it. An explicit `window` keeps the
 //! same rate (the limit scales with the window, rounded up); an explicit `limit` is taken as is.
 //! Routes are `agent-device`'s routes, minus its exceptions and minus every route of the other
-//! limiters in its group (the lifecycle endpoints: enrollment, download, key rotation), which
-//! have IP budgets of their own.
+//! limiters in its group: those limiters meter those requests instead of `agent-device` (by
+//! default the lifecycle endpoints: enrollment, download, key rotation, each with an IP budget
+//! of its own), so the ceiling meters the requests `agent-device` meters.
 
 use super::{ConfigError, Ctx, FleetConfig, RawLimiter};
 use crate::limiter::Quota;

@@ -148,11 +148,21 @@ fn command(env: &[(&str, &str)], args: &[&str], log: &std::path::Path) -> Comman
 }
 
 impl Gateway {
+    /// Start the gateway on a free port and wait until it has bound it (a port taken in the
+    /// meantime by another process is retried on a new one).
     pub fn spawn(upstream: &str, env: &[(&str, &str)]) -> Self {
+        for _ in 0..5 {
+            if let Some(gw) = Self::try_spawn(upstream, env) {
+                return gw;
+            }
+        }
+        panic!("fleet-limiter could not bind a free port in 5 attempts");
+    }
+
+    fn try_spawn(upstream: &str, env: &[(&str, &str)]) -> Option<Self> {
         let dir = tempfile::tempdir().expect("temp dir");
         let log = dir.path().join("stderr.log");
-        let port = free_port();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let listen = addr.to_string();
         let child = command(
             env,
@@ -168,9 +178,16 @@ impl Gateway {
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(addr).is_err() {
+        // The start-up line is logged only once the listener is bound.
+        while !(gw.stderr().contains("fleet-limiter gateway started")
+            && TcpStream::connect(addr).is_ok())
+        {
             if let Ok(Some(status)) = gw.child.try_wait() {
-                panic!("fleet-limiter exited with {status}: {}", gw.stderr());
+                let log = gw.stderr();
+                if log.contains("cannot listen") {
+                    return None;
+                }
+                panic!("fleet-limiter exited with {status}: {log}");
             }
             assert!(
                 Instant::now() < deadline,
@@ -179,7 +196,7 @@ impl Gateway {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        gw
+        Some(gw)
     }
 
     pub fn url(&self, path: &str) -> String {
