@@ -354,3 +354,28 @@ async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
     let r = post("/api/agent/enroll", "rotated-2".into()).await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pem_public_key_file_needs_no_network() {
+    let up = upstream().await;
+    let pem = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/keys/rsa_a.pub.pem"
+    );
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWT_PUBLIC_KEY_PEM", pem),
+            ("FLEET_LIMITER_JWT_ISSUER", "https://issuer.test"),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
+            FIXED,
+        ],
+    );
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+    assert!(verifies(&client, &gw, &sign(None, RSA_A, &claims("pem_user"))).await);
+    assert!(!verifies(&client, &gw, &sign(None, FORGER, &claims("pem_forged"))).await);
+    let mut other = claims("pem_other_issuer");
+    other["iss"] = json!("https://evil.test");
+    assert!(!verifies(&client, &gw, &sign(None, RSA_A, &other)).await);
+}
