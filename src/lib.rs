@@ -38,9 +38,23 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
         )),
         config::StoreBackend::Redis => Arc::new(store::redis::RedisStore::from_config(&cfg.store)?),
     };
-    Ok(decision::Decider::new(
-        cfg,
-        store,
-        Arc::new(identity::NoVerifier),
-    ))
+    Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
+}
+
+/// The token verifier `[identity]` describes; with no key source no token verifies.
+pub fn build_verifier(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::TokenVerifier>> {
+    if let Some(why) = cfg.identity.weak_secret() {
+        // Only reachable with identity.allow_weak_secret; the configuration refuses it otherwise.
+        tracing::warn!(
+            "identity.jwt_hs256_secret is weak ({why}) and identity.allow_weak_secret is set: anyone who can guess the secret can mint dashboard users; never run this in production"
+        );
+    }
+    let clock = Arc::new(clock::SystemClock::new());
+    let wall = Arc::new(identity::jwt::SystemWallClock);
+    Ok(
+        match identity::jwt::JwtVerifier::from_config(&cfg.identity, clock, wall)? {
+            Some(v) => Arc::new(v),
+            None => Arc::new(identity::NoVerifier),
+        },
+    )
 }

@@ -25,6 +25,22 @@ pub const LIMITERS: &[BuiltIn] = &[
         group: Some("agent"),
         credential: "any",
     },
+    // The ceiling over agent ids: `ceiling.rs` derives its budget and routes from agent-device
+    // and the fleet settings (max_site_endpoints 250 x 30 = 7500 per minute).
+    BuiltIn {
+        name: "agent-ip",
+        limit: 7500,
+        window: "1m",
+        key: "ip",
+        routes: &["/api/agent/**"],
+        except: &[
+            "POST /api/agent/enroll",
+            "GET /api/agent/download/**",
+            "POST /api/agent/rotate-key",
+        ],
+        group: Some("agent-ip"),
+        credential: "any",
+    },
     BuiltIn {
         name: "enrollment",
         limit: 300,

@@ -4,8 +4,10 @@
 //! Every error names where the value came from (the file, the variable or the flag), the field,
 //! and what is allowed.
 
+mod ceiling;
 pub mod defaults;
 mod duration;
+pub mod identity;
 
 pub use duration::parse_duration;
 
@@ -103,6 +105,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub fleet: FleetConfig,
     pub limiters: Vec<LimiterSpec>,
+    pub identity: identity::IdentityConfig,
 }
 
 impl Default for Config {
@@ -187,6 +190,63 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     (
         "fleet.analysts_per_nat",
         "FLEET_LIMITER_ANALYSTS_PER_NAT",
+        Kind::Int,
+    ),
+    ("identity.jwks_url", "FLEET_LIMITER_JWKS_URL", Kind::Str),
+    (
+        "identity.jwt_public_key_pem",
+        "FLEET_LIMITER_JWT_PUBLIC_KEY_PEM",
+        Kind::Str,
+    ),
+    (
+        "identity.jwt_hs256_secret",
+        "FLEET_LIMITER_JWT_HS256_SECRET",
+        Kind::Str,
+    ),
+    (
+        "identity.jwt_issuer",
+        "FLEET_LIMITER_JWT_ISSUER",
+        Kind::List,
+    ),
+    (
+        "identity.jwt_audience",
+        "FLEET_LIMITER_JWT_AUDIENCE",
+        Kind::List,
+    ),
+    (
+        "identity.authorized_parties",
+        "FLEET_LIMITER_AUTHORIZED_PARTIES",
+        Kind::List,
+    ),
+    (
+        "identity.session_cookie",
+        "FLEET_LIMITER_SESSION_COOKIE",
+        Kind::Str,
+    ),
+    (
+        "identity.allow_weak_secret",
+        "FLEET_LIMITER_ALLOW_WEAK_SECRET",
+        Kind::Bool,
+    ),
+    ("identity.leeway", "FLEET_LIMITER_JWT_LEEWAY", Kind::Str),
+    (
+        "identity.jwks_refresh_interval",
+        "FLEET_LIMITER_JWKS_REFRESH_INTERVAL",
+        Kind::Str,
+    ),
+    (
+        "identity.jwks_max_age",
+        "FLEET_LIMITER_JWKS_MAX_AGE",
+        Kind::Str,
+    ),
+    (
+        "identity.jwks_timeout",
+        "FLEET_LIMITER_JWKS_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "identity.cache_max_entries",
+        "FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES",
         Kind::Int,
     ),
 ];
@@ -472,6 +532,8 @@ struct RawConfig {
     fleet: FleetConfig,
     #[serde(default)]
     limiters: BTreeMap<String, RawLimiter>,
+    #[serde(default)]
+    identity: identity::RawIdentity,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -638,7 +700,10 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         ));
     }
 
-    let limiters = build_limiters(raw.limiters, ctx)?;
+    let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
+    let mut limiters = build_limiters(raw.limiters, ctx)?;
+    ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
+    let identity = identity::build(raw.identity, ctx)?;
     Ok(Config {
         source,
         enabled: raw.enabled.unwrap_or(true),
@@ -647,6 +712,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         store,
         fleet: raw.fleet,
         limiters,
+        identity,
     })
 }
 

@@ -23,7 +23,8 @@ pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Resul
         connect_timeout: cfg.server.connect_timeout,
         read_timeout: cfg.server.read_timeout,
     };
-    let limiter = FleetLimiter::new(decider);
+    let limiter =
+        FleetLimiter::new(decider).with_session_cookie(cfg.identity.session_cookie.clone());
     let up = upstream.clone();
     let server = HttpServer::new(move || {
         App::new()

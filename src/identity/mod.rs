@@ -3,6 +3,11 @@
 //! Only what verifies counts as identity. A token that does not verify leaves the request keyed
 //! on its IP, so an unverified claim can never mint a fresh bucket.
 
+pub mod jwks;
+pub mod jwt;
+#[cfg(test)]
+mod verify_tests;
+
 use crate::keys;
 use crate::policy::Credential;
 use futures_util::future::BoxFuture;

@@ -1,0 +1,461 @@
+//! `[identity]`: how dashboard session tokens are verified.
+//!
+//! Three key sources, any combination: a JWKS URL (RS/PS/ES/EdDSA keys by `kid`), one PEM public
+//! key, an HS256 shared secret. With none configured no token verifies and `ui` keys on the IP.
+
+use super::{duration, ConfigError, Ctx, DurationValue};
+use serde::Deserialize;
+use std::fmt;
+use std::time::Duration;
+
+/// The cookie a Clerk-style dashboard carries its session token in.
+pub const DEFAULT_SESSION_COOKIE: &str = "__session";
+/// The shortest HS256 secret accepted without `allow_weak_secret`: 256 bits, the size of the MAC.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Secrets that ship in samples, tutorials and `.env.example` files: anyone can sign with them.
+const PLACEHOLDER_SECRETS: &[&str] = &[
+    "secret",
+    "changeme",
+    "change-me",
+    "change_me",
+    "changethis",
+    "change-this-secret",
+    "your-256-bit-secret",
+    "your-secret-key",
+    "your_secret_key",
+    "your-jwt-secret",
+    "jwt-secret",
+    "jwt_secret",
+    "jwtsecret",
+    "supersecret",
+    "super-secret",
+    "mysecret",
+    "my-secret",
+    "secretkey",
+    "secret-key",
+    "password",
+    "placeholder",
+    "development",
+    "dev-secret",
+    "test-secret",
+    "testsecret",
+    "example",
+    "default",
+    "replace-me",
+    "replaceme",
+    "xxx",
+];
+
+/// A value that must not reach a log line: `Debug` prints only its length.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({} bytes)", self.0.len())
+    }
+}
+
+/// The validated `[identity]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdentityConfig {
+    /// `http://` URL of a JSON Web Key Set.
+    pub jwks_url: Option<String>,
+    /// A PEM public key (RSA, EC or Ed25519): the text itself, read from a file if a path was given.
+    pub jwt_public_key_pem: Option<String>,
+    pub jwt_hs256_secret: Option<Secret>,
+    /// `iss` must equal one of these when set.
+    pub jwt_issuer: Vec<String>,
+    /// `aud` must contain one of these when set; when empty a token with `aud` is still accepted.
+    pub jwt_audience: Vec<String>,
+    /// `azp` must be present and one of these when set.
+    pub authorized_parties: Vec<String>,
+    pub session_cookie: String,
+    /// Start with a weak HS256 secret anyway (development only); warns on every start.
+    pub allow_weak_secret: bool,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    pub leeway: Duration,
+    /// Least time between two JWKS fetches: an unknown `kid` inside it fails without a fetch.
+    pub jwks_refresh_interval: Duration,
+    /// Keys older than this are refreshed in the background; they stay in use meanwhile.
+    pub jwks_max_age: Duration,
+    /// Longest a JWKS fetch may take (connect and body).
+    pub jwks_timeout: Duration,
+    /// Most verified tokens remembered (by digest) until they expire.
+    pub cache_max_entries: usize,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        Self {
+            jwks_url: None,
+            jwt_public_key_pem: None,
+            jwt_hs256_secret: None,
+            jwt_issuer: Vec::new(),
+            jwt_audience: Vec::new(),
+            authorized_parties: Vec::new(),
+            session_cookie: DEFAULT_SESSION_COOKIE.to_owned(),
+            allow_weak_secret: false,
+            leeway: Duration::from_secs(5),
+            jwks_refresh_interval: Duration::from_secs(30),
+            jwks_max_age: Duration::from_secs(600),
+            jwks_timeout: Duration::from_secs(2),
+            cache_max_entries: 10_000,
+        }
+    }
+}
+
+impl IdentityConfig {
+    /// Whether any key source is configured.
+    pub fn verifies(&self) -> bool {
+        self.jwks_url.is_some()
+            || self.jwt_public_key_pem.is_some()
+            || self.jwt_hs256_secret.is_some()
+    }
+
+    /// Why the HS256 secret is weak, if it is.
+    pub fn weak_secret(&self) -> Option<&'static str> {
+        self.jwt_hs256_secret
+            .as_ref()
+            .and_then(|s| weakness(s.expose()))
+    }
+}
+
+/// Why a shared secret is unfit to sign tokens, or `None` when it is fit.
+pub fn weakness(secret: &str) -> Option<&'static str> {
+    let trimmed = secret.trim();
+    if trimmed.is_empty() {
+        return Some("it is blank");
+    }
+    let lower = trimmed.to_ascii_lowercase();
+    let first = lower.chars().next();
+    if PLACEHOLDER_SECRETS.contains(&lower.as_str()) || lower.chars().all(|c| Some(c) == first) {
+        return Some("it is a well-known placeholder, so anyone can sign tokens with it");
+    }
+    if secret.len() < MIN_SECRET_BYTES {
+        return Some("it is shorter than 32 bytes");
+    }
+    None
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdentity {
+    jwks_url: Option<String>,
+    jwt_public_key_pem: Option<String>,
+    jwt_hs256_secret: Option<String>,
+    jwt_issuer: Option<OneOrMany>,
+    jwt_audience: Option<OneOrMany>,
+    authorized_parties: Option<OneOrMany>,
+    session_cookie: Option<String>,
+    allow_weak_secret: Option<bool>,
+    leeway: Option<DurationValue>,
+    jwks_refresh_interval: Option<DurationValue>,
+    jwks_max_age: Option<DurationValue>,
+    jwks_timeout: Option<DurationValue>,
+    cache_max_entries: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        let v = match self {
+            OneOrMany::One(s) => s.split(',').map(str::to_owned).collect(),
+            OneOrMany::Many(v) => v,
+        };
+        v.into_iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
+}
+
+pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, ConfigError> {
+    let d = IdentityConfig::default();
+    let secs = |v: Duration| format!("{}s", v.as_secs());
+    let jwks_url = match raw
+        .jwks_url
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+    {
+        Some(u) => Some(validate_jwks_url(ctx, &u)?),
+        None => None,
+    };
+    let jwt_public_key_pem = match raw.jwt_public_key_pem.filter(|p| !p.trim().is_empty()) {
+        Some(p) => Some(read_pem(ctx, p)?),
+        None => None,
+    };
+    let session_cookie = raw.session_cookie.unwrap_or(d.session_cookie);
+    let cookie_ok = !session_cookie.is_empty()
+        && session_cookie
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"()<>@,;:\\\"/[]?={}".contains(&b));
+    if !cookie_ok {
+        return Err(ctx.err(
+            "identity.session_cookie",
+            format!("`{session_cookie}` is not a cookie name; use letters, digits and `_-.` (default \"__session\")"),
+        ));
+    }
+    let max_entries = raw.cache_max_entries.unwrap_or(d.cache_max_entries as i64);
+    if max_entries < 1 {
+        return Err(ctx.err(
+            "identity.cache_max_entries",
+            "must be at least 1 (default 10000)",
+        ));
+    }
+    let leeway = match raw.leeway {
+        None => d.leeway,
+        Some(DurationValue::Secs(s)) => Duration::from_secs(s),
+        Some(DurationValue::Text(t)) => {
+            super::parse_duration(&t).map_err(|e| ctx.err("identity.leeway", e))?
+        }
+    };
+    if leeway > Duration::from_secs(300) {
+        return Err(ctx.err(
+            "identity.leeway",
+            "is longer than 5 minutes; clock skew needs seconds (default 5s)",
+        ));
+    }
+    let cfg = IdentityConfig {
+        jwks_url,
+        jwt_public_key_pem,
+        jwt_hs256_secret: raw.jwt_hs256_secret.map(Secret::new),
+        jwt_issuer: raw.jwt_issuer.map(OneOrMany::into_vec).unwrap_or_default(),
+        jwt_audience: raw
+            .jwt_audience
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default(),
+        authorized_parties: raw
+            .authorized_parties
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default(),
+        session_cookie,
+        allow_weak_secret: raw.allow_weak_secret.unwrap_or(false),
+        leeway,
+        jwks_refresh_interval: duration(
+            ctx,
+            "identity.jwks_refresh_interval",
+            raw.jwks_refresh_interval,
+            &secs(d.jwks_refresh_interval),
+        )?,
+        jwks_max_age: duration(
+            ctx,
+            "identity.jwks_max_age",
+            raw.jwks_max_age,
+            &secs(d.jwks_max_age),
+        )?,
+        jwks_timeout: duration(
+            ctx,
+            "identity.jwks_timeout",
+            raw.jwks_timeout,
+            &secs(d.jwks_timeout),
+        )?,
+        cache_max_entries: max_entries as usize,
+    };
+    if let Some(why) = cfg.weak_secret() {
+        if !cfg.allow_weak_secret {
+            return Err(ctx.err(
+                "identity.jwt_hs256_secret",
+                format!(
+                    "refusing to start: the HS256 secret is weak ({why}); a token signed with a guessable secret is forgeable by anyone. Set a random secret of at least 32 bytes (e.g. `openssl rand -base64 48`), or for local development only set identity.allow_weak_secret = true (FLEET_LIMITER_ALLOW_WEAK_SECRET=true)"
+                ),
+            ));
+        }
+    }
+    Ok(cfg)
+}
+
+fn validate_jwks_url(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
+    if u.starts_with("https://") {
+        return Err(ctx.err(
+            "identity.jwks_url",
+            format!("`{u}`: this build fetches JWKS over plain http:// only; point it at a local http:// mirror or egress proxy, or set identity.jwt_public_key_pem to the issuer's PEM public key instead"),
+        ));
+    }
+    match u.strip_prefix("http://") {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(u.to_owned()),
+        _ => Err(ctx.err(
+            "identity.jwks_url",
+            format!("`{u}` is not an http:// URL of a JSON Web Key Set (e.g. \"http://127.0.0.1:9000/.well-known/jwks.json\")"),
+        )),
+    }
+}
+
+/// The PEM text itself, or the contents of the file it names.
+fn read_pem(ctx: &Ctx, value: String) -> Result<String, ConfigError> {
+    if value.contains("-----BEGIN") {
+        return Ok(value);
+    }
+    let path = value.trim();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ctx.err(
+            "identity.jwt_public_key_pem",
+            format!("is neither PEM text (-----BEGIN PUBLIC KEY-----) nor a readable file: `{path}`: {e}"),
+        )
+    })?;
+    if !text.contains("-----BEGIN") {
+        return Err(ctx.err(
+            "identity.jwt_public_key_pem",
+            format!("`{path}` does not hold a PEM public key (-----BEGIN PUBLIC KEY-----)"),
+        ));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weak_secrets_are_named() {
+        assert_eq!(weakness(""), Some("it is blank"));
+        assert_eq!(weakness("   "), Some("it is blank"));
+        assert!(weakness("changeme").unwrap().contains("placeholder"));
+        assert!(weakness("Your-256-Bit-Secret")
+            .unwrap()
+            .contains("placeholder"));
+        assert!(weakness(&"a".repeat(64)).unwrap().contains("placeholder"));
+        assert_eq!(
+            weakness("0123456789abcdef0123456789abcde"),
+            Some("it is shorter than 32 bytes")
+        );
+        assert_eq!(weakness("0123456789abcdef0123456789abcdef"), None);
+    }
+
+    fn load(env: &[(&str, &str)]) -> Result<IdentityConfig, String> {
+        crate::config::Loader::new()
+            .env(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+            .load()
+            .map(|c| c.identity)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn environment_variables_fill_the_section() {
+        let c = load(&[
+            (
+                "FLEET_LIMITER_JWKS_URL",
+                "http://127.0.0.1:9/.well-known/jwks.json",
+            ),
+            (
+                "FLEET_LIMITER_JWT_HS256_SECRET",
+                "0123456789abcdef0123456789abcdef",
+            ),
+            ("FLEET_LIMITER_JWT_ISSUER", "https://clerk.example.test"),
+            ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard, cli"),
+            (
+                "FLEET_LIMITER_AUTHORIZED_PARTIES",
+                "https://app.example.test",
+            ),
+            ("FLEET_LIMITER_SESSION_COOKIE", "sid"),
+            ("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1m"),
+            ("FLEET_LIMITER_JWT_LEEWAY", "0"),
+            ("FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES", "50"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.jwks_url.as_deref(),
+            Some("http://127.0.0.1:9/.well-known/jwks.json")
+        );
+        assert_eq!(c.jwt_audience, ["dashboard", "cli"]);
+        assert_eq!(c.jwt_issuer, ["https://clerk.example.test"]);
+        assert_eq!(c.authorized_parties, ["https://app.example.test"]);
+        assert_eq!(c.session_cookie, "sid");
+        assert_eq!(c.jwks_refresh_interval, Duration::from_secs(60));
+        assert_eq!(c.leeway, Duration::ZERO);
+        assert_eq!(c.cache_max_entries, 50);
+        assert!(c.verifies());
+        let d = load(&[]).unwrap();
+        assert_eq!(d, IdentityConfig::default());
+        assert!(!d.verifies());
+        assert_eq!(d.session_cookie, "__session");
+    }
+
+    #[test]
+    fn weak_secret_refused_unless_allowed() {
+        let e = load(&[("FLEET_LIMITER_JWT_HS256_SECRET", "changeme")]).unwrap_err();
+        assert!(e.starts_with("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"), "{e}");
+        assert!(
+            e.contains("placeholder") && e.contains("allow_weak_secret"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("changeme"),
+            "the message must not repeat the secret: {e}"
+        );
+        let e = load(&[("FLEET_LIMITER_JWT_HS256_SECRET", "")]).unwrap_err();
+        assert!(e.contains("it is blank"), "{e}");
+        let c = load(&[
+            ("FLEET_LIMITER_JWT_HS256_SECRET", "short"),
+            ("FLEET_LIMITER_ALLOW_WEAK_SECRET", "true"),
+        ])
+        .unwrap();
+        assert_eq!(c.weak_secret(), Some("it is shorter than 32 bytes"));
+    }
+
+    #[test]
+    fn bad_values_say_how_to_fix_them() {
+        let e = load(&[("FLEET_LIMITER_JWKS_URL", "https://x.test/jwks")]).unwrap_err();
+        assert!(
+            e.contains("plain http://") && e.contains("jwt_public_key_pem"),
+            "{e}"
+        );
+        let e = load(&[("FLEET_LIMITER_JWKS_URL", "ftp://x")]).unwrap_err();
+        assert!(e.contains("not an http:// URL"), "{e}");
+        let e = load(&[("FLEET_LIMITER_SESSION_COOKIE", "a;b")]).unwrap_err();
+        assert!(e.contains("not a cookie name"), "{e}");
+        let e = load(&[("FLEET_LIMITER_JWT_PUBLIC_KEY_PEM", "/nonexistent/key.pem")]).unwrap_err();
+        assert!(e.contains("neither PEM text"), "{e}");
+        let e = load(&[("FLEET_LIMITER_JWT_LEEWAY", "1h")]).unwrap_err();
+        assert!(e.contains("longer than 5 minutes"), "{e}");
+    }
+
+    #[test]
+    fn the_toml_section() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fleet.toml");
+        std::fs::write(
+            &path,
+            "[identity]\njwks_url = \"http://127.0.0.1:9/jwks\"\njwt_audience = [\"a\", \"b\"]\nauthorized_parties = \"https://x.test\"\njwks_timeout = \"500ms\"\n",
+        )
+        .unwrap();
+        let c = crate::config::Loader::new()
+            .file(&path)
+            .load()
+            .unwrap()
+            .identity;
+        assert_eq!(c.jwt_audience, ["a", "b"]);
+        assert_eq!(c.authorized_parties, ["https://x.test"]);
+        assert_eq!(c.jwks_timeout, Duration::from_millis(500));
+        std::fs::write(&path, "[identity]\njwks_uri = \"http://x\"\n").unwrap();
+        let e = crate::config::Loader::new()
+            .file(&path)
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `jwks_uri`"), "{e}");
+    }
+
+    #[test]
+    fn secret_debug_hides_the_value() {
+        let s = Secret::new("hunter2-hunter2");
+        assert_eq!(format!("{s:?}"), "Secret(15 bytes)");
+    }
+}

@@ -1,0 +1,381 @@
+//! Verified principals end to end: the real binary, over HTTP, with a wiremock JWKS endpoint.
+//!
+//! The test client is one IP (127.0.0.1), so everything here happens "behind one NAT".
+
+mod identity_support;
+
+use identity_support::*;
+use serde_json::json;
+use std::time::Duration;
+
+const UI: &str = "/api/agents";
+/// Exact counts over real time: a fixed window does not refill while a test runs.
+const FIXED: (&str, &str) = ("FLEET_LIMITER_LIMITER_UI_ALGORITHM", "fixed-window");
+
+fn jwks_env(jwks: &wiremock::MockServer) -> String {
+    format!("{}/jwks.json", jwks.uri())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_users_behind_one_ip_each_get_their_own_budget() {
+    let up = upstream().await;
+    let jwks = wiremock::MockServer::start().await;
+    publish(&jwks, &["a"]).await;
+    let url = jwks_env(&jwks);
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWKS_URL", &url),
+            ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard"),
+            FIXED,
+        ],
+    );
+    let client = reqwest::Client::new();
+    let alice = sign(Some("key-a"), RSA_A, &claims("user_alice"));
+    let bob = sign(Some("key-a"), RSA_A, &claims("user_bob"));
+
+    // Alice by Bearer, Bob by the default `__session` cookie: 1000 each in the 15-minute window,
+    // and the verified Bearer is not metered by the 60/min `cli-bearer` limiter.
+    assert_eq!(
+        burst(&client, &gw.url(UI), &alice, Via::Bearer, 1000).await,
+        (1000, 0)
+    );
+    assert_eq!(
+        burst(&client, &gw.url(UI), &bob, Via::Cookie("__session"), 1000).await,
+        (1000, 0)
+    );
+    assert_eq!(get(&client, &gw.url(UI), &alice, Via::Bearer).await, 429);
+    assert_eq!(
+        get(&client, &gw.url(UI), &bob, Via::Cookie("__session")).await,
+        429
+    );
+    // The IP's own bucket was never touched by either of them.
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+    // One key-set fetch served all 2000 verifications.
+    assert_eq!(jwks_hits(&jwks).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_that_do_not_verify_land_in_the_ip_bucket() {
+    let up = upstream().await;
+    let jwks = wiremock::MockServer::start().await;
+    publish(&jwks, &["a"]).await;
+    let url = jwks_env(&jwks);
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWKS_URL", &url),
+            ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard"),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "6"),
+            FIXED,
+        ],
+    );
+    let client = reqwest::Client::new();
+    let mut expired = claims("user_expired");
+    expired["exp"] = json!(now() - 3600);
+    let mut other_aud = claims("user_billing");
+    other_aud["aud"] = json!("billing");
+    let bad = [
+        (
+            "forged signature",
+            sign(Some("key-a"), FORGER, &claims("user_forged")),
+            Via::Bearer,
+        ),
+        ("expired", sign(Some("key-a"), RSA_A, &expired), Via::Bearer),
+        ("alg none", alg_none(&claims("user_none")), Via::Bearer),
+        (
+            "another audience",
+            sign(Some("key-a"), RSA_A, &other_aud),
+            Via::Cookie("__session"),
+        ),
+        (
+            "garbage cookie",
+            "garbage.not.a-jwt".to_owned(),
+            Via::Cookie("__session"),
+        ),
+        (
+            "forged cookie",
+            sign(Some("key-a"), FORGER, &claims("user_forged2")),
+            Via::Cookie("__session"),
+        ),
+    ];
+    // Six different unverified tokens, six different claimed subjects: all spend the one IP
+    // bucket of six ...
+    for (what, token, via) in &bad {
+        assert_eq!(get(&client, &gw.url(UI), token, *via).await, 200, "{what}");
+    }
+    // ... which is now empty for an anonymous request too,
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 429);
+    // and each of them is refused from that same empty bucket.
+    for (what, token, via) in &bad {
+        assert_eq!(get(&client, &gw.url(UI), token, *via).await, 429, "{what}");
+    }
+    // A token that verifies has its own bucket.
+    let good = sign(Some("key-a"), RSA_A, &claims("user_real"));
+    assert_eq!(get(&client, &gw.url(UI), &good, Via::Bearer).await, 200);
+    assert_eq!(
+        get(&client, &gw.url(UI), &good, Via::Cookie("__session")).await,
+        200
+    );
+}
+
+/// With the IP bucket spent (ui limit 1), a request is allowed exactly when its token verifies
+/// (each token here names a fresh user).
+async fn verifies(client: &reqwest::Client, gw: &Gateway, token: &str) -> bool {
+    match get(client, &gw.url(UI), token, Via::Bearer).await {
+        200 => true,
+        429 => false,
+        s => panic!("unexpected status {s}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_rotation_is_picked_up_and_an_outage_keeps_the_cached_keys() {
+    let up = upstream().await;
+    let jwks = wiremock::MockServer::start().await;
+    publish(&jwks, &["a"]).await;
+    let url = jwks_env(&jwks);
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWKS_URL", &url),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
+            FIXED,
+            ("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1s"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 429);
+
+    assert!(verifies(&client, &gw, &sign(Some("key-a"), RSA_A, &claims("u1"))).await);
+    // The issuer rotates from key-a to key-b.
+    publish(&jwks, &["b"]).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // past the 1 s refresh interval
+    assert!(verifies(&client, &gw, &sign(Some("key-b"), RSA_B, &claims("u2"))).await);
+    assert_eq!(jwks_hits(&jwks).await, 1, "one fetch for the unknown kid");
+    assert!(
+        !verifies(&client, &gw, &sign(Some("key-a"), RSA_A, &claims("u3"))).await,
+        "key-a was withdrawn"
+    );
+
+    // The key-set endpoint goes down: key-b keeps verifying from the held keys.
+    outage(&jwks).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(!verifies(&client, &gw, &sign(Some("key-zz"), RSA_B, &claims("u4"))).await);
+    assert!(verifies(&client, &gw, &sign(Some("key-b"), RSA_B, &claims("u5"))).await);
+    assert!(verifies(&client, &gw, &sign(Some("key-b"), RSA_B, &claims("u6"))).await);
+    assert!(
+        gw.stderr()
+            .contains("JWKS fetch failed; keeping the keys already held"),
+        "{}",
+        gw.stderr()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_kids_do_not_multiply_fetches() {
+    let up = upstream().await;
+    let jwks = wiremock::MockServer::start().await;
+    publish(&jwks, &["a"]).await;
+    let url = jwks_env(&jwks);
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWKS_URL", &url),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
+            FIXED,
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_LIMIT", "100000"),
+            ("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1h"),
+        ],
+    );
+    let client = reqwest::Client::new();
+    assert!(verifies(&client, &gw, &sign(Some("key-a"), RSA_A, &claims("u1"))).await);
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+    use futures_util::stream::{self, StreamExt};
+    let refused = stream::iter(0..300)
+        .map(|i| {
+            let token = sign(
+                Some(&format!("random-{i}")),
+                FORGER,
+                &claims(&format!("m{i}")),
+            );
+            let client = client.clone();
+            let url = gw.url(UI);
+            async move { get(&client, &url, &token, Via::Bearer).await }
+        })
+        .buffer_unordered(16)
+        .filter(|s| std::future::ready(*s == 429))
+        .count()
+        .await;
+    assert_eq!(refused, 300);
+    assert_eq!(
+        jwks_hits(&jwks).await,
+        1,
+        "300 unknown kids, no further fetch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hs256_secret_and_a_custom_cookie_name() {
+    let up = upstream().await;
+    let secret = "pZ3v8Qm1Lr6Tn0Ws4Yx7Bc2Dk9Hf5JaE";
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWT_HS256_SECRET", secret),
+            ("FLEET_LIMITER_SESSION_COOKIE", "sid"),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
+            FIXED,
+        ],
+    );
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+    let t = |sub: &str| hs256(secret, &claims(sub));
+    assert_eq!(
+        get(&client, &gw.url(UI), &t("u1"), Via::Cookie("sid")).await,
+        200
+    );
+    assert_eq!(
+        get(&client, &gw.url(UI), &t("u2"), Via::Cookie("__session")).await,
+        429,
+        "not the configured cookie"
+    );
+    assert_eq!(
+        get(
+            &client,
+            &gw.url(UI),
+            &hs256("some-other-secret-of-32-bytes-or-more", &claims("u3")),
+            Via::Cookie("sid")
+        )
+        .await,
+        429
+    );
+    assert!(!gw.stderr().contains(secret));
+}
+
+#[test]
+fn a_weak_hs256_secret_stops_the_start() {
+    for (secret, why) in [
+        ("changeme", "well-known placeholder"),
+        ("", "it is blank"),
+        ("only-twenty-bytes-xx", "shorter than 32 bytes"),
+    ] {
+        let (code, stderr) = run_to_exit(&[("FLEET_LIMITER_JWT_HS256_SECRET", secret)]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("configuration error"), "{stderr}");
+        assert!(
+            stderr.contains("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"),
+            "{stderr}"
+        );
+        assert!(stderr.contains(why), "{stderr}");
+        assert!(
+            stderr.contains("FLEET_LIMITER_ALLOW_WEAK_SECRET"),
+            "{stderr}"
+        );
+        if !secret.is_empty() {
+            assert!(
+                !stderr.contains(secret),
+                "the secret must not be echoed: {stderr}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weak_secret_starts_with_a_warning_when_explicitly_allowed() {
+    let up = upstream().await;
+    for _ in 0..2 {
+        let gw = Gateway::spawn(
+            &up.uri(),
+            &[
+                ("FLEET_LIMITER_JWT_HS256_SECRET", "changeme"),
+                ("FLEET_LIMITER_ALLOW_WEAK_SECRET", "true"),
+            ],
+        );
+        let client = reqwest::Client::new();
+        assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+        let log = gw.stderr();
+        assert!(
+            log.contains("WARN") && log.contains("identity.jwt_hs256_secret is weak"),
+            "{log}"
+        );
+        assert!(log.contains("never run this in production"), "{log}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
+    let up = upstream().await;
+    // A site of 4 endpoints at 3 requests a minute each: the ceiling derives to 12 a minute.
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "4"),
+            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "3"),
+            // agent-ip takes agent-device's algorithm: fixed windows keep the counts exact.
+            (
+                "FLEET_LIMITER_LIMITER_AGENT_DEVICE_ALGORITHM",
+                "fixed-window",
+            ),
+        ],
+    );
+    let client = reqwest::Client::new();
+    let post =
+        |path: &str, agent: String| client.post(gw.url(path)).header("x-agent-id", agent).send();
+    for agent in 0..4 {
+        for _ in 0..3 {
+            let r = post("/api/agent/heartbeat", format!("site-agent-{agent}"))
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 200, "agent {agent}");
+        }
+    }
+    // A fifth, rotated agent id from the same IP meets the ceiling.
+    let r = post("/api/agent/heartbeat", "rotated-1".into())
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(
+        r.headers()["ratelimit-policy"],
+        "\"agent-device\";q=3;w=60, \"agent-ip\";q=12;w=60"
+    );
+    let state = r.headers()["ratelimit"]
+        .to_str()
+        .unwrap_or_default()
+        .to_owned();
+    // The fresh agent id's own bucket would allow it (2 left after it); the ceiling refuses.
+    assert!(
+        state.starts_with("\"agent-device\";r=2;") && state.contains("\"agent-ip\";r=0;"),
+        "{state}"
+    );
+    // Enrollment is a lifecycle endpoint with its own IP budget, outside the ceiling.
+    let r = post("/api/agent/enroll", "rotated-2".into()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pem_public_key_file_needs_no_network() {
+    let up = upstream().await;
+    let pem = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/keys/rsa_a.pub.pem"
+    );
+    let gw = Gateway::spawn(
+        &up.uri(),
+        &[
+            ("FLEET_LIMITER_JWT_PUBLIC_KEY_PEM", pem),
+            ("FLEET_LIMITER_JWT_ISSUER", "https://issuer.test"),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
+            FIXED,
+        ],
+    );
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
+    assert!(verifies(&client, &gw, &sign(None, RSA_A, &claims("pem_user"))).await);
+    assert!(!verifies(&client, &gw, &sign(None, FORGER, &claims("pem_forged"))).await);
+    let mut other = claims("pem_other_issuer");
+    other["iss"] = json!("https://evil.test");
+    assert!(!verifies(&client, &gw, &sign(None, RSA_A, &other)).await);
+}
