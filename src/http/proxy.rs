@@ -3,7 +3,7 @@
 //! Bodies are never buffered, so a large download passes with flat memory.
 
 use crate::http::response::Problem;
-use actix_web::body::SizedStream;
+use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
 use awc::error::{ConnectError, SendRequestError};
@@ -103,6 +103,17 @@ pub async fn forward(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    if !path.starts_with('/') {
+        // `OPTIONS *` and other non-origin forms name no upstream resource.
+        return Problem {
+            kind: "urn:fleet-limiter:problem:bad-request-target",
+            title: "Bad Request",
+            status: 400,
+            detail: "The request target must be a path starting with `/`.".to_owned(),
+            retry_after: None,
+        }
+        .into_response();
+    }
     let url = format!("{}{}", upstream.base, path);
     let mut out = client.request(req.method().clone(), url);
     let named = connection_named(req.headers());
@@ -135,7 +146,7 @@ pub async fn forward(
             }
             match content_length(res.headers()) {
                 Some(len) => back.body(SizedStream::new(len, res)),
-                None => back.streaming(res),
+                None => back.body(BodyStream::new(res)),
             }
         }
         Err(e) => upstream_error(&e),
