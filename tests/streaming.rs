@@ -16,6 +16,8 @@ const SIZE: u64 = 256 * MIB;
 const MAX_GROWTH_KIB: u64 = 64 * 1024;
 /// A buggy, buffering proxy gets this long to read ahead while the other side does not read.
 const STALL: Duration = Duration::from_millis(500);
+/// `/slow-upload` pauses this long after each MiB it reads.
+const CRAWL_PAUSE: Duration = Duration::from_millis(150);
 
 /// A tiny HTTP/1.1 upstream on its own threads.
 ///
@@ -64,6 +66,15 @@ fn serve_one(conn: TcpStream) -> std::io::Result<()> {
         .nth(1)
         .unwrap_or("/")
         .to_owned();
+    if let Some(n) = path.strip_prefix("/stall-after/") {
+        // Promise twice as much as is sent, then go silent.
+        let n: usize = n.parse().unwrap_or(0);
+        write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", 2 * n)?;
+        out.write_all(&vec![1u8; n])?;
+        out.flush()?;
+        std::thread::sleep(Duration::from_secs(120));
+        return Ok(());
+    }
     if let Some(n) = path.strip_prefix("/download/") {
         let n: u64 = n.parse().unwrap_or(0);
         write!(out, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nContent-Type: application/octet-stream\r\nConnection: close\r\n\r\n")?;
@@ -81,6 +92,13 @@ fn serve_one(conn: TcpStream) -> std::io::Result<()> {
         }
         return out.flush();
     }
+    if path == "/black-hole" {
+        // Never read the body, never answer.
+        std::thread::sleep(Duration::from_secs(120));
+        return Ok(());
+    }
+    // `/slow-upload` reads at a crawl: 1 MiB, then a pause, and so on.
+    let crawl = path == "/slow-upload";
     std::thread::sleep(STALL);
     let mut buf = vec![0u8; 64 * 1024];
     let mut read = 0u64;
@@ -90,6 +108,9 @@ fn serve_one(conn: TcpStream) -> std::io::Result<()> {
             let got = r.read(&mut buf[..want])?;
             if got == 0 {
                 break;
+            }
+            if crawl && (read + got as u64) / MIB > read / MIB {
+                std::thread::sleep(CRAWL_PAUSE);
             }
             read += got as u64;
         }
@@ -248,5 +269,67 @@ async fn a_large_upload_streams_with_flat_memory() {
         growth < MAX_GROWTH_KIB,
         "RSS grew by {growth} KiB while a chunked {} MiB went up",
         SIZE / MIB
+    );
+}
+
+/// A body of `len` bytes made on the fly, with a Content-Length.
+async fn post_generated(gw: &Gateway, path: &str, len: u64) -> reqwest::Response {
+    let block = bytes::Bytes::from(vec![0x33u8; 64 * 1024]);
+    let chunks = (len / block.len() as u64) as usize;
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(
+        (0..chunks).map(move |_| Ok::<_, std::io::Error>(block.clone())),
+    ));
+    client()
+        .post(gw.url(path))
+        .header("content-length", len.to_string())
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_read_timeout_does_not_cut_off_a_slow_upload_that_keeps_moving() {
+    let upstream = spawn_upstream();
+    let gw = Gateway::serve()
+        .upstream(&upstream)
+        .args(["--read-timeout", "1s"])
+        .spawn();
+    // The upstream takes at least 16 x 150 ms = 2.4 s to read this, more than the timeout, but
+    // bytes keep moving and it answers as soon as it has read them.
+    let res = post_generated(&gw, "/slow-upload", 16 * MIB).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.unwrap(), (16 * MIB).to_string());
+}
+
+#[tokio::test]
+async fn an_upstream_that_stops_reading_an_upload_is_a_504_not_a_hang() {
+    let upstream = spawn_upstream();
+    let gw = Gateway::serve()
+        .upstream(&upstream)
+        .args(["--read-timeout", "1s"])
+        .spawn();
+    let res = post_generated(&gw, "/black-hole", 64 * MIB).await;
+    assert_eq!(res.status(), 504);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+}
+
+#[tokio::test]
+async fn an_upstream_that_goes_silent_mid_answer_is_cut_off_not_waited_for() {
+    let upstream = spawn_upstream();
+    let gw = Gateway::serve()
+        .upstream(&upstream)
+        .args(["--read-timeout", "1s"])
+        .spawn();
+    let res = client()
+        .get(gw.url("/stall-after/100000"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "the head was already on its way");
+    let err = res.bytes().await.expect_err("the answer is truncated");
+    assert!(
+        !err.is_timeout(),
+        "the gateway held the client until the client gave up: {err}"
     );
 }
