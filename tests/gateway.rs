@@ -791,3 +791,100 @@ async fn bodiless_upstream_answers_gain_no_headers() {
         assert!(res.bytes().await.unwrap().is_empty());
     }
 }
+
+#[test]
+fn start_up_errors_exit_2_and_say_what_to_fix() {
+    let limit = Duration::from_secs(30);
+    let out = Launch::serve().run(limit);
+    assert_eq!(out.code, Some(2), "no upstream: {}", out.stderr);
+    assert!(
+        out.stderr.contains("server.upstream") && out.stderr.contains("--upstream"),
+        "{}",
+        out.stderr
+    );
+
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "soon")
+        .run(limit);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr
+            .contains("environment variable FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW")
+            && out.stderr.contains("limiters.agent-device.window"),
+        "{}",
+        out.stderr
+    );
+
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .config_toml("[limiters.agent-devise]\nlimit = 60\n")
+        .run(limit);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr.contains(".toml: limiters.agent-devise"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("needs window, key, routes"),
+        "{}",
+        out.stderr
+    );
+
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .config_toml("[client_ip]\nipv6_prefix = 80\n")
+        .run(limit);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr
+            .contains(".toml: client_ip.ipv6_prefix: 80 is out of range"),
+        "{}",
+        out.stderr
+    );
+
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .args(["--trust-proxy", "10.0.0.0/33"])
+        .run(limit);
+    assert_eq!(out.code, Some(2));
+    assert!(
+        out.stderr
+            .contains("flag --trust-proxy: client_ip.trust_proxy"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_config_file_changes_the_running_calibration() {
+    let up = upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up.uri())
+        .config_toml(
+            r#"
+[limiters.key-rotation]
+limit = 1
+
+[limiters.reports]
+limit = 2
+window = "1h"
+key = "ip"
+routes = ["POST /api/reports"]
+"#,
+        )
+        .spawn();
+    assert_eq!(key_rotation_status(&gw, &[]).await, 200);
+    assert_eq!(key_rotation_status(&gw, &[]).await, 429);
+    for _ in 0..2 {
+        let res = send(&gw, "POST", "/api/reports", &[]).await;
+        assert_eq!(res.status(), 200);
+        let policy = parse_policy(header(&res, "ratelimit-policy").unwrap());
+        assert!(
+            policy.contains(&("reports".to_owned(), 2, 3600)),
+            "{policy:?}"
+        );
+    }
+    assert_eq!(send(&gw, "POST", "/api/reports", &[]).await.status(), 429);
+}
