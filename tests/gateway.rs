@@ -428,11 +428,19 @@ async fn unmetered_paths_are_never_limited_and_carry_no_headers() {
             }
         }
     }
-    // More than the largest budget on /api/**: cron stays unmetered.
-    for _ in 0..1001 {
-        let res = send(&gw, "GET", "/api/cron/x", &[]).await;
-        assert_eq!(res.status(), 200);
-        assert!(res.headers().get("ratelimit").is_none());
+    // More than the largest budget on /api/**: cron stays unmetered, whatever credential the
+    // scheduler sends.
+    for auth in ["", "Bearer cron-secret", "Bearer pa_cron"] {
+        for _ in 0..1001 {
+            let headers: &[(&str, &str)] = if auth.is_empty() {
+                &[]
+            } else {
+                &[("authorization", auth)]
+            };
+            let res = send(&gw, "GET", "/api/cron/x", headers).await;
+            assert_eq!(res.status(), 200, "{auth}");
+            assert!(res.headers().get("ratelimit").is_none(), "{auth}");
+        }
     }
 }
 
