@@ -10,6 +10,7 @@ use common::{
     client, parse_policy, parse_ratelimit, raw_request, received, upstream, Gateway, Launch,
 };
 use reqwest::{Method, Response};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -895,4 +896,36 @@ routes = ["POST /api/reports"]
         );
     }
     assert_eq!(send(&gw, "POST", "/api/reports", &[]).await.status(), 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_requests_never_exceed_the_budget() {
+    let up = upstream().await;
+    let gw = Arc::new(stretched_windows(Gateway::serve().upstream(&up.uri())).spawn());
+    let tasks: Vec<_> = (0..120)
+        .map(|_| {
+            let gw = gw.clone();
+            tokio::spawn(async move {
+                send(
+                    &gw,
+                    "POST",
+                    "/api/agent/heartbeat",
+                    &[("x-agent-id", "racer")],
+                )
+                .await
+                .status()
+                .as_u16()
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => allowed += 1,
+            429 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(allowed, 30);
+    assert_eq!(received(&up).await, 30);
 }
