@@ -999,3 +999,69 @@ async fn concurrent_requests_never_exceed_the_budget() {
     assert_eq!(allowed, 30);
     assert_eq!(received(&up).await, 30);
 }
+
+/// A keep-alive upstream on plain sockets that counts the connections it accepts.
+fn counting_upstream() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut out = conn.try_clone().unwrap();
+                let mut r = BufReader::new(conn);
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if line != "\r\n" {
+                        continue;
+                    }
+                    if out
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, count)
+}
+
+#[test]
+fn connections_are_kept_alive_on_both_sides() {
+    use std::io::{Read, Write};
+    let (url, upstream_connections) = counting_upstream();
+    let gw = Gateway::serve().upstream(&url).spawn();
+    // Twenty requests on one client connection, each answered on it.
+    let mut conn = std::net::TcpStream::connect(gw.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = Vec::new();
+    for i in 0..20 {
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut chunk).unwrap();
+            assert!(n > 0, "the gateway closed the connection after {i} answers");
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.ends_with(b"\r\n\r\nok") {
+                buf.clear();
+                break;
+            }
+        }
+    }
+    // ... which reached the upstream over pooled connections, not one each.
+    let opened = upstream_connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&opened),
+        "{opened} upstream connections for 20 requests"
+    );
+}
