@@ -343,10 +343,23 @@ async fn ipv4_mapped_ipv6_and_ipv4_share_a_bucket() {
 #[tokio::test]
 async fn spoofed_forwarding_headers_from_an_untrusted_peer_change_nothing() {
     let up = upstream().await;
-    let gw = Gateway::serve().upstream(&up.uri()).spawn();
+    // No trusted proxies at all, and trusted proxies that do not include the peer.
+    for extra in [
+        vec![],
+        vec!["--trust-proxy", "10.0.0.0/8", "--trust-proxy", "::1"],
+    ] {
+        let gw = Gateway::serve()
+            .upstream(&up.uri())
+            .args(extra.clone())
+            .spawn();
+        spoofing_from(&gw).await;
+    }
+}
+
+async fn spoofing_from(gw: &Gateway) {
     for (n, fake) in ["1.1.1.1", "2.2.2.2", "2001:db8::1"].iter().enumerate() {
         let res = send(
-            &gw,
+            gw,
             "POST",
             "/api/agent/rotate-key",
             &[("x-forwarded-for", fake)],
@@ -356,7 +369,7 @@ async fn spoofed_forwarding_headers_from_an_untrusted_peer_change_nothing() {
     }
     for spoof in ["9.9.9.9", "3.3.3.3, 4.4.4.4"] {
         let headers = [("x-forwarded-for", spoof), ("forwarded", "for=5.5.5.5")];
-        assert_eq!(key_rotation_status(&gw, &headers).await, 429, "{spoof}");
+        assert_eq!(key_rotation_status(gw, &headers).await, 429, "{spoof}");
     }
 }
 
