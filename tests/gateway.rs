@@ -1078,3 +1078,15 @@ fn connections_are_kept_alive_on_both_sides() {
         "{opened} upstream connections for 20 requests"
     );
 }
+
+#[tokio::test]
+async fn an_upstream_path_prefix_is_put_in_front_of_every_path() {
+    let up = upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&format!("{}/v1/", up.uri()))
+        .spawn();
+    assert_eq!(send(&gw, "GET", "/api/tasks?x=1", &[]).await.status(), 200);
+    let got = up.received_requests().await.unwrap();
+    assert_eq!(got[0].url.path(), "/v1/api/tasks");
+    assert_eq!(got[0].url.query(), Some("x=1"));
+}
