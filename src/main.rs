@@ -124,6 +124,12 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if cfg.server.upstream.is_none() {
+                eprintln!(
+                    "fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
+                );
+                return ExitCode::from(2);
+            }
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
                 Err(e) => {

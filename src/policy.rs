@@ -123,9 +123,32 @@ impl Policy {
     }
 
     /// The limiters that meter this request, in configuration order.
+    ///
+    /// The path is read two ways: normalised (escapes decoded, dot segments resolved), as a
+    /// normalising proxy or router sees it, and as sent (only case ignored), as Express routes
+    /// it. When the two differ, the limiters of both apply, so a spelling that one router
+    /// resolves differently from the other cannot move a request to a looser limiter.
     pub fn applicable(&self, method: &str, path: &str, cred: Credential) -> Vec<Arc<LimiterSpec>> {
         let normalized = normalize_path(path);
-        let segs: Vec<&str> = normalized.split('/').filter(|s| !s.is_empty()).collect();
+        let mut picked = self.applicable_to(method, &normalized, cred);
+        let raw = raw_path(path);
+        if raw != normalized {
+            for i in self.applicable_to(method, &raw, cred) {
+                if !picked.contains(&i) {
+                    picked.push(i);
+                }
+            }
+            picked.sort_unstable();
+        }
+        picked
+            .into_iter()
+            .map(|i| self.limiters[i].clone())
+            .collect()
+    }
+
+    /// Indices of the limiters that meter `path` (already normalised one way or the other).
+    fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Vec<usize> {
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let mut best: Vec<(usize, Specificity)> = Vec::new();
         for (i, l) in self.limiters.iter().enumerate() {
             let Some(spec) = l.matches(method, &segs, cred) else {
@@ -140,10 +163,7 @@ impl Policy {
                 None => best.push((i, spec)),
             }
         }
-        best.sort_by_key(|(i, _)| *i);
-        best.into_iter()
-            .map(|(i, _)| self.limiters[i].clone())
-            .collect()
+        best.into_iter().map(|(i, _)| i).collect()
     }
 }
 
@@ -338,6 +358,17 @@ pub fn normalize_path(path: &str) -> String {
     s.to_ascii_lowercase()
 }
 
+/// The path as sent, query dropped and lower-cased: how Express matches routes (it neither
+/// decodes escapes nor resolves dot segments before matching).
+pub fn raw_path(path: &str) -> String {
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let mut s = path.to_ascii_lowercase();
+    if s.is_empty() {
+        s.push('/');
+    }
+    s
+}
+
 fn percent_decode(s: &str) -> String {
     if !s.contains('%') {
         return s.to_owned();
@@ -415,6 +446,43 @@ mod tests {
         assert_eq!(normalize_path(""), "/");
         assert_eq!(normalize_path("/a%2"), "/a%2");
         assert_eq!(normalize_path("/../../etc"), "/etc");
+    }
+
+    fn names(p: &Policy, method: &str, path: &str) -> Vec<String> {
+        p.applicable(method, path, Credential::None)
+            .iter()
+            .map(|l| l.name.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn dot_segments_cannot_move_a_request_to_a_looser_limiter() {
+        let p = Policy::new(crate::config::Config::default().limiters);
+        // Express routes these by the raw prefix (the agent router); a normalising router
+        // would see /api/cron/x. Both views are metered.
+        assert_eq!(names(&p, "GET", "/api/agent/../cron/x"), ["agent-device"]);
+        assert_eq!(
+            names(&p, "GET", "/api/agent/%2e%2e/cron/x"),
+            ["agent-device"]
+        );
+        assert_eq!(
+            names(&p, "GET", "/api/agent/%2e%2e/%2e%2e/healthz"),
+            ["agent-device"]
+        );
+        // The other way round: the normalised view names enrollment, the raw one ui.
+        assert_eq!(
+            names(&p, "POST", "/api/x/../agent/enroll"),
+            ["enrollment", "ui"]
+        );
+        // Ordinary spellings read the same both ways.
+        assert_eq!(names(&p, "POST", "/API/Agent/Enroll/"), ["enrollment"]);
+        assert_eq!(names(&p, "GET", "/api/cron/x"), Vec::<String>::new());
+        assert_eq!(names(&p, "GET", "/healthz"), Vec::<String>::new());
+        // Escapes alone: the normalised view names enrollment, Express sees agent-device.
+        assert_eq!(
+            names(&p, "POST", "/api/agent/%65nroll"),
+            ["agent-device", "enrollment"]
+        );
     }
 
     #[test]

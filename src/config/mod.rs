@@ -323,15 +323,54 @@ impl Loader {
         for (path, raw, flag) in &self.flags {
             apply_flag(&mut doc, path, raw, flag, &mut origins)?;
         }
-        let raw: RawConfig = Value::Table(doc).try_into().map_err(|e: toml::de::Error| {
-            let where_ = file_name.as_deref().unwrap_or("the configuration");
-            ConfigError(format!("{where_}: {}", e.message().trim()))
-        })?;
         let ctx = Ctx {
             origins,
             file: file_name,
         };
+        let raw: RawConfig = match Value::Table(doc.clone()).try_into() {
+            Ok(raw) => raw,
+            Err(e) => return Err(type_error(&doc, &e, &ctx)),
+        };
         build(raw, &ctx, self.file.clone())
+    }
+}
+
+/// Name the field a deserialisation error is about: each entry is tried on its own until one
+/// fails, section by section, so the message carries the full path and the value's origin.
+fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError {
+    fn culprit<T: serde::de::DeserializeOwned>(t: &toml::Table) -> Option<(String, String)> {
+        t.iter().find_map(|(k, v)| {
+            let one = toml::Table::from_iter([(k.clone(), v.clone())]);
+            Value::Table(one)
+                .try_into::<T>()
+                .err()
+                .map(|e| (k.clone(), e.message().trim().to_owned()))
+        })
+    }
+    let found = culprit::<RawConfig>(doc).map(|(section, msg)| {
+        let inner = doc.get(&section).and_then(Value::as_table);
+        let deeper = match (section.as_str(), inner) {
+            ("server", Some(t)) => culprit::<RawServer>(t),
+            ("client_ip", Some(t)) => culprit::<RawClientIp>(t),
+            ("store", Some(t)) => culprit::<RawStore>(t),
+            ("fleet", Some(t)) => culprit::<FleetConfig>(t),
+            ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {
+                Some(lt) => culprit::<RawLimiter>(lt).map(|(f, m)| (format!("{name}.{f}"), m)),
+                None => Some((name.clone(), "must be a table of limiter fields".to_owned())),
+            }),
+            _ => None,
+        };
+        match deeper {
+            Some((field, m)) => (format!("{section}.{field}"), m),
+            None => (section, msg),
+        }
+    });
+    match found {
+        Some((path, msg)) => ctx.err(&path, msg),
+        None => {
+            let where_ = ctx.file.as_deref().unwrap_or("the configuration");
+            ConfigError(format!("{where_}: {}", e.message().trim()))
+        }
     }
 }
 

@@ -1,1 +1,404 @@
+//! Configuration layers and the errors a bad configuration produces. Every error names where
+//! the value came from (file, variable or flag), the field, and what is allowed; the messages
+//! are kept as snapshots under `snapshots/`.
 
+use super::*;
+use std::io::Write;
+
+/// Snapshot `value` under the top-level `snapshots/` folder.
+macro_rules! snap {
+    ($name:expr, $value:expr) => {
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_snapshot!($name, $value);
+        })
+    };
+}
+
+/// A config file with a stable name inside a temporary directory.
+struct File {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+fn file(toml: &str) -> File {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("fleet-limiter.toml");
+    let mut f = std::fs::File::create(&path).expect("create");
+    f.write_all(toml.as_bytes()).expect("write");
+    File { dir, path }
+}
+
+/// The error loading this file (with these variables), its directory shown as `<dir>`.
+fn file_error(toml: &str, env: &[(&str, &str)]) -> String {
+    let f = file(toml);
+    let vars = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    let err = Loader::new()
+        .file(&f.path)
+        .env(vars)
+        .load()
+        .expect_err("this configuration must be refused");
+    err.to_string()
+        .replace(&f.dir.path().display().to_string(), "<dir>")
+}
+
+fn env_error(env: &[(&str, &str)]) -> String {
+    let vars = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    Loader::new()
+        .env(vars)
+        .load()
+        .expect_err("this configuration must be refused")
+        .to_string()
+}
+
+fn limiter<'a>(cfg: &'a Config, name: &str) -> &'a LimiterSpec {
+    cfg.limiters
+        .iter()
+        .find(|l| &*l.name == name)
+        .expect("limiter")
+}
+
+#[test]
+fn the_defaults_are_the_calibration() {
+    let cfg = Config::default();
+    let table: Vec<String> = cfg
+        .limiters
+        .iter()
+        .map(|l| {
+            let routes: Vec<&str> = l.routes.iter().map(RoutePattern::as_str).collect();
+            let except: Vec<&str> = l.except.iter().map(RoutePattern::as_str).collect();
+            format!(
+                "{} | {} / {}s | key {} | group {} | credential {} | {} | routes {:?} | except {:?}",
+                l.name,
+                l.quota.limit,
+                l.quota.window.as_secs(),
+                l.key.as_str(),
+                l.group,
+                l.credential.as_str(),
+                l.quota.algorithm.as_str(),
+                routes,
+                except
+            )
+        })
+        .collect();
+    snap!("config_default_limiters", table.join("\n"));
+    assert_eq!(cfg.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(cfg.server.connect_timeout, Duration::from_secs(2));
+    assert_eq!(cfg.server.read_timeout, Duration::from_secs(30));
+    assert_eq!(cfg.client_ip.ipv6_prefix, 56);
+    assert!(cfg.client_ip.trusted.ranges.is_empty());
+    assert_eq!(cfg.store.backend, StoreBackend::Memory);
+    assert_eq!(cfg.store.max_keys, 100_000);
+    assert!(cfg.enabled);
+    assert_eq!(cfg.fleet, FleetConfig::default());
+}
+
+#[test]
+fn a_file_overrides_only_the_fields_it_names_and_adds_limiters() {
+    let f = file(
+        r#"
+[server]
+upstream = "http://127.0.0.1:3000/"
+read_timeout = 5
+
+[limiters.agent-device]
+limit = 60
+
+[limiters.reports]
+limit = 5
+window = "1h"
+key = "user-or-ip"
+routes = ["POST /api/reports/**"]
+"#,
+    );
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    assert_eq!(
+        cfg.server.upstream.as_deref(),
+        Some("http://127.0.0.1:3000")
+    );
+    assert_eq!(cfg.server.read_timeout, Duration::from_secs(5));
+    let ad = limiter(&cfg, "agent-device");
+    assert_eq!(ad.quota.limit, 60);
+    assert_eq!(
+        ad.quota.window,
+        Duration::from_secs(60),
+        "the window stays the built-in one"
+    );
+    assert_eq!(ad.key, KeyKind::IpAgent);
+    let reports = limiter(&cfg, "reports");
+    assert_eq!(
+        (reports.quota.limit, reports.quota.window),
+        (5, Duration::from_secs(3600))
+    );
+    assert_eq!(&*reports.group, "reports", "a new limiter is its own group");
+    assert_eq!(cfg.limiters.len(), defaults::LIMITERS.len() + 1);
+}
+
+#[test]
+fn environment_overrides_the_file_and_flags_override_both() {
+    let f = file("[limiters.agent-device]\nlimit = 60\n[client_ip]\nipv6_prefix = 48\n");
+    let env = [
+        ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "90"),
+        ("FLEET_LIMITER_LIMITER_KEY_ROTATION_WINDOW", "1h"),
+        ("FLEET_LIMITER_IPV6_PREFIX", "60"),
+        ("FLEET_LIMITER_TRUST_PROXY", "10.0.0.0/8, 192.168.0.1"),
+        ("FLEET_LIMITER_ENABLED", "off"),
+        ("FLEET_LIMITER_CONFIG", "ignored: names the file"),
+        ("FLEET_LIMITER_LOG", "ignored: read by logging"),
+    ];
+    let cfg = Loader::new()
+        .file(&f.path)
+        .env(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+        .flag("client_ip.ipv6_prefix", "64", "--ipv6-prefix")
+        .flag("client_ip.trust_proxy", "::1", "--trust-proxy")
+        .flag("client_ip.trust_proxy", "172.16.0.0/12", "--trust-proxy")
+        .load()
+        .expect("valid");
+    assert_eq!(limiter(&cfg, "agent-device").quota.limit, 90);
+    assert_eq!(
+        limiter(&cfg, "key-rotation").quota.window,
+        Duration::from_secs(3600)
+    );
+    assert_eq!(limiter(&cfg, "key-rotation").quota.limit, 3);
+    assert_eq!(cfg.client_ip.ipv6_prefix, 64);
+    let ranges: Vec<String> = cfg
+        .client_ip
+        .trusted
+        .ranges
+        .iter()
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(
+        ranges,
+        ["::1/128", "172.16.0.0/12"],
+        "repeated flags add up and replace the variable"
+    );
+    assert!(!cfg.enabled);
+}
+
+#[test]
+fn store_shorthand() {
+    let cfg = Loader::new()
+        .flag("store", "redis://127.0.0.1:6379", "--store")
+        .load()
+        .expect("valid");
+    assert_eq!(cfg.store.backend, StoreBackend::Redis);
+    assert_eq!(cfg.store.url.as_deref(), Some("redis://127.0.0.1:6379"));
+    let err = Loader::new()
+        .flag("store", "postgres://x", "--store")
+        .load()
+        .unwrap_err();
+    snap!("config_error_store_shorthand", err.to_string());
+}
+
+#[test]
+fn error_unknown_field() {
+    snap!(
+        "config_error_unknown_field",
+        file_error("[server]\nlisten_addr = \"127.0.0.1:1\"\n", &[])
+    );
+    snap!(
+        "config_error_unknown_limiter_field",
+        file_error("[limiters.agent-device]\nburst = 5\n", &[])
+    );
+    snap!(
+        "config_error_unknown_section",
+        file_error("[serverr]\nlisten = \"127.0.0.1:1\"\n", &[])
+    );
+}
+
+#[test]
+fn error_wrong_type() {
+    snap!(
+        "config_error_wrong_type",
+        file_error("[limiters.ui]\nlimit = \"lots\"\n", &[])
+    );
+    snap!(
+        "config_error_limiter_not_table",
+        file_error("[limiters]\nui = 5\n", &[])
+    );
+}
+
+#[test]
+fn error_unknown_limiter_with_missing_fields() {
+    snap!(
+        "config_error_unknown_limiter",
+        file_error("[limiters.agent-devise]\nlimit = 60\n", &[])
+    );
+}
+
+#[test]
+fn error_zero_limit() {
+    snap!(
+        "config_error_zero_limit",
+        file_error("[limiters.enrollment]\nlimit = 0\n", &[])
+    );
+    snap!(
+        "config_error_negative_limit",
+        file_error("[limiters.enrollment]\nlimit = -3\n", &[])
+    );
+}
+
+#[test]
+fn error_unparsable_window() {
+    snap!(
+        "config_error_window",
+        file_error("[limiters.download]\nwindow = \"5 parsecs\"\n", &[])
+    );
+    snap!(
+        "config_error_zero_window",
+        file_error("[limiters.download]\nwindow = \"0s\"\n", &[])
+    );
+    snap!(
+        "config_error_long_window",
+        file_error("[limiters.download]\nwindow = \"8d\"\n", &[])
+    );
+}
+
+#[test]
+fn error_bad_key_kind() {
+    snap!(
+        "config_error_key_kind",
+        file_error("[limiters.ui]\nkey = \"ip+user\"\n", &[])
+    );
+}
+
+#[test]
+fn error_bad_route() {
+    snap!(
+        "config_error_route",
+        file_error("[limiters.ui]\nroutes = [\"api/**\"]\n", &[])
+    );
+    snap!(
+        "config_error_route_method",
+        file_error("[limiters.ui]\nroutes = [\"FETCH /api/**\"]\n", &[])
+    );
+}
+
+#[test]
+fn error_overlapping_routes_of_equal_specificity_in_one_group() {
+    let toml = r#"
+[limiters.agent-bulk]
+limit = 100
+window = "1m"
+key = "ip"
+group = "agent"
+routes = ["/api/agent/**"]
+"#;
+    snap!("config_error_overlap", file_error(toml, &[]));
+    // In a group of its own the same routes stack instead, which is allowed.
+    let f = file(&toml.replace("group = \"agent\"\n", ""));
+    assert!(Loader::new().file(&f.path).load().is_ok());
+    // A more specific route in the same group takes precedence, which is allowed too.
+    let f = file(&toml.replace("/api/agent/**", "POST /api/agent/bulk"));
+    assert!(Loader::new().file(&f.path).load().is_ok());
+}
+
+#[test]
+fn error_bad_listen() {
+    snap!(
+        "config_error_listen",
+        file_error("[server]\nlisten = \"localhost\"\n", &[])
+    );
+}
+
+#[test]
+fn error_bad_cidr() {
+    snap!(
+        "config_error_cidr",
+        file_error("[client_ip]\ntrust_proxy = [\"10.0.0.0/33\"]\n", &[])
+    );
+}
+
+#[test]
+fn error_ipv6_prefix_out_of_range() {
+    snap!(
+        "config_error_ipv6_prefix",
+        file_error("[client_ip]\nipv6_prefix = 80\n", &[])
+    );
+}
+
+#[test]
+fn error_bad_upstream() {
+    snap!(
+        "config_error_upstream",
+        file_error("[server]\nupstream = \"https://api.example\"\n", &[])
+    );
+}
+
+#[test]
+fn error_invalid_toml() {
+    snap!(
+        "config_error_toml_syntax",
+        file_error("[server\nlisten = 1\n", &[])
+    );
+}
+
+#[test]
+fn error_missing_file() {
+    let err = Loader::new()
+        .file("/nonexistent/fleet-limiter.toml")
+        .load()
+        .unwrap_err();
+    snap!("config_error_missing_file", err.to_string());
+}
+
+#[test]
+fn errors_from_environment_variables_name_the_variable() {
+    snap!(
+        "config_error_env_limit",
+        env_error(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "lots")])
+    );
+    snap!(
+        "config_error_env_zero_limit",
+        env_error(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "0")])
+    );
+    snap!(
+        "config_error_env_prefix",
+        env_error(&[("FLEET_LIMITER_IPV6_PREFIX", "99")])
+    );
+    snap!(
+        "config_error_env_bool",
+        env_error(&[("FLEET_LIMITER_ENABLED", "maybe")])
+    );
+    snap!(
+        "config_error_env_limiter_field",
+        env_error(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_BURST", "5")])
+    );
+    snap!(
+        "config_error_env_window",
+        env_error(&[("FLEET_LIMITER_LIMITER_UI_WINDOW", "forever")])
+    );
+    snap!(
+        "config_error_env_key_kind",
+        env_error(&[("FLEET_LIMITER_LIMITER_UI_KEY", "ip+user")])
+    );
+    snap!(
+        "config_error_env_forwarded_header",
+        env_error(&[("FLEET_LIMITER_FORWARDED_HEADER", "x-real-ip")])
+    );
+    // A variable overriding the file is named, not the file.
+    snap!(
+        "config_error_env_over_file",
+        file_error(
+            "[client_ip]\nipv6_prefix = 48\n",
+            &[("FLEET_LIMITER_IPV6_PREFIX", "65")]
+        )
+    );
+}
+
+#[test]
+fn errors_from_flags_name_the_flag() {
+    let err = Loader::new()
+        .flag("server.listen", "nowhere", "--listen")
+        .load()
+        .unwrap_err();
+    snap!("config_error_flag_listen", err.to_string());
+    let err = Loader::new()
+        .flag("client_ip.trust_proxy", "not-a-net", "--trust-proxy")
+        .load()
+        .unwrap_err();
+    snap!("config_error_flag_trust_proxy", err.to_string());
+}

@@ -1,13 +1,27 @@
 //! Streaming forwarding to the upstream API: method, path, query, headers and body go through
 //! unchanged (less hop-by-hop headers, plus `X-Forwarded-For`); the response streams back.
 //! Bodies are never buffered, so a large download passes with flat memory.
+//!
+//! The read timeout bounds silence, not size: the upstream must take a chunk of the request
+//! body, send its answer's head after the body is complete, and send each next chunk of its
+//! answer, within `read_timeout` of the last thing that moved. A long upload or download that
+//! keeps moving is never cut off; one that stalls ends with a 504 (or a truncated answer, when
+//! the stall comes after the head was sent), never a hang.
 
 use crate::http::response::Problem;
-use actix_web::body::SizedStream;
+use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
 use awc::error::{ConnectError, SendRequestError};
-use std::time::Duration;
+use bytes::Bytes;
+use futures_util::future::{select, Either};
+use futures_util::{Stream, StreamExt};
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 /// Where allowed requests go.
 #[derive(Debug, Clone)]
@@ -26,7 +40,7 @@ impl Upstream {
             .limit(1024);
         awc::Client::builder()
             .connector(connector)
-            .timeout(self.read_timeout)
+            .disable_timeout()
             .no_default_headers()
             .disable_redirects()
             .finish()
@@ -103,6 +117,17 @@ pub async fn forward(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    if !path.starts_with('/') {
+        // `OPTIONS *` and other non-origin forms name no upstream resource.
+        return Problem {
+            kind: "urn:fleet-limiter:problem:bad-request-target",
+            title: "Bad Request",
+            status: 400,
+            detail: "The request target must be a path starting with `/`.".to_owned(),
+            retry_after: None,
+        }
+        .into_response();
+    }
     let url = format!("{}{}", upstream.base, path);
     let mut out = client.request(req.method().clone(), url);
     let named = connection_named(req.headers());
@@ -119,10 +144,21 @@ pub async fn forward(
         .get(header::TRANSFER_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let sent = match content_length(req.headers()) {
-        Some(len) if len > 0 => out.send_body(SizedStream::new(len, payload)).await,
-        _ if chunked => out.send_stream(payload).await,
-        _ => out.send().await,
+    // The last moment the request moved: sent, or a body chunk taken by the upstream.
+    let moved = Rc::new(Cell::new(Instant::now()));
+    let tick = moved.clone();
+    let body = payload.inspect(move |_| tick.set(Instant::now()));
+    let send = async move {
+        match content_length(req.headers()) {
+            Some(len) if len > 0 => out.send_body(SizedStream::new(len, body)).await,
+            _ if chunked => out.send_stream(body).await,
+            _ => out.send().await,
+        }
+    };
+    let silence = silent_for(moved, upstream.read_timeout);
+    let sent = match select(pin!(send), pin!(silence)).await {
+        Either::Left((sent, _)) => sent,
+        Either::Right(_) => Err(SendRequestError::Timeout),
     };
     match sent {
         Ok(res) => {
@@ -133,9 +169,11 @@ pub async fn forward(
                     back.append_header((name.clone(), value.clone()));
                 }
             }
-            match content_length(res.headers()) {
+            let len = content_length(res.headers());
+            let res = IdleTimeout::new(res, upstream.read_timeout);
+            match len {
                 Some(len) => back.body(SizedStream::new(len, res)),
-                None => back.streaming(res),
+                None => back.body(BodyStream::new(res)),
             }
         }
         Err(e) => upstream_error(&e),
@@ -152,5 +190,61 @@ fn upstream_error(e: &SendRequestError) -> HttpResponse {
         Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
     } else {
         Problem::bad_gateway("The upstream API could not be reached.").into_response()
+    }
+}
+
+/// Resolves once nothing has moved for `limit` since the instant in `moved`.
+async fn silent_for(moved: Rc<Cell<Instant>>, limit: Duration) {
+    loop {
+        let due = moved.get() + limit;
+        if Instant::now() >= due {
+            return;
+        }
+        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+    }
+}
+
+/// An upstream answer's body that fails when the upstream goes silent for `limit`.
+struct IdleTimeout<S> {
+    inner: S,
+    limit: Duration,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> IdleTimeout<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            timer: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+}
+
+impl<S, E> Stream for IdleTimeout<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: Into<Box<dyn std::error::Error>>,
+{
+    type Item = Result<Bytes, Box<dyn std::error::Error>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.inner.poll_next_unpin(cx) {
+            Poll::Ready(Some(item)) => {
+                let next = tokio::time::Instant::now() + self.limit;
+                self.timer.as_mut().reset(next);
+                Poll::Ready(Some(item.map_err(Into::into)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match self.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    tracing::warn!(
+                        "upstream went silent in the middle of an answer; cutting it off"
+                    );
+                    Poll::Ready(Some(Err("upstream answer timed out".into())))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
     }
 }
