@@ -460,14 +460,17 @@ mod tests {
         let p = Policy::new(crate::config::Config::default().limiters);
         // Express routes these by the raw prefix (the agent router); a normalising router
         // would see /api/cron/x. Both views are metered.
-        assert_eq!(names(&p, "GET", "/api/agent/../cron/x"), ["agent-device"]);
+        assert_eq!(
+            names(&p, "GET", "/api/agent/../cron/x"),
+            ["agent-device", "agent-ip"]
+        );
         assert_eq!(
             names(&p, "GET", "/api/agent/%2e%2e/cron/x"),
-            ["agent-device"]
+            ["agent-device", "agent-ip"]
         );
         assert_eq!(
             names(&p, "GET", "/api/agent/%2e%2e/%2e%2e/healthz"),
-            ["agent-device"]
+            ["agent-device", "agent-ip"]
         );
         // The other way round: the normalised view names enrollment, the raw one ui.
         assert_eq!(
@@ -481,7 +484,7 @@ mod tests {
         // Escapes alone: the normalised view names enrollment, Express sees agent-device.
         assert_eq!(
             names(&p, "POST", "/api/agent/%65nroll"),
-            ["agent-device", "enrollment"]
+            ["agent-device", "agent-ip", "enrollment"]
         );
     }
 

@@ -160,9 +160,12 @@ async fn forwards_an_allowed_request_and_reports_its_limit() {
     assert_eq!(res.status(), 200);
     assert_eq!(
         header(&res, "ratelimit-policy"),
-        Some("\"agent-device\";q=30;w=60")
+        Some("\"agent-device\";q=30;w=60, \"agent-ip\";q=7500;w=60")
     );
-    assert_eq!(header(&res, "ratelimit"), Some("\"agent-device\";r=29;t=2"));
+    assert_eq!(
+        header(&res, "ratelimit"),
+        Some("\"agent-device\";r=29;t=2, \"agent-ip\";r=7499;t=1")
+    );
     assert_eq!(header(&res, "x-ratelimit-limit"), Some("30"));
     assert_eq!(header(&res, "x-ratelimit-remaining"), Some("29"));
     assert_eq!(res.text().await.unwrap(), "ok");
@@ -793,7 +796,11 @@ async fn dot_segments_cannot_move_a_request_out_of_its_limiter() {
         "/api/agent/%2E%2E/%2e%2e/healthz",
         "/api/agent/./../../static/a.js",
     ] {
-        assert_eq!(raw_limiters(&gw, "GET", p), ["agent-device"], "{p}");
+        assert_eq!(
+            raw_limiters(&gw, "GET", p),
+            ["agent-device", "agent-ip"],
+            "{p}"
+        );
     }
     // A normalising upstream would run the enrollment handler for this one.
     assert!(raw_limiters(&gw, "POST", "/api/x/../agent/enroll").contains(&"enrollment".to_owned()));
