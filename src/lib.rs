@@ -16,6 +16,7 @@
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
 //! [`clock`] injects time so every limiter can run in virtual time.
 
+pub mod calibration;
 pub mod client_ip;
 pub mod clock;
 pub mod config;
