@@ -95,7 +95,7 @@ struct ServeArgs {
     #[arg(long, value_name = "DURATION")]
     read_timeout: Option<String>,
     /// Start even when `fleet-limiter check` finds the calibration unsafe.
-    #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")]
+    #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", value_parser = clap::builder::BoolishValueParser::new())]
     allow_unsafe_calibration: bool,
 }
 

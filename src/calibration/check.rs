@@ -595,6 +595,31 @@ mod tests {
     }
 
     #[test]
+    fn extreme_fleet_settings_do_not_panic() {
+        for v in [0, 1, u64::MAX] {
+            let cfg = Config {
+                fleet: FleetConfig {
+                    heartbeat_interval_seconds: v,
+                    poll_interval_seconds: v,
+                    heartbeat_timeout_seconds: v,
+                    max_site_endpoints: v,
+                    dashboard_poll_seconds: v,
+                    analysts_per_nat: v,
+                },
+                ..Config::default()
+            };
+            let r = check(&cfg);
+            assert_eq!(r.limiters.len(), cfg.limiters.len());
+            let _ = crate::calibration::report::check_table(&r);
+            let _ = crate::calibration::report::json(&r);
+        }
+        // A zero heartbeat timeout can never be met.
+        let mut cfg = Config::default();
+        cfg.fleet.heartbeat_timeout_seconds = 0;
+        assert!(!check(&cfg).is_safe());
+    }
+
+    #[test]
     fn thin_headroom_warns_but_passes() {
         let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "12")]));
         assert!(r.is_safe());

@@ -47,7 +47,7 @@ struct Ev(usize);
 
 async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
     let m = cfg.fleet.analysts_per_nat as usize;
-    let every = cfg.fleet.dashboard_poll_seconds.max(1) * NS;
+    let every = super::ns(cfg.fleet.dashboard_poll_seconds.max(1));
     let nat = ip(SITE_NAT);
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(cfg);

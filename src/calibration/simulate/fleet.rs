@@ -69,9 +69,9 @@ struct Agent {
 pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
     let f = &cfg.fleet;
     let n = f.max_site_endpoints as usize;
-    let hb = f.heartbeat_interval_seconds.max(1) * NS;
-    let poll = f.poll_interval_seconds.max(1) * NS;
-    let timeout = f.heartbeat_timeout_seconds * NS;
+    let hb = super::ns(f.heartbeat_interval_seconds.max(1));
+    let poll = super::ns(f.poll_interval_seconds.max(1));
+    let timeout = super::ns(f.heartbeat_timeout_seconds);
     let end = DURATION_SECONDS * NS;
     let nat = ip(SITE_NAT);
     let mut rng = Rng::new(seed);

@@ -122,8 +122,21 @@ pub struct SimulationReport {
     pub scenarios: Vec<ScenarioReport>,
 }
 
+/// The largest population a scenario simulates (`max_site_endpoints`, `analysts_per_nat`).
+pub const MAX_POPULATION: u64 = 10_000;
+
 /// Run the scenarios against a configuration.
 pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<SimulationReport> {
+    for (name, n) in [
+        ("fleet.max_site_endpoints", cfg.fleet.max_site_endpoints),
+        ("fleet.analysts_per_nat", cfg.fleet.analysts_per_nat),
+    ] {
+        if n > MAX_POPULATION {
+            anyhow::bail!(
+                "{name} = {n} is more than the simulator runs; simulate at most {MAX_POPULATION}"
+            );
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
     let reports = rt.block_on(async {
         let mut out = Vec::with_capacity(scenarios.len());
@@ -347,6 +360,11 @@ pub fn ip(s: &str) -> IpAddr {
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
 }
 
+/// Seconds from the configuration as nanoseconds, capped at ten years (far past any run).
+pub fn ns(secs: u64) -> Nanos {
+    secs.min(10 * 365 * 86_400) * NS
+}
+
 pub fn secs(ns: Nanos) -> f64 {
     ns as f64 / NS as f64
 }
@@ -383,6 +401,22 @@ mod tests {
             assert_eq!(SimVerifier.verify("sim-analyst-x").await, None);
             assert_eq!(SimVerifier.verify("forged").await, None);
         });
+    }
+
+    #[test]
+    fn extreme_fleet_settings_neither_panic_nor_run_forever() {
+        let mut cfg = Config::default();
+        cfg.fleet.heartbeat_interval_seconds = u64::MAX;
+        cfg.fleet.poll_interval_seconds = 0;
+        cfg.fleet.heartbeat_timeout_seconds = u64::MAX;
+        cfg.fleet.dashboard_poll_seconds = u64::MAX;
+        cfg.fleet.max_site_endpoints = 3;
+        cfg.fleet.analysts_per_nat = 0;
+        let r = run(&cfg, &[Scenario::Fleet, Scenario::Analysts], 1).unwrap();
+        assert_eq!(r.scenarios.len(), 2);
+        cfg.fleet.max_site_endpoints = MAX_POPULATION + 1;
+        let e = run(&cfg, &[Scenario::Rollout], 1).unwrap_err().to_string();
+        assert!(e.contains("fleet.max_site_endpoints = 10001"), "{e}");
     }
 
     #[test]
