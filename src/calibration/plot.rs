@@ -46,6 +46,18 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// A round step between time labels that gives at most eight of them.
+fn tick_step(total: u64) -> u64 {
+    const STEPS: [u64; 13] = [
+        10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200,
+    ];
+    STEPS
+        .iter()
+        .copied()
+        .find(|s| total / s <= 8)
+        .unwrap_or_else(|| total.div_ceil(8).max(1))
+}
+
 fn merge(xs: &[u64], k: usize) -> Vec<u64> {
     xs.chunks(k).map(|c| c.iter().sum()).collect()
 }
@@ -94,13 +106,31 @@ fn panel(o: &mut String, s: &ScenarioReport, y0: f64) {
         top + PANEL + 4.0
     );
     let total = points as u64 * bin;
-    for t in 0..=4u64 {
-        let x = LEFT + plot_w * t as f64 / 4.0;
+    let step = tick_step(total);
+    let mut t = 0;
+    while t <= total {
+        let x = LEFT + plot_w * t as f64 / total.max(1) as f64;
         let _ = writeln!(
             o,
             r#"<text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
             top + PANEL + 16.0,
-            fmt_secs((total * t / 4) as f64)
+            fmt_secs(t as f64)
+        );
+        t += step;
+    }
+    for (at, label) in s.marks() {
+        let x = LEFT + plot_w * at as f64 / total.max(1) as f64;
+        let _ = writeln!(
+            o,
+            r##"<line x1="{x:.1}" y1="{top}" x2="{x:.1}" y2="{}" stroke="#555" stroke-dasharray="4 3"/>"##,
+            top + PANEL
+        );
+        let _ = writeln!(
+            o,
+            r#"<text x="{:.1}" y="{}">{}</text>"#,
+            x + 4.0,
+            top + 14.0,
+            escape(label)
         );
     }
     for (vals, colour) in [(&admitted, "#2a9d3f"), (&refused, "#d62828")] {

@@ -90,6 +90,7 @@ pub async fn run(cfg: &Config, seed: u64) -> AbuseReport {
             admitted_per_minute: ((requests - refused) as f64 / minutes * 10.0).round() / 10.0,
         })
         .collect();
+    sim.series.pad_to(DURATION_SECONDS);
     AbuseReport {
         scenario: "abuse",
         duration_seconds: DURATION_SECONDS,

@@ -71,6 +71,7 @@ async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
         }
         q.push(t + every, Ev(i));
     }
+    sim.series.pad_to(DURATION_SECONDS);
     let run = AnalystsRun {
         requests: sim.requests,
         refused: sim.refused,
@@ -83,9 +84,6 @@ pub async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
     let (with, mut series) = one(cfg, seed, true).await;
     let (without, second) = one(cfg, seed, false).await;
     // The plot shows the run without tokens after the one with them.
-    let offset = (DURATION_SECONDS / series.bin_seconds) as usize;
-    series.admitted.resize(offset, 0);
-    series.refused.resize(offset, 0);
     series.admitted.extend(second.admitted);
     series.refused.extend(second.refused);
     AnalystsReport {

@@ -182,6 +182,7 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
             a.episodes += 1;
         }
     }
+    sim.series.pad_to(DURATION_SECONDS);
     FleetReport {
         scenario: "fleet",
         agents: n as u64,

@@ -102,6 +102,17 @@ impl ScenarioReport {
         }
     }
 
+    /// Labelled instants of the series, in seconds: where each part of a scenario begins.
+    pub fn marks(&self) -> Vec<(u64, &'static str)> {
+        match self {
+            ScenarioReport::Analysts(a) => vec![
+                (0, "verified tokens"),
+                (a.duration_seconds, "no verified tokens"),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
     /// Admitted and refused requests per [`BIN_SECONDS`] of virtual time.
     pub fn series(&self) -> &Series {
         match self {
@@ -239,6 +250,15 @@ pub struct Series {
 }
 
 impl Series {
+    /// Extend with empty bins to cover `secs` of virtual time (a quiet end still shows).
+    pub fn pad_to(&mut self, secs: u64) {
+        let bins = secs.div_ceil(self.bin_seconds.max(1)) as usize;
+        if self.admitted.len() < bins {
+            self.admitted.resize(bins, 0);
+            self.refused.resize(bins, 0);
+        }
+    }
+
     fn record(&mut self, at: Nanos, admitted: bool) {
         let bin = (at / (self.bin_seconds * NS)) as usize;
         if self.admitted.len() <= bin {
