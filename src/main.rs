@@ -1,4 +1,4 @@
-//! The `fleet-limiter` command line: `serve` (and nothing else belongs here).
+//! The `fleet-limiter` command line: `serve`, `check` and `simulate` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
 use fleet_limiter::calibration::report::Format;
