@@ -21,7 +21,7 @@ use super::traffic;
 use crate::config::{Config, FleetConfig};
 use crate::keys::KeyKind;
 use crate::limiter::Algorithm;
-use crate::policy::{Credential, LimiterSpec, Policy};
+use crate::policy::{Credential, LimiterSpec, Mode, Policy};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,6 +33,8 @@ pub const MIN_IDLE_HEADROOM: f64 = 10.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
+    /// `mode = "off"`: never consulted.
+    Off,
     /// No declared workload reaches it: an abuse guard.
     Unloaded,
     Ok,
@@ -43,6 +45,7 @@ pub enum Status {
 impl Status {
     pub fn as_str(self) -> &'static str {
         match self {
+            Status::Off => "off",
             Status::Unloaded => "guard",
             Status::Ok => "ok",
             Status::Warning => "warning",
@@ -104,6 +107,8 @@ pub struct LimiterCheck {
     /// Time for one request's worth of budget to return (a fixed window returns it all at its end).
     pub refill_interval_seconds: f64,
     pub key: &'static str,
+    /// `enforce`, `shadow` (decides and reports but never refuses) or `off`.
+    pub mode: &'static str,
     pub loads: Vec<Load>,
     pub status: Status,
     pub reasons: Vec<String>,
@@ -134,6 +139,8 @@ impl LimiterCheck {
 pub struct CheckReport {
     /// The configuration file, or `None` for the built-in calibration.
     pub config: Option<PathBuf>,
+    /// `false` when limiting is switched off (`enabled = false`): nothing is enforced.
+    pub enabled: bool,
     #[serde(serialize_with = "fleet_json")]
     pub fleet: FleetConfig,
     pub limiters: Vec<LimiterCheck>,
@@ -323,6 +330,7 @@ pub fn check(cfg: &Config) -> CheckReport {
         .count();
     CheckReport {
         config: cfg.source.clone(),
+        enabled: cfg.enabled,
         fleet,
         limiters,
         unsafe_limiters,
@@ -334,6 +342,10 @@ pub fn check(cfg: &Config) -> CheckReport {
 /// each limiter and reason on stderr, unless `allow_unsafe` (`--allow-unsafe-calibration`,
 /// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`); warnings are logged either way.
 pub fn at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), u8> {
+    if !cfg.enabled {
+        // Nothing is enforced, so nothing can lock a client out.
+        return Ok(());
+    }
     let report = check(cfg);
     for w in report.warning_lines() {
         tracing::warn!("calibration: {w}");
@@ -505,6 +517,21 @@ fn judge(
             });
         }
     }
+    let mode = match l.mode {
+        Mode::Enforce => "enforce",
+        Mode::Shadow => "shadow",
+        Mode::Off => "off",
+    };
+    match l.mode {
+        Mode::Off => status = Status::Off,
+        Mode::Shadow if status == Status::Unsafe => {
+            status = Status::Warning;
+            for r in &mut reasons {
+                *r = format!("in shadow mode, so not enforced; once enforced: {r}");
+            }
+        }
+        _ => {}
+    }
     LimiterCheck {
         name: l.name.to_string(),
         limit,
@@ -512,6 +539,7 @@ fn judge(
         algorithm: l.quota.algorithm.as_str(),
         refill_interval_seconds: if fixed { window } else { emission },
         key: l.key.as_str(),
+        mode,
         loads: out,
         status,
         reasons,
@@ -617,6 +645,34 @@ mod tests {
         let mut cfg = Config::default();
         cfg.fleet.heartbeat_timeout_seconds = 0;
         assert!(!check(&cfg).is_safe());
+    }
+
+    #[test]
+    fn shadow_mode_demotes_to_a_warning_and_off_is_reported() {
+        let r = check(&load(&[
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5"),
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_MODE", "shadow"),
+            ("FLEET_LIMITER_LIMITER_KEY_ROTATION_MODE", "off"),
+        ]));
+        assert!(r.is_safe());
+        let e = line(&r, "enrollment");
+        assert_eq!((e.status, e.mode), (Status::Warning, "shadow"));
+        assert!(e.reasons[0]
+            .starts_with("in shadow mode, so not enforced; once enforced: cannot admit"));
+        assert_eq!(line(&r, "key-rotation").status, Status::Off);
+    }
+
+    #[test]
+    fn disabled_limiting_starts_whatever_the_calibration() {
+        let cfg = load(&[
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5"),
+            ("FLEET_LIMITER_ENABLED", "false"),
+        ]);
+        assert!(!check(&cfg).enabled);
+        assert_eq!(at_startup(&cfg, false), Ok(()));
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5")]);
+        assert_eq!(at_startup(&cfg, false), Err(2));
+        assert_eq!(at_startup(&cfg, true), Ok(()));
     }
 
     #[test]

@@ -51,6 +51,12 @@ pub fn check_table(r: &CheckReport) -> String {
         f.dashboard_poll_seconds,
         super::traffic::DEVICE_POLL_SECONDS
     );
+    if !r.enabled {
+        let _ = writeln!(
+            o,
+            "Limiting is switched off (enabled = false): nothing is enforced; the figures show what enforcing would do."
+        );
+    }
     let _ = writeln!(o);
     let cols = [16, 23, 11, 7, 42, 9, 10, 6];
     let head = [
@@ -82,15 +88,13 @@ pub fn check_table(r: &CheckReport) -> String {
         let refill = fmt_secs(l.refill_interval_seconds);
         let status = l.status.as_str();
         if l.loads.is_empty() {
+            let carries = if l.status == Status::Off {
+                "mode = off: never consulted"
+            } else {
+                "no declared cadence (abuse guard)"
+            };
             o.push_str(&row([
-                &l.name,
-                &budget,
-                l.key,
-                &refill,
-                "no declared cadence (abuse guard)",
-                "-",
-                "-",
-                status,
+                &l.name, &budget, l.key, &refill, carries, "-", "-", status,
             ]));
             continue;
         }
