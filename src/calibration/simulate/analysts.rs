@@ -52,19 +52,18 @@ async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();
-    let tokens: Vec<String> = (0..m)
-        .map(|i| format!("{SIM_TOKEN_PREFIX}{}", i + 1))
-        .collect();
     let mut refused = vec![0u64; m];
     for i in 0..m {
         q.push(rng.within((every / NS) as f64), Ev(i));
     }
     while let Some((t, Ev(i))) = q.pop_until(DURATION_SECONDS * NS) {
+        // The analyst's token is made when the dashboard sends it; the simulator keeps none.
+        let token = verified.then(|| format!("{SIM_TOKEN_PREFIX}{}", i + 1));
         let req = Req {
             peer: nat,
             route: traffic::DASHBOARD,
             agent_id: None,
-            bearer: verified.then(|| tokens[i].as_str()),
+            bearer: token.as_deref(),
         };
         if let Answer::Refused { .. } = sim.send(t, &req).await {
             refused[i] += 1;

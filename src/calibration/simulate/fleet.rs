@@ -57,7 +57,6 @@ enum Ev {
 
 #[derive(Default, Clone)]
 struct Agent {
-    id: String,
     last_heartbeat: Nanos,
     offline: bool,
     episodes: u64,
@@ -77,12 +76,9 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();
-    let mut agents: Vec<Agent> = (0..n)
-        .map(|i| Agent {
-            id: format!("agent-{:04}", i + 1),
-            ..Agent::default()
-        })
-        .collect();
+    let mut agents: Vec<Agent> = vec![Agent::default(); n];
+    // An agent's id is made when it sends, like any request header: the simulator keeps none.
+    let id = |i: usize| format!("agent-{:04}", i + 1);
     for i in 0..n {
         q.push(rng.within(secs(hb)), Ev::Heartbeat(i));
         q.push(rng.within(secs(poll)), Ev::Poll(i));
@@ -97,11 +93,11 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
         match ev {
             Ev::Wave(k) => wave = k,
             Ev::Heartbeat(i) => {
-                let a = &agents[i];
+                let agent_id = id(i);
                 let req = Req {
                     peer: nat,
                     route: traffic::HEARTBEAT,
-                    agent_id: Some(&a.id),
+                    agent_id: Some(&agent_id),
                     bearer: None,
                 };
                 heartbeats += 1;
@@ -124,10 +120,11 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
                 }
             }
             Ev::Poll(i) => {
+                let agent_id = id(i);
                 let req = Req {
                     peer: nat,
                     route: traffic::POLL,
-                    agent_id: Some(&agents[i].id),
+                    agent_id: Some(&agent_id),
                     bearer: None,
                 };
                 match sim.send(t, &req).await {
@@ -149,10 +146,11 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
                 }
             }
             Ev::Upload(i) => {
+                let agent_id = id(i);
                 let req = Req {
                     peer: nat,
                     route: traffic::RESULT,
-                    agent_id: Some(&agents[i].id),
+                    agent_id: Some(&agent_id),
                     bearer: None,
                 };
                 match sim.send(t, &req).await {
