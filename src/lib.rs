@@ -15,7 +15,9 @@
 //!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
 //! [`clock`] injects time so every limiter can run in virtual time.
+//! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
 
+pub mod calibration;
 pub mod client_ip;
 pub mod clock;
 pub mod config;

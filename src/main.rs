@@ -1,6 +1,7 @@
-//! The `fleet-limiter` command line: `serve` (and nothing else belongs here).
+//! The `fleet-limiter` command line: `serve`, `check` and `simulate` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
+use fleet_limiter::calibration::report::Format;
 use fleet_limiter::config::{Config, Loader};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +22,37 @@ struct Cli {
 enum Command {
     /// Run the gateway: rate-limit every request by its principal, forward the allowed ones.
     Serve(ServeArgs),
+    /// Check the calibration against the fleet's declared cadences; exit 1 if it is unsafe.
+    Check(CheckArgs),
+    /// Run scripted populations through the real limiter in virtual time and report what they met.
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    /// fleet, rollout, analysts, abuse, or all.
+    #[arg(long, default_value = "all", value_name = "NAME")]
+    scenario: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Seed of the scripted randomness: the same seed gives the same run.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    seed: u64,
+    /// Also draw admitted/refused requests over time to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 /// Flags shared by every command that reads the configuration.
@@ -62,6 +94,9 @@ struct ServeArgs {
     /// Upstream response timeout [default: 30s].
     #[arg(long, value_name = "DURATION")]
     read_timeout: Option<String>,
+    /// Start even when `fleet-limiter check` finds the calibration unsafe.
+    #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", value_parser = clap::builder::BoolishValueParser::new())]
+    allow_unsafe_calibration: bool,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -130,6 +165,11 @@ fn main() -> ExitCode {
                 );
                 return ExitCode::from(2);
             }
+            if let Err(code) =
+                fleet_limiter::calibration::check::at_startup(&cfg, args.allow_unsafe_calibration)
+            {
+                return ExitCode::from(code);
+            }
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
                 Err(e) => {
@@ -147,5 +187,15 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Check(args) => {
+            fleet_limiter::calibration::run_check(loader(&args.cfg), args.format)
+        }
+        Command::Simulate(args) => fleet_limiter::calibration::run_simulate(
+            loader(&args.cfg),
+            &args.scenario,
+            args.format,
+            args.seed,
+            args.plot.as_deref(),
+        ),
     }
 }

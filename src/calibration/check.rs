@@ -1,0 +1,696 @@
+//! The heartbeat-aware check: does each limiter carry the traffic a healthy fleet declares?
+//!
+//! The fleet settings declare four workloads. For each, the configured [`Policy`] says which
+//! limiters meter its requests (the same routing the gateway uses), and the limiter's key says
+//! how many clients share one bucket: an `ip+agent` bucket holds one agent, a `user-or-ip` bucket
+//! one verified analyst, an `ip` bucket everyone behind the NAT.
+//!
+//! | workload | requests | clients | rules |
+//! |---|---|---|---|
+//! | agent idle | heartbeat every `heartbeat_interval_seconds`, task poll every `poll_interval_seconds` | `max_site_endpoints` agents | refill at least the cadence; a refused agent is admitted again before `heartbeat_timeout_seconds` pass without a heartbeat; warn under 10x headroom |
+//! | rollout | one download and one enrollment per endpoint, all at once | `max_site_endpoints` installers | the burst fits the budget |
+//! | dashboards | one poll every `dashboard_poll_seconds` with a verified token | `analysts_per_nat` analysts | refill at least the cadence |
+//! | CLI login | device-flow token poll every 5 s (RFC 8628's default interval) | one CLI | refill at least the cadence |
+//!
+//! "Worst refusal run" is how long a client of the workload can be refused in a row when its
+//! bucket has just been emptied (a burst of result posts, a retry storm): for a token bucket,
+//! the time the bucket takes to give every client sharing it one request (`sharers x limit/window`);
+//! for a fixed window, the windows that takes (each `window` long, the first one whole).
+
+use super::traffic;
+use crate::config::{Config, FleetConfig};
+use crate::keys::KeyKind;
+use crate::limiter::Algorithm;
+use crate::policy::{Credential, LimiterSpec, Mode, Policy};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Headroom over the agents' idle cadence under which `check` warns.
+pub const MIN_IDLE_HEADROOM: f64 = 10.0;
+
+/// How a limiter fares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// `mode = "off"`: never consulted.
+    Off,
+    /// No declared workload reaches it: an abuse guard.
+    Unloaded,
+    Ok,
+    Warning,
+    Unsafe,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Off => "off",
+            Status::Unloaded => "guard",
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::Unsafe => "UNSAFE",
+        }
+    }
+}
+
+/// Which declared workload a load comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    AgentIdle,
+    Rollout,
+    Dashboards,
+    CliLogin,
+}
+
+impl Workload {
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::AgentIdle => "agent idle",
+            Workload::Rollout => "rollout",
+            Workload::Dashboards => "dashboards",
+            Workload::CliLogin => "CLI login",
+        }
+    }
+}
+
+/// What one workload asks of one limiter's bucket.
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    pub workload: Workload,
+    /// Clients sharing one bucket of this limiter.
+    pub sharers: u64,
+    /// A steady demand on one bucket, in requests per minute (absent for a burst).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<f64>,
+    /// A one-off demand on one bucket, in requests (absent for a steady cadence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Whether the agents' heartbeat is among the requests.
+    pub carries_heartbeat: bool,
+    /// Capacity over demand: refill over cadence, or budget over burst.
+    pub headroom: f64,
+    /// Longest run of refusals for a client of this workload, in seconds; `None` if unbounded.
+    pub worst_refused_seconds: Option<f64>,
+    /// Human wording of the demand, e.g. `3/min per agent`.
+    pub describe: String,
+}
+
+/// One limiter's line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimiterCheck {
+    pub name: String,
+    pub limit: u32,
+    pub window_seconds: f64,
+    pub algorithm: &'static str,
+    /// Time for one request's worth of budget to return (a fixed window returns it all at its end).
+    pub refill_interval_seconds: f64,
+    pub key: &'static str,
+    /// `enforce`, `shadow` (decides and reports but never refuses) or `off`.
+    pub mode: &'static str,
+    pub loads: Vec<Load>,
+    pub status: Status,
+    pub reasons: Vec<String>,
+}
+
+impl LimiterCheck {
+    /// The smallest headroom over any load.
+    pub fn headroom(&self) -> Option<f64> {
+        self.loads.iter().map(|l| l.headroom).min_by(f64::total_cmp)
+    }
+
+    /// The longest refusal run over any load (`Some(None)` = unbounded).
+    pub fn worst_refused(&self) -> Option<Option<f64>> {
+        let mut worst: Option<Option<f64>> = None;
+        for l in &self.loads {
+            worst = Some(match (worst, l.worst_refused_seconds) {
+                (Some(None), _) | (_, None) => None,
+                (Some(Some(a)), Some(b)) => Some(a.max(b)),
+                (None, Some(b)) => Some(b),
+            });
+        }
+        worst
+    }
+}
+
+/// The whole check.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    /// The configuration file, or `None` for the built-in calibration.
+    pub config: Option<PathBuf>,
+    /// `false` when limiting is switched off (`enabled = false`): nothing is enforced.
+    pub enabled: bool,
+    #[serde(serialize_with = "fleet_json")]
+    pub fleet: FleetConfig,
+    pub limiters: Vec<LimiterCheck>,
+    pub unsafe_limiters: usize,
+    pub warnings: usize,
+}
+
+impl CheckReport {
+    pub fn is_safe(&self) -> bool {
+        self.unsafe_limiters == 0
+    }
+
+    /// `limiter: reason` for every unsafe finding.
+    pub fn problems(&self) -> Vec<String> {
+        self.findings(Status::Unsafe)
+    }
+
+    /// `limiter: reason` for every warning.
+    pub fn warning_lines(&self) -> Vec<String> {
+        self.findings(Status::Warning)
+    }
+
+    fn findings(&self, status: Status) -> Vec<String> {
+        self.limiters
+            .iter()
+            .filter(|l| l.status == status)
+            .flat_map(|l| l.reasons.iter().map(move |r| format!("{}: {r}", l.name)))
+            .collect()
+    }
+}
+
+fn fleet_json<S: serde::Serializer>(f: &FleetConfig, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut st = s.serialize_struct("fleet", 6)?;
+    st.serialize_field("heartbeat_interval_seconds", &f.heartbeat_interval_seconds)?;
+    st.serialize_field("poll_interval_seconds", &f.poll_interval_seconds)?;
+    st.serialize_field("heartbeat_timeout_seconds", &f.heartbeat_timeout_seconds)?;
+    st.serialize_field("max_site_endpoints", &f.max_site_endpoints)?;
+    st.serialize_field("dashboard_poll_seconds", &f.dashboard_poll_seconds)?;
+    st.serialize_field("analysts_per_nat", &f.analysts_per_nat)?;
+    st.end()
+}
+
+/// One request of a workload: method, path, the credential it carries, whether it names an
+/// agent or a verified user (its own bucket under `ip+agent` or `user-or-ip`), its rate.
+struct Req {
+    route: (&'static str, &'static str),
+    credential: Credential,
+    agent_id: bool,
+    user: bool,
+    /// Requests per minute per client (steady), or requests per client (burst).
+    amount: f64,
+}
+
+struct Spec {
+    workload: Workload,
+    clients: u64,
+    steady: bool,
+    unit: &'static str,
+    reqs: Vec<Req>,
+}
+
+fn workloads(f: &FleetConfig) -> Vec<Spec> {
+    let per_min = |secs: u64| 60.0 / secs.max(1) as f64;
+    let agent = |route, amount| Req {
+        route,
+        credential: Credential::None,
+        agent_id: true,
+        user: false,
+        amount,
+    };
+    let anon = |route, credential, amount| Req {
+        route,
+        credential,
+        agent_id: false,
+        user: false,
+        amount,
+    };
+    vec![
+        Spec {
+            workload: Workload::AgentIdle,
+            clients: f.max_site_endpoints,
+            steady: true,
+            unit: "agent",
+            reqs: vec![
+                agent(traffic::HEARTBEAT, per_min(f.heartbeat_interval_seconds)),
+                agent(traffic::POLL, per_min(f.poll_interval_seconds)),
+            ],
+        },
+        Spec {
+            workload: Workload::Rollout,
+            clients: f.max_site_endpoints,
+            steady: false,
+            unit: "endpoint",
+            reqs: vec![
+                anon(traffic::DOWNLOAD, Credential::None, 1.0),
+                anon(traffic::ENROLL, Credential::None, 1.0),
+            ],
+        },
+        Spec {
+            workload: Workload::Dashboards,
+            clients: f.analysts_per_nat,
+            steady: true,
+            unit: "analyst",
+            reqs: vec![Req {
+                route: traffic::DASHBOARD,
+                credential: Credential::VerifiedUser,
+                agent_id: false,
+                user: true,
+                amount: per_min(f.dashboard_poll_seconds),
+            }],
+        },
+        Spec {
+            workload: Workload::CliLogin,
+            clients: 1,
+            steady: true,
+            unit: "CLI",
+            reqs: vec![anon(
+                traffic::DEVICE_POLL,
+                Credential::None,
+                per_min(traffic::DEVICE_POLL_SECONDS),
+            )],
+        },
+    ]
+}
+
+/// Clients of a workload sharing one bucket of a limiter keyed `key`.
+fn sharers(key: KeyKind, req: &Req, clients: u64) -> u64 {
+    let own = match key {
+        KeyKind::IpAgent => req.agent_id,
+        KeyKind::UserOrIp => req.user,
+        _ => false,
+    };
+    if own {
+        1
+    } else {
+        clients.max(1)
+    }
+}
+
+fn fmt_rate(per_min: f64) -> String {
+    if (per_min - per_min.round()).abs() < 0.05 {
+        format!("{}/min", per_min.round() as u64)
+    } else {
+        format!("{per_min:.1}/min")
+    }
+}
+
+/// Run the check on a configuration.
+pub fn check(cfg: &Config) -> CheckReport {
+    let fleet = cfg.fleet.clone();
+    let policy = Policy::new(cfg.limiters.clone());
+    // limiter name -> (workload -> (demand per bucket, sharers, carries heartbeat))
+    let mut demand: BTreeMap<String, BTreeMap<Workload, (f64, u64, bool)>> = BTreeMap::new();
+    let specs = workloads(&fleet);
+    for spec in &specs {
+        for req in &spec.reqs {
+            let (method, path) = req.route;
+            for l in policy.applicable(method, path, req.credential) {
+                let n = sharers(l.key, req, spec.clients);
+                let e = demand
+                    .entry(l.name.to_string())
+                    .or_default()
+                    .entry(spec.workload)
+                    .or_insert((0.0, n, false));
+                e.0 += req.amount * n as f64;
+                e.1 = e.1.max(n);
+                e.2 |= req.route == traffic::HEARTBEAT;
+            }
+        }
+    }
+    let limiters: Vec<LimiterCheck> = cfg
+        .limiters
+        .iter()
+        .map(|l| {
+            let loads = demand.remove(&*l.name).unwrap_or_default();
+            judge(l, &fleet, &specs, loads)
+        })
+        .collect();
+    let unsafe_limiters = limiters
+        .iter()
+        .filter(|l| l.status == Status::Unsafe)
+        .count();
+    let warnings = limiters
+        .iter()
+        .filter(|l| l.status == Status::Warning)
+        .count();
+    CheckReport {
+        config: cfg.source.clone(),
+        enabled: cfg.enabled,
+        fleet,
+        limiters,
+        unsafe_limiters,
+        warnings,
+    }
+}
+
+/// The check `serve` runs before it listens. An unsafe calibration stops it (exit code 2) with
+/// each limiter and reason on stderr, unless `allow_unsafe` (`--allow-unsafe-calibration`,
+/// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`); warnings are logged either way.
+pub fn at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), u8> {
+    if !cfg.enabled {
+        // Nothing is enforced, so nothing can lock a client out.
+        return Ok(());
+    }
+    let report = check(cfg);
+    for w in report.warning_lines() {
+        tracing::warn!("calibration: {w}");
+    }
+    let problems = report.problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    if allow_unsafe {
+        for p in &problems {
+            tracing::warn!("unsafe calibration, starting anyway (--allow-unsafe-calibration): {p}");
+        }
+        return Ok(());
+    }
+    eprintln!("fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet");
+    for p in &problems {
+        eprintln!("  unsafe: {p}");
+    }
+    eprintln!(
+        "Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway."
+    );
+    Err(2)
+}
+
+fn judge(
+    l: &LimiterSpec,
+    fleet: &FleetConfig,
+    specs: &[Spec],
+    loads: BTreeMap<Workload, (f64, u64, bool)>,
+) -> LimiterCheck {
+    let limit = l.quota.limit.max(1);
+    let window = l.quota.window.as_secs_f64();
+    let fixed = l.quota.algorithm == Algorithm::FixedWindow;
+    let emission = window / limit as f64;
+    let refill_per_min = limit as f64 * 60.0 / window;
+    let mut status = Status::Unloaded;
+    let mut reasons = Vec::new();
+    let mut out = Vec::new();
+    let raise = |s: &mut Status, to: Status, why: String, reasons: &mut Vec<String>| {
+        *s = (*s).max(to);
+        reasons.push(why);
+    };
+    for (workload, (amount, sharers, carries_heartbeat)) in loads {
+        let Some(spec) = specs.iter().find(|s| s.workload == workload) else {
+            continue;
+        };
+        status = status.max(Status::Ok);
+        let per_bucket = if sharers == 1 {
+            format!("per {}", spec.unit)
+        } else {
+            format!("{sharers} {}s share", spec.unit)
+        };
+        if spec.steady {
+            let headroom = refill_per_min / amount;
+            // Time for an emptied bucket to give each sharer one request.
+            let worst = if amount > refill_per_min {
+                None
+            } else if fixed {
+                Some(window * (sharers as f64 / limit as f64).ceil())
+            } else {
+                Some(emission * sharers as f64)
+            };
+            let describe = if sharers == 1 {
+                format!("{}: {} {per_bucket}", workload.label(), fmt_rate(amount))
+            } else {
+                format!("{}: {}, {per_bucket}", workload.label(), fmt_rate(amount))
+            };
+            if amount > refill_per_min {
+                let what = if workload == Workload::AgentIdle {
+                    "the agents' idle cadence"
+                } else {
+                    "the declared cadence"
+                };
+                raise(
+                    &mut status,
+                    Status::Unsafe,
+                    format!(
+                        "refills {} per bucket, slower than {what} of {} ({}, {per_bucket}): clients at that cadence are refused without end",
+                        fmt_rate(refill_per_min),
+                        fmt_rate(amount),
+                        workload.label()
+                    ),
+                    &mut reasons,
+                );
+            } else if workload == Workload::AgentIdle {
+                let w = worst.unwrap_or(f64::INFINITY);
+                let timeout = fleet.heartbeat_timeout_seconds as f64;
+                let gap = if carries_heartbeat {
+                    w + fleet.heartbeat_interval_seconds as f64
+                } else {
+                    w
+                };
+                if gap >= timeout {
+                    let how = if carries_heartbeat {
+                        format!(
+                            "a refused agent can wait {} for its heartbeat, so {} can pass between heartbeats",
+                            super::fmt_secs(w),
+                            super::fmt_secs(gap)
+                        )
+                    } else {
+                        format!("a refused agent can wait {}", super::fmt_secs(w))
+                    };
+                    raise(
+                        &mut status,
+                        Status::Unsafe,
+                        format!(
+                            "{how}, not under heartbeat_timeout_seconds = {}: the backend would mark healthy agents offline",
+                            fleet.heartbeat_timeout_seconds
+                        ),
+                        &mut reasons,
+                    );
+                } else if headroom < MIN_IDLE_HEADROOM {
+                    raise(
+                        &mut status,
+                        Status::Warning,
+                        format!(
+                            "headroom over the agents' idle cadence is {headroom:.1}x, under {MIN_IDLE_HEADROOM:.0}x: task-result bursts will meet refusals"
+                        ),
+                        &mut reasons,
+                    );
+                }
+            }
+            out.push(Load {
+                workload,
+                sharers,
+                per_minute: Some(amount),
+                burst: None,
+                carries_heartbeat,
+                headroom,
+                worst_refused_seconds: worst,
+                describe,
+            });
+        } else {
+            let burst = amount.round() as u64;
+            let headroom = limit as f64 / amount;
+            let over = burst.saturating_sub(limit as u64);
+            let worst = if over == 0 {
+                0.0
+            } else if fixed {
+                window * (over as f64 / limit as f64).ceil()
+            } else {
+                emission * over as f64
+            };
+            if over > 0 {
+                raise(
+                    &mut status,
+                    Status::Unsafe,
+                    format!(
+                        "cannot admit max_site_endpoints = {} in one burst: the bucket holds {limit} of the {burst} requests, and the last waits {}",
+                        fleet.max_site_endpoints,
+                        super::fmt_secs(worst)
+                    ),
+                    &mut reasons,
+                );
+            }
+            out.push(Load {
+                workload,
+                sharers,
+                per_minute: None,
+                burst: Some(burst),
+                carries_heartbeat,
+                headroom,
+                worst_refused_seconds: Some(worst),
+                describe: if sharers == 1 {
+                    format!("{}: {burst} {per_bucket}", workload.label())
+                } else {
+                    format!("{}: {burst} at once, {per_bucket}", workload.label())
+                },
+            });
+        }
+    }
+    let mode = match l.mode {
+        Mode::Enforce => "enforce",
+        Mode::Shadow => "shadow",
+        Mode::Off => "off",
+    };
+    match l.mode {
+        Mode::Off => status = Status::Off,
+        Mode::Shadow if status == Status::Unsafe => {
+            status = Status::Warning;
+            for r in &mut reasons {
+                *r = format!("in shadow mode, so not enforced; once enforced: {r}");
+            }
+        }
+        _ => {}
+    }
+    LimiterCheck {
+        name: l.name.to_string(),
+        limit,
+        window_seconds: window,
+        algorithm: l.quota.algorithm.as_str(),
+        refill_interval_seconds: if fixed { window } else { emission },
+        key: l.key.as_str(),
+        mode,
+        loads: out,
+        status,
+        reasons,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Loader;
+
+    fn load(pairs: &[(&str, &str)]) -> Config {
+        Loader::new()
+            .env(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .load()
+            .unwrap()
+    }
+
+    fn line<'a>(r: &'a CheckReport, name: &str) -> &'a LimiterCheck {
+        r.limiters.iter().find(|l| l.name == name).unwrap()
+    }
+
+    #[test]
+    fn default_calibration_is_safe_without_warnings() {
+        let r = check(&Config::default());
+        assert!(r.is_safe(), "{:?}", r.problems());
+        assert_eq!(r.warnings, 0, "{:?}", r.warning_lines());
+        let agent = line(&r, "agent-device");
+        assert_eq!(agent.status, Status::Ok);
+        assert_eq!(agent.headroom(), Some(10.0));
+        assert_eq!(agent.worst_refused(), Some(Some(2.0)));
+        assert_eq!(line(&r, "enrollment").loads[0].burst, Some(250));
+        assert_eq!(line(&r, "key-rotation").status, Status::Unloaded);
+    }
+
+    #[test]
+    fn long_window_lockout_is_unsafe() {
+        let r = check(&load(&[
+            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100"),
+            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "15m"),
+            (
+                "FLEET_LIMITER_LIMITER_AGENT_DEVICE_ALGORITHM",
+                "fixed-window",
+            ),
+        ]));
+        let agent = line(&r, "agent-device");
+        assert_eq!(agent.status, Status::Unsafe);
+        assert!(
+            agent.reasons[0].contains("heartbeat_timeout_seconds = 180"),
+            "{:?}",
+            agent.reasons
+        );
+        assert!(!r.is_safe());
+    }
+
+    #[test]
+    fn ip_keyed_agent_budget_refills_slower_than_the_fleet() {
+        let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_KEY", "ip")]));
+        let agent = line(&r, "agent-device");
+        assert_eq!(agent.status, Status::Unsafe);
+        assert!(agent.reasons[0].contains("slower than the agents' idle cadence"));
+        assert_eq!(agent.loads[0].sharers, 250);
+    }
+
+    #[test]
+    fn small_enrollment_budget_cannot_take_a_rollout() {
+        let r = check(&load(&[("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5")]));
+        let e = line(&r, "enrollment");
+        assert_eq!(e.status, Status::Unsafe);
+        assert!(
+            e.reasons[0].contains("cannot admit max_site_endpoints = 250"),
+            "{:?}",
+            e.reasons
+        );
+        // A smaller site fits.
+        let r = check(&load(&[
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5"),
+            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "5"),
+        ]));
+        assert_eq!(line(&r, "enrollment").status, Status::Ok);
+    }
+
+    #[test]
+    fn extreme_fleet_settings_do_not_panic() {
+        for v in [0, 1, u64::MAX] {
+            let cfg = Config {
+                fleet: FleetConfig {
+                    heartbeat_interval_seconds: v,
+                    poll_interval_seconds: v,
+                    heartbeat_timeout_seconds: v,
+                    max_site_endpoints: v,
+                    dashboard_poll_seconds: v,
+                    analysts_per_nat: v,
+                },
+                ..Config::default()
+            };
+            let r = check(&cfg);
+            assert_eq!(r.limiters.len(), cfg.limiters.len());
+            let _ = crate::calibration::report::check_table(&r);
+            let _ = crate::calibration::report::json(&r);
+        }
+        // A zero heartbeat timeout can never be met.
+        let mut cfg = Config::default();
+        cfg.fleet.heartbeat_timeout_seconds = 0;
+        assert!(!check(&cfg).is_safe());
+    }
+
+    #[test]
+    fn shadow_mode_demotes_to_a_warning_and_off_is_reported() {
+        let r = check(&load(&[
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5"),
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_MODE", "shadow"),
+            ("FLEET_LIMITER_LIMITER_KEY_ROTATION_MODE", "off"),
+        ]));
+        assert!(r.is_safe());
+        let e = line(&r, "enrollment");
+        assert_eq!((e.status, e.mode), (Status::Warning, "shadow"));
+        assert!(e.reasons[0]
+            .starts_with("in shadow mode, so not enforced; once enforced: cannot admit"));
+        assert_eq!(line(&r, "key-rotation").status, Status::Off);
+    }
+
+    #[test]
+    fn disabled_limiting_starts_whatever_the_calibration() {
+        let cfg = load(&[
+            ("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5"),
+            ("FLEET_LIMITER_ENABLED", "false"),
+        ]);
+        assert!(!check(&cfg).enabled);
+        assert_eq!(at_startup(&cfg, false), Ok(()));
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5")]);
+        assert_eq!(at_startup(&cfg, false), Err(2));
+        assert_eq!(at_startup(&cfg, true), Ok(()));
+    }
+
+    #[test]
+    fn thin_headroom_warns_but_passes() {
+        let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "12")]));
+        assert!(r.is_safe());
+        assert_eq!(line(&r, "agent-device").status, Status::Warning);
+        assert_eq!(r.warnings, 1);
+    }
+
+    #[test]
+    fn dashboard_and_device_poll_cadences_must_fit() {
+        let r = check(&load(&[
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "60"),
+            ("FLEET_LIMITER_LIMITER_CLI_DEVICE_POLL_LIMIT", "6"),
+        ]));
+        assert_eq!(line(&r, "ui").status, Status::Unsafe);
+        assert_eq!(line(&r, "cli-device-poll").status, Status::Unsafe);
+        assert_eq!(r.unsafe_limiters, 2);
+    }
+}

@@ -1,0 +1,142 @@
+//! Proving a calibration before any traffic: [`check`] compares each limiter with the cadences
+//! a healthy fleet declares, and [`simulate`] runs the real decision path (policy, keys, memory
+//! store) in virtual time against scripted populations. [`report`] renders both as a table or as
+//! JSON; [`plot`] draws the simulation as SVG.
+//!
+//! Both speak about the same requests, listed in [`traffic`], so a limiter the check says
+//! carries the heartbeat is the limiter the simulator's heartbeats meet.
+
+pub mod check;
+pub mod plot;
+pub mod report;
+pub mod simulate;
+
+use crate::config::Loader;
+use report::Format;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// `fleet-limiter check`: print the report; exit 0 when safe (warnings included), 1 when a
+/// limiter is unsafe, 2 when the configuration cannot be loaded.
+pub fn run_check(loader: Loader, format: Format) -> ExitCode {
+    let cfg = match loader.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fleet-limiter: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let r = check::check(&cfg);
+    match format {
+        Format::Table => print!("{}", report::check_table(&r)),
+        Format::Json => print!("{}", report::json(&r)),
+    }
+    if r.is_safe() {
+        ExitCode::SUCCESS
+    } else {
+        for p in r.problems() {
+            eprintln!("unsafe: {p}");
+        }
+        ExitCode::from(1)
+    }
+}
+
+/// `fleet-limiter simulate`: run the scenarios, print the report, optionally draw it.
+pub fn run_simulate(
+    loader: Loader,
+    scenario: &str,
+    format: Format,
+    seed: u64,
+    plot: Option<&Path>,
+) -> ExitCode {
+    let scenarios = match simulate::Scenario::parse_list(scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fleet-limiter: --scenario: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = match loader.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fleet-limiter: configuration error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let r = match simulate::run(&cfg, &scenarios, seed) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fleet-limiter: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match format {
+        Format::Table => print!("{}", report::simulate_table(&r)),
+        Format::Json => print!("{}", report::json(&r)),
+    }
+    if let Some(path) = plot {
+        if let Err(e) = std::fs::write(path, plot::svg(&r)) {
+            eprintln!(
+                "fleet-limiter: cannot write the plot to {}: {e}",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The requests of the modelled fleet: what agents, installers, dashboards and CLI clients send.
+pub mod traffic {
+    /// An agent's heartbeat; the backend marks the agent offline when none arrives in time.
+    pub const HEARTBEAT: (&str, &str) = ("POST", "/api/agent/heartbeat");
+    /// An agent polling for tasks.
+    pub const POLL: (&str, &str) = ("GET", "/api/agent/tasks");
+    /// An agent posting one task result.
+    pub const RESULT: (&str, &str) = ("POST", "/api/agent/tasks/result");
+    /// An installer downloading the agent binary.
+    pub const DOWNLOAD: (&str, &str) = ("GET", "/api/agent/download/fleet-agent");
+    /// An installer enrolling a new endpoint.
+    pub const ENROLL: (&str, &str) = ("POST", "/api/agent/enroll");
+    /// A dashboard page polling the API.
+    pub const DASHBOARD: (&str, &str) = ("GET", "/api/tasks");
+    /// A CLI polling the device-authorisation token endpoint while its user logs in.
+    pub const DEVICE_POLL: (&str, &str) = ("POST", "/api/cli/auth/device/token");
+    /// How often a CLI polls during the device flow: the default `interval` of RFC 8628.
+    pub const DEVICE_POLL_SECONDS: u64 = 5;
+}
+
+/// A duration in seconds as `500ms`, `2s`, `1m30s`, `15m`, `2h5m`.
+pub fn fmt_secs(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "unbounded".to_owned();
+    }
+    if secs < 1.0 && secs > 0.0 {
+        return format!("{}ms", (secs * 1000.0).round() as u64);
+    }
+    let s = secs.round() as u64;
+    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+    match (h, m, s) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, 0) => format!("{h}h{m}m"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_secs;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(fmt_secs(0.5), "500ms");
+        assert_eq!(fmt_secs(2.0), "2s");
+        assert_eq!(fmt_secs(90.0), "1m30s");
+        assert_eq!(fmt_secs(900.0), "15m");
+        assert_eq!(fmt_secs(7500.0), "2h5m");
+        assert_eq!(fmt_secs(f64::INFINITY), "unbounded");
+    }
+}

@@ -1,0 +1,298 @@
+//! Rendering `check` and `simulate` reports: a table for a terminal, or JSON.
+
+use super::check::{CheckReport, LimiterCheck, Status};
+use super::fmt_secs;
+use super::simulate::{
+    fleet as fleet_consts, rollout as rollout_consts, ScenarioReport, SimulationReport,
+};
+use std::fmt::Write;
+use std::path::PathBuf;
+
+/// How a report is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+fn source(p: &Option<PathBuf>) -> String {
+    match p {
+        Some(p) => p.display().to_string(),
+        None => "built-in calibration".to_owned(),
+    }
+}
+
+/// JSON, pretty-printed, with a trailing newline.
+pub fn json<T: serde::Serialize>(report: &T) -> String {
+    match serde_json::to_string_pretty(report) {
+        Ok(s) => s + "\n",
+        Err(e) => format!("{{\"error\": \"{e}\"}}\n"),
+    }
+}
+
+fn pad(s: &str, w: usize) -> String {
+    format!("{s:<w$}")
+}
+
+/// The check as a table, its findings, and a one-line verdict.
+pub fn check_table(r: &CheckReport) -> String {
+    let f = &r.fleet;
+    let mut o = String::new();
+    let _ = writeln!(o, "Calibration check: {}", source(&r.config));
+    let _ = writeln!(
+        o,
+        "Fleet: heartbeat every {}s (offline after {}s without one), task poll every {}s, {} endpoints per site,",
+        f.heartbeat_interval_seconds, f.heartbeat_timeout_seconds, f.poll_interval_seconds, f.max_site_endpoints
+    );
+    let _ = writeln!(
+        o,
+        "       {} analysts per NAT polling every {}s, CLI device-flow polling every {}s.",
+        f.analysts_per_nat,
+        f.dashboard_poll_seconds,
+        super::traffic::DEVICE_POLL_SECONDS
+    );
+    if !r.enabled {
+        let _ = writeln!(
+            o,
+            "Limiting is switched off (enabled = false): nothing is enforced; the figures show what enforcing would do."
+        );
+    }
+    let _ = writeln!(o);
+    let cols = [16, 23, 11, 7, 42, 9, 10, 6];
+    let head = [
+        "LIMITER",
+        "BUDGET",
+        "KEY",
+        "REFILL",
+        "MUST CARRY",
+        "HEADROOM",
+        "WORST RUN",
+        "STATUS",
+    ];
+    let row = |cells: [&str; 8]| -> String {
+        let mut line = String::new();
+        for (c, w) in cells.iter().zip(cols) {
+            line.push_str(&pad(c, w));
+            line.push(' ');
+        }
+        line.trim_end().to_owned() + "\n"
+    };
+    o.push_str(&row(head));
+    for l in &r.limiters {
+        let budget = format!(
+            "{} / {} {}",
+            l.limit,
+            fmt_secs(l.window_seconds),
+            l.algorithm
+        );
+        let refill = fmt_secs(l.refill_interval_seconds);
+        let status = l.status.as_str();
+        if l.loads.is_empty() {
+            let carries = if l.status == Status::Off {
+                "mode = off: never consulted"
+            } else {
+                "no declared cadence (abuse guard)"
+            };
+            o.push_str(&row([
+                &l.name, &budget, l.key, &refill, carries, "-", "-", status,
+            ]));
+            continue;
+        }
+        for (i, load) in l.loads.iter().enumerate() {
+            let headroom = fmt_headroom(load.headroom);
+            let worst = fmt_secs(load.worst_refused_seconds.unwrap_or(f64::INFINITY));
+            if i == 0 {
+                o.push_str(&row([
+                    &l.name,
+                    &budget,
+                    l.key,
+                    &refill,
+                    &load.describe,
+                    &headroom,
+                    &worst,
+                    status,
+                ]));
+            } else {
+                o.push_str(&row([
+                    "",
+                    "",
+                    "",
+                    "",
+                    &load.describe,
+                    &headroom,
+                    &worst,
+                    "",
+                ]));
+            }
+        }
+    }
+    let findings: Vec<&LimiterCheck> = r
+        .limiters
+        .iter()
+        .filter(|l| !l.reasons.is_empty())
+        .collect();
+    if !findings.is_empty() {
+        let _ = writeln!(o);
+        for l in findings {
+            for reason in &l.reasons {
+                let tag = if l.status == Status::Unsafe {
+                    "unsafe"
+                } else {
+                    "warning"
+                };
+                let _ = writeln!(o, "{tag}: {}: {reason}", l.name);
+            }
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{}: {} unsafe, {} warning(s).\nWORST RUN: the longest a client of that cadence is refused in a row once its bucket is empty.",
+        if r.is_safe() { "safe" } else { "UNSAFE" },
+        r.unsafe_limiters,
+        r.warnings
+    );
+    o
+}
+
+fn fmt_headroom(h: f64) -> String {
+    if h >= 0.1 {
+        format!("{h:.1}x")
+    } else {
+        format!("{h:.3}x")
+    }
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "0%".to_owned()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// The simulation as a table: one block per scenario.
+pub fn simulate_table(r: &SimulationReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "Simulation: {}, seed {}", source(&r.config), r.seed);
+    let _ = writeln!(
+        o,
+        "Virtual time through the real policy, keys and memory store; clients honour Retry-After with jitter unless noted."
+    );
+    for s in &r.scenarios {
+        let _ = writeln!(o);
+        match s {
+            ScenarioReport::Fleet(f) => {
+                let (lo, hi) = fleet_consts::RESULTS_PER_TASK;
+                let _ = writeln!(
+                    o,
+                    "fleet     {} agents behind one NAT for {}; {} fleet-wide tasks, {lo}-{hi} results per agent each",
+                    f.agents,
+                    fmt_secs(f.duration_seconds as f64),
+                    fleet_consts::TASK_WAVES_SECONDS.len()
+                );
+                let _ = writeln!(
+                    o,
+                    "          requests {}  refused {} ({})",
+                    f.requests,
+                    f.refused,
+                    pct(f.refused, f.requests)
+                );
+                let _ = writeln!(
+                    o,
+                    "          agents marked offline {}  (offline episodes {}, longest heartbeat gap {})",
+                    f.agents_marked_offline,
+                    f.offline_episodes,
+                    fmt_secs(f.longest_heartbeat_gap_seconds)
+                );
+                let _ = writeln!(
+                    o,
+                    "          heartbeats {} (refused {})  results posted {} (refused {}, still queued {})",
+                    f.heartbeats, f.heartbeats_refused, f.results_posted, f.result_posts_refused, f.results_backlog
+                );
+            }
+            ScenarioReport::Rollout(ro) => {
+                let _ = writeln!(
+                    o,
+                    "rollout   {} endpoints downloading and enrolling through one NAT, starting within 5m",
+                    ro.endpoints
+                );
+                let _ = writeln!(
+                    o,
+                    "          requests {}  refused {} ({})",
+                    ro.requests,
+                    ro.refused,
+                    pct(ro.refused, ro.requests)
+                );
+                match ro.last_enrolled_after_seconds {
+                    Some(s) => {
+                        let _ = writeln!(
+                            o,
+                            "          last enrolled after {}  (all {} enrolled)",
+                            fmt_secs(s),
+                            ro.endpoints
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(
+                            o,
+                            "          {} of {} enrolled when the run gave up after {}",
+                            ro.enrolled,
+                            ro.endpoints,
+                            fmt_secs(rollout_consts::CAP_SECONDS as f64)
+                        );
+                    }
+                }
+            }
+            ScenarioReport::Analysts(a) => {
+                let _ = writeln!(
+                    o,
+                    "analysts  {} dashboards behind one NAT polling every {}s for {}, ignoring Retry-After",
+                    a.analysts,
+                    a.poll_seconds,
+                    fmt_secs(a.duration_seconds as f64)
+                );
+                let _ = writeln!(
+                    o,
+                    "          verified tokens*:   requests {}  refused {} ({})  max refused per analyst {}",
+                    a.requests,
+                    a.refused,
+                    pct(a.refused, a.requests),
+                    a.max_refused_per_analyst
+                );
+                let w = &a.without_verified_tokens;
+                let after = "          * verified by a simulator verifier that accepts the tokens the scenario issues";
+                let _ = writeln!(
+                    o,
+                    "          no verified tokens: requests {}  refused {} ({})  max refused per analyst {}",
+                    w.requests,
+                    w.refused,
+                    pct(w.refused, w.requests),
+                    w.max_refused_per_analyst
+                );
+                let _ = writeln!(o, "{after}");
+            }
+            ScenarioReport::Abuse(a) => {
+                let _ = writeln!(
+                    o,
+                    "abuse     {} clients at {} requests/s each for {}, ignoring Retry-After",
+                    a.attackers.len(),
+                    a.rate_per_second,
+                    fmt_secs(a.duration_seconds as f64)
+                );
+                for at in &a.attackers {
+                    let _ = writeln!(
+                        o,
+                        "          {} {} admitted {}/min  (refused {} of {})",
+                        pad(at.name, 19),
+                        pad(&at.route, 26),
+                        at.admitted_per_minute,
+                        at.refused,
+                        at.requests
+                    );
+                }
+            }
+        }
+    }
+    o
+}

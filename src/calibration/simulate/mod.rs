@@ -1,0 +1,453 @@
+//! Scripted populations against the real limiter, in virtual time.
+//!
+//! Every request goes through [`Decider::decide`]: the configured policy picks the limiters,
+//! the key functions name the buckets, a [`MemoryStore`] decides them on a [`ManualClock`]. No
+//! socket is opened and nothing sleeps: the clock jumps from one scheduled request to the next,
+//! so hours of traffic take well under a second in a release build. The same seed gives the
+//! same run, request for request.
+//!
+//! The simulator always uses the memory store (the Redis store runs the same math). Dashboard
+//! tokens are checked by [`SimVerifier`], which accepts exactly the tokens the `analysts`
+//! scenario hands its analysts: it stands for a configured verifier and a verified user.
+
+pub mod abuse;
+pub mod analysts;
+pub mod fleet;
+pub mod rollout;
+
+pub use abuse::AbuseReport;
+pub use analysts::AnalystsReport;
+pub use fleet::FleetReport;
+pub use rollout::RolloutReport;
+
+use crate::clock::{ManualClock, Nanos};
+use crate::config::Config;
+use crate::decision::{Decider, RequestFacts};
+use crate::identity::TokenVerifier;
+use crate::store::memory::MemoryStore;
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub const NS: Nanos = 1_000_000_000;
+/// Virtual time starts an hour after the clock's zero, like the system clock.
+const ORIGIN: Nanos = 3_600 * NS;
+/// Width of one bar of the admitted/refused time series.
+pub const BIN_SECONDS: u64 = 10;
+/// The NAT every fleet, installer and analyst of a site sits behind.
+pub const SITE_NAT: &str = "203.0.113.10";
+
+/// The scenarios, in the order `all` runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Fleet,
+    Rollout,
+    Analysts,
+    Abuse,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Fleet,
+        Scenario::Rollout,
+        Scenario::Analysts,
+        Scenario::Abuse,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Fleet => "fleet",
+            Scenario::Rollout => "rollout",
+            Scenario::Analysts => "analysts",
+            Scenario::Abuse => "abuse",
+        }
+    }
+
+    /// `fleet`, `rollout`, `analysts`, `abuse`, or `all`.
+    pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
+        if s.eq_ignore_ascii_case("all") {
+            return Ok(Self::ALL.to_vec());
+        }
+        Self::ALL
+            .iter()
+            .find(|sc| sc.name().eq_ignore_ascii_case(s))
+            .map(|sc| vec![*sc])
+            .ok_or_else(|| {
+                format!("unknown scenario `{s}`; use fleet, rollout, analysts, abuse or all")
+            })
+    }
+}
+
+/// One scenario's outcome.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum ScenarioReport {
+    Fleet(FleetReport),
+    Rollout(RolloutReport),
+    Analysts(AnalystsReport),
+    Abuse(AbuseReport),
+}
+
+impl ScenarioReport {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ScenarioReport::Fleet(_) => "fleet",
+            ScenarioReport::Rollout(_) => "rollout",
+            ScenarioReport::Analysts(_) => "analysts",
+            ScenarioReport::Abuse(_) => "abuse",
+        }
+    }
+
+    /// Labelled instants of the series, in seconds: where each part of a scenario begins.
+    pub fn marks(&self) -> Vec<(u64, &'static str)> {
+        match self {
+            ScenarioReport::Analysts(a) => vec![
+                (0, "verified tokens"),
+                (a.duration_seconds, "no verified tokens"),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Admitted and refused requests per [`BIN_SECONDS`] of virtual time.
+    pub fn series(&self) -> &Series {
+        match self {
+            ScenarioReport::Fleet(r) => &r.series,
+            ScenarioReport::Rollout(r) => &r.series,
+            ScenarioReport::Analysts(r) => &r.series,
+            ScenarioReport::Abuse(r) => &r.series,
+        }
+    }
+}
+
+/// Everything `simulate` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimulationReport {
+    /// The configuration file, or `None` for the built-in calibration.
+    pub config: Option<PathBuf>,
+    pub seed: u64,
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+/// The largest population a scenario simulates (`max_site_endpoints`, `analysts_per_nat`).
+pub const MAX_POPULATION: u64 = 10_000;
+
+/// Run the scenarios against a configuration.
+pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<SimulationReport> {
+    for (name, n) in [
+        ("fleet.max_site_endpoints", cfg.fleet.max_site_endpoints),
+        ("fleet.analysts_per_nat", cfg.fleet.analysts_per_nat),
+    ] {
+        if n > MAX_POPULATION {
+            anyhow::bail!(
+                "{name} = {n} is more than the simulator runs; simulate at most {MAX_POPULATION}"
+            );
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().build()?;
+    let reports = rt.block_on(async {
+        let mut out = Vec::with_capacity(scenarios.len());
+        for sc in scenarios {
+            // Each scenario draws its own stream of numbers, so running one alone or within
+            // `all` gives the same figures.
+            let s = seed ^ sc.salt();
+            out.push(match sc {
+                Scenario::Fleet => ScenarioReport::Fleet(fleet::run(cfg, s).await),
+                Scenario::Rollout => ScenarioReport::Rollout(rollout::run(cfg, s).await),
+                Scenario::Analysts => ScenarioReport::Analysts(analysts::run(cfg, s).await),
+                Scenario::Abuse => ScenarioReport::Abuse(abuse::run(cfg, s).await),
+            });
+        }
+        out
+    });
+    Ok(SimulationReport {
+        config: cfg.source.clone(),
+        seed,
+        scenarios: reports,
+    })
+}
+
+impl Scenario {
+    fn salt(self) -> u64 {
+        match self {
+            Scenario::Fleet => 0x0f1e_e700,
+            Scenario::Rollout => 0x0a0d_0001,
+            Scenario::Analysts => 0x0a7a_1500,
+            Scenario::Abuse => 0x0ab0_5e00,
+        }
+    }
+}
+
+/// A small, fully specified PRNG (SplitMix64): the same seed gives the same run on every
+/// platform and every version of every dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `[lo, hi]`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+
+    /// Uniform duration in `[0, secs)` seconds, in nanoseconds.
+    pub fn within(&mut self, secs: f64) -> Nanos {
+        (self.unit() * secs * NS as f64) as Nanos
+    }
+
+    /// How a well-behaved client waits after a 429: the `Retry-After` it was given, plus up to
+    /// a fifth of it and up to one second more of random jitter, so retries do not arrive together.
+    pub fn backoff(&mut self, retry_after_secs: u64) -> Nanos {
+        let ra = retry_after_secs.max(1) as f64;
+        ((ra * (1.0 + 0.2 * self.unit()) + self.unit()) * NS as f64) as Nanos
+    }
+}
+
+/// Stands for a configured token verifier: a dashboard token `sim-analyst-<n>` verifies as the
+/// user `analyst-<n>`; every other token fails verification.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SimVerifier;
+
+/// The prefix of the tokens [`SimVerifier`] accepts.
+pub const SIM_TOKEN_PREFIX: &str = "sim-analyst-";
+
+impl TokenVerifier for SimVerifier {
+    fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<String>> {
+        let user = token
+            .strip_prefix(SIM_TOKEN_PREFIX)
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .map(|n| format!("analyst-{n}"));
+        Box::pin(async move { user })
+    }
+}
+
+/// Admitted and refused requests per [`BIN_SECONDS`] of virtual time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Series {
+    pub bin_seconds: u64,
+    pub admitted: Vec<u64>,
+    pub refused: Vec<u64>,
+}
+
+impl Series {
+    /// Extend with empty bins to cover `secs` of virtual time (a quiet end still shows).
+    pub fn pad_to(&mut self, secs: u64) {
+        let bins = secs.div_ceil(self.bin_seconds.max(1)) as usize;
+        if self.admitted.len() < bins {
+            self.admitted.resize(bins, 0);
+            self.refused.resize(bins, 0);
+        }
+    }
+
+    fn record(&mut self, at: Nanos, admitted: bool) {
+        let bin = (at / (self.bin_seconds * NS)) as usize;
+        if self.admitted.len() <= bin {
+            self.admitted.resize(bin + 1, 0);
+            self.refused.resize(bin + 1, 0);
+        }
+        if admitted {
+            self.admitted[bin] += 1;
+        } else {
+            self.refused[bin] += 1;
+        }
+    }
+}
+
+/// One simulated request.
+pub struct Req<'a> {
+    pub peer: IpAddr,
+    pub route: (&'a str, &'a str),
+    pub agent_id: Option<&'a str>,
+    /// The token of `Authorization: Bearer <token>`.
+    pub bearer: Option<&'a str>,
+}
+
+/// What the limiter answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Admitted,
+    Refused { retry_after_secs: u64 },
+}
+
+/// The real decision path on a virtual clock, counting what it answers.
+pub struct Sim {
+    clock: ManualClock,
+    decider: Decider,
+    pub requests: u64,
+    pub refused: u64,
+    pub series: Series,
+}
+
+impl Sim {
+    pub fn new(cfg: &Config) -> Self {
+        let clock = ManualClock::new(ORIGIN);
+        let store = MemoryStore::new(cfg.store.max_keys.max(100_000), Arc::new(clock.clone()));
+        Self {
+            decider: Decider::new(cfg, Arc::new(store), Arc::new(SimVerifier)),
+            clock,
+            requests: 0,
+            refused: 0,
+            series: Series {
+                bin_seconds: BIN_SECONDS,
+                ..Series::default()
+            },
+        }
+    }
+
+    /// Decide one request at `at` nanoseconds of virtual time.
+    pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
+        self.clock.set(ORIGIN + at);
+        let authorization = req.bearer.map(|t| format!("Bearer {t}"));
+        let facts = RequestFacts {
+            peer: req.peer,
+            method: req.route.0,
+            path: req.route.1,
+            forwarded: &[],
+            agent_id: req.agent_id.map(str::as_bytes),
+            authorization: authorization.as_deref().map(str::as_bytes),
+            session_token: None,
+        };
+        let outcome = self.decider.decide(&facts).await;
+        self.requests += 1;
+        let refused = outcome.refused();
+        self.series.record(at, !refused);
+        if refused {
+            self.refused += 1;
+            Answer::Refused {
+                retry_after_secs: outcome.retry_after_secs().unwrap_or(1),
+            }
+        } else {
+            Answer::Admitted
+        }
+    }
+}
+
+/// Events due at instants of virtual time, first come first served.
+pub struct Queue<E: Ord> {
+    heap: BinaryHeap<Reverse<(Nanos, u64, E)>>,
+    seq: u64,
+}
+
+impl<E: Ord> Default for Queue<E> {
+    fn default() -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            seq: 0,
+        }
+    }
+}
+
+impl<E: Ord> Queue<E> {
+    pub fn push(&mut self, at: Nanos, e: E) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, e)));
+    }
+
+    /// The next event due at or before `until`.
+    pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
+        match self.heap.peek() {
+            Some(Reverse((at, _, _))) if *at <= until => {
+                self.heap.pop().map(|Reverse((at, _, e))| (at, e))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Parse a literal address used by the scenarios.
+pub fn ip(s: &str) -> IpAddr {
+    s.parse()
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+}
+
+/// Seconds from the configuration as nanoseconds, capped at ten years (far past any run).
+pub fn ns(secs: u64) -> Nanos {
+    secs.min(10 * 365 * 86_400) * NS
+}
+
+pub fn secs(ns: Nanos) -> f64 {
+    ns as f64 / NS as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_is_deterministic_and_spread() {
+        let mut a = Rng::new(7);
+        let mut b = Rng::new(7);
+        let xs: Vec<u64> = (0..5).map(|_| a.next_u64()).collect();
+        let ys: Vec<u64> = (0..5).map(|_| b.next_u64()).collect();
+        assert_eq!(xs, ys);
+        let mut r = Rng::new(1);
+        let mean = (0..10_000).map(|_| r.unit()).sum::<f64>() / 10_000.0;
+        assert!((mean - 0.5).abs() < 0.02, "{mean}");
+        let w = r.backoff(10);
+        assert!((10 * NS..13 * NS).contains(&w), "{w}");
+    }
+
+    #[test]
+    fn sim_verifier_accepts_only_scenario_tokens() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            assert_eq!(
+                SimVerifier.verify("sim-analyst-3").await.as_deref(),
+                Some("analyst-3")
+            );
+            assert_eq!(SimVerifier.verify("sim-analyst-").await, None);
+            assert_eq!(SimVerifier.verify("sim-analyst-x").await, None);
+            assert_eq!(SimVerifier.verify("forged").await, None);
+        });
+    }
+
+    #[test]
+    fn extreme_fleet_settings_neither_panic_nor_run_forever() {
+        let mut cfg = Config::default();
+        cfg.fleet.heartbeat_interval_seconds = u64::MAX;
+        cfg.fleet.poll_interval_seconds = 0;
+        cfg.fleet.heartbeat_timeout_seconds = u64::MAX;
+        cfg.fleet.dashboard_poll_seconds = u64::MAX;
+        cfg.fleet.max_site_endpoints = 3;
+        cfg.fleet.analysts_per_nat = 0;
+        let r = run(&cfg, &[Scenario::Fleet, Scenario::Analysts], 1).unwrap();
+        assert_eq!(r.scenarios.len(), 2);
+        cfg.fleet.max_site_endpoints = MAX_POPULATION + 1;
+        let e = run(&cfg, &[Scenario::Rollout], 1).unwrap_err().to_string();
+        assert!(e.contains("fleet.max_site_endpoints = 10001"), "{e}");
+    }
+
+    #[test]
+    fn scenario_names() {
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 4);
+        assert_eq!(
+            Scenario::parse_list("Fleet").unwrap(),
+            vec![Scenario::Fleet]
+        );
+        assert!(Scenario::parse_list("nope")
+            .unwrap_err()
+            .contains("unknown scenario"));
+    }
+}

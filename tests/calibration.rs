@@ -1,0 +1,374 @@
+//! `check` and `simulate`, end to end: the real binary's output and exit codes, `serve` refusing
+//! an unsafe calibration, and the simulator's figures for the built-in and the replaced calibration.
+
+use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport, SimulationReport};
+use fleet_limiter::calibration::{plot, report};
+use fleet_limiter::config::{Config, Loader};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fleet-limiter");
+const REPLACED: &str = "docs/examples/replaced-calibration.toml";
+
+/// The binary, run from the crate root with no `FLEET_LIMITER_*` variable inherited.
+fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLEET_LIMITER_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    cmd(args).output().expect("run fleet-limiter")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+macro_rules! snap {
+    ($name:expr, $value:expr) => {
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_snapshot!($name, $value);
+        })
+    };
+}
+
+fn replaced_config() -> Config {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(REPLACED);
+    let mut cfg = Loader::new()
+        .file(path)
+        .load()
+        .expect("the replaced calibration loads");
+    cfg.source = Some(REPLACED.into());
+    cfg
+}
+
+/// Every scenario on each calibration, run once for all the tests of this file.
+fn default_run() -> &'static SimulationReport {
+    static R: OnceLock<SimulationReport> = OnceLock::new();
+    R.get_or_init(|| simulate::run(&Config::default(), &Scenario::ALL, 1).expect("simulate"))
+}
+
+fn replaced_run() -> &'static SimulationReport {
+    static R: OnceLock<SimulationReport> = OnceLock::new();
+    R.get_or_init(|| simulate::run(&replaced_config(), &Scenario::ALL, 1).expect("simulate"))
+}
+
+fn scenario<'a>(r: &'a SimulationReport, name: &str) -> &'a ScenarioReport {
+    r.scenarios
+        .iter()
+        .find(|s| s.name() == name)
+        .expect("scenario ran")
+}
+
+#[test]
+fn check_default_calibration_passes() {
+    let table = run(&["check"]);
+    assert!(table.status.success(), "{}", stderr(&table));
+    assert!(stdout(&table).contains("safe: 0 unsafe, 0 warning(s)"));
+    snap!("check_default_table", stdout(&table));
+    let json = run(&["check", "--format", "json"]);
+    assert!(json.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v["unsafe_limiters"], 0);
+    snap!("check_default_json", stdout(&json));
+}
+
+#[test]
+fn check_replaced_calibration_fails_naming_limiter_and_reason() {
+    let table = run(&["check", "--config", REPLACED]);
+    assert_eq!(table.status.code(), Some(1));
+    let err = stderr(&table);
+    assert!(
+        err.contains("unsafe: agent-device: refills 6.7/min per bucket, slower than the agents' idle cadence of 750/min"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unsafe: enrollment: cannot admit max_site_endpoints = 250 in one burst"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unsafe: download: cannot admit max_site_endpoints = 250 in one burst"),
+        "{err}"
+    );
+    snap!("check_replaced_table", stdout(&table));
+    let json = run(&["check", "--config", REPLACED, "--format", "json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(v["unsafe_limiters"], 3);
+    snap!("check_replaced_json", stdout(&json));
+}
+
+#[test]
+fn check_flags_a_lockout_longer_than_the_heartbeat_timeout() {
+    // Per-agent keys fix the NAT collision, but a 15-minute fixed window still locks an agent
+    // out far past the 180 s heartbeat timeout.
+    let o = cmd(&["check"])
+        .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100")
+        .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "15m")
+        .env(
+            "FLEET_LIMITER_LIMITER_AGENT_DEVICE_ALGORITHM",
+            "fixed-window",
+        )
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("agent-device: a refused agent can wait 15m for its heartbeat, so 16m can pass between heartbeats, not under heartbeat_timeout_seconds = 180"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_warns_but_passes_under_ten_times_idle_headroom() {
+    let o = cmd(&["check"])
+        .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "15")
+        .output()
+        .expect("run");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o)
+        .contains("warning: agent-device: headroom over the agents' idle cadence is 5.0x"));
+}
+
+#[test]
+fn check_reads_the_fleet_settings() {
+    // A smaller site fits the old enrollment budget; a faster dashboard does not fit a small ui budget.
+    let o = cmd(&["check"])
+        .env("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "5")
+        .env("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5")
+        .env("FLEET_LIMITER_DASHBOARD_POLL_SECONDS", "1")
+        .env("FLEET_LIMITER_LIMITER_UI_LIMIT", "600")
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(!err.contains("enrollment"), "{err}");
+    assert!(
+        err.contains(
+            "unsafe: ui: refills 40/min per bucket, slower than the declared cadence of 60/min"
+        ),
+        "{err}"
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+#[test]
+fn serve_refuses_an_unsafe_calibration() {
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let o = run(&[
+        "serve",
+        "--config",
+        REPLACED,
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        &listen,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("refusing to start: the calibration is unsafe"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unsafe: agent-device: refills 6.7/min per bucket"),
+        "{err}"
+    );
+    assert!(
+        err.contains("unsafe: enrollment: cannot admit max_site_endpoints = 250"),
+        "{err}"
+    );
+    assert!(err.contains("--allow-unsafe-calibration"), "{err}");
+}
+
+/// Start `serve` and wait until it accepts connections; `None` if it exited first.
+fn serve_starts(extra_env: &[(&str, &str)], extra_args: &[&str]) -> Option<String> {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "serve",
+        "--config",
+        REPLACED,
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--listen",
+        &listen,
+    ];
+    args.extend_from_slice(extra_args);
+    let mut c = cmd(&args);
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    let mut child = c
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut up = false;
+    for _ in 0..600 {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if std::net::TcpStream::connect(&listen).is_ok() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("wait");
+    up.then(|| stderr(&out))
+}
+
+#[test]
+fn serve_starts_an_unsafe_calibration_only_when_told_to() {
+    let err =
+        serve_starts(&[], &["--allow-unsafe-calibration"]).expect("serve started with the flag");
+    assert!(err.contains("unsafe calibration, starting anyway"), "{err}");
+    assert!(
+        serve_starts(&[("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true")], &[]).is_some(),
+        "serve started with the environment variable"
+    );
+    assert!(
+        serve_starts(&[("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "false")], &[]).is_none(),
+        "false does not override"
+    );
+}
+
+#[test]
+fn default_calibration_keeps_the_fleet_online_and_the_rollout_unthrottled() {
+    let r = default_run();
+    let ScenarioReport::Fleet(f) = scenario(r, "fleet") else {
+        unreachable!()
+    };
+    assert_eq!(f.agents, 250);
+    assert_eq!(f.agents_marked_offline, 0);
+    assert!(
+        f.result_posts_refused > 0,
+        "the result bursts do meet the agent budget"
+    );
+    assert!(f.longest_heartbeat_gap_seconds < 180.0);
+    assert_eq!(f.results_backlog, 0, "every result got through");
+    let ScenarioReport::Rollout(ro) = scenario(r, "rollout") else {
+        unreachable!()
+    };
+    assert_eq!(ro.refused, 0);
+    assert_eq!(ro.enrolled, 250);
+    assert!(ro.last_enrolled_after_seconds.is_some_and(|s| s < 600.0));
+    let ScenarioReport::Analysts(a) = scenario(r, "analysts") else {
+        unreachable!()
+    };
+    assert_eq!(
+        a.max_refused_per_analyst, 0,
+        "verified analysts each have their own budget"
+    );
+    assert!(
+        a.without_verified_tokens.max_refused_per_analyst > 0,
+        "20 analysts on one IP bucket collide"
+    );
+    let ScenarioReport::Abuse(ab) = scenario(r, "abuse") else {
+        unreachable!()
+    };
+    assert!(ab.admitted_per_minute["api-key-spray"] < 70.0);
+    assert!(ab.admitted_per_minute["cli-token-stuffing"] < 70.0);
+}
+
+#[test]
+fn replaced_calibration_marks_agents_offline_and_takes_hours_to_roll_out() {
+    let r = replaced_run();
+    let ScenarioReport::Fleet(f) = scenario(r, "fleet") else {
+        unreachable!()
+    };
+    assert!(f.agents_marked_offline > 200, "{}", f.agents_marked_offline);
+    let ScenarioReport::Rollout(ro) = scenario(r, "rollout") else {
+        unreachable!()
+    };
+    let last = ro
+        .last_enrolled_after_seconds
+        .expect("all enrolled within the cap");
+    assert!(last > 10.0 * 3600.0, "{last}");
+}
+
+#[test]
+fn simulate_snapshots() {
+    let d = default_run();
+    snap!("simulate_default_table", report::simulate_table(d));
+    snap!("simulate_default_json", report::json(d));
+    let r = replaced_run();
+    snap!("simulate_replaced_table", report::simulate_table(r));
+    snap!("simulate_replaced_json", report::json(r));
+}
+
+#[test]
+fn same_seed_same_run_other_seed_other_run() {
+    let cfg = Config::default();
+    let a = simulate::run(&cfg, &[Scenario::Rollout], 1).expect("run");
+    let b = simulate::run(&cfg, &[Scenario::Rollout], 1).expect("run");
+    let c = simulate::run(&cfg, &[Scenario::Rollout], 2).expect("run");
+    assert_eq!(report::json(&a), report::json(&b));
+    assert_ne!(report::json(&a), report::json(&c));
+    // A scenario alone gives the figures it gives within `all`.
+    let alone = report::json(&a.scenarios[0]);
+    assert_eq!(alone, report::json(scenario(default_run(), "rollout")));
+}
+
+#[test]
+fn simulate_cli_prints_json_and_draws_the_plot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("rollout.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    let o = run(&[
+        "simulate",
+        "--scenario",
+        "rollout",
+        "--config",
+        REPLACED,
+        "--format",
+        "json",
+        "--seed",
+        "1",
+        "--plot",
+        &svg_arg,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let ro = &v["scenarios"][0];
+    assert_eq!(ro["scenario"], "rollout");
+    assert!(ro["refused"].as_u64().is_some_and(|n| n > 0));
+    assert!(ro["last_enrolled_after_seconds"]
+        .as_f64()
+        .is_some_and(|s| s > 36_000.0));
+    // The binary gives the figures the library gives.
+    let lib = simulate::run(&replaced_config(), &[Scenario::Rollout], 1).expect("run");
+    assert_eq!(stdout(&o), report::json(&lib));
+    let drawn = std::fs::read_to_string(&svg).expect("plot written");
+    assert_eq!(drawn, plot::svg(&lib));
+    assert!(drawn.contains("rollout (requests per"));
+
+    let bad = run(&["simulate", "--scenario", "stampede"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("unknown scenario `stampede`"));
+}
