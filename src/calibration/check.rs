@@ -680,7 +680,9 @@ mod tests {
         let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "12")]));
         assert!(r.is_safe());
         assert_eq!(line(&r, "agent-device").status, Status::Warning);
-        assert_eq!(r.warnings, 1);
+        // The agent-ip ceiling is derived from agent-device, so it thins out with it.
+        assert_eq!(line(&r, "agent-ip").status, Status::Warning);
+        assert_eq!(r.warnings, 2);
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn check_table(r: &CheckReport) -> String {
         );
     }
     let _ = writeln!(o);
-    let cols = [16, 23, 11, 7, 42, 9, 10, 6];
+    let cols = [16, 24, 11, 7, 42, 9, 10, 6];
     let head = [
         "LIMITER",
         "BUDGET",
