@@ -169,6 +169,22 @@ impl Decider {
             Err(e) => (fallback_verdicts(&limiters), Some(e)),
         };
         let errored = store_error.is_some();
+        // A refused request consumed nothing: the limiters that allowed it report their
+        // buckets as they stand, not as they would after a charge that never happened.
+        let refused = !errored
+            && verdicts
+                .iter()
+                .zip(&checks)
+                .any(|(v, c)| !v.allowed && !c.advisory);
+        let verdicts: Vec<Verdict> = if refused {
+            verdicts
+                .into_iter()
+                .zip(&checks)
+                .map(|(v, c)| crate::limiter::unconsumed(&c.quota, v))
+                .collect()
+        } else {
+            verdicts
+        };
         let results = limiters
             .into_iter()
             .zip(checks)
@@ -224,4 +240,62 @@ fn fallback_verdicts(limiters: &[Arc<LimiterSpec>]) -> Vec<Verdict> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::config::Loader;
+    use crate::identity::NoVerifier;
+    use crate::store::memory::MemoryStore;
+
+    fn facts<'a>(auth: &'a [u8]) -> RequestFacts<'a> {
+        RequestFacts {
+            peer: "203.0.113.7".parse().unwrap(),
+            method: "GET",
+            path: "/api/reports",
+            forwarded: &[],
+            agent_id: None,
+            authorization: Some(auth),
+            session_token: None,
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_refused_request_reports_the_other_buckets_as_they_stand() {
+        let cfg = Loader::new()
+            .env([(
+                "FLEET_LIMITER_LIMITER_CLI_BEARER_LIMIT".to_owned(),
+                "1".to_owned(),
+            )])
+            .load()
+            .unwrap();
+        let store = Arc::new(MemoryStore::new(1000, Arc::new(ManualClock::new(1))));
+        let d = Decider::new(&cfg, store, Arc::new(NoVerifier));
+        let first = d.decide(&facts(b"Bearer cli-token")).await;
+        assert!(!first.refused());
+        let ui = |o: &Outcome| {
+            o.results
+                .iter()
+                .find(|r| &*r.spec.name == "ui")
+                .map(|r| r.verdict)
+                .unwrap()
+        };
+        assert_eq!(ui(&first).remaining, 999);
+        let second = d.decide(&facts(b"Bearer cli-token")).await;
+        assert!(second.refused(), "cli-bearer allows one a minute");
+        assert_eq!(
+            ui(&second).remaining,
+            999,
+            "the refused request charged ui nothing"
+        );
+        assert_eq!(ui(&second).reset_after_ns, 900_000_000);
+        let third = d.decide(&facts(b"Basic x")).await;
+        assert_eq!(
+            ui(&third).remaining,
+            998,
+            "the store agrees: only one was charged"
+        );
+    }
 }

@@ -97,7 +97,56 @@ impl State {
     }
 }
 
+/// What an allowed verdict reports when its request was refused by another limiter, so that
+/// nothing was consumed: one more remaining and, for GCRA, one emission interval less to wait
+/// until the bucket is full.
+pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
+    if !v.allowed {
+        return v;
+    }
+    let reset_after_ns = match quota.algorithm {
+        Algorithm::Gcra => v
+            .reset_after_ns
+            .saturating_sub(quota.emission_interval_ns()),
+        Algorithm::FixedWindow => v.reset_after_ns,
+    };
+    Verdict {
+        remaining: v.remaining.saturating_add(1).min(v.limit),
+        reset_after_ns,
+        ..v
+    }
+}
+
 /// Whole seconds, rounded up: how headers speak of a wait. Never 0 for a positive wait.
 pub fn ceil_secs(ns: Nanos) -> u64 {
     ns.div_ceil(1_000_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unconsumed_is_the_state_before_the_request() {
+        let q = Quota::gcra(30, Duration::from_secs(60));
+        let before = State {
+            a: 10_000_000_000,
+            b: 0,
+        };
+        let now = 5_000_000_000;
+        let (consumed, _) = decide(&q, Some(before), now);
+        let (peek_as_if_one_less, _) = decide(&q, None, now);
+        let back = unconsumed(&q, consumed);
+        assert_eq!(back.remaining, consumed.remaining + 1);
+        assert_eq!(
+            back.reset_after_ns, 5_000_000_000,
+            "the stored TAT minus now"
+        );
+        // A fresh bucket that was not charged is simply full.
+        let fresh = unconsumed(&q, peek_as_if_one_less);
+        assert_eq!((fresh.remaining, fresh.reset_after_ns), (30, 0));
+        let fw = Quota::new(5, Duration::from_secs(60), Algorithm::FixedWindow);
+        let (v, _) = decide(&fw, None, 0);
+        assert_eq!(unconsumed(&fw, v).remaining, 5);
+    }
 }
