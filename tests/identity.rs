@@ -345,9 +345,10 @@ async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
         .to_str()
         .unwrap_or_default()
         .to_owned();
-    // The fresh agent id's own bucket would allow it (2 left after it); the ceiling refuses.
+    // The fresh agent id's own bucket would allow it, and is not charged for the refused
+    // request (all 3 left, its window never opened); the ceiling refuses.
     assert!(
-        state.starts_with("\"agent-device\";r=2;") && state.contains("\"agent-ip\";r=0;"),
+        state.starts_with("\"agent-device\";r=3;t=0") && state.contains("\"agent-ip\";r=0;"),
         "{state}"
     );
     // Enrollment is a lifecycle endpoint with its own IP budget, outside the ceiling.

@@ -104,14 +104,17 @@ pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
     if !v.allowed {
         return v;
     }
+    let remaining = v.remaining.saturating_add(1).min(v.limit);
     let reset_after_ns = match quota.algorithm {
         Algorithm::Gcra => v
             .reset_after_ns
             .saturating_sub(quota.emission_interval_ns()),
+        // A window with nothing counted in it was never opened.
+        Algorithm::FixedWindow if remaining == v.limit => 0,
         Algorithm::FixedWindow => v.reset_after_ns,
     };
     Verdict {
-        remaining: v.remaining.saturating_add(1).min(v.limit),
+        remaining,
         reset_after_ns,
         ..v
     }
@@ -148,5 +151,21 @@ mod tests {
         let fw = Quota::new(5, Duration::from_secs(60), Algorithm::FixedWindow);
         let (v, _) = decide(&fw, None, 0);
         assert_eq!(unconsumed(&fw, v).remaining, 5);
+        assert_eq!(unconsumed(&fw, v).reset_after_ns, 0);
+        let (v2, _) = decide(
+            &fw,
+            Some(State {
+                a: 60_000_000_000,
+                b: 1,
+            }),
+            0,
+        );
+        assert_eq!(
+            (
+                unconsumed(&fw, v2).remaining,
+                unconsumed(&fw, v2).reset_after_ns
+            ),
+            (4, 60_000_000_000)
+        );
     }
 }
