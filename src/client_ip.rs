@@ -84,7 +84,11 @@ where
 }
 
 /// Convenience for callers holding a socket address.
-pub fn client_ip_from_socket<'a, I>(peer: SocketAddr, header_values: I, t: &TrustedProxies) -> IpAddr
+pub fn client_ip_from_socket<'a, I>(
+    peer: SocketAddr,
+    header_values: I,
+    t: &TrustedProxies,
+) -> IpAddr
 where
     I: IntoIterator<Item = &'a [u8]>,
 {
@@ -191,18 +195,33 @@ mod tests {
     #[test]
     fn all_header_instances_in_order() {
         let t = xff(&["10.0.0.0/8"]);
-        assert_eq!(run("10.0.0.2", &["6.6.6.6", "203.0.113.9"], &t), ip("203.0.113.9"));
-        assert_eq!(run("10.0.0.2", &["203.0.113.9", "10.1.1.1"], &t), ip("203.0.113.9"));
+        assert_eq!(
+            run("10.0.0.2", &["6.6.6.6", "203.0.113.9"], &t),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            run("10.0.0.2", &["203.0.113.9", "10.1.1.1"], &t),
+            ip("203.0.113.9")
+        );
     }
 
     #[test]
     fn ports_brackets_zones_and_mapped() {
         let t = xff(&["10.0.0.0/8"]);
-        assert_eq!(run("10.0.0.2", &["203.0.113.9:4711"], &t), ip("203.0.113.9"));
-        assert_eq!(run("10.0.0.2", &["[2001:db8::1]:443"], &t), ip("2001:db8::1"));
+        assert_eq!(
+            run("10.0.0.2", &["203.0.113.9:4711"], &t),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            run("10.0.0.2", &["[2001:db8::1]:443"], &t),
+            ip("2001:db8::1")
+        );
         assert_eq!(run("10.0.0.2", &["fe80::1%eth0"], &t), ip("fe80::1"));
         // A trusted peer seen as IPv4-mapped IPv6 is still trusted.
-        assert_eq!(run("::ffff:10.0.0.2", &["203.0.113.9"], &t), ip("203.0.113.9"));
+        assert_eq!(
+            run("::ffff:10.0.0.2", &["203.0.113.9"], &t),
+            ip("203.0.113.9")
+        );
     }
 
     #[test]
@@ -230,7 +249,11 @@ mod tests {
     fn rfc7239_forwarded() {
         let t = fwd(&["10.0.0.0/8"]);
         assert_eq!(
-            run("10.0.0.2", &["for=6.6.6.6, for=203.0.113.9;proto=https, for=10.0.0.1"], &t),
+            run(
+                "10.0.0.2",
+                &["for=6.6.6.6, for=203.0.113.9;proto=https, for=10.0.0.1"],
+                &t
+            ),
             ip("203.0.113.9")
         );
         assert_eq!(
@@ -239,7 +262,10 @@ mod tests {
         );
         assert_eq!(run("10.0.0.2", &["For=203.0.113.9"], &t), ip("203.0.113.9"));
         assert_eq!(run("10.0.0.2", &["for=unknown"], &t), ip("10.0.0.2"));
-        assert_eq!(run("10.0.0.2", &["for=_hidden, for=10.0.0.1"], &t), ip("10.0.0.1"));
+        assert_eq!(
+            run("10.0.0.2", &["for=_hidden, for=10.0.0.1"], &t),
+            ip("10.0.0.1")
+        );
         assert_eq!(run("10.0.0.2", &["proto=https"], &t), ip("10.0.0.2"));
         // With Forwarded configured, a spoofed X-Forwarded-For is not read at all (the caller
         // passes only Forwarded values), so this is the untouched peer.

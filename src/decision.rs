@@ -145,7 +145,9 @@ impl Decider {
             req.session_token,
         )
         .await;
-        let limiters = settings.policy.applicable(req.method, req.path, id.credential);
+        let limiters = settings
+            .policy
+            .applicable(req.method, req.path, id.credential);
         if limiters.is_empty() {
             return Outcome {
                 client_ip: Some(ip),
@@ -157,7 +159,11 @@ impl Decider {
         let (verdicts, store_error) = match self.store.decide(&checks).await {
             Ok(v) if v.len() == checks.len() => (v, None),
             Ok(v) => {
-                let e = StoreError(format!("store answered {} verdicts for {} checks", v.len(), checks.len()));
+                let e = StoreError(format!(
+                    "store answered {} verdicts for {} checks",
+                    v.len(),
+                    checks.len()
+                ));
                 (fallback_verdicts(&limiters), Some(e))
             }
             Err(e) => (fallback_verdicts(&limiters), Some(e)),
@@ -187,7 +193,8 @@ pub fn build_checks(limiters: &[Arc<LimiterSpec>], ip_key: &str, id: &Identity) 
     limiters
         .iter()
         .map(|l| {
-            let principal = keys::principal_key(l.key, ip_key, id.agent_id.as_deref(), id.user.as_deref());
+            let principal =
+                keys::principal_key(l.key, ip_key, id.agent_id.as_deref(), id.user.as_deref());
             Check {
                 key: BucketKey::new(l.name.clone(), &principal),
                 quota: l.quota,
@@ -209,7 +216,11 @@ fn fallback_verdicts(limiters: &[Arc<LimiterSpec>]) -> Vec<Verdict> {
                 limit: l.quota.limit,
                 remaining: 0,
                 reset_after_ns: 0,
-                retry_after_ns: if allowed { 0 } else { l.quota.emission_interval_ns() },
+                retry_after_ns: if allowed {
+                    0
+                } else {
+                    l.quota.emission_interval_ns()
+                },
             }
         })
         .collect()

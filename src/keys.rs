@@ -79,7 +79,12 @@ pub fn valid_agent_id(raw: &[u8]) -> Option<&str> {
 }
 
 /// The principal key of one kind, before digesting. `ip` is already normalised.
-pub fn principal_key(kind: KeyKind, ip: &str, agent_id: Option<&str>, user: Option<&str>) -> String {
+pub fn principal_key(
+    kind: KeyKind,
+    ip: &str,
+    agent_id: Option<&str>,
+    user: Option<&str>,
+) -> String {
     match kind {
         KeyKind::Ip => ip.to_owned(),
         KeyKind::IpAgent => format!("{}:{}", ip, agent_id.unwrap_or("none")),
@@ -158,9 +163,15 @@ mod tests {
             normalize_ip(ip("2001:db8:abcd:12ff:1:2:3:4"), 64),
             "2001:db8:abcd:12ff::/64"
         );
-        assert_eq!(normalize_ip(ip("2001:db8:abcd:12ff::1"), 32), "2001:db8::/32");
+        assert_eq!(
+            normalize_ip(ip("2001:db8:abcd:12ff::1"), 32),
+            "2001:db8::/32"
+        );
         // Out-of-range prefixes are clamped.
-        assert_eq!(normalize_ip(ip("2001:db8:abcd:12ff::1"), 8), "2001:db8::/32");
+        assert_eq!(
+            normalize_ip(ip("2001:db8:abcd:12ff::1"), 8),
+            "2001:db8::/32"
+        );
         assert_eq!(
             normalize_ip(ip("2001:db8:abcd:12ff:1::1"), 128),
             "2001:db8:abcd:12ff::/64"
@@ -178,7 +189,10 @@ mod tests {
 
     #[test]
     fn agent_id_rules() {
-        assert_eq!(valid_agent_id(b"agent-01.site_a:x"), Some("agent-01.site_a:x"));
+        assert_eq!(
+            valid_agent_id(b"agent-01.site_a:x"),
+            Some("agent-01.site_a:x")
+        );
         assert_eq!(valid_agent_id(b""), None);
         assert_eq!(valid_agent_id(b"has space"), None);
         assert_eq!(valid_agent_id(b"slash/no"), None);
@@ -189,11 +203,26 @@ mod tests {
 
     #[test]
     fn principal_key_formats() {
-        assert_eq!(principal_key(KeyKind::Ip, "1.2.3.4", Some("a"), Some("u")), "1.2.3.4");
-        assert_eq!(principal_key(KeyKind::IpAgent, "1.2.3.4", Some("a1"), None), "1.2.3.4:a1");
-        assert_eq!(principal_key(KeyKind::IpAgent, "1.2.3.4", None, None), "1.2.3.4:none");
-        assert_eq!(principal_key(KeyKind::UserOrIp, "1.2.3.4", None, Some("user_9")), "user:user_9");
-        assert_eq!(principal_key(KeyKind::UserOrIp, "1.2.3.4", None, None), "ip:1.2.3.4");
+        assert_eq!(
+            principal_key(KeyKind::Ip, "1.2.3.4", Some("a"), Some("u")),
+            "1.2.3.4"
+        );
+        assert_eq!(
+            principal_key(KeyKind::IpAgent, "1.2.3.4", Some("a1"), None),
+            "1.2.3.4:a1"
+        );
+        assert_eq!(
+            principal_key(KeyKind::IpAgent, "1.2.3.4", None, None),
+            "1.2.3.4:none"
+        );
+        assert_eq!(
+            principal_key(KeyKind::UserOrIp, "1.2.3.4", None, Some("user_9")),
+            "user:user_9"
+        );
+        assert_eq!(
+            principal_key(KeyKind::UserOrIp, "1.2.3.4", None, None),
+            "ip:1.2.3.4"
+        );
     }
 
     #[test]

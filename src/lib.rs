@@ -37,8 +37,14 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
             Arc::new(clock::SystemClock::new()),
         )),
         config::StoreBackend::Redis => {
-            anyhow::bail!("store.backend = \"redis\" is not available in this build; use \"memory\"")
+            anyhow::bail!(
+                "store.backend = \"redis\" is not available in this build; use \"memory\""
+            )
         }
     };
-    Ok(decision::Decider::new(cfg, store, Arc::new(identity::NoVerifier)))
+    Ok(decision::Decider::new(
+        cfg,
+        store,
+        Arc::new(identity::NoVerifier),
+    ))
 }

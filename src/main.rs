@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "fleet-limiter", version, about = "Principal-keyed rate limiter for agent-fleet HTTP APIs")]
+#[command(
+    name = "fleet-limiter",
+    version,
+    about = "Principal-keyed rate limiter for agent-fleet HTTP APIs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -73,11 +77,19 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
     let single = [
         ("server.listen", &args.listen, "--listen"),
         ("server.upstream", &args.upstream, "--upstream"),
-        ("client_ip.header", &args.forwarded_header, "--forwarded-header"),
+        (
+            "client_ip.header",
+            &args.forwarded_header,
+            "--forwarded-header",
+        ),
         ("client_ip.ipv6_prefix", &args.ipv6_prefix, "--ipv6-prefix"),
         ("store", &args.store, "--store"),
         ("store.max_keys", &args.max_keys, "--max-keys"),
-        ("server.connect_timeout", &args.connect_timeout, "--connect-timeout"),
+        (
+            "server.connect_timeout",
+            &args.connect_timeout,
+            "--connect-timeout",
+        ),
         ("server.read_timeout", &args.read_timeout, "--read-timeout"),
     ];
     for (path, value, flag) in single {
@@ -94,7 +106,10 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
@@ -116,7 +131,8 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let run = actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
+            let run = actix_web::rt::System::new()
+                .block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
             match run {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

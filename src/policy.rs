@@ -141,7 +141,9 @@ impl Policy {
             }
         }
         best.sort_by_key(|(i, _)| *i);
-        best.into_iter().map(|(i, _)| self.limiters[i].clone()).collect()
+        best.into_iter()
+            .map(|(i, _)| self.limiters[i].clone())
+            .collect()
     }
 }
 
@@ -234,7 +236,8 @@ impl Serialize for RoutePattern {
 impl RoutePattern {
     pub fn matches(&self, method: &str, segs: &[&str]) -> bool {
         if let Some(m) = &self.method {
-            let same = m.eq_ignore_ascii_case(method) || (m == "GET" && method.eq_ignore_ascii_case("HEAD"));
+            let same = m.eq_ignore_ascii_case(method)
+                || (m == "GET" && method.eq_ignore_ascii_case("HEAD"));
             if !same {
                 return false;
             }
@@ -243,7 +246,11 @@ impl RoutePattern {
     }
 
     pub fn specificity(&self) -> Specificity {
-        let literals = self.segs.iter().filter(|s| matches!(s, Seg::Lit(_))).count();
+        let literals = self
+            .segs
+            .iter()
+            .filter(|s| matches!(s, Seg::Lit(_)))
+            .count();
         Specificity {
             literals,
             method: self.method.is_some(),
@@ -268,7 +275,9 @@ impl RoutePattern {
 fn match_segs(pat: &[Seg], path: &[&str]) -> bool {
     match pat.split_first() {
         None => path.is_empty(),
-        Some((Seg::DoubleStar, rest)) => (0..=path.len()).any(|skip| match_segs(rest, &path[skip..])),
+        Some((Seg::DoubleStar, rest)) => {
+            (0..=path.len()).any(|skip| match_segs(rest, &path[skip..]))
+        }
         Some((seg, rest)) => match path.split_first() {
             None => false,
             Some((first, path_rest)) => {
@@ -371,9 +380,21 @@ mod tests {
         assert!(m("/api/agent/**", "GET", "/api/agent/heartbeat"));
         assert!(m("/api/agent/**", "GET", "/api/agent"));
         assert!(!m("/api/agent/**", "GET", "/api/agents"));
-        assert!(m("GET /api/agent/download/**", "GET", "/api/agent/download"));
-        assert!(m("GET /api/agent/download/**", "HEAD", "/api/agent/download/linux/x64"));
-        assert!(!m("GET /api/agent/download/**", "POST", "/api/agent/download"));
+        assert!(m(
+            "GET /api/agent/download/**",
+            "GET",
+            "/api/agent/download"
+        ));
+        assert!(m(
+            "GET /api/agent/download/**",
+            "HEAD",
+            "/api/agent/download/linux/x64"
+        ));
+        assert!(!m(
+            "GET /api/agent/download/**",
+            "POST",
+            "/api/agent/download"
+        ));
         assert!(m("POST /api/agent/enroll", "post", "/API/Agent/Enroll/"));
         assert!(m("/api/*/x", "GET", "/api/anything/x"));
         assert!(!m("/api/*/x", "GET", "/api/x"));
@@ -385,7 +406,11 @@ mod tests {
     fn path_tricks_do_not_dodge_routes() {
         assert!(m("POST /api/agent/enroll", "POST", "/api//agent/./enroll"));
         assert!(m("POST /api/agent/enroll", "POST", "/api/agent/%65nroll"));
-        assert!(m("POST /api/agent/enroll", "POST", "/api/x/../agent/enroll?y=1"));
+        assert!(m(
+            "POST /api/agent/enroll",
+            "POST",
+            "/api/x/../agent/enroll?y=1"
+        ));
         assert_eq!(normalize_path("/%ff%fe"), "/%ff%fe");
         assert_eq!(normalize_path(""), "/");
         assert_eq!(normalize_path("/a%2"), "/a%2");
@@ -394,9 +419,18 @@ mod tests {
 
     #[test]
     fn bad_patterns_say_why() {
-        assert!("api/x".parse::<RoutePattern>().unwrap_err().contains("starts with `/`"));
-        assert!("FETCH /x".parse::<RoutePattern>().unwrap_err().contains("not an HTTP method"));
-        assert!("/a/b*".parse::<RoutePattern>().unwrap_err().contains("stand alone"));
+        assert!("api/x"
+            .parse::<RoutePattern>()
+            .unwrap_err()
+            .contains("starts with `/`"));
+        assert!("FETCH /x"
+            .parse::<RoutePattern>()
+            .unwrap_err()
+            .contains("not an HTTP method"));
+        assert!("/a/b*"
+            .parse::<RoutePattern>()
+            .unwrap_err()
+            .contains("stand alone"));
     }
 
     #[test]

@@ -5,7 +5,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || format!("`{s}` is not a duration; use a whole number with a unit: ms, s, m, h or d (e.g. \"15m\")");
+    let bad = || {
+        format!("`{s}` is not a duration; use a whole number with a unit: ms, s, m, h or d (e.g. \"15m\")")
+    };
     let n: u64 = num.parse().map_err(|_| bad())?;
     let secs = |mult: u64| n.checked_mul(mult).map(Duration::from_secs).ok_or_else(bad);
     match unit.trim() {

@@ -129,22 +129,66 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     ("enabled", "FLEET_LIMITER_ENABLED", Kind::Bool),
     ("server.listen", "FLEET_LIMITER_LISTEN", Kind::Str),
     ("server.upstream", "FLEET_LIMITER_UPSTREAM", Kind::Str),
-    ("server.connect_timeout", "FLEET_LIMITER_CONNECT_TIMEOUT", Kind::Str),
-    ("server.read_timeout", "FLEET_LIMITER_READ_TIMEOUT", Kind::Str),
-    ("client_ip.trust_proxy", "FLEET_LIMITER_TRUST_PROXY", Kind::List),
-    ("client_ip.header", "FLEET_LIMITER_FORWARDED_HEADER", Kind::Str),
-    ("client_ip.ipv6_prefix", "FLEET_LIMITER_IPV6_PREFIX", Kind::Int),
+    (
+        "server.connect_timeout",
+        "FLEET_LIMITER_CONNECT_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "server.read_timeout",
+        "FLEET_LIMITER_READ_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "client_ip.trust_proxy",
+        "FLEET_LIMITER_TRUST_PROXY",
+        Kind::List,
+    ),
+    (
+        "client_ip.header",
+        "FLEET_LIMITER_FORWARDED_HEADER",
+        Kind::Str,
+    ),
+    (
+        "client_ip.ipv6_prefix",
+        "FLEET_LIMITER_IPV6_PREFIX",
+        Kind::Int,
+    ),
     ("store.backend", "FLEET_LIMITER_STORE_BACKEND", Kind::Str),
     ("store.url", "FLEET_LIMITER_STORE_URL", Kind::Str),
     ("store.cluster", "FLEET_LIMITER_STORE_CLUSTER", Kind::List),
     ("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Kind::Int),
     ("store.timeout", "FLEET_LIMITER_STORE_TIMEOUT", Kind::Str),
-    ("fleet.heartbeat_interval_seconds", "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS", Kind::Int),
-    ("fleet.poll_interval_seconds", "FLEET_LIMITER_POLL_INTERVAL_SECONDS", Kind::Int),
-    ("fleet.heartbeat_timeout_seconds", "FLEET_LIMITER_HEARTBEAT_TIMEOUT_SECONDS", Kind::Int),
-    ("fleet.max_site_endpoints", "FLEET_LIMITER_MAX_SITE_ENDPOINTS", Kind::Int),
-    ("fleet.dashboard_poll_seconds", "FLEET_LIMITER_DASHBOARD_POLL_SECONDS", Kind::Int),
-    ("fleet.analysts_per_nat", "FLEET_LIMITER_ANALYSTS_PER_NAT", Kind::Int),
+    (
+        "fleet.heartbeat_interval_seconds",
+        "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.poll_interval_seconds",
+        "FLEET_LIMITER_POLL_INTERVAL_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.heartbeat_timeout_seconds",
+        "FLEET_LIMITER_HEARTBEAT_TIMEOUT_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.max_site_endpoints",
+        "FLEET_LIMITER_MAX_SITE_ENDPOINTS",
+        Kind::Int,
+    ),
+    (
+        "fleet.dashboard_poll_seconds",
+        "FLEET_LIMITER_DASHBOARD_POLL_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.analysts_per_nat",
+        "FLEET_LIMITER_ANALYSTS_PER_NAT",
+        Kind::Int,
+    ),
 ];
 
 /// Fields of a limiter table, with their type for environment overrides
@@ -189,13 +233,17 @@ impl Loader {
 
     /// Take `FLEET_LIMITER_*` variables from these pairs.
     pub fn env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
-        self.env.extend(vars.into_iter().filter(|(k, _)| k.starts_with("FLEET_LIMITER_")));
+        self.env.extend(
+            vars.into_iter()
+                .filter(|(k, _)| k.starts_with("FLEET_LIMITER_")),
+        );
         self
     }
 
     /// A command-line flag's value for the setting at `path`.
     pub fn flag(mut self, path: &str, value: impl Into<String>, flag: &str) -> Self {
-        self.flags.push((path.to_owned(), value.into(), flag.to_owned()));
+        self.flags
+            .push((path.to_owned(), value.into(), flag.to_owned()));
         self
     }
 
@@ -324,7 +372,10 @@ fn apply_env(
                 return Ok(());
             }
         }
-        let fields: Vec<String> = LIMITER_FIELDS.iter().map(|(f, _)| f.to_ascii_uppercase()).collect();
+        let fields: Vec<String> = LIMITER_FIELDS
+            .iter()
+            .map(|(f, _)| f.to_ascii_uppercase())
+            .collect();
         return Err(ConfigError(format!(
             "{origin}: not a limiter setting; use FLEET_LIMITER_LIMITER_<NAME>_<FIELD> with FIELD one of {}",
             fields.join(", ")
@@ -485,7 +536,12 @@ impl Ctx {
     }
 }
 
-fn duration(ctx: &Ctx, path: &str, v: Option<DurationValue>, default: &str) -> Result<Duration, ConfigError> {
+fn duration(
+    ctx: &Ctx,
+    path: &str,
+    v: Option<DurationValue>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
     let d = match v {
         None => parse_duration(default).map_err(|e| ctx.err(path, e))?,
         Some(DurationValue::Secs(s)) => Duration::from_secs(s),
@@ -498,11 +554,16 @@ fn duration(ctx: &Ctx, path: &str, v: Option<DurationValue>, default: &str) -> R
 }
 
 fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, ConfigError> {
-    let listen_raw = raw.server.listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
+    let listen_raw = raw
+        .server
+        .listen
+        .unwrap_or_else(|| defaults::LISTEN.to_owned());
     let listen = listen_raw.parse::<SocketAddr>().map_err(|_| {
         ctx.err(
             "server.listen",
-            format!("`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:8080\" or \"[::]:8080\")"),
+            format!(
+                "`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:8080\" or \"[::]:8080\")"
+            ),
         )
     })?;
     let upstream = match raw.server.upstream {
@@ -512,8 +573,18 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
     let server = ServerConfig {
         listen,
         upstream,
-        connect_timeout: duration(ctx, "server.connect_timeout", raw.server.connect_timeout, defaults::CONNECT_TIMEOUT)?,
-        read_timeout: duration(ctx, "server.read_timeout", raw.server.read_timeout, defaults::READ_TIMEOUT)?,
+        connect_timeout: duration(
+            ctx,
+            "server.connect_timeout",
+            raw.server.connect_timeout,
+            defaults::CONNECT_TIMEOUT,
+        )?,
+        read_timeout: duration(
+            ctx,
+            "server.read_timeout",
+            raw.server.read_timeout,
+            defaults::READ_TIMEOUT,
+        )?,
     };
 
     let mut ranges = Vec::new();
@@ -529,7 +600,10 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             })?;
         ranges.push(net);
     }
-    let prefix = raw.client_ip.ipv6_prefix.unwrap_or(defaults::IPV6_PREFIX as i64);
+    let prefix = raw
+        .client_ip
+        .ipv6_prefix
+        .unwrap_or(defaults::IPV6_PREFIX as i64);
     if !(32..=64).contains(&prefix) {
         return Err(ctx.err(
             "client_ip.ipv6_prefix",
@@ -550,7 +624,12 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         url: raw.store.url,
         cluster: raw.store.cluster.unwrap_or_default(),
         max_keys: max_keys as usize,
-        timeout: duration(ctx, "store.timeout", raw.store.timeout, defaults::STORE_TIMEOUT)?,
+        timeout: duration(
+            ctx,
+            "store.timeout",
+            raw.store.timeout,
+            defaults::STORE_TIMEOUT,
+        )?,
     };
     if store.backend == StoreBackend::Redis && store.url.is_none() && store.cluster.is_empty() {
         return Err(ctx.err(
@@ -576,7 +655,9 @@ fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
     let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
         ctx.err(
             "server.upstream",
-            format!("`{u}` must be an http:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\")"),
+            format!(
+                "`{u}` must be an http:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\")"
+            ),
         )
     })?;
     if rest.is_empty() || rest.contains(['?', '#']) {
@@ -630,7 +711,8 @@ fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
 fn valid_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 64
-        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
 fn build_limiters(
@@ -684,21 +766,34 @@ fn build_limiters(
         }
         let limit = r.limit.unwrap_or(0);
         if limit < 1 || limit > u32::MAX as i64 {
-            return Err(ctx.err(&at("limit"), format!("{limit} is not a budget; use a whole number of requests, at least 1")));
+            return Err(ctx.err(
+                &at("limit"),
+                format!("{limit} is not a budget; use a whole number of requests, at least 1"),
+            ));
         }
         let window = duration(ctx, &at("window"), r.window, "1m")?;
         if window > Duration::from_secs(7 * 86_400) {
-            return Err(ctx.err(&at("window"), "is longer than 7 days; use a window from 1s to 7d"));
+            return Err(ctx.err(
+                &at("window"),
+                "is longer than 7 days; use a window from 1s to 7d",
+            ));
         }
-        let parse_routes = |field: &str, list: Option<Vec<String>>| -> Result<Vec<RoutePattern>, ConfigError> {
-            list.unwrap_or_default()
-                .iter()
-                .map(|s| s.parse::<RoutePattern>().map_err(|e| ctx.err(&at(field), e)))
-                .collect()
-        };
+        let parse_routes =
+            |field: &str, list: Option<Vec<String>>| -> Result<Vec<RoutePattern>, ConfigError> {
+                list.unwrap_or_default()
+                    .iter()
+                    .map(|s| {
+                        s.parse::<RoutePattern>()
+                            .map_err(|e| ctx.err(&at(field), e))
+                    })
+                    .collect()
+            };
         let routes = parse_routes("routes", r.routes)?;
         if routes.is_empty() {
-            return Err(ctx.err(&at("routes"), "is empty; name at least one route, e.g. [\"/api/agent/**\"]"));
+            return Err(ctx.err(
+                &at("routes"),
+                "is empty; name at least one route, e.g. [\"/api/agent/**\"]",
+            ));
         }
         let except = parse_routes("except", r.except)?;
         let group = r.group.unwrap_or_else(|| name.clone());

@@ -148,7 +148,9 @@ async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
 /// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.
 pub fn cookie_value<'a>(values: impl Iterator<Item = &'a [u8]>, name: &str) -> Option<&'a str> {
     for v in values {
-        let Ok(s) = std::str::from_utf8(v) else { continue };
+        let Ok(s) = std::str::from_utf8(v) else {
+            continue;
+        };
         for pair in s.split(';') {
             if let Some((k, val)) = pair.split_once('=') {
                 if k.trim() == name {

@@ -98,7 +98,11 @@ pub async fn forward(
     client: web::Data<awc::Client>,
     upstream: web::Data<Upstream>,
 ) -> HttpResponse {
-    let path = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
     let url = format!("{}{}", upstream.base, path);
     let mut out = client.request(req.method().clone(), url);
     let named = connection_named(req.headers());

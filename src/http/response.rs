@@ -24,7 +24,11 @@ pub struct Problem {
 
 impl Problem {
     pub fn rate_limited(retry_after: u64) -> Self {
-        let unit = if retry_after == 1 { "second" } else { "seconds" };
+        let unit = if retry_after == 1 {
+            "second"
+        } else {
+            "seconds"
+        };
         Self {
             kind: "urn:fleet-limiter:problem:rate-limited",
             title: "Too Many Requests",
@@ -102,7 +106,10 @@ pub fn limit_headers(outcome: &Outcome) -> Vec<(HeaderName, String)> {
         (HeaderName::from_static("ratelimit"), state),
     ];
     if let Some(t) = outcome.tightest() {
-        out.push((HeaderName::from_static("x-ratelimit-limit"), t.verdict.limit.to_string()));
+        out.push((
+            HeaderName::from_static("x-ratelimit-limit"),
+            t.verdict.limit.to_string(),
+        ));
         out.push((
             HeaderName::from_static("x-ratelimit-remaining"),
             t.verdict.remaining.to_string(),

@@ -112,11 +112,17 @@ mod tests {
         assert_eq!(id.credential, Credential::ApiKey);
         assert_eq!(id.agent_id.as_deref(), Some("agent-1"));
         let id = identify(&v, None, Some(b"Bearer good"), None).await;
-        assert_eq!((id.credential, id.user.as_deref()), (Credential::VerifiedUser, Some("user_1")));
+        assert_eq!(
+            (id.credential, id.user.as_deref()),
+            (Credential::VerifiedUser, Some("user_1"))
+        );
         let id = identify(&v, None, Some(b"Bearer forged"), None).await;
         assert_eq!((id.credential, id.user), (Credential::CliToken, None));
         let id = identify(&v, Some(b"bad id!"), None, Some("good")).await;
-        assert_eq!((id.credential, id.agent_id), (Credential::VerifiedUser, None));
+        assert_eq!(
+            (id.credential, id.agent_id),
+            (Credential::VerifiedUser, None)
+        );
         let id = identify(&NoVerifier, None, None, Some("good")).await;
         assert_eq!((id.credential, id.user), (Credential::None, None));
     }

@@ -56,7 +56,11 @@ mod tests {
         let (v, s) = decide(&q, st, 100 * S);
         assert!(!v.allowed);
         assert_eq!(s, None);
-        assert_eq!(v.retry_after_ns, 810 * S, "window opened at 10 s, closes at 910 s");
+        assert_eq!(
+            v.retry_after_ns,
+            810 * S,
+            "window opened at 10 s, closes at 910 s"
+        );
         // The window closes: the count starts again.
         let (v, _) = decide(&q, st, 910 * S);
         assert!(v.allowed);

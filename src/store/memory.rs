@@ -68,7 +68,8 @@ impl MemoryStore {
             [] => Vec::new(),
             [one] => {
                 let mut shard = self.shards[Self::shard_of(&one.key.digest)].lock();
-                let (v, new) = limiter::decide(&one.quota, shard.map.get(&one.key.digest).copied(), now);
+                let (v, new) =
+                    limiter::decide(&one.quota, shard.map.get(&one.key.digest).copied(), now);
                 if let Some(s) = new {
                     self.put(&mut shard, one.key.digest, s, now);
                 }
@@ -79,7 +80,10 @@ impl MemoryStore {
     }
 
     fn decide_many(&self, checks: &[Check], now: Nanos) -> Vec<Verdict> {
-        let mut idx: Vec<usize> = checks.iter().map(|c| Self::shard_of(&c.key.digest)).collect();
+        let mut idx: Vec<usize> = checks
+            .iter()
+            .map(|c| Self::shard_of(&c.key.digest))
+            .collect();
         idx.sort_unstable();
         idx.dedup();
         let mut guards: Vec<(usize, parking_lot::MutexGuard<'_, Shard>)> =
@@ -105,7 +109,11 @@ impl MemoryStore {
             verdicts.push(v);
             updates.push(new);
         }
-        if verdicts.iter().zip(checks).all(|(v, c)| v.allowed || c.advisory) {
+        if verdicts
+            .iter()
+            .zip(checks)
+            .all(|(v, c)| v.allowed || c.advisory)
+        {
             for (c, u) in checks.iter().zip(updates) {
                 if let Some(s) = u {
                     let shard_i = Self::shard_of(&c.key.digest);
@@ -148,7 +156,10 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn decide<'a>(&'a self, checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [Check],
+    ) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
         let out = self.decide_now(checks);
         Box::pin(async move { Ok(out) })
     }
@@ -195,7 +206,10 @@ mod tests {
         // The tight one refuses: the loose one must not be charged.
         let v = store.decide_now(&both);
         assert!(!v[1].allowed);
-        assert_eq!(v[0].remaining, 8, "reported as if allowed, but not consumed");
+        assert_eq!(
+            v[0].remaining, 8,
+            "reported as if allowed, but not consumed"
+        );
         let v = store.decide_now(std::slice::from_ref(&loose));
         assert_eq!(v[0].remaining, 8, "the refused request consumed nothing");
     }

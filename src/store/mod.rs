@@ -26,7 +26,8 @@ pub trait Store: Send + Sync + 'static {
     /// Decide all checks of one request together: when every enforcing check allows, each check
     /// that allows consumes one unit of its bucket; when an enforcing check refuses, none
     /// consume (a refused request costs its principal nothing). Verdicts come back in order.
-    fn decide<'a>(&'a self, checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
+    fn decide<'a>(&'a self, checks: &'a [Check])
+        -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
 
     /// A short name for logs and metrics: `memory`, `redis`.
     fn kind(&self) -> &'static str;
