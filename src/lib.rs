@@ -24,6 +24,8 @@ pub mod http;
 pub mod identity;
 pub mod keys;
 pub mod limiter;
+pub mod metrics;
+pub mod observe;
 pub mod policy;
 pub mod store;
 

@@ -1,7 +1,9 @@
 //! The `fleet-limiter` command line: `serve` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
+use fleet_limiter::config::ops::LogFormat;
 use fleet_limiter::config::{Config, Loader};
+use fleet_limiter::http::admin::Reloader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -62,6 +64,15 @@ struct ServeArgs {
     /// Upstream response timeout [default: 30s].
     #[arg(long, value_name = "DURATION")]
     read_timeout: Option<String>,
+    /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
+    /// How long in-flight requests may finish after SIGTERM/SIGINT [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    shutdown_grace: Option<String>,
+    /// Log lines as `text` or `json` [default: text].
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -91,6 +102,13 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
             "--connect-timeout",
         ),
         ("server.read_timeout", &args.read_timeout, "--read-timeout"),
+        ("ops.admin_listen", &args.admin_listen, "--admin-listen"),
+        (
+            "ops.shutdown_grace",
+            &args.shutdown_grace,
+            "--shutdown-grace",
+        ),
+        ("ops.log_format", &args.log_format, "--log-format"),
     ];
     for (path, value, flag) in single {
         if let Some(v) = value {
@@ -103,20 +121,27 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
     l.load().map_err(|e| e.to_string())
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => fmt.init(),
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match cli.command {
         Command::Serve(args) => {
+            let args = Arc::new(args);
             let cfg = match load_serve(&args) {
                 Ok(c) => c,
                 Err(e) => {
@@ -124,6 +149,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            init_logging(cfg.ops.log_format);
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
                 Err(e) => {
@@ -131,8 +157,10 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let run = actix_web::rt::System::new()
-                .block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
+            let reloader: Reloader = Arc::new(move || load_serve(&args));
+            let run = actix_web::rt::System::new().block_on(
+                fleet_limiter::http::serve_gateway_with(&cfg, decider, reloader),
+            );
             match run {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

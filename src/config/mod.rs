@@ -6,6 +6,7 @@
 
 pub mod defaults;
 mod duration;
+pub mod ops;
 
 pub use duration::parse_duration;
 
@@ -103,6 +104,8 @@ pub struct Config {
     pub store: StoreConfig,
     pub fleet: FleetConfig,
     pub limiters: Vec<LimiterSpec>,
+    pub ops: ops::OpsConfig,
+    pub cors: ops::CorsConfig,
 }
 
 impl Default for Config {
@@ -188,6 +191,28 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         "fleet.analysts_per_nat",
         "FLEET_LIMITER_ANALYSTS_PER_NAT",
         Kind::Int,
+    ),
+    ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
+    (
+        "ops.shutdown_grace",
+        "FLEET_LIMITER_SHUTDOWN_GRACE",
+        Kind::Str,
+    ),
+    (
+        "ops.near_limit_percent",
+        "FLEET_LIMITER_NEAR_LIMIT_PERCENT",
+        Kind::Int,
+    ),
+    ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
+    (
+        "cors.allowed_origins",
+        "FLEET_LIMITER_CORS_ALLOWED_ORIGINS",
+        Kind::List,
+    ),
+    (
+        "cors.allow_credentials",
+        "FLEET_LIMITER_CORS_ALLOW_CREDENTIALS",
+        Kind::Bool,
     ),
 ];
 
@@ -472,6 +497,10 @@ struct RawConfig {
     fleet: FleetConfig,
     #[serde(default)]
     limiters: BTreeMap<String, RawLimiter>,
+    #[serde(default)]
+    ops: ops::RawOps,
+    #[serde(default)]
+    cors: ops::RawCors,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -647,6 +676,8 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         store,
         fleet: raw.fleet,
         limiters,
+        ops: ops::build_ops(raw.ops, ctx)?,
+        cors: ops::build_cors(raw.cors, ctx)?,
     })
 }
 
