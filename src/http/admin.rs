@@ -276,7 +276,9 @@ pub fn admin_server(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Serve
             cfg.ops.admin_listen
         )
     })?;
-    tracing::info!(admin_listen = %cfg.ops.admin_listen, "admin listener started: /metrics /healthz /readyz /reload");
+    for addr in server.addrs() {
+        tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /reload");
+    }
     Ok(server.run())
 }
 
