@@ -324,6 +324,13 @@ impl Metrics {
     /// Everything, in the Prometheus text exposition format (version 0.0.4).
     pub fn render(&self, store: Option<&dyn Store>, settings: Option<&Settings>) -> String {
         let mut out = String::with_capacity(16 * 1024);
+        if let Some(s) = settings {
+            // Configured limiters appear at zero before their first decision.
+            let mut map = self.limiters.write();
+            for l in &s.policy.limiters {
+                map.entry(l.name.clone()).or_default();
+            }
+        }
         let limiters: Vec<(Arc<str>, Arc<LimiterCounters>)> = self
             .limiters
             .read()
