@@ -2,6 +2,8 @@
 
 pub mod admin;
 pub mod cors;
+#[cfg(feature = "actix-governor")]
+pub mod governor;
 pub mod middleware;
 pub mod proxy;
 pub mod response;
