@@ -13,6 +13,9 @@
 //! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
 //! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
 //!
+//! Around them: [`metrics`] and [`observe`] count and log each decision; [`http::admin`] serves
+//! `/metrics`, health and reload, and handles signals; [`http::cors`] lets browsers read refusals.
+//!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
 //! [`clock`] injects time so every limiter can run in virtual time.
 

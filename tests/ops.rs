@@ -531,3 +531,29 @@ async fn gateway_made_refusals_carry_cors_for_listed_origins_and_preflights_pass
         "unlisted origin"
     );
 }
+
+#[tokio::test]
+async fn a_gateway_made_502_carries_cors_for_a_listed_origin() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead_port = dead.local_addr().expect("addr").port();
+    drop(dead);
+    let toml = format!(
+        "{}\n[cors]\nallowed_origins = [\"*\"]\n",
+        config(&format!("http://127.0.0.1:{dead_port}"), 5, "enforce", 5)
+    );
+    let gw = Gateway::start(&toml, &[]).await;
+    let res = client()
+        .get(gw.url("/t/a/x"))
+        .header("origin", "http://anywhere.test")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(res.status(), 502);
+    assert_eq!(header(&res, "access-control-allow-origin"), "*");
+    assert!(header(&res, "access-control-expose-headers").contains("RateLimit"));
+    assert_eq!(
+        gw.metric(r#"fleet_limiter_upstream_errors_total{kind="unreachable"}"#)
+            .await,
+        Some(1.0)
+    );
+}
