@@ -557,3 +557,13 @@ async fn a_gateway_made_502_carries_cors_for_a_listed_origin() {
         Some(1.0)
     );
 }
+
+#[tokio::test]
+async fn sigint_stops_an_idle_gateway_with_exit_zero() {
+    let up = upstream().await;
+    let mut gw = Gateway::start(&config(&up.uri(), 5, "enforce", 5), &[]).await;
+    assert_eq!(get(&gw, "/t/a/x").await.status(), 200);
+    gw.signal("INT");
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "log:\n{}", gw.logs());
+    assert!(gw.logs().contains("SIGINT"));
+}

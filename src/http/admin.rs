@@ -284,14 +284,17 @@ pub fn admin_server(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Serve
 
 /// Run the gateway server and the admin server until SIGTERM/SIGINT, reloading on SIGHUP.
 pub async fn run(gateway: Server, control: Arc<Control>, cfg: &Config) -> anyhow::Result<()> {
+    // Handlers go in before either listener answers, so a SIGHUP sent once the process looks
+    // ready reloads instead of ending it.
+    let signals = Signals::install()?;
     let admin = admin_server(control.clone(), cfg)?;
     let admin_handle = admin.handle();
     let admin_task = actix_web::rt::spawn(admin);
     let gateway_handle = gateway.handle();
     let grace = cfg.ops.shutdown_grace;
-    let signals = actix_web::rt::spawn(watch_signals(control, gateway_handle, grace));
+    let watcher = actix_web::rt::spawn(signals.watch(control, gateway_handle, grace));
     let result = gateway.await;
-    signals.abort();
+    watcher.abort();
     admin_handle.stop(false).await;
     let _ = admin_task.await;
     tracing::info!("fleet-limiter stopped");
@@ -299,39 +302,58 @@ pub async fn run(gateway: Server, control: Arc<Control>, cfg: &Config) -> anyhow
 }
 
 #[cfg(unix)]
-async fn watch_signals(control: Arc<Control>, gateway: ServerHandle, grace: Duration) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::hangup()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop the process with SIGKILL");
-        return;
-    };
-    loop {
-        let name = tokio::select! {
-            _ = hup.recv() => {
-                let c = control.clone();
-                let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
-                continue;
-            }
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        };
-        tracing::info!(
-            signal = name,
-            grace_seconds = grace.as_secs(),
-            "stopping: no new connections; finishing in-flight requests"
-        );
-        gateway.stop(true).await;
-        return;
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let cannot = |e: std::io::Error| anyhow::anyhow!("cannot install signal handlers: {e}");
+        Ok(Self {
+            hup: signal(SignalKind::hangup()).map_err(cannot)?,
+            term: signal(SignalKind::terminate()).map_err(cannot)?,
+            int: signal(SignalKind::interrupt()).map_err(cannot)?,
+        })
+    }
+
+    async fn watch(mut self, control: Arc<Control>, gateway: ServerHandle, grace: Duration) {
+        loop {
+            let name = tokio::select! {
+                _ = self.hup.recv() => {
+                    let c = control.clone();
+                    let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
+                    continue;
+                }
+                _ = self.term.recv() => "SIGTERM",
+                _ = self.int.recv() => "SIGINT",
+            };
+            tracing::info!(
+                signal = name,
+                grace_seconds = grace.as_secs(),
+                "stopping: no new connections; finishing in-flight requests"
+            );
+            gateway.stop(true).await;
+            return;
+        }
     }
 }
 
 #[cfg(not(unix))]
-async fn watch_signals(_control: Arc<Control>, gateway: ServerHandle, _grace: Duration) {
-    if tokio::signal::ctrl_c().await.is_ok() {
-        gateway.stop(true).await;
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self)
+    }
+
+    async fn watch(self, _control: Arc<Control>, gateway: ServerHandle, _grace: Duration) {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            gateway.stop(true).await;
+        }
     }
 }
