@@ -50,7 +50,7 @@ upstream = "{upstream}"
 
 [limiters.test-a]
 limit = {a_limit}
-window = "1m"
+window = "1h"
 key = "ip"
 routes = ["/t/a/**"]
 mode = "{a_mode}"
@@ -214,7 +214,7 @@ async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() 
     assert!(
         e["wait_seconds"]
             .as_u64()
-            .is_some_and(|w| (1..=60).contains(&w)),
+            .is_some_and(|w| (1..=3600).contains(&w)),
         "{e}"
     );
     assert!(
@@ -243,7 +243,7 @@ async fn shadow_mode_never_refuses_but_counts_logs_and_reports() {
     let res = get(&gw, "/t/a/last").await;
     assert_eq!(res.status(), 200);
     assert!(
-        header(&res, "ratelimit-policy").contains("\"test-a\";q=2;w=60"),
+        header(&res, "ratelimit-policy").contains("\"test-a\";q=2;w=3600"),
         "headers still added"
     );
     assert!(header(&res, "ratelimit").contains("\"test-a\";r=0"));
@@ -258,7 +258,7 @@ async fn shadow_mode_never_refuses_but_counts_logs_and_reports() {
         Some(0.0)
     );
     assert_eq!(
-        gw.metric(r#"fleet_limiter_limiter_info{limiter="test-a",mode="shadow",limit="2",window_seconds="60"}"#).await,
+        gw.metric(r#"fleet_limiter_limiter_info{limiter="test-a",mode="shadow",limit="2",window_seconds="3600"}"#).await,
         Some(1.0)
     );
     let shadow_events = gw
@@ -311,11 +311,11 @@ async fn reload_by_sighup_and_post_changes_one_budget_and_keeps_every_bucket() {
     let res = get(&gw, "/t/a/x").await;
     assert_eq!(res.status(), 200);
     assert!(
-        header(&res, "ratelimit-policy").contains("\"test-a\";q=20;w=60"),
+        header(&res, "ratelimit-policy").contains("\"test-a\";q=20;w=3600"),
         "{res:?}"
     );
-    // 4 of the old 6 s-per-request tokens were spent (24 s of debt); at 3 s per request under
-    // the new budget that debt plus this request leaves 11, where a reset bucket would leave 19.
+    // 4 requests at 360 s each were spent (1440 s of debt); at 180 s per request under the new
+    // budget that debt plus this request leaves 11, where a reset bucket would leave 19.
     assert_eq!(
         header(&res, "x-ratelimit-remaining"),
         "11",
@@ -339,7 +339,7 @@ async fn reload_by_sighup_and_post_changes_one_budget_and_keeps_every_bucket() {
     assert_eq!(body["reloaded"], true);
     assert_eq!(body["changed"], serde_json::json!(["test-a"]));
     let res = get(&gw, "/t/a/x").await;
-    assert!(header(&res, "ratelimit-policy").contains("\"test-a\";q=30;w=60"));
+    assert!(header(&res, "ratelimit-policy").contains("\"test-a\";q=30;w=3600"));
     assert_eq!(get(&gw, "/t/b/x").await.status(), 429, "test-b still spent");
     assert_eq!(gw.metric(RELOADS_OK).await, Some(2.0));
     assert_eq!(
@@ -389,7 +389,7 @@ async fn an_invalid_reload_is_rejected_with_its_reason_and_the_old_config_stays(
     // The old budget of 2 still holds, with its state.
     let res = get(&gw, "/t/a/x").await;
     assert_eq!(res.status(), 200);
-    assert!(header(&res, "ratelimit-policy").contains("\"test-a\";q=2;w=60"));
+    assert!(header(&res, "ratelimit-policy").contains("\"test-a\";q=2;w=3600"));
     assert_eq!(get(&gw, "/t/a/x").await.status(), 429);
     assert_eq!(gw.metric(RELOADS_OK).await, Some(0.0));
 }
