@@ -2,13 +2,12 @@
 //! period, near-limit reporting, the log format (`[ops]`), and the CORS allow-list (`[cors]`).
 
 use super::ConfigError;
-use super::{duration, Ctx, DurationValue};
+use super::{parse_duration, Ctx, DurationValue};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
-pub const SHUTDOWN_GRACE: &str = "30s";
 pub const NEAR_LIMIT_PERCENT: u8 = 20;
 
 /// How log lines are written.
@@ -68,10 +67,13 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
             format!("`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:9090\")"),
         )
     })?;
+    // Zero is allowed here: stop at once, dropping in-flight requests.
     let shutdown_grace = match raw.shutdown_grace {
-        Some(DurationValue::Secs(0)) => Duration::ZERO,
-        Some(DurationValue::Text(t)) if t.trim() == "0" || t.trim() == "0s" => Duration::ZERO,
-        other => duration(ctx, "ops.shutdown_grace", other, SHUTDOWN_GRACE)?,
+        Some(DurationValue::Secs(s)) => Duration::from_secs(s),
+        Some(DurationValue::Text(t)) => {
+            parse_duration(&t).map_err(|e| ctx.err("ops.shutdown_grace", e))?
+        }
+        None => Duration::from_secs(30),
     };
     if shutdown_grace > Duration::from_secs(3600) {
         return Err(ctx.err(
