@@ -265,14 +265,26 @@ impl Metrics {
         }
         self.decision_latency.observe(elapsed);
         let pct = u64::from(self.near_limit_percent.load(Ordering::Relaxed));
-        for r in &outcome.results {
-            let c = self.counters(&r.spec.name);
+        let record = |c: &LimiterCounters, r: &crate::decision::LimitResult| {
             let o = DecisionOutcome::of(r.verdict.allowed, r.store_error, r.spec.mode);
             c.outcomes[o as usize].fetch_add(1, Ordering::Relaxed);
             let limit = u64::from(r.verdict.limit);
             if o == DecisionOutcome::Allowed && u64::from(r.verdict.remaining) * 100 < pct * limit {
                 c.near_limit.fetch_add(1, Ordering::Relaxed);
             }
+        };
+        let mut unseen = Vec::new();
+        {
+            let map = self.limiters.read();
+            for r in &outcome.results {
+                match map.get(&r.spec.name) {
+                    Some(c) => record(c, r),
+                    None => unseen.push(r),
+                }
+            }
+        }
+        for r in unseen {
+            record(&self.counters(&r.spec.name), r);
         }
     }
 

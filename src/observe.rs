@@ -20,24 +20,27 @@ pub const STORE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 pub fn decision(outcome: &Outcome, elapsed: Duration) {
     crate::metrics::global().observe(outcome, elapsed);
     log_decision(outcome);
-    STORE_LOG.observe(
-        outcome.store_error.as_ref().map(|e| e.0.as_str()),
-        Instant::now(),
-    );
+    let error = outcome.store_error.as_ref().map(|e| e.0.as_str());
+    if error.is_some() || STORE_LOG.is_failing() {
+        STORE_LOG.observe(error, Instant::now());
+    }
 }
 
 fn log_decision(outcome: &Outcome) {
-    let ip = outcome
-        .client_ip
-        .map(|ip| ip.to_string())
-        .unwrap_or_default();
+    // Rendered only when an event is written.
+    let ip = || {
+        outcome
+            .client_ip
+            .map(|ip| ip.to_string())
+            .unwrap_or_default()
+    };
     if outcome.refused() {
         if let Some(r) = longest_wait(outcome, |r| r.refuses()) {
             tracing::info!(
                 target: "fleet_limiter::refusal",
                 limiter = %r.spec.name,
                 key = %r.key.digest_hex(),
-                client_ip = %ip,
+                client_ip = %ip(),
                 wait_seconds = ceil_secs(r.verdict.retry_after_ns).max(1),
                 store_error = r.store_error,
                 "request refused"
@@ -51,7 +54,7 @@ fn log_decision(outcome: &Outcome) {
             target: "fleet_limiter::shadow",
             limiter = %r.spec.name,
             key = %r.key.digest_hex(),
-            client_ip = %ip,
+            client_ip = %ip(),
             wait_seconds = ceil_secs(r.verdict.retry_after_ns).max(1),
             store_error = r.store_error,
             "shadow limiter would refuse; forwarded"
@@ -110,6 +113,11 @@ impl StoreErrorLog {
                 total: 0,
             }),
         }
+    }
+
+    /// Whether a burst of failures is under way.
+    pub fn is_failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
     }
 
     /// Record one decision's store result; writes a log line only when the burst starts,
