@@ -20,6 +20,10 @@ async fn upstream() -> MockServer {
         )
         .mount(&server)
         .await;
+    Mock::given(path("/stuck"))
+        .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(20)))
+        .mount(&server)
+        .await;
     Mock::given(method("OPTIONS"))
         .respond_with(
             ResponseTemplate::new(204)
@@ -566,4 +570,32 @@ async fn sigint_stops_an_idle_gateway_with_exit_zero() {
     gw.signal("INT");
     assert_eq!(gw.wait_exit().await.code(), Some(0), "log:\n{}", gw.logs());
     assert!(gw.logs().contains("SIGINT"));
+}
+
+#[tokio::test]
+async fn the_grace_period_bounds_the_drain() {
+    let up = upstream().await;
+    let mut gw = Gateway::start(
+        &config(&up.uri(), 5, "enforce", 5),
+        &["--shutdown-grace", "1s"],
+    )
+    .await;
+    let url = gw.url("/stuck");
+    let in_flight = tokio::spawn(async move { client().get(url).send().await });
+    let deadline = std::time::Instant::now() + ops_support::PATIENCE;
+    while up.received_requests().await.map_or(0, |r| r.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.signal("TERM");
+    // The upstream holds the request for 20 s; the gateway gives up on it after 1 s and exits.
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "log:\n{}", gw.logs());
+    let res = in_flight.await.expect("task");
+    assert!(
+        res.is_err(),
+        "the request still running after the grace period is dropped: {res:?}"
+    );
 }
