@@ -731,6 +731,30 @@ mod tests {
     }
 
     #[test]
+    fn exposition_page_of_the_default_calibration() {
+        let cfg = crate::config::Config::default();
+        let settings = Settings::from_config(&cfg);
+        let m = Metrics::new();
+        let agent = settings
+            .policy
+            .get("agent-device")
+            .expect("built-in")
+            .clone();
+        let o = Outcome {
+            results: vec![result(&agent, false, 0, false)],
+            ..Outcome::default()
+        };
+        m.observe(&o, Duration::from_micros(40));
+        m.store_round_trip(Duration::from_micros(3), true);
+        m.upstream_response(200, Duration::from_millis(12));
+        m.upstream_failed(true);
+        m.reloaded(false);
+        insta::with_settings!({snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"), prepend_module_to_snapshot => false}, {
+            insta::assert_snapshot!("metrics_page", m.render(None, Some(&settings)));
+        });
+    }
+
+    #[test]
     fn every_outcome_has_a_stable_name() {
         let names: Vec<&str> = DecisionOutcome::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(

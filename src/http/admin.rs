@@ -357,3 +357,29 @@ impl Signals {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_changed_limiters_and_restart_only_settings() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.limiters[0].quota.limit += 1;
+        let gone = new.limiters.pop().expect("limiters").name.to_string();
+        new.server.listen = "127.0.0.1:1".parse().expect("addr");
+        new.ops.near_limit_percent = 50;
+        let r = diff(&old, &new);
+        assert_eq!(r.changed, vec![old.limiters[0].name.to_string()]);
+        assert_eq!(r.removed, vec![gone]);
+        assert!(r.added.is_empty());
+        assert_eq!(
+            r.restart_required,
+            vec!["server.listen"],
+            "near_limit_percent is live"
+        );
+        let same = diff(&old, &old.clone());
+        assert!(same.changed.is_empty() && same.restart_required.is_empty());
+    }
+}
