@@ -156,7 +156,10 @@ impl Decider {
         }
         let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
         let checks = build_checks(&limiters, &ip_key, &id);
-        let (verdicts, store_error) = match self.store.decide(&checks).await {
+        let started = std::time::Instant::now();
+        let answer = self.store.decide(&checks).await;
+        crate::metrics::global().store_round_trip(started.elapsed(), answer.is_ok());
+        let (verdicts, store_error) = match answer {
             Ok(v) if v.len() == checks.len() => (v, None),
             Ok(v) => {
                 let e = StoreError(format!(

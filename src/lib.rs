@@ -13,6 +13,9 @@
 //! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
 //! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
 //!
+//! Around them: [`metrics`] and [`observe`] count and log each decision; [`http::admin`] serves
+//! `/metrics`, health and reload, and handles signals; [`http::cors`] lets browsers read refusals.
+//!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
 //! [`clock`] injects time so every limiter can run in virtual time.
 //! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
@@ -26,6 +29,8 @@ pub mod http;
 pub mod identity;
 pub mod keys;
 pub mod limiter;
+pub mod metrics;
+pub mod observe;
 pub mod policy;
 pub mod store;
 

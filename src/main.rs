@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 use fleet_limiter::calibration::report::Format;
+use fleet_limiter::config::ops::LogFormat;
 use fleet_limiter::config::{Config, Loader};
+use fleet_limiter::http::admin::Reloader;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -97,6 +100,15 @@ struct ServeArgs {
     /// Start even when `fleet-limiter check` finds the calibration unsafe.
     #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", value_parser = clap::builder::BoolishValueParser::new())]
     allow_unsafe_calibration: bool,
+    /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
+    /// How long in-flight requests may finish after SIGTERM/SIGINT [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    shutdown_grace: Option<String>,
+    /// Log lines as `text` or `json` [default: text].
+    #[arg(long, value_name = "FORMAT")]
+    log_format: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -126,6 +138,13 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
             "--connect-timeout",
         ),
         ("server.read_timeout", &args.read_timeout, "--read-timeout"),
+        ("ops.admin_listen", &args.admin_listen, "--admin-listen"),
+        (
+            "ops.shutdown_grace",
+            &args.shutdown_grace,
+            "--shutdown-grace",
+        ),
+        ("ops.log_format", &args.log_format, "--log-format"),
     ];
     for (path, value, flag) in single {
         if let Some(v) = value {
@@ -138,20 +157,28 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
     l.load().map_err(|e| e.to_string())
 }
 
-fn init_logging() {
+fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => fmt.init(),
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     match cli.command {
         Command::Serve(args) => {
+            let args = Arc::new(args);
             let cfg = match load_serve(&args) {
                 Ok(c) => c,
                 Err(e) => {
@@ -159,6 +186,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            init_logging(cfg.ops.log_format);
             if cfg.server.upstream.is_none() {
                 eprintln!(
                     "fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
@@ -177,8 +205,22 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let run = actix_web::rt::System::new()
-                .block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
+            // A reload is held to the same start-up rules: an unsafe calibration is rejected
+            // (the old one stays) unless the operator allowed it.
+            let reloader: Reloader = Arc::new(move || {
+                let cfg = load_serve(&args)?;
+                let report = fleet_limiter::calibration::check::check(&cfg);
+                if cfg.enabled && !args.allow_unsafe_calibration && !report.is_safe() {
+                    return Err(format!(
+                        "the calibration is unsafe for the declared fleet: {}; run `fleet-limiter check`, or pass --allow-unsafe-calibration",
+                        report.problems().join("; ")
+                    ));
+                }
+                Ok(cfg)
+            });
+            let run = actix_web::rt::System::new().block_on(
+                fleet_limiter::http::serve_gateway_with(&cfg, decider, reloader),
+            );
             match run {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -216,6 +216,8 @@ fn serve_starts(extra_env: &[(&str, &str)], extra_args: &[&str]) -> Option<Strin
         "http://127.0.0.1:9",
         "--listen",
         &listen,
+        "--admin-listen",
+        "127.0.0.1:0",
     ];
     args.extend_from_slice(extra_args);
     let mut c = cmd(&args);

@@ -8,6 +8,7 @@ mod ceiling;
 pub mod defaults;
 mod duration;
 pub mod identity;
+pub mod ops;
 
 pub use duration::parse_duration;
 
@@ -106,6 +107,8 @@ pub struct Config {
     pub fleet: FleetConfig,
     pub limiters: Vec<LimiterSpec>,
     pub identity: identity::IdentityConfig,
+    pub ops: ops::OpsConfig,
+    pub cors: ops::CorsConfig,
 }
 
 impl Default for Config {
@@ -248,6 +251,28 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         "identity.cache_max_entries",
         "FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES",
         Kind::Int,
+    ),
+    ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
+    (
+        "ops.shutdown_grace",
+        "FLEET_LIMITER_SHUTDOWN_GRACE",
+        Kind::Str,
+    ),
+    (
+        "ops.near_limit_percent",
+        "FLEET_LIMITER_NEAR_LIMIT_PERCENT",
+        Kind::Int,
+    ),
+    ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
+    (
+        "cors.allowed_origins",
+        "FLEET_LIMITER_CORS_ALLOWED_ORIGINS",
+        Kind::List,
+    ),
+    (
+        "cors.allow_credentials",
+        "FLEET_LIMITER_CORS_ALLOW_CREDENTIALS",
+        Kind::Bool,
     ),
 ];
 
@@ -573,6 +598,9 @@ struct RawConfig {
     limiters: BTreeMap<String, RawLimiter>,
     #[serde(default)]
     identity: identity::RawIdentity,
+    ops: ops::RawOps,
+    #[serde(default)]
+    cors: ops::RawCors,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -752,6 +780,8 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         fleet: raw.fleet,
         limiters,
         identity,
+        ops: ops::build_ops(raw.ops, ctx)?,
+        cors: ops::build_cors(raw.cors, ctx)?,
     })
 }
 

@@ -109,7 +109,12 @@ where
         let service = self.service.clone();
         let limiter = self.limiter.clone();
         Box::pin(async move {
+            if crate::http::cors::is_preflight(req.method(), req.headers()) {
+                return Ok(service.call(req).await?.map_into_left_body());
+            }
+            let started = std::time::Instant::now();
             let outcome = Arc::new(decide(&limiter, &req).await);
+            crate::observe::decision(&outcome, started.elapsed());
             if outcome.refused() {
                 let res = response::too_many_requests(&outcome);
                 return Ok(req.into_response(res).map_into_right_body());

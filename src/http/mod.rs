@@ -1,5 +1,9 @@
 //! HTTP glue: the middleware, the responses it renders, and the streaming proxy.
 
+pub mod admin;
+pub mod cors;
+#[cfg(feature = "actix-governor")]
+pub mod governor;
 pub mod middleware;
 pub mod proxy;
 pub mod response;
@@ -13,6 +17,15 @@ use std::sync::Arc;
 
 /// Run the gateway until it is stopped: limiter in front, streaming proxy behind.
 pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<()> {
+    serve_gateway_with(cfg, decider, admin::file_reloader(cfg)).await
+}
+
+/// [`serve_gateway`], with the admin listener reloading through `reloader` (SIGHUP, POST /reload).
+pub async fn serve_gateway_with(
+    cfg: &Config,
+    decider: Arc<Decider>,
+    reloader: admin::Reloader,
+) -> anyhow::Result<()> {
     let base = cfg.server.upstream.clone().ok_or_else(|| {
         anyhow::anyhow!(
             "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
@@ -24,7 +37,9 @@ pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Resul
         read_timeout: cfg.server.read_timeout,
     };
     let limiter =
-        FleetLimiter::new(decider).with_session_cookie(cfg.identity.session_cookie.clone());
+        FleetLimiter::new(decider.clone()).with_session_cookie(cfg.identity.session_cookie.clone());
+    let cors = cors::Cors::new(&cfg.cors);
+    let control = Arc::new(admin::Control::new(cfg, decider, cors.clone(), reloader));
     let up = upstream.clone();
     let server = HttpServer::new(move || {
         App::new()
@@ -32,8 +47,11 @@ pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Resul
             .app_data(web::Data::new(up.clone()))
             .app_data(web::PayloadConfig::new(usize::MAX))
             .wrap(limiter.clone())
+            .wrap(cors.clone())
             .default_service(web::to(proxy::forward))
     })
+    .disable_signals()
+    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64)
     .bind(cfg.server.listen)
     .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.server.listen))?;
     tracing::info!(
@@ -43,6 +61,5 @@ pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Resul
         enabled = cfg.enabled,
         "fleet-limiter gateway started"
     );
-    server.run().await?;
-    Ok(())
+    admin::run(server.run(), control, cfg).await
 }

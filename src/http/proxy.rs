@@ -144,6 +144,7 @@ pub async fn forward(
         .get(header::TRANSFER_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let started = Instant::now();
     // The last moment the request moved: sent, or a body chunk taken by the upstream.
     let moved = Rc::new(Cell::new(Instant::now()));
     let tick = moved.clone();
@@ -162,6 +163,7 @@ pub async fn forward(
     };
     match sent {
         Ok(res) => {
+            crate::metrics::global().upstream_response(res.status().as_u16(), started.elapsed());
             let mut back = HttpResponse::build(res.status());
             let named = connection_named(res.headers());
             for (name, value) in res.headers() {
@@ -186,6 +188,7 @@ fn upstream_error(e: &SendRequestError) -> HttpResponse {
         SendRequestError::Timeout | SendRequestError::Connect(ConnectError::Timeout)
     );
     tracing::warn!(error = %e, timed_out, "upstream request failed");
+    crate::metrics::global().upstream_failed(timed_out);
     if timed_out {
         Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
     } else {

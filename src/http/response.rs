@@ -10,6 +10,11 @@ use serde::Serialize;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// Marks a response the gateway made itself (a refusal or an upstream failure), as opposed to
+/// one the upstream sent; the CORS layer adds the allow-list's headers only to these.
+#[derive(Debug, Clone, Copy)]
+pub struct GatewayMade;
+
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 pub struct Problem {
@@ -61,9 +66,11 @@ impl Problem {
     pub fn into_response(self) -> HttpResponse {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_string(&self).unwrap_or_default();
-        HttpResponse::build(status)
+        let mut res = HttpResponse::build(status)
             .insert_header((CONTENT_TYPE, PROBLEM_JSON))
-            .body(body)
+            .body(body);
+        res.extensions_mut().insert(GatewayMade);
+        res
     }
 }
 

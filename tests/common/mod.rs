@@ -179,6 +179,8 @@ impl Launch {
         // These tests pin budgets (tiny or stretched) that the start-up calibration check refuses;
         // that check has its own tests in tests/calibration.rs.
         cmd.env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true");
+        // Many gateways run at once: each admin listener takes a free port.
+        cmd.env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }

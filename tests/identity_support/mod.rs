@@ -142,6 +142,8 @@ fn command(env: &[(&str, &str)], args: &[&str], log: &std::path::Path) -> Comman
     // These tests pin budgets (tiny or stretched) that the start-up calibration check refuses;
     // that check has its own tests in tests/calibration.rs.
     cmd.env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true");
+    // Many gateways run at once: each admin listener takes a free port.
+    cmd.env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0");
     for (k, v) in env {
         cmd.env(k, v);
     }

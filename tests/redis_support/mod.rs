@@ -305,6 +305,8 @@ impl Gateway {
             // These tests pin tiny budgets that the start-up calibration check refuses;
             // that check has its own tests in tests/calibration.rs.
             .env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true")
+            // Many gateways run at once: each admin listener takes a free port.
+            .env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0")
             .env_remove("FLEET_LIMITER_CONFIG")
             .envs(envs.iter().copied())
             .stdout(Stdio::null())

@@ -1,0 +1,219 @@
+//! Settings for running the gateway in production: the admin listener, the shutdown grace
+//! period, near-limit reporting, the log format (`[ops]`), and the CORS allow-list (`[cors]`).
+
+use super::ConfigError;
+use super::{parse_duration, Ctx, DurationValue};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
+pub const NEAR_LIMIT_PERCENT: u8 = 20;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// One human-readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+/// `[ops]`: how the process is observed and stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpsConfig {
+    /// Where `/metrics`, `/healthz`, `/readyz` and `POST /reload` are served; never the traffic port.
+    pub admin_listen: SocketAddr,
+    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    pub shutdown_grace: Duration,
+    /// An allowed decision counts as near the limit when less than this share of the budget
+    /// remains, in percent (0 turns near-limit counting off).
+    pub near_limit_percent: u8,
+    pub log_format: LogFormat,
+}
+
+/// `[cors]`: which browser origins may read the gateway's own responses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CorsConfig {
+    /// Exact origins (`https://dash.example.com`), or `*` for any origin.
+    pub allowed_origins: Vec<String>,
+    /// Send `Access-Control-Allow-Credentials: true` (never together with `*`).
+    pub allow_credentials: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOps {
+    admin_listen: Option<String>,
+    shutdown_grace: Option<DurationValue>,
+    near_limit_percent: Option<i64>,
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCors {
+    allowed_origins: Option<Vec<String>>,
+    allow_credentials: Option<bool>,
+}
+
+pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError> {
+    let listen_raw = raw.admin_listen.unwrap_or_else(|| ADMIN_LISTEN.to_owned());
+    let admin_listen = listen_raw.parse::<SocketAddr>().map_err(|_| {
+        ctx.err(
+            "ops.admin_listen",
+            format!("`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:9090\")"),
+        )
+    })?;
+    // Zero is allowed here: stop at once, dropping in-flight requests.
+    let shutdown_grace = match raw.shutdown_grace {
+        Some(DurationValue::Secs(s)) => Duration::from_secs(s),
+        Some(DurationValue::Text(t)) => {
+            parse_duration(&t).map_err(|e| ctx.err("ops.shutdown_grace", e))?
+        }
+        None => Duration::from_secs(30),
+    };
+    if shutdown_grace > Duration::from_secs(3600) {
+        return Err(ctx.err(
+            "ops.shutdown_grace",
+            "is longer than 1h; use a grace period from 0s to 1h",
+        ));
+    }
+    let pct = raw.near_limit_percent.unwrap_or(NEAR_LIMIT_PERCENT as i64);
+    if !(0..=100).contains(&pct) {
+        return Err(ctx.err(
+            "ops.near_limit_percent",
+            format!("{pct} is not a percentage; use 0 to 100 (default {NEAR_LIMIT_PERCENT})"),
+        ));
+    }
+    Ok(OpsConfig {
+        admin_listen,
+        shutdown_grace,
+        near_limit_percent: pct as u8,
+        log_format: raw.log_format.unwrap_or_default(),
+    })
+}
+
+pub(super) fn build_cors(raw: RawCors, ctx: &Ctx) -> Result<CorsConfig, ConfigError> {
+    let mut allowed_origins = Vec::new();
+    for o in raw.allowed_origins.unwrap_or_default() {
+        let o = o.trim().trim_end_matches('/').to_owned();
+        if o != "*" && !valid_origin(&o) {
+            return Err(ctx.err(
+                "cors.allowed_origins",
+                format!("`{o}` is not an origin; write scheme://host[:port] (e.g. \"https://dash.example.com\") or \"*\""),
+            ));
+        }
+        allowed_origins.push(o);
+    }
+    let allow_credentials = raw.allow_credentials.unwrap_or(false);
+    if allow_credentials && allowed_origins.iter().any(|o| o == "*") {
+        return Err(ctx.err(
+            "cors.allowed_origins",
+            "`*` cannot be combined with cors.allow_credentials = true (browsers reject it, and it would let any site read credentialed answers); list the dashboard origins instead",
+        ));
+    }
+    Ok(CorsConfig {
+        allowed_origins,
+        allow_credentials,
+    })
+}
+
+/// `scheme://host[:port]` with nothing after it.
+fn valid_origin(o: &str) -> bool {
+    let Some((scheme, rest)) = o.split_once("://") else {
+        return false;
+    };
+    !scheme.is_empty()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+        && !rest.is_empty()
+        && !rest.contains(['/', '?', '#', ' ', '@'])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Loader;
+
+    fn load(toml: &str) -> Result<crate::config::Config, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, toml).map_err(|e| e.to_string())?;
+        Loader::new().file(&path).load().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Loader::new().load().expect("defaults load");
+        assert_eq!(c.ops.admin_listen.to_string(), "127.0.0.1:9090");
+        assert_eq!(c.ops.shutdown_grace.as_secs(), 30);
+        assert_eq!(c.ops.near_limit_percent, 20);
+        assert!(c.cors.allowed_origins.is_empty());
+    }
+
+    #[test]
+    fn wildcard_with_credentials_is_rejected() {
+        let e = load("[cors]\nallowed_origins = [\"*\"]\nallow_credentials = true\n").unwrap_err();
+        assert!(e.contains("cors.allowed_origins"), "{e}");
+        assert!(e.contains("allow_credentials"), "{e}");
+        let ok =
+            load("[cors]\nallowed_origins = [\"https://a.example\"]\nallow_credentials = true\n")
+                .expect("listed origins with credentials are fine");
+        assert!(ok.cors.allow_credentials);
+    }
+
+    #[test]
+    fn origins_are_checked() {
+        let e = load("[cors]\nallowed_origins = [\"https://a.example/path\"]\n").unwrap_err();
+        assert!(e.contains("is not an origin"), "{e}");
+        let ok = load("[cors]\nallowed_origins = [\"http://127.0.0.1:3000/\"]\n")
+            .expect("trailing slash trimmed");
+        assert_eq!(
+            ok.cors.allowed_origins,
+            vec!["http://127.0.0.1:3000".to_owned()]
+        );
+    }
+
+    #[test]
+    fn env_and_flag_layers() {
+        let c = Loader::new()
+            .env([
+                (
+                    "FLEET_LIMITER_NEAR_LIMIT_PERCENT".to_owned(),
+                    "35".to_owned(),
+                ),
+                (
+                    "FLEET_LIMITER_CORS_ALLOWED_ORIGINS".to_owned(),
+                    "http://a.test, http://b.test".to_owned(),
+                ),
+            ])
+            .flag("ops.admin_listen", "127.0.0.1:0", "--admin-listen")
+            .flag("ops.shutdown_grace", "0s", "--shutdown-grace")
+            .flag("ops.log_format", "json", "--log-format")
+            .load()
+            .expect("valid");
+        assert_eq!(c.ops.near_limit_percent, 35);
+        assert_eq!(c.cors.allowed_origins.len(), 2);
+        assert_eq!(c.ops.admin_listen.port(), 0);
+        assert!(c.ops.shutdown_grace.is_zero());
+        assert_eq!(c.ops.log_format, super::LogFormat::Json);
+        let e = Loader::new()
+            .flag("ops.near_limit_percent", "140", "--near-limit-percent")
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("flag --near-limit-percent: ops.near_limit_percent"),
+            "{e}"
+        );
+        let e = Loader::new()
+            .flag("ops.log_format", "xml", "--log-format")
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("xml"), "{e}");
+    }
+}

@@ -1,0 +1,385 @@
+//! The admin listener and the process's life cycle.
+//!
+//! - A listener separate from traffic (default `127.0.0.1:9090`): `GET /metrics` (Prometheus
+//!   text), `GET /healthz` (the process answers), `GET /readyz` (the store answers and a
+//!   configuration is loaded), `POST /reload`.
+//! - `SIGHUP` and `POST /reload` re-read the configuration the way the process read it at
+//!   start. A valid one takes effect for the next request; buckets are keyed by limiter name, so
+//!   unchanged limiters keep their state. An invalid one is logged with its reason and the old
+//!   one stays.
+//! - `SIGTERM`/`SIGINT`: stop accepting, let in-flight requests finish within the configured
+//!   grace period, then return so the process exits 0.
+
+use crate::config::{Config, Loader};
+use crate::decision::Decider;
+use crate::http::cors::Cors;
+use crate::metrics;
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::http::header::ContentType;
+use actix_web::{web, App, HttpResponse, HttpServer};
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Reads the configuration again, from the same layers as at start.
+pub type Reloader = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// A reloader for a configuration built without command-line flags: its file (if any) and
+/// this process's environment.
+pub fn file_reloader(cfg: &Config) -> Reloader {
+    let source = cfg.source.clone();
+    Arc::new(move || {
+        let mut l = Loader::new();
+        if let Some(p) = &source {
+            l = l.file(p);
+        }
+        l.process_env().load().map_err(|e| e.to_string())
+    })
+}
+
+/// What a successful reload changed.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Limiters that are new, gone, or whose definition changed.
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    /// Settings that differ but only take effect on restart.
+    pub restart_required: Vec<&'static str>,
+}
+
+/// The running gateway's configuration and the parts a reload swaps.
+pub struct Control {
+    decider: Arc<Decider>,
+    cors: Cors,
+    reloader: Reloader,
+    current: Mutex<Config>,
+}
+
+impl Control {
+    pub fn new(cfg: &Config, decider: Arc<Decider>, cors: Cors, reloader: Reloader) -> Self {
+        let names: Vec<Arc<str>> = cfg.limiters.iter().map(|l| l.name.clone()).collect();
+        metrics::global().configure(&names, cfg.ops.near_limit_percent);
+        Self {
+            decider,
+            cors,
+            reloader,
+            current: Mutex::new(cfg.clone()),
+        }
+    }
+
+    pub fn decider(&self) -> &Arc<Decider> {
+        &self.decider
+    }
+
+    /// Read the configuration again and take it, or keep the old one and say why not.
+    pub fn reload(&self, trigger: &str) -> Result<ReloadReport, String> {
+        let mut current = self.current.lock();
+        let new = match (self.reloader)() {
+            Ok(c) => c,
+            Err(e) => {
+                metrics::global().reloaded(false);
+                tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration stays in effect");
+                return Err(e);
+            }
+        };
+        let report = diff(&current, &new);
+        self.decider.reload(&new);
+        self.cors.set(&new.cors);
+        let names: Vec<Arc<str>> = new.limiters.iter().map(|l| l.name.clone()).collect();
+        metrics::global().configure(&names, new.ops.near_limit_percent);
+        metrics::global().reloaded(true);
+        if !report.restart_required.is_empty() {
+            tracing::warn!(
+                trigger,
+                settings = ?report.restart_required,
+                "these settings changed but only take effect on restart"
+            );
+        }
+        tracing::info!(
+            trigger,
+            added = ?report.added,
+            removed = ?report.removed,
+            changed = ?report.changed,
+            enabled = new.enabled,
+            "configuration reloaded"
+        );
+        *current = new;
+        Ok(report)
+    }
+}
+
+fn diff(old: &Config, new: &Config) -> ReloadReport {
+    let find = |c: &Config, n: &str| c.limiters.iter().find(|l| &*l.name == n).cloned();
+    let mut r = ReloadReport {
+        added: Vec::new(),
+        removed: Vec::new(),
+        changed: Vec::new(),
+        restart_required: Vec::new(),
+    };
+    for l in &new.limiters {
+        match find(old, &l.name) {
+            None => r.added.push(l.name.to_string()),
+            Some(o) if o != *l => r.changed.push(l.name.to_string()),
+            Some(_) => {}
+        }
+    }
+    for l in &old.limiters {
+        if find(new, &l.name).is_none() {
+            r.removed.push(l.name.to_string());
+        }
+    }
+    let restart = [
+        ("server.listen", old.server.listen != new.server.listen),
+        (
+            "server.upstream",
+            old.server.upstream != new.server.upstream,
+        ),
+        (
+            "server.connect_timeout",
+            old.server.connect_timeout != new.server.connect_timeout,
+        ),
+        (
+            "server.read_timeout",
+            old.server.read_timeout != new.server.read_timeout,
+        ),
+        ("store", old.store != new.store),
+        (
+            "ops.admin_listen",
+            old.ops.admin_listen != new.ops.admin_listen,
+        ),
+        (
+            "ops.shutdown_grace",
+            old.ops.shutdown_grace != new.ops.shutdown_grace,
+        ),
+        ("ops.log_format", old.ops.log_format != new.ops.log_format),
+    ];
+    r.restart_required = restart
+        .iter()
+        .filter(|(_, c)| *c)
+        .map(|(n, _)| *n)
+        .collect();
+    r
+}
+
+#[derive(Serialize)]
+struct ReloadAnswer<'a> {
+    reloaded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    report: Option<&'a ReloadReport>,
+}
+
+async fn metrics_page(control: web::Data<Control>) -> HttpResponse {
+    let d = control.decider();
+    let body = metrics::global().render(Some(d.store().as_ref()), Some(&d.settings()));
+    HttpResponse::Ok()
+        .insert_header((
+            actix_web::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        ))
+        .body(body)
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(ContentType::plaintext())
+        .body("ok\n")
+}
+
+/// How long `/readyz` waits for the store.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn readyz(control: web::Data<Control>) -> HttpResponse {
+    let store = control.decider().store().clone();
+    let answer = tokio::time::timeout(READY_TIMEOUT, store.ping()).await;
+    let (ready, problem) = match answer {
+        Ok(Ok(())) => (true, None),
+        Ok(Err(e)) => (false, Some(e.to_string())),
+        Err(_) => (
+            false,
+            Some(format!(
+                "the {} store did not answer within {READY_TIMEOUT:?}",
+                store.kind()
+            )),
+        ),
+    };
+    let body = serde_json::json!({
+        "ready": ready,
+        "store": store.kind(),
+        "error": problem,
+        "enabled": control.decider().settings().enabled,
+    });
+    let mut res = if ready {
+        HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
+    };
+    res.content_type(ContentType::json()).body(body.to_string())
+}
+
+async fn reload(control: web::Data<Control>) -> HttpResponse {
+    // Reading and validating a file is short blocking work: keep it off the admin worker.
+    let c = control.clone().into_inner();
+    let result = web::block(move || c.reload("POST /reload")).await;
+    let (status, body) = match &result {
+        Ok(Ok(report)) => (
+            actix_web::http::StatusCode::OK,
+            serde_json::to_string(&ReloadAnswer {
+                reloaded: true,
+                error: None,
+                report: Some(report),
+            }),
+        ),
+        Ok(Err(e)) => (
+            actix_web::http::StatusCode::UNPROCESSABLE_ENTITY,
+            serde_json::to_string(&ReloadAnswer {
+                reloaded: false,
+                error: Some(e),
+                report: None,
+            }),
+        ),
+        Err(_) => (
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::to_string(&ReloadAnswer {
+                reloaded: false,
+                error: Some("the reload could not run; try again"),
+                report: None,
+            }),
+        ),
+    };
+    HttpResponse::build(status)
+        .content_type(ContentType::json())
+        .body(body.unwrap_or_default())
+}
+
+/// The admin server, bound and ready to run.
+pub fn admin_server(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Server> {
+    let data = web::Data::from(control);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .route("/metrics", web::get().to(metrics_page))
+            .route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz))
+            .route("/reload", web::post().to(reload))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(cfg.ops.admin_listen)
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {} (ops.admin_listen): {e}",
+            cfg.ops.admin_listen
+        )
+    })?;
+    for addr in server.addrs() {
+        tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /reload");
+    }
+    Ok(server.run())
+}
+
+/// Run the gateway server and the admin server until SIGTERM/SIGINT, reloading on SIGHUP.
+pub async fn run(gateway: Server, control: Arc<Control>, cfg: &Config) -> anyhow::Result<()> {
+    // Handlers go in before either listener answers, so a SIGHUP sent once the process looks
+    // ready reloads instead of ending it.
+    let signals = Signals::install()?;
+    let admin = admin_server(control.clone(), cfg)?;
+    let admin_handle = admin.handle();
+    let admin_task = actix_web::rt::spawn(admin);
+    let gateway_handle = gateway.handle();
+    let grace = cfg.ops.shutdown_grace;
+    let watcher = actix_web::rt::spawn(signals.watch(control, gateway_handle, grace));
+    let result = gateway.await;
+    watcher.abort();
+    admin_handle.stop(false).await;
+    let _ = admin_task.await;
+    tracing::info!("fleet-limiter stopped");
+    result.map_err(Into::into)
+}
+
+#[cfg(unix)]
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let cannot = |e: std::io::Error| anyhow::anyhow!("cannot install signal handlers: {e}");
+        Ok(Self {
+            hup: signal(SignalKind::hangup()).map_err(cannot)?,
+            term: signal(SignalKind::terminate()).map_err(cannot)?,
+            int: signal(SignalKind::interrupt()).map_err(cannot)?,
+        })
+    }
+
+    async fn watch(mut self, control: Arc<Control>, gateway: ServerHandle, grace: Duration) {
+        loop {
+            let name = tokio::select! {
+                _ = self.hup.recv() => {
+                    let c = control.clone();
+                    let _ = tokio::task::spawn_blocking(move || c.reload("SIGHUP")).await;
+                    continue;
+                }
+                _ = self.term.recv() => "SIGTERM",
+                _ = self.int.recv() => "SIGINT",
+            };
+            tracing::info!(
+                signal = name,
+                grace_seconds = grace.as_secs(),
+                "stopping: no new connections; finishing in-flight requests"
+            );
+            gateway.stop(true).await;
+            return;
+        }
+    }
+}
+
+#[cfg(not(unix))]
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self)
+    }
+
+    async fn watch(self, _control: Arc<Control>, gateway: ServerHandle, _grace: Duration) {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            gateway.stop(true).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_changed_limiters_and_restart_only_settings() {
+        let old = Config::default();
+        let mut new = old.clone();
+        new.limiters[0].quota.limit += 1;
+        let gone = new.limiters.pop().expect("limiters").name.to_string();
+        new.server.listen = "127.0.0.1:1".parse().expect("addr");
+        new.ops.near_limit_percent = 50;
+        let r = diff(&old, &new);
+        assert_eq!(r.changed, vec![old.limiters[0].name.to_string()]);
+        assert_eq!(r.removed, vec![gone]);
+        assert!(r.added.is_empty());
+        assert_eq!(
+            r.restart_required,
+            vec!["server.listen"],
+            "near_limit_percent is live"
+        );
+        let same = diff(&old, &old.clone());
+        assert!(same.changed.is_empty() && same.restart_required.is_empty());
+    }
+}

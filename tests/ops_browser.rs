@@ -1,0 +1,225 @@
+//! A real browser on another origin reads the gateway's 429: headless Chromium loads a page
+//! served from one loopback port whose script calls the gateway on another, and writes what it
+//! saw (statuses, `Retry-After`, `RateLimit-Policy`, or the CORS error) into the DOM, which
+//! `--dump-dom` prints.
+//!
+//! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped, except when
+//! `CI` is set: then it fails.
+
+mod ops_support;
+
+use ops_support::Gateway;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+use wiremock::matchers::{method, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// Serve `html` to every GET on `listener`, from a background thread.
+fn serve_page(listener: TcpListener, html: String) -> u16 {
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let Ok(read_half) = stream.try_clone() else {
+                continue;
+            };
+            let mut reader = BufReader::new(read_half);
+            let mut line = String::new();
+            // Read the request head; the body of a GET is empty.
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                html.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(html.as_bytes());
+        }
+    });
+    port
+}
+
+fn bind() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").expect("bind page server")
+}
+
+/// A page whose script calls `url` twice with an `X-Agent-ID` header (so the browser sends a
+/// preflight first) and records what it could read.
+fn page(url: &str) -> String {
+    format!(
+        r#"<!doctype html><html><body><pre id="out">pending</pre><script>
+async function call() {{
+  try {{
+    const r = await fetch("{url}", {{ headers: {{ "x-agent-id": "browser-agent-1" }} }});
+    return {{ status: r.status, retryAfter: r.headers.get("retry-after"), policy: r.headers.get("ratelimit-policy") }};
+  }} catch (e) {{
+    return {{ error: String(e.name) }};
+  }}
+}}
+(async () => {{
+  const first = await call();
+  const second = await call();
+  document.getElementById("out").textContent = JSON.stringify({{ first, second }});
+}})();
+</script></body></html>"#
+    )
+}
+
+/// Load `url` in headless Chromium and return what the page wrote into `#out`.
+async fn browse(bin: &str, url: &str, profile: &Path) -> serde_json::Value {
+    let run = tokio::process::Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=20000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("chromium finished")
+        .expect("chromium ran");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let inner = dom
+        .split_once("<pre id=\"out\">")
+        .and_then(|(_, rest)| rest.split_once("</pre>"))
+        .map(|(inner, _)| {
+            inner
+                .replace("&amp;", "&")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+        })
+        .unwrap_or_default();
+    serde_json::from_str(&inner).unwrap_or_else(|_| {
+        panic!(
+            "the page did not finish; dom:\n{dom}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_on_another_origin_reads_retry_after_from_a_429() {
+    let Some(bin) = chromium() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium is required under CI (apt-get install chromium)"
+        );
+        eprintln!("skipped: no chromium on PATH");
+        return;
+    };
+
+    // The upstream allows every origin for its own answers, preflights included.
+    let up = MockServer::start().await;
+    Mock::given(method("OPTIONS"))
+        .respond_with(
+            ResponseTemplate::new(204)
+                .insert_header("access-control-allow-origin", "*")
+                .insert_header("access-control-allow-methods", "GET")
+                .insert_header("access-control-allow-headers", "x-agent-id"),
+        )
+        .mount(&up)
+        .await;
+    Mock::given(path_regex("^/t/"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_string("ok")
+                .insert_header("access-control-allow-origin", "*"),
+        )
+        .mount(&up)
+        .await;
+
+    // Pages on two other origins: one on the gateway's allow-list, one not. Their listeners
+    // are bound first so the allow-list can name the listed one.
+    let listed = bind();
+    let listed_origin = format!(
+        "http://127.0.0.1:{}",
+        listed.local_addr().expect("addr").port()
+    );
+    let toml = format!(
+        r#"
+[server]
+upstream = "{}"
+
+[limiters.browser-a]
+limit = 1
+window = "1m"
+key = "ip"
+routes = ["/t/a/**"]
+
+[limiters.browser-b]
+limit = 1
+window = "1m"
+key = "ip"
+routes = ["/t/b/**"]
+
+[cors]
+allowed_origins = ["{listed_origin}"]
+"#,
+        up.uri()
+    );
+    let gw = Gateway::start(&toml, &[]).await;
+    let listed_port = serve_page(listed, page(&gw.url("/t/a/x")));
+    let unlisted_port = serve_page(bind(), page(&gw.url("/t/b/x")));
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let seen = browse(
+        bin,
+        &format!("http://127.0.0.1:{listed_port}/"),
+        profile.path(),
+    )
+    .await;
+    assert_eq!(seen["first"]["status"], 200, "{seen}");
+    assert_eq!(seen["first"]["policy"], "\"browser-a\";q=1;w=60", "{seen}");
+    assert_eq!(seen["second"]["status"], 429, "{seen}");
+    let wait: u64 = seen["second"]["retryAfter"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("Retry-After readable: {seen}"));
+    assert!((1..=60).contains(&wait), "{seen}");
+
+    // Same gateway, an origin not on the allow-list: its 200 came from the upstream (readable),
+    // the gateway's 429 carries no CORS headers, and the browser reports a network error.
+    let profile = tempfile::tempdir().expect("profile dir");
+    let seen = browse(
+        bin,
+        &format!("http://127.0.0.1:{unlisted_port}/"),
+        profile.path(),
+    )
+    .await;
+    assert_eq!(seen["first"]["status"], 200, "{seen}");
+    assert_eq!(
+        seen["first"]["policy"], "\"browser-b\";q=1;w=60",
+        "exposed on proxied answers: {seen}"
+    );
+    assert_eq!(seen["second"]["error"], "TypeError", "{seen}");
+    assert_eq!(
+        gw.metric(r#"fleet_limiter_decisions_total{limiter="browser-b",outcome="refused"}"#)
+            .await,
+        Some(1.0),
+        "the gateway did refuse it"
+    );
+}

@@ -1,0 +1,101 @@
+//! The limiter embedded in an actix-web app of the user's own (`App::new().wrap(FleetLimiter)`),
+//! served on a real loopback port and called over HTTP.
+
+use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
+use fleet_limiter::config::Loader;
+use fleet_limiter::http::cors::Cors;
+use fleet_limiter::http::middleware::{FleetLimiter, LimitOutcome};
+
+async fn handler(req: HttpRequest) -> HttpResponse {
+    let remaining = req
+        .extensions()
+        .get::<LimitOutcome>()
+        .and_then(|o| o.0.tightest().map(|t| t.verdict.remaining));
+    HttpResponse::Ok().body(format!("remaining={remaining:?}"))
+}
+
+#[actix_web::test]
+async fn embedded_middleware_limits_reports_and_renders_cors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        r#"
+[limiters.embedded-a]
+limit = 2
+window = "1m"
+key = "ip"
+routes = ["/work/**"]
+
+[cors]
+allowed_origins = ["http://dash.test"]
+"#,
+    )
+    .expect("write");
+    let cfg = Loader::new().file(&file).load().expect("config");
+    let limiter = FleetLimiter::from_config(&cfg).expect("limiter");
+    let cors = Cors::new(&cfg.cors);
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(limiter.clone())
+            .wrap(cors.clone())
+            .route("/work/{x}", web::get().to(handler))
+            .route("/free", web::get().to(handler))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .expect("bind");
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let url = |p: &str| format!("http://{addr}{p}");
+    let res = client.get(url("/work/1")).send().await.expect("first");
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["ratelimit-policy"], "\"embedded-a\";q=2;w=60");
+    assert_eq!(
+        res.text().await.expect("body"),
+        "remaining=Some(1)",
+        "the handler sees the outcome"
+    );
+    assert_eq!(
+        client
+            .get(url("/work/2"))
+            .send()
+            .await
+            .expect("second")
+            .status(),
+        200
+    );
+    let res = client
+        .get(url("/work/3"))
+        .header("origin", "http://dash.test")
+        .send()
+        .await
+        .expect("third");
+    assert_eq!(res.status(), 429);
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+    assert!(res.headers().contains_key("retry-after"));
+    assert_eq!(
+        res.headers()["access-control-allow-origin"],
+        "http://dash.test"
+    );
+    let res = client.get(url("/free")).send().await.expect("unmetered");
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.expect("body"), "remaining=None");
+
+    let text = fleet_limiter::metrics::global().render(None, None);
+    assert!(
+        text.contains(
+            "fleet_limiter_decisions_total{limiter=\"embedded-a\",outcome=\"refused\"} 1\n"
+        ),
+        "{text}"
+    );
+    handle.stop(true).await;
+}
