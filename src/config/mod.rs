@@ -598,6 +598,7 @@ struct RawConfig {
     limiters: BTreeMap<String, RawLimiter>,
     #[serde(default)]
     identity: identity::RawIdentity,
+    #[serde(default)]
     ops: ops::RawOps,
     #[serde(default)]
     cors: ops::RawCors,
