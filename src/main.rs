@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway: rate-limit every request by its principal, forward the allowed ones.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check the calibration against the fleet's declared cadences; exit 1 if it is unsafe.
     Check(CheckArgs),
     /// Run scripted populations through the real limiter in virtual time and report what they met.
@@ -178,7 +178,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            let args = Arc::new(args);
+            let args: Arc<ServeArgs> = Arc::from(args);
             let cfg = match load_serve(&args) {
                 Ok(c) => c,
                 Err(e) => {
