@@ -521,6 +521,7 @@ fn apply_store_shorthand(
     if raw.eq_ignore_ascii_case("memory") {
         set_path(doc, "store.backend", Value::String("memory".into()));
     } else if raw.starts_with("redis://") || raw.starts_with("rediss://") {
+        // `rediss://` is accepted here so that the store check below names it with its fix.
         set_path(doc, "store.backend", Value::String("redis".into()));
         set_path(doc, "store.url", Value::String(raw.to_owned()));
         origins.insert("store.url".into(), origin.to_owned());
@@ -761,6 +762,24 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             defaults::STORE_TIMEOUT,
         )?,
     };
+    // The Redis client is built without TLS: refuse `rediss://` here, with the fix, rather than
+    // when the store first connects.
+    if let Some(u) = store
+        .url
+        .iter()
+        .chain(&store.cluster)
+        .find(|u| !u.starts_with("redis://"))
+    {
+        let path = if store.url.as_deref() == Some(u.as_str()) {
+            "store.url"
+        } else {
+            "store.cluster"
+        };
+        return Err(ctx.err(
+            path,
+            format!("`{u}` is not a redis:// URL; this build speaks plain redis:// only (no TLS): reach Redis over a private network or a local TLS tunnel"),
+        ));
+    }
     if store.backend == StoreBackend::Redis && store.url.is_none() && store.cluster.is_empty() {
         return Err(ctx.err(
             "store.backend",

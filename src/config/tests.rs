@@ -191,6 +191,16 @@ fn store_shorthand() {
         .load()
         .unwrap_err();
     snap!("config_error_store_shorthand", err.to_string());
+    // No TLS client in this build: refused at load time with the fix, not at first connect.
+    let err = Loader::new()
+        .flag("store", "rediss://cache:6380", "--store")
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("flag --store: store.url: `rediss://cache:6380` is not a redis:// URL"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -154,6 +154,7 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
             old.ops.shutdown_grace != new.ops.shutdown_grace,
         ),
         ("ops.log_format", old.ops.log_format != new.ops.log_format),
+        ("identity", old.identity != new.identity),
     ];
     r.restart_required = restart
         .iter()
@@ -381,5 +382,8 @@ mod tests {
         );
         let same = diff(&old, &old.clone());
         assert!(same.changed.is_empty() && same.restart_required.is_empty());
+        let mut cookie = old.clone();
+        cookie.identity.session_cookie = "other".into();
+        assert_eq!(diff(&old, &cookie).restart_required, vec!["identity"]);
     }
 }
