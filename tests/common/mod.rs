@@ -1,31 +1,37 @@
-//! Shared end-to-end harness: runs the real `fleet-limiter` binary on a free loopback port,
-//! waits until it accepts connections, and kills it when dropped. Also a `wiremock` upstream,
-//! a proxy-free HTTP client, and a raw-bytes HTTP/1.1 client for requests `reqwest` refuses
-//! to build.
+//! The one end-to-end harness: runs the real `fleet-limiter` binary on a free loopback port
+//! (and, when asked, its admin listener on another), waits until it accepts connections, and
+//! kills it when dropped. Its stdout and stderr go to files in a temporary directory, next to
+//! the configuration file. Also a `wiremock` upstream, proxy-free HTTP clients, a raw-bytes
+//! HTTP/1.1 client for requests `reqwest` refuses to build, `/metrics` readers and header
+//! parsers.
 //!
 //! ```ignore
 //! mod common;
 //! let upstream = common::upstream().await;
 //! let gw = common::Gateway::serve().upstream(&upstream.uri()).arg("--trust-proxy").arg("127.0.0.1/32").spawn();
 //! let res = common::client().get(gw.url("/api/agent/heartbeat")).send().await?;
+//! // The admin listener, a configuration file, logs at info level and signals:
+//! let gw = common::Launch::serve().config_toml(toml).admin().log("info").spawn();
+//! gw.rewrite_config(other_toml);
+//! gw.signal("HUP");
 //! ```
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_fleet-limiter");
 
-/// How many times start-up is polled before giving up, and the pause between polls.
-const READY_TRIES: u32 = 600;
-const READY_PAUSE: Duration = Duration::from_millis(50);
-/// How many times a start-up is retried on a fresh port when the chosen one was taken meanwhile.
+/// How long start-up, a reload or an exit may take before a test gives up (a deadline for
+/// waiting, never a timing assertion).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+/// The pause between two polls of something a test waits for.
+const POLL: Duration = Duration::from_millis(50);
+/// How many times a start-up is retried on fresh ports when a chosen one was taken meanwhile.
 const PORT_RETRIES: u32 = 5;
 
 /// A loopback port that was free a moment ago.
@@ -36,43 +42,16 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
 }
 
+fn free_addr() -> SocketAddr {
+    ([127, 0, 0, 1], free_port()).into()
+}
+
 /// A loopback address where nothing listens (for "upstream down").
 pub fn dead_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let a = l.local_addr().expect("local addr");
     drop(l);
     a
-}
-
-/// Output of a stream collected by a background thread, so the child never blocks on a full pipe.
-#[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<String>>);
-
-impl Captured {
-    fn spawn(stream: impl Read + Send + 'static) -> (Self, JoinHandle<()>) {
-        let me = Self::default();
-        let sink = me.clone();
-        let handle = std::thread::spawn(move || {
-            let mut r = BufReader::new(stream);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match r.read_until(b'\n', &mut line) {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => sink
-                        .0
-                        .lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&line)),
-                }
-            }
-        });
-        (me, handle)
-    }
-
-    pub fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
-    }
 }
 
 /// How a run of the binary ended.
@@ -84,7 +63,7 @@ pub struct Exited {
     pub stderr: String,
 }
 
-/// What to run: arguments, environment, an optional config file.
+/// What to run: arguments, environment, an optional config file, an optional admin listener.
 #[derive(Clone, Debug, Default)]
 pub struct Launch {
     args: Vec<String>,
@@ -94,6 +73,8 @@ pub struct Launch {
     serve: bool,
     upstream: Option<String>,
     keep_env: bool,
+    /// Add `--admin-listen 127.0.0.1:<free port>` and wait until its `/healthz` answers 200.
+    admin: bool,
 }
 
 impl Launch {
@@ -135,9 +116,30 @@ impl Launch {
         self
     }
 
-    /// Write this TOML to a temporary file and pass `--config <file>`.
+    pub fn envs<K: Into<String>, V: Into<String>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.env
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// `FLEET_LIMITER_LOG` (the harness default is `warn`).
+    pub fn log(self, level: &str) -> Self {
+        self.env("FLEET_LIMITER_LOG", level)
+    }
+
+    /// Write this TOML to a file in the run's temporary directory and pass `--config <file>`.
     pub fn config_toml(mut self, toml: impl Into<String>) -> Self {
         self.config = Some(toml.into());
+        self
+    }
+
+    /// Run the admin listener on its own free port (`--admin-listen`) and wait for its
+    /// `/healthz`; without this it takes any free port (`127.0.0.1:0`) and nobody asks it.
+    pub fn admin(mut self) -> Self {
+        self.admin = true;
         self
     }
 
@@ -148,24 +150,28 @@ impl Launch {
         self
     }
 
-    fn command_for(&self, listen: Option<SocketAddr>) -> (Command, Option<tempfile::TempPath>) {
+    /// The command, with its stdout and stderr going to files in `dir`.
+    fn command_for(
+        &self,
+        dir: &Path,
+        listen: Option<SocketAddr>,
+        admin: Option<SocketAddr>,
+    ) -> (Command, Option<PathBuf>) {
         let mut cmd = Command::new(BIN);
         cmd.args(&self.args);
         if let Some(addr) = listen {
             cmd.arg("--listen").arg(addr.to_string());
         }
+        if let Some(addr) = admin {
+            cmd.arg("--admin-listen").arg(addr.to_string());
+        }
         if let Some(u) = &self.upstream {
             cmd.arg("--upstream").arg(u);
         }
         let config = self.config.as_ref().map(|text| {
-            let mut f = tempfile::Builder::new()
-                .prefix("fleet-limiter-test-")
-                .suffix(".toml")
-                .tempfile()
-                .expect("temp config file");
-            f.write_all(text.as_bytes()).expect("write config");
-            let path = f.into_temp_path();
-            cmd.arg("--config").arg(&*path);
+            let path = dir.join("fleet-limiter.toml");
+            std::fs::write(&path, text).expect("write config");
+            cmd.arg("--config").arg(&path);
             path
         });
         if !self.keep_env {
@@ -184,14 +190,15 @@ impl Launch {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let out = std::fs::File::create(dir.join("stdout.log")).expect("stdout file");
+        let err = std::fs::File::create(dir.join("stderr.log")).expect("stderr file");
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         (cmd, config)
     }
 
-    /// Start a `serve` and wait until it accepts connections. Panics (with the binary's stderr)
-    /// when it exits or never listens.
+    /// Start a `serve` and wait until it accepts connections (and its admin listener answers,
+    /// with [`Launch::admin`]). Panics (with the binary's stderr) when it exits or never
+    /// listens.
     pub fn spawn(self) -> Gateway {
         assert!(
             self.serve,
@@ -199,25 +206,24 @@ impl Launch {
         );
         let mut last_err = String::new();
         for _ in 0..PORT_RETRIES {
-            let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            let (mut cmd, config) = self.command_for(Some(addr));
-            let mut child = cmd
+            let dir = temp_dir();
+            let addr = free_addr();
+            let admin = self.admin.then(free_addr);
+            let (mut cmd, config) = self.command_for(dir.path(), Some(addr), admin);
+            let child = cmd
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-            let (stdout, out_t) = Captured::spawn(child.stdout.take().expect("stdout"));
-            let (stderr, err_t) = Captured::spawn(child.stderr.take().expect("stderr"));
             let mut gw = Gateway {
                 child,
                 addr,
-                stdout,
-                stderr,
-                readers: vec![out_t, err_t],
-                _config: config,
+                admin_addr: admin,
+                config,
+                dir,
             };
             match gw.wait_ready() {
                 Ok(()) => return gw,
                 Err(e) => {
-                    let port_taken = gw.stderr.text().contains("cannot listen");
+                    let port_taken = gw.stderr().contains("cannot listen");
                     last_err = e;
                     drop(gw);
                     if !port_taken {
@@ -232,49 +238,66 @@ impl Launch {
     /// Run a command that is expected to exit (e.g. a start-up failure), within `limit`.
     /// Panics if it is still running then.
     pub fn run(self, limit: Duration) -> Exited {
-        let listen = self.serve.then(|| ([127, 0, 0, 1], free_port()).into());
-        let (mut cmd, _config) = self.command_for(listen);
+        let dir = temp_dir();
+        let listen = self.serve.then(free_addr);
+        let (mut cmd, _config) = self.command_for(dir.path(), listen, None);
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-        let (stdout, out_t) = Captured::spawn(child.stdout.take().expect("stdout"));
-        let (stderr, err_t) = Captured::spawn(child.stderr.take().expect("stderr"));
-        let tries = (limit.as_millis() / READY_PAUSE.as_millis()).max(1);
-        let mut status: Option<ExitStatus> = None;
-        for _ in 0..tries {
+        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+        let deadline = Instant::now() + limit;
+        let status = loop {
             if let Some(s) = child.try_wait().expect("try_wait") {
-                status = Some(s);
-                break;
+                break s;
             }
-            std::thread::sleep(READY_PAUSE);
-        }
-        let Some(status) = status else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{BIN} {:?} still running after {limit:?}; stderr:\n{}",
-                self.args,
-                stderr.text()
-            );
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{BIN} {:?} still running after {limit:?}; stderr:\n{}",
+                    self.args,
+                    read("stderr.log")
+                );
+            }
+            std::thread::sleep(POLL);
         };
-        let _ = out_t.join();
-        let _ = err_t.join();
         Exited {
             code: status.code(),
-            stdout: stdout.text(),
-            stderr: stderr.text(),
+            stdout: read("stdout.log"),
+            stderr: read("stderr.log"),
         }
     }
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("fleet-limiter-test-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// Whether `GET path` on `addr` answers `200` (a plain HTTP/1.1 exchange, no client needed).
+fn answers_ok(addr: SocketAddr, path: &str) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
 }
 
 /// A running `fleet-limiter serve`, killed on drop.
 pub struct Gateway {
     child: Child,
     pub addr: SocketAddr,
-    stdout: Captured,
-    stderr: Captured,
-    readers: Vec<JoinHandle<()>>,
-    _config: Option<tempfile::TempPath>,
+    admin_addr: Option<SocketAddr>,
+    config: Option<PathBuf>,
+    /// Holds the configuration file and the output files.
+    dir: tempfile::TempDir,
 }
 
 impl Gateway {
@@ -284,23 +307,29 @@ impl Gateway {
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
-        for _ in 0..READY_TRIES {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!(
                     "exited with {status} before listening; stderr:\n{}",
-                    self.stderr.text()
+                    self.stderr()
                 ));
             }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+            let traffic =
+                TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok();
+            if traffic && self.admin_addr.is_none_or(|a| answers_ok(a, "/healthz")) {
                 return Ok(());
             }
-            std::thread::sleep(READY_PAUSE);
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "not listening on {} (admin {:?}) after {PATIENCE:?}; stderr:\n{}",
+                    self.addr,
+                    self.admin_addr,
+                    self.stderr()
+                ));
+            }
+            std::thread::sleep(POLL);
         }
-        Err(format!(
-            "not listening on {} after {READY_TRIES} tries; stderr:\n{}",
-            self.addr,
-            self.stderr.text()
-        ))
     }
 
     pub fn pid(&self) -> u32 {
@@ -312,12 +341,51 @@ impl Gateway {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// `http://127.0.0.1:<admin port><path>` (needs [`Launch::admin`]).
+    pub fn admin(&self, path: &str) -> String {
+        let addr = self
+            .admin_addr
+            .expect("the admin listener's address: start with Launch::admin()");
+        format!("http://{addr}{path}")
+    }
+
+    /// Everything the process wrote to stderr so far (its log).
     pub fn stderr(&self) -> String {
-        self.stderr.text()
+        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
     }
 
     pub fn stdout(&self) -> String {
-        self.stdout.text()
+        std::fs::read_to_string(self.dir.path().join("stdout.log")).unwrap_or_default()
+    }
+
+    /// The file the process's stderr (its log) goes to.
+    pub fn stderr_path(&self) -> PathBuf {
+        self.dir.path().join("stderr.log")
+    }
+
+    /// The log lines that parse as JSON objects (with `--log-format json`).
+    pub fn json_logs(&self) -> Vec<serde_json::Value> {
+        self.stderr()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .collect()
+    }
+
+    /// Replace the configuration file (for a reload; needs [`Launch::config_toml`]).
+    pub fn rewrite_config(&self, toml: &str) {
+        let path = self.config.as_ref().expect("started with config_toml()");
+        std::fs::write(path, toml).expect("rewrite config");
+    }
+
+    /// Send a signal by name (`HUP`, `TERM`, `INT`) with `kill`.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -{name} failed");
     }
 
     /// Whether the process is still running.
@@ -325,9 +393,56 @@ impl Gateway {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Wait for the process to exit by itself (after a signal) and return how it ended.
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fleet-limiter did not exit; its log:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Resident memory of the process in KiB (Linux `/proc/PID/status` `VmRSS`).
     pub fn rss_kib(&self) -> u64 {
         rss_kib(self.pid())
+    }
+
+    /// The value of one sample line of the admin listener's `/metrics`, e.g.
+    /// `fleet_limiter_decisions_total{limiter="a",outcome="allowed"}`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let text = client()
+            .get(self.admin("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        sample_value(&text, sample)
+    }
+
+    /// Poll a metric until `pred` holds (a reload or a signal is handled asynchronously).
+    pub async fn wait_metric(&self, sample: &str, pred: impl Fn(f64) -> bool) -> f64 {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let v = self.metric(sample).await.unwrap_or(f64::NAN);
+            if pred(v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{sample} stayed at {v}; log:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(POLL).await;
+        }
     }
 }
 
@@ -335,10 +450,18 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
     }
+}
+
+/// The value of the sample named exactly `sample` in a Prometheus text page.
+pub fn sample_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            l.strip_prefix(sample)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// `VmRSS` of a process in KiB.
@@ -376,6 +499,17 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(60))
+        .build()
+        .expect("reqwest client")
+}
+
+/// A client that never pools connections (each request is its own connection, so a gateway
+/// that stops accepting is seen as such).
+pub fn unpooled_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .timeout(PATIENCE)
         .build()
         .expect("reqwest client")
 }
