@@ -1,10 +1,10 @@
 //! Operating the real binary over HTTP: metrics, shadow mode, the global switch, live reload
 //! (SIGHUP and POST /reload), rejected reloads, graceful shutdown, health, CORS headers.
 
-mod ops_support;
+mod common;
 
+use common::{unpooled_client as client, Gateway, Launch};
 use fleet_limiter::keys::{principal_key, BucketKey, KeyKind};
-use ops_support::{client, Gateway};
 use std::sync::Arc;
 use std::time::Duration;
 use wiremock::matchers::{method, path, path_regex};
@@ -68,8 +68,77 @@ routes = ["/t/b/**"]
     )
 }
 
+/// The real binary with this configuration file, its admin listener on a known port, and its
+/// log at info level.
+fn launch(toml: &str) -> Launch {
+    Launch::serve().config_toml(toml).admin().log("info")
+}
+
+/// A gateway in front of `up` with [`config`] and these extra flags.
+fn start(up: &MockServer, a_limit: u32, a_mode: &str, b_limit: u32, extra: &[&str]) -> Gateway {
+    launch(&config(&up.uri(), a_limit, a_mode, b_limit))
+        .args(extra.iter().copied())
+        .spawn()
+}
+
 async fn get(gw: &Gateway, p: &str) -> reqwest::Response {
     client().get(gw.url(p)).send().await.expect("request")
+}
+
+/// A GET on the gateway from a page on `origin`.
+async fn get_from(gw: &Gateway, p: &str, origin: &str) -> reqwest::Response {
+    client()
+        .get(gw.url(p))
+        .header("origin", origin)
+        .send()
+        .await
+        .expect("get")
+}
+
+/// A GET on the admin listener.
+async fn admin_get(gw: &Gateway, p: &str) -> reqwest::Response {
+    client()
+        .get(gw.admin(p))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {p} on the admin listener: {e}"))
+}
+
+/// `POST /reload` on the admin listener: the status and the JSON answer.
+async fn post_reload(gw: &Gateway) -> (u16, serde_json::Value) {
+    let res = client()
+        .post(gw.admin("/reload"))
+        .send()
+        .await
+        .expect("reload");
+    let status = res.status().as_u16();
+    (status, res.json().await.expect("json"))
+}
+
+/// Each sample of `/metrics` has exactly its expected value.
+async fn assert_metrics(gw: &Gateway, expected: &[(&str, f64)]) {
+    for (sample, value) in expected {
+        assert_eq!(gw.metric(sample).await, Some(*value), "{sample}");
+    }
+}
+
+/// Start a GET of `p` in the background and wait until the upstream holds it.
+async fn in_flight(
+    gw: &Gateway,
+    up: &MockServer,
+    p: &str,
+) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let url = gw.url(p);
+    let task = tokio::spawn(async move { client().get(url).send().await });
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    while up.received_requests().await.map_or(0, |r| r.len()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task
 }
 
 fn header<'a>(res: &'a reqwest::Response, name: &str) -> &'a str {
@@ -89,11 +158,7 @@ const RELOADS_ERR: &str = r#"fleet_limiter_config_reloads_total{result="error"}"
 #[tokio::test]
 async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() {
     let up = upstream().await;
-    let gw = Gateway::start(
-        &config(&up.uri(), 2, "enforce", 5),
-        &["--log-format", "json"],
-    )
-    .await;
+    let gw = start(&up, 2, "enforce", 5, &["--log-format", "json"]);
 
     assert_eq!(
         gw.metric(A_ALLOWED).await,
@@ -120,80 +185,42 @@ async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() 
         "wiremock answers 404 to unknown paths"
     );
 
-    assert_eq!(gw.metric(A_ALLOWED).await, Some(2.0));
-    assert_eq!(gw.metric(A_REFUSED).await, Some(1.0));
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_decisions_total{limiter="test-b",outcome="allowed"}"#)
-            .await,
-        Some(1.0)
-    );
-    // After the second request 0 of 2 remain: under 20% of the budget.
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_near_limit_total{limiter="test-a"}"#)
-            .await,
-        Some(1.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_requests_total{outcome="refused"}"#)
-            .await,
-        Some(1.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_requests_total{outcome="forwarded"}"#)
-            .await,
-        Some(3.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_requests_total{outcome="unmetered"}"#)
-            .await,
-        Some(1.0)
-    );
-    assert_eq!(
-        gw.metric("fleet_limiter_decision_duration_seconds_count")
-            .await,
-        Some(4.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_store_duration_seconds_count{store="memory"}"#)
-            .await,
-        Some(4.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_store_errors_total{store="memory"}"#)
-            .await,
-        Some(0.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_tracked_keys{store="memory"}"#)
-            .await,
-        Some(2.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_evicted_keys_total{store="memory"}"#)
-            .await,
-        Some(0.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_upstream_responses_total{status="200"}"#)
-            .await,
-        Some(3.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_upstream_responses_total{status="404"}"#)
-            .await,
-        Some(1.0)
-    );
-    assert_eq!(
-        gw.metric("fleet_limiter_upstream_duration_seconds_count")
-            .await,
-        Some(4.0)
-    );
+    // After the second request 0 of 2 remain: under 20% of the budget, so near_limit is 1.
+    assert_metrics(
+        &gw,
+        &[
+            (A_ALLOWED, 2.0),
+            (A_REFUSED, 1.0),
+            (
+                r#"fleet_limiter_decisions_total{limiter="test-b",outcome="allowed"}"#,
+                1.0,
+            ),
+            (r#"fleet_limiter_near_limit_total{limiter="test-a"}"#, 1.0),
+            (r#"fleet_limiter_requests_total{outcome="refused"}"#, 1.0),
+            (r#"fleet_limiter_requests_total{outcome="forwarded"}"#, 3.0),
+            (r#"fleet_limiter_requests_total{outcome="unmetered"}"#, 1.0),
+            ("fleet_limiter_decision_duration_seconds_count", 4.0),
+            (
+                r#"fleet_limiter_store_duration_seconds_count{store="memory"}"#,
+                4.0,
+            ),
+            (r#"fleet_limiter_store_errors_total{store="memory"}"#, 0.0),
+            (r#"fleet_limiter_tracked_keys{store="memory"}"#, 2.0),
+            (r#"fleet_limiter_evicted_keys_total{store="memory"}"#, 0.0),
+            (
+                r#"fleet_limiter_upstream_responses_total{status="200"}"#,
+                3.0,
+            ),
+            (
+                r#"fleet_limiter_upstream_responses_total{status="404"}"#,
+                1.0,
+            ),
+            ("fleet_limiter_upstream_duration_seconds_count", 4.0),
+        ],
+    )
+    .await;
 
-    let page = client()
-        .get(gw.admin("/metrics"))
-        .send()
-        .await
-        .expect("metrics");
+    let page = admin_get(&gw, "/metrics").await;
     assert_eq!(
         header(&page, "content-type"),
         "text/plain; version=0.0.4; charset=utf-8"
@@ -222,7 +249,7 @@ async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() 
         "{e}"
     );
     assert!(
-        !gw.logs().contains("agent-secret-4711"),
+        !gw.stderr().contains("agent-secret-4711"),
         "raw agent ids never reach the log"
     );
 }
@@ -230,11 +257,7 @@ async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() 
 #[tokio::test]
 async fn shadow_mode_never_refuses_but_counts_logs_and_reports() {
     let up = upstream().await;
-    let gw = Gateway::start(
-        &config(&up.uri(), 2, "shadow", 5),
-        &["--log-format", "json"],
-    )
-    .await;
+    let gw = start(&up, 2, "shadow", 5, &["--log-format", "json"]);
     for i in 0..5 {
         let res = get(&gw, &format!("/t/a/{i}")).await;
         assert_eq!(res.status(), 200, "shadow mode forwards request {i}");
@@ -253,18 +276,20 @@ async fn shadow_mode_never_refuses_but_counts_logs_and_reports() {
     assert!(header(&res, "ratelimit").contains("\"test-a\";r=0"));
     assert!(res.headers().get("retry-after").is_none());
 
-    assert_eq!(gw.metric(A_ALLOWED).await, Some(2.0));
-    assert_eq!(gw.metric(A_SHADOW).await, Some(4.0));
-    assert_eq!(gw.metric(A_REFUSED).await, Some(0.0));
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_requests_total{outcome="refused"}"#)
-            .await,
-        Some(0.0)
-    );
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_limiter_info{limiter="test-a",mode="shadow",limit="2",window_seconds="3600"}"#).await,
-        Some(1.0)
-    );
+    assert_metrics(
+        &gw,
+        &[
+            (A_ALLOWED, 2.0),
+            (A_SHADOW, 4.0),
+            (A_REFUSED, 0.0),
+            (r#"fleet_limiter_requests_total{outcome="refused"}"#, 0.0),
+            (
+                r#"fleet_limiter_limiter_info{limiter="test-a",mode="shadow",limit="2",window_seconds="3600"}"#,
+                1.0,
+            ),
+        ],
+    )
+    .await;
     let shadow_events = gw
         .json_logs()
         .into_iter()
@@ -276,30 +301,29 @@ async fn shadow_mode_never_refuses_but_counts_logs_and_reports() {
 #[tokio::test]
 async fn the_global_switch_forwards_everything_unmetered() {
     let up = upstream().await;
-    let gw = Gateway::start_env(
-        &config(&up.uri(), 1, "enforce", 1),
-        &[],
-        &[("FLEET_LIMITER_ENABLED", "false")],
-    )
-    .await;
+    let gw = launch(&config(&up.uri(), 1, "enforce", 1))
+        .env("FLEET_LIMITER_ENABLED", "false")
+        .spawn();
     for _ in 0..4 {
         let res = get(&gw, "/t/a/x").await;
         assert_eq!(res.status(), 200);
         assert!(res.headers().get("ratelimit").is_none());
     }
-    assert_eq!(gw.metric("fleet_limiter_enabled").await, Some(0.0));
-    assert_eq!(
-        gw.metric(r#"fleet_limiter_requests_total{outcome="unmetered"}"#)
-            .await,
-        Some(4.0)
-    );
-    assert_eq!(gw.metric(A_ALLOWED).await, Some(0.0));
+    assert_metrics(
+        &gw,
+        &[
+            ("fleet_limiter_enabled", 0.0),
+            (r#"fleet_limiter_requests_total{outcome="unmetered"}"#, 4.0),
+            (A_ALLOWED, 0.0),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn reload_by_sighup_and_post_changes_one_budget_and_keeps_every_bucket() {
     let up = upstream().await;
-    let gw = Gateway::start(&config(&up.uri(), 10, "enforce", 3), &[]).await;
+    let gw = start(&up, 10, "enforce", 3, &[]);
     for _ in 0..4 {
         assert_eq!(get(&gw, "/t/a/x").await.status(), 200);
     }
@@ -333,41 +357,33 @@ async fn reload_by_sighup_and_post_changes_one_budget_and_keeps_every_bucket() {
 
     // POST /reload: the same path, answered with what changed.
     gw.rewrite_config(&config(&up.uri(), 30, "enforce", 3));
-    let res = client()
-        .post(gw.admin("/reload"))
-        .send()
-        .await
-        .expect("reload");
-    assert_eq!(res.status(), 200);
-    let body: serde_json::Value = res.json().await.expect("json");
+    let (status, body) = post_reload(&gw).await;
+    assert_eq!(status, 200);
     assert_eq!(body["reloaded"], true);
     assert_eq!(body["changed"], serde_json::json!(["test-a"]));
     let res = get(&gw, "/t/a/x").await;
     assert!(header(&res, "ratelimit-policy").contains("\"test-a\";q=30;w=3600"));
     assert_eq!(get(&gw, "/t/b/x").await.status(), 429, "test-b still spent");
-    assert_eq!(gw.metric(RELOADS_OK).await, Some(2.0));
-    assert_eq!(
-        gw.metric("fleet_limiter_config_last_reload_successful")
-            .await,
-        Some(1.0)
-    );
-    assert!(gw.logs().contains("configuration reloaded"));
+    assert_metrics(
+        &gw,
+        &[
+            (RELOADS_OK, 2.0),
+            ("fleet_limiter_config_last_reload_successful", 1.0),
+        ],
+    )
+    .await;
+    assert!(gw.stderr().contains("configuration reloaded"));
 }
 
 #[tokio::test]
 async fn an_invalid_reload_is_rejected_with_its_reason_and_the_old_config_stays() {
     let up = upstream().await;
-    let gw = Gateway::start(&config(&up.uri(), 2, "enforce", 3), &[]).await;
+    let gw = start(&up, 2, "enforce", 3, &[]);
     assert_eq!(get(&gw, "/t/a/x").await.status(), 200);
 
     gw.rewrite_config(&config(&up.uri(), 0, "enforce", 3));
-    let res = client()
-        .post(gw.admin("/reload"))
-        .send()
-        .await
-        .expect("reload");
-    assert_eq!(res.status(), 422);
-    let body: serde_json::Value = res.json().await.expect("json");
+    let (status, body) = post_reload(&gw).await;
+    assert_eq!(status, 422);
     assert_eq!(body["reloaded"], false);
     let reason = body["error"].as_str().unwrap_or_default().to_owned();
     assert!(reason.contains("limiters.test-a.limit"), "{reason}");
@@ -380,13 +396,10 @@ async fn an_invalid_reload_is_rejected_with_its_reason_and_the_old_config_stays(
             .await,
         Some(0.0)
     );
+    let log = gw.stderr();
+    assert!(log.contains("configuration reload rejected"), "{log}");
     assert!(
-        gw.logs().contains("configuration reload rejected"),
-        "{}",
-        gw.logs()
-    );
-    assert!(
-        gw.logs().contains("limiters.test-a.limit"),
+        log.contains("limiters.test-a.limit"),
         "the log names the reason"
     );
 
@@ -401,22 +414,9 @@ async fn an_invalid_reload_is_rejected_with_its_reason_and_the_old_config_stays(
 #[tokio::test]
 async fn sigterm_drains_an_in_flight_slow_request_then_exits_zero() {
     let up = upstream().await;
-    let mut gw = Gateway::start(
-        &config(&up.uri(), 5, "enforce", 5),
-        &["--shutdown-grace", "20s"],
-    )
-    .await;
-    let url = gw.url("/slow");
-    let in_flight = tokio::spawn(async move { client().get(url).send().await });
+    let mut gw = start(&up, 5, "enforce", 5, &["--shutdown-grace", "20s"]);
     // Wait until the upstream holds the request, then ask the gateway to stop.
-    let deadline = std::time::Instant::now() + ops_support::PATIENCE;
-    while up.received_requests().await.map_or(0, |r| r.len()) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the request never reached the upstream"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let in_flight = in_flight(&gw, &up, "/slow").await;
     gw.signal("TERM");
     let res = in_flight
         .await
@@ -425,10 +425,10 @@ async fn sigterm_drains_an_in_flight_slow_request_then_exits_zero() {
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.expect("body"), "slow answer");
     let status = gw.wait_exit().await;
-    assert_eq!(status.code(), Some(0), "log:\n{}", gw.logs());
-    assert!(gw.logs().contains("SIGTERM"));
+    assert_eq!(status.code(), Some(0), "log:\n{}", gw.stderr());
+    assert!(gw.stderr().contains("SIGTERM"));
     assert!(
-        std::net::TcpStream::connect(("127.0.0.1", gw.port)).is_err(),
+        std::net::TcpStream::connect(gw.addr).is_err(),
         "nothing listens after exit"
     );
 }
@@ -436,35 +436,20 @@ async fn sigterm_drains_an_in_flight_slow_request_then_exits_zero() {
 #[tokio::test]
 async fn health_and_readiness() {
     let up = upstream().await;
-    let gw = Gateway::start(&config(&up.uri(), 5, "enforce", 5), &[]).await;
-    let res = client()
-        .get(gw.admin("/healthz"))
-        .send()
-        .await
-        .expect("healthz");
-    assert_eq!(res.status(), 200);
-    let res = client()
-        .get(gw.admin("/readyz"))
-        .send()
-        .await
-        .expect("readyz");
+    let gw = start(&up, 5, "enforce", 5, &[]);
+    assert_eq!(admin_get(&gw, "/healthz").await.status(), 200);
+    let res = admin_get(&gw, "/readyz").await;
     assert_eq!(res.status(), 200);
     let body: serde_json::Value = res.json().await.expect("json");
     assert_eq!(body["ready"], true);
     assert_eq!(body["store"], "memory");
     // The admin listener is not the traffic port, and traffic paths are not admin paths.
-    let res = client()
-        .get(gw.admin("/t/a/x"))
-        .send()
-        .await
-        .expect("admin 404");
-    assert_eq!(res.status(), 404);
-    let res = client()
-        .get(gw.admin("/reload"))
-        .send()
-        .await
-        .expect("GET reload");
-    assert_ne!(res.status(), 200, "reload is POST only");
+    assert_eq!(admin_get(&gw, "/t/a/x").await.status(), 404);
+    assert_ne!(
+        admin_get(&gw, "/reload").await.status(),
+        200,
+        "reload is POST only"
+    );
 }
 
 #[tokio::test]
@@ -474,7 +459,7 @@ async fn gateway_made_refusals_carry_cors_for_listed_origins_and_preflights_pass
         "{}\n[cors]\nallowed_origins = [\"http://dash.test\"]\nallow_credentials = true\n",
         config(&up.uri(), 1, "enforce", 5)
     );
-    let gw = Gateway::start(&toml, &[]).await;
+    let gw = launch(&toml).spawn();
     for _ in 0..3 {
         let res = client()
             .request(reqwest::Method::OPTIONS, gw.url("/t/a/x"))
@@ -489,12 +474,7 @@ async fn gateway_made_refusals_carry_cors_for_listed_origins_and_preflights_pass
             "preflights are not metered"
         );
     }
-    let res = client()
-        .get(gw.url("/t/a/x"))
-        .header("origin", "http://dash.test")
-        .send()
-        .await
-        .expect("get");
+    let res = get_from(&gw, "/t/a/x", "http://dash.test").await;
     assert_eq!(res.status(), 200, "the preflights spent nothing");
     assert_eq!(
         header(&res, "access-control-allow-origin"),
@@ -507,12 +487,7 @@ async fn gateway_made_refusals_carry_cors_for_listed_origins_and_preflights_pass
         "{exposed}"
     );
 
-    let res = client()
-        .get(gw.url("/t/a/x"))
-        .header("origin", "http://dash.test")
-        .send()
-        .await
-        .expect("get");
+    let res = get_from(&gw, "/t/a/x", "http://dash.test").await;
     assert_eq!(res.status(), 429);
     assert_eq!(
         header(&res, "access-control-allow-origin"),
@@ -523,12 +498,7 @@ async fn gateway_made_refusals_carry_cors_for_listed_origins_and_preflights_pass
     assert!(header(&res, "access-control-expose-headers").contains("Retry-After"));
     assert!(!header(&res, "retry-after").is_empty());
 
-    let res = client()
-        .get(gw.url("/t/a/x"))
-        .header("origin", "http://elsewhere.test")
-        .send()
-        .await
-        .expect("get");
+    let res = get_from(&gw, "/t/a/x", "http://elsewhere.test").await;
     assert_eq!(res.status(), 429);
     assert!(
         res.headers().get("access-control-allow-origin").is_none(),
@@ -538,20 +508,13 @@ async fn gateway_made_refusals_carry_cors_for_listed_origins_and_preflights_pass
 
 #[tokio::test]
 async fn a_gateway_made_502_carries_cors_for_a_listed_origin() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let dead_port = dead.local_addr().expect("addr").port();
-    drop(dead);
+    let dead = common::dead_addr();
     let toml = format!(
         "{}\n[cors]\nallowed_origins = [\"*\"]\n",
-        config(&format!("http://127.0.0.1:{dead_port}"), 5, "enforce", 5)
+        config(&format!("http://{dead}"), 5, "enforce", 5)
     );
-    let gw = Gateway::start(&toml, &[]).await;
-    let res = client()
-        .get(gw.url("/t/a/x"))
-        .header("origin", "http://anywhere.test")
-        .send()
-        .await
-        .expect("get");
+    let gw = launch(&toml).spawn();
+    let res = get_from(&gw, "/t/a/x", "http://anywhere.test").await;
     assert_eq!(res.status(), 502);
     assert_eq!(header(&res, "access-control-allow-origin"), "*");
     assert!(header(&res, "access-control-expose-headers").contains("RateLimit"));
@@ -565,34 +528,31 @@ async fn a_gateway_made_502_carries_cors_for_a_listed_origin() {
 #[tokio::test]
 async fn sigint_stops_an_idle_gateway_with_exit_zero() {
     let up = upstream().await;
-    let mut gw = Gateway::start(&config(&up.uri(), 5, "enforce", 5), &[]).await;
+    let mut gw = start(&up, 5, "enforce", 5, &[]);
     assert_eq!(get(&gw, "/t/a/x").await.status(), 200);
     gw.signal("INT");
-    assert_eq!(gw.wait_exit().await.code(), Some(0), "log:\n{}", gw.logs());
-    assert!(gw.logs().contains("SIGINT"));
+    assert_eq!(
+        gw.wait_exit().await.code(),
+        Some(0),
+        "log:\n{}",
+        gw.stderr()
+    );
+    assert!(gw.stderr().contains("SIGINT"));
 }
 
 #[tokio::test]
 async fn the_grace_period_bounds_the_drain() {
     let up = upstream().await;
-    let mut gw = Gateway::start(
-        &config(&up.uri(), 5, "enforce", 5),
-        &["--shutdown-grace", "1s"],
-    )
-    .await;
-    let url = gw.url("/stuck");
-    let in_flight = tokio::spawn(async move { client().get(url).send().await });
-    let deadline = std::time::Instant::now() + ops_support::PATIENCE;
-    while up.received_requests().await.map_or(0, |r| r.len()) == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the request never reached the upstream"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut gw = start(&up, 5, "enforce", 5, &["--shutdown-grace", "1s"]);
+    let in_flight = in_flight(&gw, &up, "/stuck").await;
     gw.signal("TERM");
     // The upstream holds the request for 20 s; the gateway gives up on it after 1 s and exits.
-    assert_eq!(gw.wait_exit().await.code(), Some(0), "log:\n{}", gw.logs());
+    assert_eq!(
+        gw.wait_exit().await.code(),
+        Some(0),
+        "log:\n{}",
+        gw.stderr()
+    );
     let res = in_flight.await.expect("task");
     assert!(
         res.is_err(),

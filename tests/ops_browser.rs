@@ -6,9 +6,9 @@
 //! Needs Debian's `chromium` (`.ci/run` installs it). Without it the test is skipped, except when
 //! `CI` is set: then it fails.
 
-mod ops_support;
+mod common;
 
-use ops_support::Gateway;
+use common::Launch;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -181,7 +181,11 @@ allowed_origins = ["{listed_origin}"]
 "#,
         up.uri()
     );
-    let gw = Gateway::start(&toml, &[]).await;
+    let gw = Launch::serve()
+        .config_toml(toml)
+        .admin()
+        .log("info")
+        .spawn();
     let listed_port = serve_page(listed, page(&gw.url("/t/a/x")));
     let unlisted_port = serve_page(bind(), page(&gw.url("/t/b/x")));
 
