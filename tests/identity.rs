@@ -2,34 +2,45 @@
 //!
 //! The test client is one IP (127.0.0.1), so everything here happens "behind one NAT".
 
+mod common;
 mod identity_support;
 
+use common::{upstream, Gateway, Launch};
 use identity_support::*;
 use serde_json::json;
 use std::time::Duration;
+use wiremock::MockServer;
 
 const UI: &str = "/api/agents";
 /// Exact counts over real time: a fixed window does not refill while a test runs.
 const FIXED: (&str, &str) = ("FLEET_LIMITER_LIMITER_UI_ALGORITHM", "fixed-window");
 
-fn jwks_env(jwks: &wiremock::MockServer) -> String {
-    format!("{}/jwks.json", jwks.uri())
+/// The real binary in front of `up`, set up by these environment variables, logging at info.
+fn gateway(up: &MockServer, env: &[(&str, &str)]) -> Gateway {
+    Launch::serve()
+        .upstream(&up.uri())
+        .log("info")
+        .envs(env.iter().copied())
+        .spawn()
+}
+
+/// A JWKS endpoint publishing key-a, and a gateway (with these variables too) that fetches its
+/// keys there, in front of `up`.
+async fn with_jwks(up: &MockServer, env: &[(&str, &str)]) -> (MockServer, Gateway) {
+    let jwks = MockServer::start().await;
+    publish(&jwks, &["a"]).await;
+    let url = format!("{}/jwks.json", jwks.uri());
+    let gw = gateway(
+        up,
+        &[&[("FLEET_LIMITER_JWKS_URL", url.as_str())], env].concat(),
+    );
+    (jwks, gw)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_users_behind_one_ip_each_get_their_own_budget() {
     let up = upstream().await;
-    let jwks = wiremock::MockServer::start().await;
-    publish(&jwks, &["a"]).await;
-    let url = jwks_env(&jwks);
-    let gw = Gateway::spawn(
-        &up.uri(),
-        &[
-            ("FLEET_LIMITER_JWKS_URL", &url),
-            ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard"),
-            FIXED,
-        ],
-    );
+    let (jwks, gw) = with_jwks(&up, &[("FLEET_LIMITER_JWT_AUDIENCE", "dashboard"), FIXED]).await;
     let client = reqwest::Client::new();
     let alice = sign(Some("key-a"), RSA_A, &claims("user_alice"));
     let bob = sign(Some("key-a"), RSA_A, &claims("user_bob"));
@@ -58,18 +69,15 @@ async fn two_users_behind_one_ip_each_get_their_own_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_that_do_not_verify_land_in_the_ip_bucket() {
     let up = upstream().await;
-    let jwks = wiremock::MockServer::start().await;
-    publish(&jwks, &["a"]).await;
-    let url = jwks_env(&jwks);
-    let gw = Gateway::spawn(
-        &up.uri(),
+    let (_jwks, gw) = with_jwks(
+        &up,
         &[
-            ("FLEET_LIMITER_JWKS_URL", &url),
             ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard"),
             ("FLEET_LIMITER_LIMITER_UI_LIMIT", "6"),
             FIXED,
         ],
-    );
+    )
+    .await;
     let client = reqwest::Client::new();
     let mut expired = claims("user_expired");
     expired["exp"] = json!(now() - 3600);
@@ -132,18 +140,15 @@ async fn verifies(client: &reqwest::Client, gw: &Gateway, token: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_rotation_is_picked_up_and_an_outage_keeps_the_cached_keys() {
     let up = upstream().await;
-    let jwks = wiremock::MockServer::start().await;
-    publish(&jwks, &["a"]).await;
-    let url = jwks_env(&jwks);
-    let gw = Gateway::spawn(
-        &up.uri(),
+    let (jwks, gw) = with_jwks(
+        &up,
         &[
-            ("FLEET_LIMITER_JWKS_URL", &url),
             ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
             FIXED,
             ("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1s"),
         ],
-    );
+    )
+    .await;
     let client = reqwest::Client::new();
     assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
     assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 429);
@@ -176,19 +181,16 @@ async fn key_rotation_is_picked_up_and_an_outage_keeps_the_cached_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_kids_do_not_multiply_fetches() {
     let up = upstream().await;
-    let jwks = wiremock::MockServer::start().await;
-    publish(&jwks, &["a"]).await;
-    let url = jwks_env(&jwks);
-    let gw = Gateway::spawn(
-        &up.uri(),
+    let (jwks, gw) = with_jwks(
+        &up,
         &[
-            ("FLEET_LIMITER_JWKS_URL", &url),
             ("FLEET_LIMITER_LIMITER_UI_LIMIT", "1"),
             FIXED,
             ("FLEET_LIMITER_LIMITER_CLI_BEARER_LIMIT", "100000"),
             ("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1h"),
         ],
-    );
+    )
+    .await;
     let client = reqwest::Client::new();
     assert!(verifies(&client, &gw, &sign(Some("key-a"), RSA_A, &claims("u1"))).await);
     assert_eq!(get(&client, &gw.url(UI), "", Via::Nothing).await, 200);
@@ -220,8 +222,8 @@ async fn random_kids_do_not_multiply_fetches() {
 async fn hs256_secret_and_a_custom_cookie_name() {
     let up = upstream().await;
     let secret = "pZ3v8Qm1Lr6Tn0Ws4Yx7Bc2Dk9Hf5JaE";
-    let gw = Gateway::spawn(
-        &up.uri(),
+    let gw = gateway(
+        &up,
         &[
             ("FLEET_LIMITER_JWT_HS256_SECRET", secret),
             ("FLEET_LIMITER_SESSION_COOKIE", "sid"),
@@ -261,7 +263,12 @@ fn a_weak_hs256_secret_stops_the_start() {
         ("", "it is blank"),
         ("only-twenty-bytes-xx", "shorter than 32 bytes"),
     ] {
-        let (code, stderr) = run_to_exit(&[("FLEET_LIMITER_JWT_HS256_SECRET", secret)]);
+        let out = Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .log("info")
+            .env("FLEET_LIMITER_JWT_HS256_SECRET", secret)
+            .run(common::PATIENCE);
+        let (code, stderr) = (out.code, out.stderr);
         assert_eq!(code, Some(2), "{stderr}");
         assert!(stderr.contains("configuration error"), "{stderr}");
         assert!(
@@ -286,8 +293,8 @@ fn a_weak_hs256_secret_stops_the_start() {
 async fn a_weak_secret_starts_with_a_warning_when_explicitly_allowed() {
     let up = upstream().await;
     for _ in 0..2 {
-        let gw = Gateway::spawn(
-            &up.uri(),
+        let gw = gateway(
+            &up,
             &[
                 ("FLEET_LIMITER_JWT_HS256_SECRET", "changeme"),
                 ("FLEET_LIMITER_ALLOW_WEAK_SECRET", "true"),
@@ -308,8 +315,8 @@ async fn a_weak_secret_starts_with_a_warning_when_explicitly_allowed() {
 async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
     let up = upstream().await;
     // A site of 4 endpoints at 3 requests a minute each: the ceiling derives to 12 a minute.
-    let gw = Gateway::spawn(
-        &up.uri(),
+    let gw = gateway(
+        &up,
         &[
             ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "4"),
             ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "3"),
@@ -363,8 +370,8 @@ async fn a_pem_public_key_file_needs_no_network() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/keys/rsa_a.pub.pem"
     );
-    let gw = Gateway::spawn(
-        &up.uri(),
+    let gw = gateway(
+        &up,
         &[
             ("FLEET_LIMITER_JWT_PUBLIC_KEY_PEM", pem),
             ("FLEET_LIMITER_JWT_ISSUER", "https://issuer.test"),
