@@ -1,8 +1,10 @@
 //! The Redis store against real redis-server processes (standalone and a three-master Cluster)
 //! and real gateway processes. Skipped without redis-server, failed instead when `CI` is set.
 
+mod common;
 mod redis_support;
 
+use common::Gateway;
 use fleet_limiter::clock::ManualClock;
 use fleet_limiter::keys::BucketKey;
 use fleet_limiter::limiter::{Algorithm, Quota};
@@ -11,7 +13,7 @@ use fleet_limiter::store::redis::{key_name, RedisOptions, RedisStore, RedisTarge
 use fleet_limiter::store::{Check, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redis_support::Gateway;
+use redis_support::gateway;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,12 +30,35 @@ fn virtual_store(target: RedisTarget, clock: &ManualClock, cache: usize) -> Redi
     o.cache_capacity = cache;
     // Virtual time runs ahead of real time; keep keys long enough that expiry never decides.
     o.ttl_pad = Duration::from_secs(3600);
-    let s = RedisStore::new(target, o).expect("store");
+    connected(target, o)
+}
+
+/// A store on `target`, once it has connected.
+fn connected(target: RedisTarget, options: RedisOptions) -> RedisStore {
+    let s = RedisStore::new(target, options).expect("store");
     assert!(
         s.wait_connected(Duration::from_secs(10)),
         "connect to Redis"
     );
     s
+}
+
+/// A plain connection to the Redis at `url`, for looking at what the store wrote.
+async fn connection(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// The milliseconds `key` has left to live (`PTTL`).
+async fn ttl_ms(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(con)
+        .await
+        .expect("PTTL")
 }
 
 /// Feed the memory store and the Redis store one random sequence; compare every verdict.
@@ -169,12 +194,10 @@ async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
     let Some(server) = redis_support::standalone() else {
         return;
     };
-    let store = RedisStore::new(
+    let store = connected(
         RedisTarget::Standalone(server.url()),
         RedisOptions::new(Duration::from_secs(5)),
-    )
-    .expect("store");
-    assert!(store.wait_connected(Duration::from_secs(10)));
+    );
     let lim = unique("ttl");
     let gcra = check(&lim, "10.0.0.1", Quota::gcra(10, Duration::from_secs(10)));
     let fixed = check(
@@ -188,11 +211,7 @@ async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
         .expect("decide");
     assert!(v.iter().all(|v| v.allowed));
 
-    let client = redis::Client::open(server.url()).expect("client");
-    let mut con = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    let mut con = connection(&server.url()).await;
     let name = key_name(&gcra.key);
     assert_eq!(name, format!("fl:{{{lim}:{}}}", gcra.key.digest_hex()));
     let value: String = redis::cmd("GET")
@@ -201,20 +220,12 @@ async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
         .await
         .expect("GET");
     assert!(!value.contains("10.0.0.1"));
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(&name)
-        .query_async(&mut con)
-        .await
-        .expect("PTTL");
+    let pttl = ttl_ms(&mut con, &name).await;
     assert!(
         pttl > 0 && pttl <= 1_001,
         "GCRA key lives until one token is back: {pttl} ms"
     );
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(key_name(&fixed.key))
-        .query_async(&mut con)
-        .await
-        .expect("PTTL");
+    let pttl = ttl_ms(&mut con, &key_name(&fixed.key)).await;
     assert!(
         pttl > 0 && pttl <= 5_001,
         "fixed-window key lives until the window ends: {pttl} ms"
@@ -337,6 +348,37 @@ async fn get(client: &reqwest::Client, url: &str, agent: &str) -> Answer {
     }
 }
 
+/// The statuses of `n` requests in a row from one agent.
+async fn statuses(client: &reqwest::Client, url: &str, agent: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(get(client, url, agent).await.status);
+    }
+    out
+}
+
+/// Send `GET url` as agent `agent(n)` on the n-th try (from 1), every 50 ms, until `done` holds
+/// for its status; fail with `what` and the gateway's log after 15 s.
+async fn poll_until(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    url: &str,
+    agent: impl Fn(u32) -> String,
+    done: impl Fn(u16) -> bool,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut n = 0;
+    loop {
+        n += 1;
+        if done(get(client, url, &agent(n)).await.status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}:\n{}", gw.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Three gateways on one store: exactly `limit` requests pass in total, and they agree on Retry-After.
 async fn three_gateways_share_one_budget(
     store_toml: &str,
@@ -347,9 +389,7 @@ async fn three_gateways_share_one_budget(
     let (a, b) = (unique("probe-a"), unique("probe-b"));
     let config = probe_config(store_toml, &a, &b);
     let up = redis_support::upstream();
-    let gateways: Vec<Gateway> = (0..3)
-        .map(|_| Gateway::spawn_with(&config, up, args, envs))
-        .collect();
+    let gateways: Vec<Gateway> = (0..3).map(|_| gateway(&config, &up, args, envs)).collect();
     let client = reqwest::Client::new();
     let urls: Vec<String> = (0..30)
         .map(|i| gateways[i % 3].url(&format!("/probe/{i}")))
@@ -366,7 +406,7 @@ async fn three_gateways_share_one_budget(
     let logs = || {
         gateways
             .iter()
-            .map(Gateway::log_text)
+            .map(Gateway::stderr)
             .collect::<Vec<_>>()
             .join("\n")
     };
@@ -442,18 +482,15 @@ async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
     let timeout = Duration::from_millis(100);
     let (open, closed) = (unique("open"), unique("closed"));
     let config = outage_config(&server.url(), timeout, &open, &closed);
-    let up = redis_support::upstream();
-    let gw = Gateway::spawn(&config, up);
+    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
     let client = reqwest::Client::new();
     let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
 
     // Limiting works while Redis is up.
-    let codes = |xs: Vec<Answer>| xs.iter().map(|x| x.status).collect::<Vec<_>>();
-    let mut before = Vec::new();
-    for _ in 0..4 {
-        before.push(get(&client, &closed_url, "before").await);
-    }
-    assert_eq!(codes(before), vec![200, 200, 200, 429]);
+    assert_eq!(
+        statuses(&client, &closed_url, "before", 4).await,
+        vec![200, 200, 200, 429]
+    );
 
     // Load from four clients, each request as a fresh agent so no budget runs out.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -492,30 +529,22 @@ async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
 
     // Redis comes back on the same port: limiting resumes without a restart.
     server.start();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut n = 0;
-    loop {
-        n += 1;
-        if get(&client, &closed_url, &format!("probe-{n}"))
-            .await
-            .status
-            == 200
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the gateway never reached Redis again:\n{}",
-            gw.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let probe = |n| format!("probe-{n}");
+    poll_until(
+        &client,
+        &gw,
+        &closed_url,
+        probe,
+        |s| s == 200,
+        "the gateway never reached Redis again",
+    )
+    .await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut after = Vec::new();
-    for _ in 0..4 {
-        after.push(get(&client, &closed_url, "after").await);
-    }
-    assert_eq!(codes(after), vec![200, 200, 200, 429], "limiting resumed");
+    assert_eq!(
+        statuses(&client, &closed_url, "after", 4).await,
+        vec![200, 200, 200, 429],
+        "limiting resumed"
+    );
 
     let mut seen = Vec::new();
     for h in load {
@@ -534,7 +563,7 @@ async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
     );
     // Logged once per burst, not per request: the outage is one burst of many failed decisions
     // (a timeout under a loaded machine before the outage would add a short burst of its own).
-    let log = strip_ansi(&gw.log_text());
+    let log = strip_ansi(&gw.stderr());
     let bursts = log.matches("redis store failing").count();
     let failed: u64 = log
         .lines()
@@ -587,10 +616,8 @@ async fn a_frozen_redis_costs_each_request_at_most_the_timeout() {
     };
     let timeout = Duration::from_millis(100);
     let (open, closed) = (unique("open"), unique("closed"));
-    let gw = Gateway::spawn(
-        &outage_config(&server.url(), timeout, &open, &closed),
-        redis_support::upstream(),
-    );
+    let config = outage_config(&server.url(), timeout, &open, &closed);
+    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
     let client = reqwest::Client::new();
     let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
     assert_eq!(get(&client, &closed_url, "warm").await.status, 200);
@@ -614,29 +641,21 @@ async fn a_frozen_redis_costs_each_request_at_most_the_timeout() {
         "no request waited far beyond the {timeout:?} timeout (slowest {slowest:?})"
     );
     server.resume();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut n = 0;
-    loop {
-        n += 1;
-        if get(&client, &closed_url, &format!("thawed-{n}"))
-            .await
-            .status
-            == 200
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "limiting never resumed:\n{}",
-            gw.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut codes = Vec::new();
-    for _ in 0..4 {
-        codes.push(get(&client, &closed_url, "thawed").await.status);
-    }
-    assert_eq!(codes, vec![200, 200, 200, 429], "limiting resumed");
+    let thawed = |n| format!("thawed-{n}");
+    poll_until(
+        &client,
+        &gw,
+        &closed_url,
+        thawed,
+        |s| s == 200,
+        "limiting never resumed",
+    )
+    .await;
+    assert_eq!(
+        statuses(&client, &closed_url, "thawed", 4).await,
+        vec![200, 200, 200, 429],
+        "limiting resumed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -647,7 +666,7 @@ async fn a_gateway_started_before_redis_limits_once_it_appears() {
     server.stop();
     let (open, closed) = (unique("open"), unique("closed"));
     let config = outage_config(&server.url(), Duration::from_millis(100), &open, &closed);
-    let gw = Gateway::spawn(&config, redis_support::upstream());
+    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
     let client = reqwest::Client::new();
     let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
     for i in 0..5 {
@@ -663,15 +682,16 @@ async fn a_gateway_started_before_redis_limits_once_it_appears() {
         );
     }
     server.start();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while get(&client, &open_url, "late").await.status == 200 {
-        assert!(
-            Instant::now() < deadline,
-            "limiting never started:\n{}",
-            gw.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let late = |_| "late".to_owned();
+    poll_until(
+        &client,
+        &gw,
+        &open_url,
+        late,
+        |s| s != 200,
+        "limiting never started",
+    )
+    .await;
     // The agent "late" has now spent its 3 requests: Redis counts.
     assert_eq!(get(&client, &open_url, "late").await.status, 429);
 }
@@ -701,17 +721,11 @@ async fn memory_per_active_key() {
     let Some(server) = redis_support::own_server() else {
         return;
     };
-    let store = RedisStore::new(
+    let store = connected(
         RedisTarget::Standalone(server.url()),
         RedisOptions::new(Duration::from_secs(5)),
-    )
-    .expect("store");
-    assert!(store.wait_connected(Duration::from_secs(10)));
-    let client = redis::Client::open(server.url()).expect("client");
-    let mut con = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
+    );
+    let mut con = connection(&server.url()).await;
     async fn used(con: &mut redis::aio::MultiplexedConnection) -> i64 {
         let info: String = redis::cmd("INFO")
             .arg("memory")
@@ -761,8 +775,7 @@ async fn a_restarted_cluster_is_used_again_without_a_restart() {
     };
     let mut o = RedisOptions::new(Duration::from_millis(200));
     o.cache_capacity = 0;
-    let store = RedisStore::new(RedisTarget::Cluster(cluster.urls()), o).expect("store");
-    assert!(store.wait_connected(Duration::from_secs(10)));
+    let store = connected(RedisTarget::Cluster(cluster.urls()), o);
     let lim = unique("restart");
     let checks: Vec<Check> = ["a", "b", "c", "d"]
         .iter()

@@ -1,4 +1,5 @@
-//! Real redis-server processes and real gateway processes for the Redis store's tests.
+//! Real redis-server processes for the Redis store's tests, and a small upstream for the gateway
+//! processes (which run through `tests/common`).
 //!
 //! A test that needs Redis calls [`standalone`] or [`cluster`]: they start `redis-server` on free
 //! ports when it is on `PATH` (a plain Redis may also come from `REDIS_URL`). When neither is
@@ -6,9 +7,9 @@
 
 #![allow(dead_code)]
 
+use crate::common::{Gateway, Launch};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -248,8 +249,8 @@ impl Cluster {
     }
 }
 
-/// A tiny upstream API on its own thread: 200 "ok" to everything.
-pub fn upstream() -> u16 {
+/// A tiny upstream API on its own thread: 200 "ok" to everything. Returns its URL.
+pub fn upstream() -> String {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         actix_web::rt::System::new().block_on(async move {
@@ -264,91 +265,20 @@ pub fn upstream() -> u16 {
             let _ = server.run().await;
         });
     });
-    rx.recv_timeout(Duration::from_secs(10))
-        .expect("upstream started")
+    let port = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("upstream started");
+    format!("http://127.0.0.1:{port}")
 }
 
-/// A gateway process (the real binary), killed on drop.
-pub struct Gateway {
-    pub port: u16,
-    child: Child,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Gateway {
-    /// Start `fleet-limiter serve` with this TOML configuration in front of `upstream_port`.
-    pub fn spawn(config: &str, upstream_port: u16) -> Gateway {
-        Self::spawn_with(config, upstream_port, &[], &[])
-    }
-
-    /// The same, with extra command-line flags and environment variables.
-    pub fn spawn_with(
-        config: &str,
-        upstream_port: u16,
-        args: &[&str],
-        envs: &[(&str, &str)],
-    ) -> Gateway {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cfg = dir.path().join("fleet-limiter.toml");
-        std::fs::write(&cfg, config).expect("write config");
-        let log = dir.path().join("gateway.log");
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_fleet-limiter"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--upstream", &format!("http://127.0.0.1:{upstream_port}")])
-            .args(args)
-            .env("FLEET_LIMITER_LOG", "info")
-            // These tests pin tiny budgets that the start-up calibration check refuses;
-            // that check has its own tests in tests/calibration.rs.
-            .env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true")
-            // Many gateways run at once: each admin listener takes a free port.
-            .env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0")
-            .env_remove("FLEET_LIMITER_CONFIG")
-            .envs(envs.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn the gateway");
-        let mut g = Gateway {
-            port,
-            child,
-            log,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = g.child.try_wait() {
-                panic!("the gateway exited ({status}): {}", g.log_text());
-            }
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return g;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        let _ = g.child.kill();
-        panic!("the gateway never listened: {}", g.log_text());
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn log_path(&self) -> &Path {
-        &self.log
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `fleet-limiter serve` with this TOML configuration in front of `upstream`, logging at info,
+/// with extra command-line flags and environment variables.
+pub fn gateway(config: &str, upstream: &str, args: &[&str], envs: &[(&str, &str)]) -> Gateway {
+    Launch::serve()
+        .config_toml(config)
+        .upstream(upstream)
+        .log("info")
+        .args(args.iter().copied())
+        .envs(envs.iter().copied())
+        .spawn()
 }
