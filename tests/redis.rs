@@ -480,11 +480,8 @@ async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
         return;
     };
     let timeout = Duration::from_millis(100);
-    let (open, closed) = (unique("open"), unique("closed"));
-    let config = outage_config(&server.url(), timeout, &open, &closed);
-    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
+    let (gw, open_url, closed_url) = outage_gateway(&server.url(), timeout);
     let client = reqwest::Client::new();
-    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
 
     // Limiting works while Redis is up.
     assert_eq!(
@@ -583,6 +580,16 @@ async fn redis_stopped_under_load_applies_the_configured_answer_and_recovers() {
     );
 }
 
+/// A gateway on the Redis at `url` with the two limiters of [`outage_config`] (fresh names),
+/// and the URLs of its `/open/x` and `/closed/x`.
+fn outage_gateway(url: &str, timeout: Duration) -> (Gateway, String, String) {
+    let (open, closed) = (unique("open"), unique("closed"));
+    let config = outage_config(url, timeout, &open, &closed);
+    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
+    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
+    (gw, open_url, closed_url)
+}
+
 fn outage_config(url: &str, timeout: Duration, open: &str, closed: &str) -> String {
     format!(
         r#"
@@ -615,11 +622,8 @@ async fn a_frozen_redis_costs_each_request_at_most_the_timeout() {
         return;
     };
     let timeout = Duration::from_millis(100);
-    let (open, closed) = (unique("open"), unique("closed"));
-    let config = outage_config(&server.url(), timeout, &open, &closed);
-    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
+    let (gw, open_url, closed_url) = outage_gateway(&server.url(), timeout);
     let client = reqwest::Client::new();
-    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
     assert_eq!(get(&client, &closed_url, "warm").await.status, 200);
 
     // The process is frozen: connections stay open and nothing answers, so only the timeout helps.
@@ -664,11 +668,8 @@ async fn a_gateway_started_before_redis_limits_once_it_appears() {
         return;
     };
     server.stop();
-    let (open, closed) = (unique("open"), unique("closed"));
-    let config = outage_config(&server.url(), Duration::from_millis(100), &open, &closed);
-    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
+    let (gw, open_url, closed_url) = outage_gateway(&server.url(), Duration::from_millis(100));
     let client = reqwest::Client::new();
-    let (open_url, closed_url) = (gw.url("/open/x"), gw.url("/closed/x"));
     for i in 0..5 {
         assert_eq!(
             get(&client, &open_url, "early").await.status,
