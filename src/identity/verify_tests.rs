@@ -68,6 +68,36 @@ fn rs(kid: &str, pem: &str, sub: &str) -> String {
     sign(Algorithm::RS256, Some(kid), pem, &claims(sub))
 }
 
+/// These claims signed with key-a.
+fn rs_a(claims: &Value) -> String {
+    sign(Algorithm::RS256, Some("key-a"), RSA_A, claims)
+}
+
+/// Mallory's claims with `field` set to `value`, signed with key-a.
+fn mallory_with(field: &str, value: Value) -> String {
+    let mut c = claims("mallory");
+    c[field] = value;
+    rs_a(&c)
+}
+
+/// Mallory's claims without `field`, signed with key-a.
+fn mallory_without(field: &str) -> String {
+    let mut c = claims("mallory");
+    c.as_object_mut().unwrap().remove(field);
+    rs_a(&c)
+}
+
+/// A verifier for `cfg` on a fixed clock, at wall time `NOW`.
+fn at_now(cfg: &IdentityConfig) -> JwtVerifier {
+    JwtVerifier::from_config(
+        cfg,
+        Arc::new(ManualClock::new(1)),
+        Arc::new(Wall(AtomicU64::new(NOW))),
+    )
+    .unwrap()
+    .unwrap()
+}
+
 struct Rig {
     server: MockServer,
     clock: ManualClock,
@@ -148,48 +178,22 @@ async fn valid_tokens_verify_and_are_cached_by_digest() {
 #[tokio::test]
 async fn bad_tokens_do_not_verify() {
     let rig = Rig::new(&["a"], |_| {}).await;
-    let mut c = claims("mallory");
     let cases: Vec<(&str, String)> = vec![
         ("forged signature", rs("key-a", FORGER, "mallory")),
-        ("expired", {
-            c["exp"] = json!(NOW - 6);
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("not yet valid", {
-            let mut c = claims("mallory");
-            c["nbf"] = json!(NOW + 60);
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("other audience", {
-            let mut c = claims("mallory");
-            c["aud"] = json!("billing");
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("no audience", {
-            let mut c = claims("mallory");
-            c.as_object_mut().unwrap().remove("aud");
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("other issuer", {
-            let mut c = claims("mallory");
-            c["iss"] = json!("https://evil.test");
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("unauthorized party", {
-            let mut c = claims("mallory");
-            c["azp"] = json!("https://evil.test");
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("no authorized party", {
-            let mut c = claims("mallory");
-            c.as_object_mut().unwrap().remove("azp");
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
-        ("no exp", {
-            let mut c = claims("mallory");
-            c.as_object_mut().unwrap().remove("exp");
-            sign(Algorithm::RS256, Some("key-a"), RSA_A, &c)
-        }),
+        ("expired", mallory_with("exp", json!(NOW - 6))),
+        ("not yet valid", mallory_with("nbf", json!(NOW + 60))),
+        ("other audience", mallory_with("aud", json!("billing"))),
+        ("no audience", mallory_without("aud")),
+        (
+            "other issuer",
+            mallory_with("iss", json!("https://evil.test")),
+        ),
+        (
+            "unauthorized party",
+            mallory_with("azp", json!("https://evil.test")),
+        ),
+        ("no authorized party", mallory_without("azp")),
+        ("no exp", mallory_without("exp")),
         ("empty sub", rs("key-a", RSA_A, "")),
         ("alg none", unsigned("none")),
         ("alg None", unsigned("None")),
@@ -222,21 +226,12 @@ async fn leeway_covers_small_clock_skew_only() {
     let rig = Rig::new(&["a"], |c| c.leeway = Duration::from_secs(5)).await;
     let mut c = claims("u");
     c["exp"] = json!(NOW - 4);
-    assert!(rig
-        .verify(&sign(Algorithm::RS256, Some("key-a"), RSA_A, &c))
-        .await
-        .is_some());
+    assert!(rig.verify(&rs_a(&c)).await.is_some());
     c["exp"] = json!(NOW + 600);
     c["nbf"] = json!(NOW + 4);
-    assert!(rig
-        .verify(&sign(Algorithm::RS256, Some("key-a"), RSA_A, &c))
-        .await
-        .is_some());
+    assert!(rig.verify(&rs_a(&c)).await.is_some());
     c["nbf"] = json!(NOW + 6);
-    assert!(rig
-        .verify(&sign(Algorithm::RS256, Some("key-a"), RSA_A, &c))
-        .await
-        .is_none());
+    assert!(rig.verify(&rs_a(&c)).await.is_none());
 }
 
 #[tokio::test]
@@ -364,13 +359,7 @@ async fn a_slow_key_set_endpoint_is_bounded_by_the_timeout() {
         jwks_timeout: Duration::from_millis(200),
         ..IdentityConfig::default()
     };
-    let v = JwtVerifier::from_config(
-        &cfg,
-        Arc::new(ManualClock::new(1)),
-        Arc::new(Wall(AtomicU64::new(NOW))),
-    )
-    .unwrap()
-    .unwrap();
+    let v = at_now(&cfg);
     // The endpoint would answer after an hour; the fetch gives up at its timeout instead.
     let token = rs("key-a", RSA_A, "u");
     let verdict = tokio::time::timeout(Duration::from_secs(600), v.verify(&token)).await;
@@ -380,16 +369,13 @@ async fn a_slow_key_set_endpoint_is_bounded_by_the_timeout() {
 
 #[tokio::test]
 async fn pem_key_and_hs256_secret() {
-    let wall = Arc::new(Wall(AtomicU64::new(NOW)));
     let secret = "k3Jx9v2mQp7LwZ4tR8nB1cY6hF0sD5gA";
     let cfg = IdentityConfig {
         jwt_public_key_pem: Some(fixture!("rsa_a.pub.pem").to_owned()),
         jwt_hs256_secret: Some(Secret::new(secret)),
         ..IdentityConfig::default()
     };
-    let v = JwtVerifier::from_config(&cfg, Arc::new(ManualClock::new(1)), wall)
-        .unwrap()
-        .unwrap();
+    let v = at_now(&cfg);
     // No kid needed with a single PEM key; audience not configured, so a token's aud is fine.
     let t = sign(Algorithm::RS256, None, RSA_A, &claims("pem_user"));
     assert_eq!(v.verify(&t).await.as_deref(), Some("pem_user"));
@@ -424,13 +410,7 @@ async fn ec_pem_key() {
         jwt_public_key_pem: Some(fixture!("ec_a.pub.pem").to_owned()),
         ..IdentityConfig::default()
     };
-    let v = JwtVerifier::from_config(
-        &cfg,
-        Arc::new(ManualClock::new(1)),
-        Arc::new(Wall(AtomicU64::new(NOW))),
-    )
-    .unwrap()
-    .unwrap();
+    let v = at_now(&cfg);
     let t = sign(Algorithm::ES256, None, EC_A, &claims("ec_user"));
     assert_eq!(v.verify(&t).await.as_deref(), Some("ec_user"));
     // An RS256 token cannot use an EC key.
