@@ -73,6 +73,8 @@ pub struct Launch {
     serve: bool,
     upstream: Option<String>,
     keep_env: bool,
+    /// Defaults removed (variables given with `env` are still set).
+    unset: Vec<String>,
     /// Add `--admin-listen 127.0.0.1:<free port>` and wait until its `/healthz` answers 200.
     admin: bool,
 }
@@ -122,6 +124,14 @@ impl Launch {
     ) -> Self {
         self.env
             .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Run without this variable although the harness sets it by default (e.g.
+    /// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION`, to see the start-up calibration check refuse);
+    /// [`Launch::env`] still sets it.
+    pub fn unset(mut self, k: impl Into<String>) -> Self {
+        self.unset.push(k.into());
         self
     }
 
@@ -187,6 +197,9 @@ impl Launch {
         cmd.env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true");
         // Many gateways run at once: each admin listener takes a free port.
         cmd.env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0");
+        for k in &self.unset {
+            cmd.env_remove(k);
+        }
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
@@ -580,42 +593,32 @@ pub fn manifest_dir() -> PathBuf {
 
 /// Parse `RateLimit: "name";r=N;t=S, ...` into `(name, r, t)` triples.
 pub fn parse_ratelimit(value: &str) -> Vec<(String, u64, u64)> {
-    value
-        .split(',')
-        .filter_map(|item| {
-            let mut parts = item.trim().split(';');
-            let name = parts.next()?.trim().trim_matches('"').to_owned();
-            let mut r = None;
-            let mut t = None;
-            for p in parts {
-                match p.trim().split_once('=') {
-                    Some(("r", v)) => r = v.parse().ok(),
-                    Some(("t", v)) => t = v.parse().ok(),
-                    _ => {}
-                }
-            }
-            Some((name, r?, t?))
-        })
-        .collect()
+    parse_items(value, "r", "t")
 }
 
 /// Parse `RateLimit-Policy: "name";q=N;w=S, ...` into `(name, q, w)` triples.
 pub fn parse_policy(value: &str) -> Vec<(String, u64, u64)> {
+    parse_items(value, "q", "w")
+}
+
+/// Parse a list of `"name";<first>=N;<second>=M` items into `(name, N, M)` triples; an item
+/// without both parameters is left out.
+fn parse_items(value: &str, first: &str, second: &str) -> Vec<(String, u64, u64)> {
     value
         .split(',')
         .filter_map(|item| {
             let mut parts = item.trim().split(';');
             let name = parts.next()?.trim().trim_matches('"').to_owned();
-            let mut q = None;
-            let mut w = None;
+            let mut a = None;
+            let mut b = None;
             for p in parts {
                 match p.trim().split_once('=') {
-                    Some(("q", v)) => q = v.parse().ok(),
-                    Some(("w", v)) => w = v.parse().ok(),
+                    Some((k, v)) if k == first => a = v.parse().ok(),
+                    Some((k, v)) if k == second => b = v.parse().ok(),
                     _ => {}
                 }
             }
-            Some((name, q?, w?))
+            Some((name, a?, b?))
         })
         .collect()
 }
