@@ -1,14 +1,15 @@
 //! `check` and `simulate`, end to end: the real binary's output and exit codes, `serve` refusing
 //! an unsafe calibration, and the simulator's figures for the built-in and the replaced calibration.
 
+mod common;
+
+use common::Launch;
 use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport, SimulationReport};
 use fleet_limiter::calibration::{plot, report};
 use fleet_limiter::config::{Config, Loader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fleet-limiter");
 const REPLACED: &str = "docs/examples/replaced-calibration.toml";
@@ -167,28 +168,22 @@ fn check_reads_the_fleet_settings() {
     );
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+/// `serve` on the replaced calibration, as the binary runs by default: without the harness's
+/// calibration override and at the default log level.
+fn serve_replaced() -> Launch {
+    Launch::serve()
+        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
+        .unset("FLEET_LIMITER_LOG")
+        .upstream("http://127.0.0.1:9")
+        .arg("--config")
+        .arg(common::manifest_dir().join(REPLACED).to_string_lossy())
 }
 
 #[test]
 fn serve_refuses_an_unsafe_calibration() {
-    let port = free_port().to_string();
-    let listen = format!("127.0.0.1:{port}");
-    let o = run(&[
-        "serve",
-        "--config",
-        REPLACED,
-        "--upstream",
-        "http://127.0.0.1:9",
-        "--listen",
-        &listen,
-    ]);
-    assert_eq!(o.status.code(), Some(2));
-    let err = stderr(&o);
+    let o = serve_replaced().run(common::PATIENCE);
+    assert_eq!(o.code, Some(2));
+    let err = o.stderr;
     assert!(
         err.contains("refusing to start: the calibration is unsafe"),
         "{err}"
@@ -204,60 +199,23 @@ fn serve_refuses_an_unsafe_calibration() {
     assert!(err.contains("--allow-unsafe-calibration"), "{err}");
 }
 
-/// Start `serve` and wait until it accepts connections; `None` if it exited first.
-fn serve_starts(extra_env: &[(&str, &str)], extra_args: &[&str]) -> Option<String> {
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let mut args = vec![
-        "serve",
-        "--config",
-        REPLACED,
-        "--upstream",
-        "http://127.0.0.1:9",
-        "--listen",
-        &listen,
-        "--admin-listen",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra_args);
-    let mut c = cmd(&args);
-    for (k, v) in extra_env {
-        c.env(k, v);
-    }
-    let mut child = c
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut up = false;
-    for _ in 0..600 {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        if std::net::TcpStream::connect(&listen).is_ok() {
-            up = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().expect("wait");
-    up.then(|| stderr(&out))
-}
-
 #[test]
 fn serve_starts_an_unsafe_calibration_only_when_told_to() {
-    let err =
-        serve_starts(&[], &["--allow-unsafe-calibration"]).expect("serve started with the flag");
+    // `spawn` fails the test when the gateway exits instead of listening.
+    let gw = serve_replaced().arg("--allow-unsafe-calibration").spawn();
+    let err = gw.stderr();
     assert!(err.contains("unsafe calibration, starting anyway"), "{err}");
-    assert!(
-        serve_starts(&[("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true")], &[]).is_some(),
-        "serve started with the environment variable"
+    drop(gw);
+    // Started with the environment variable.
+    drop(
+        serve_replaced()
+            .env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true")
+            .spawn(),
     );
-    assert!(
-        serve_starts(&[("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "false")], &[]).is_none(),
-        "false does not override"
-    );
+    let o = serve_replaced()
+        .env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "false")
+        .run(common::PATIENCE);
+    assert_eq!(o.code, Some(2), "false does not override: {}", o.stderr);
 }
 
 #[test]
