@@ -75,6 +75,7 @@ pub struct Launch {
     keep_env: bool,
     /// Defaults removed (variables given with `env` are still set).
     unset: Vec<String>,
+    current_dir: Option<PathBuf>,
     /// Add `--admin-listen 127.0.0.1:<free port>` and wait until its `/healthz` answers 200.
     admin: bool,
 }
@@ -153,6 +154,12 @@ impl Launch {
         self
     }
 
+    /// Run in this directory (relative paths in arguments are resolved from it).
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
     /// Keep `FLEET_LIMITER_*` variables of the test process (they are removed by default so a
     /// developer's shell cannot change what a test sees).
     pub fn keep_env(mut self) -> Self {
@@ -169,6 +176,9 @@ impl Launch {
     ) -> (Command, Option<PathBuf>) {
         let mut cmd = Command::new(BIN);
         cmd.args(&self.args);
+        if let Some(d) = &self.current_dir {
+            cmd.current_dir(d);
+        }
         if let Some(addr) = listen {
             cmd.arg("--listen").arg(addr.to_string());
         }
@@ -257,7 +267,7 @@ impl Launch {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-        let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_default();
+        let read = |name: &str| read_lossy(&dir.path().join(name));
         let deadline = Instant::now() + limit;
         let status = loop {
             if let Some(s) = child.try_wait().expect("try_wait") {
@@ -280,6 +290,11 @@ impl Launch {
             stderr: read("stderr.log"),
         }
     }
+}
+
+/// What the process wrote to an output file so far (invalid UTF-8 replaced).
+fn read_lossy(path: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
 }
 
 fn temp_dir() -> tempfile::TempDir {
@@ -364,11 +379,11 @@ impl Gateway {
 
     /// Everything the process wrote to stderr so far (its log).
     pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.stderr_path()).unwrap_or_default()
+        read_lossy(&self.stderr_path())
     }
 
     pub fn stdout(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stdout.log")).unwrap_or_default()
+        read_lossy(&self.dir.path().join("stdout.log"))
     }
 
     /// The file the process's stderr (its log) goes to.
