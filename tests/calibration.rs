@@ -3,39 +3,33 @@
 
 mod common;
 
-use common::Launch;
+use common::{Exited, Launch};
 use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport, SimulationReport};
 use fleet_limiter::calibration::{plot, report};
 use fleet_limiter::config::{Config, Loader};
 use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_fleet-limiter");
 const REPLACED: &str = "docs/examples/replaced-calibration.toml";
+/// How long a command may run before the test gives up on it (a deadline, not a measurement).
+const LIMIT: Duration = Duration::from_secs(300);
 
-/// The binary, run from the crate root with no `FLEET_LIMITER_*` variable inherited.
-fn cmd(args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FLEET_LIMITER_") {
-            c.env_remove(k);
-        }
-    }
-    c
+/// The binary run from the crate root as it runs by default: without the harness's calibration
+/// override and at the default log level.
+fn as_by_default(launch: Launch) -> Launch {
+    launch
+        .current_dir(common::manifest_dir())
+        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
+        .unset("FLEET_LIMITER_LOG")
 }
 
-fn run(args: &[&str]) -> Output {
-    cmd(args).output().expect("run fleet-limiter")
+fn cli(args: &[&str]) -> Launch {
+    as_by_default(Launch::command(args.iter().copied()))
 }
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+fn run(args: &[&str]) -> Exited {
+    cli(args).run(LIMIT)
 }
 
 macro_rules! snap {
@@ -80,21 +74,21 @@ fn scenario<'a>(r: &'a SimulationReport, name: &str) -> &'a ScenarioReport {
 #[test]
 fn check_default_calibration_passes() {
     let table = run(&["check"]);
-    assert!(table.status.success(), "{}", stderr(&table));
-    assert!(stdout(&table).contains("safe: 0 unsafe, 0 warning(s)"));
-    snap!("check_default_table", stdout(&table));
+    assert_eq!(table.code, Some(0), "{}", table.stderr);
+    assert!(table.stdout.contains("safe: 0 unsafe, 0 warning(s)"));
+    snap!("check_default_table", table.stdout);
     let json = run(&["check", "--format", "json"]);
-    assert!(json.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(json.code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
     assert_eq!(v["unsafe_limiters"], 0);
-    snap!("check_default_json", stdout(&json));
+    snap!("check_default_json", json.stdout);
 }
 
 #[test]
 fn check_replaced_calibration_fails_naming_limiter_and_reason() {
     let table = run(&["check", "--config", REPLACED]);
-    assert_eq!(table.status.code(), Some(1));
-    let err = stderr(&table);
+    assert_eq!(table.code, Some(1));
+    let err = table.stderr;
     assert!(
         err.contains("unsafe: agent-device: refills 6.7/min per bucket, slower than the agents' idle cadence of 750/min"),
         "{err}"
@@ -107,29 +101,28 @@ fn check_replaced_calibration_fails_naming_limiter_and_reason() {
         err.contains("unsafe: download: cannot admit max_site_endpoints = 250 in one burst"),
         "{err}"
     );
-    snap!("check_replaced_table", stdout(&table));
+    snap!("check_replaced_table", table.stdout);
     let json = run(&["check", "--config", REPLACED, "--format", "json"]);
-    assert_eq!(json.status.code(), Some(1));
-    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(json.code, Some(1));
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
     assert_eq!(v["unsafe_limiters"], 3);
-    snap!("check_replaced_json", stdout(&json));
+    snap!("check_replaced_json", json.stdout);
 }
 
 #[test]
 fn check_flags_a_lockout_longer_than_the_heartbeat_timeout() {
     // Per-agent keys fix the NAT collision, but a 15-minute fixed window still locks an agent
     // out far past the 180 s heartbeat timeout.
-    let o = cmd(&["check"])
+    let o = cli(&["check"])
         .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100")
         .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "15m")
         .env(
             "FLEET_LIMITER_LIMITER_AGENT_DEVICE_ALGORITHM",
             "fixed-window",
         )
-        .output()
-        .expect("run");
-    assert_eq!(o.status.code(), Some(1));
-    let err = stderr(&o);
+        .run(LIMIT);
+    assert_eq!(o.code, Some(1));
+    let err = o.stderr;
     assert!(
         err.contains("agent-device: a refused agent can wait 15m for its heartbeat, so 16m can pass between heartbeats, not under heartbeat_timeout_seconds = 180"),
         "{err}"
@@ -138,27 +131,26 @@ fn check_flags_a_lockout_longer_than_the_heartbeat_timeout() {
 
 #[test]
 fn check_warns_but_passes_under_ten_times_idle_headroom() {
-    let o = cmd(&["check"])
+    let o = cli(&["check"])
         .env("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "15")
-        .output()
-        .expect("run");
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o)
+        .run(LIMIT);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(o
+        .stdout
         .contains("warning: agent-device: headroom over the agents' idle cadence is 5.0x"));
 }
 
 #[test]
 fn check_reads_the_fleet_settings() {
     // A smaller site fits the old enrollment budget; a faster dashboard does not fit a small ui budget.
-    let o = cmd(&["check"])
+    let o = cli(&["check"])
         .env("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "5")
         .env("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5")
         .env("FLEET_LIMITER_DASHBOARD_POLL_SECONDS", "1")
         .env("FLEET_LIMITER_LIMITER_UI_LIMIT", "600")
-        .output()
-        .expect("run");
-    assert_eq!(o.status.code(), Some(1));
-    let err = stderr(&o);
+        .run(LIMIT);
+    assert_eq!(o.code, Some(1));
+    let err = o.stderr;
     assert!(!err.contains("enrollment"), "{err}");
     assert!(
         err.contains(
@@ -168,20 +160,16 @@ fn check_reads_the_fleet_settings() {
     );
 }
 
-/// `serve` on the replaced calibration, as the binary runs by default: without the harness's
-/// calibration override and at the default log level.
+/// `serve` on the replaced calibration, as the binary runs by default.
 fn serve_replaced() -> Launch {
-    Launch::serve()
-        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
-        .unset("FLEET_LIMITER_LOG")
+    as_by_default(Launch::serve())
+        .args(["--config", REPLACED])
         .upstream("http://127.0.0.1:9")
-        .arg("--config")
-        .arg(common::manifest_dir().join(REPLACED).to_string_lossy())
 }
 
 #[test]
 fn serve_refuses_an_unsafe_calibration() {
-    let o = serve_replaced().run(common::PATIENCE);
+    let o = serve_replaced().run(LIMIT);
     assert_eq!(o.code, Some(2));
     let err = o.stderr;
     assert!(
@@ -214,7 +202,7 @@ fn serve_starts_an_unsafe_calibration_only_when_told_to() {
     );
     let o = serve_replaced()
         .env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "false")
-        .run(common::PATIENCE);
+        .run(LIMIT);
     assert_eq!(o.code, Some(2), "false does not override: {}", o.stderr);
 }
 
@@ -313,8 +301,8 @@ fn simulate_cli_prints_json_and_draws_the_plot() {
         "--plot",
         &svg_arg,
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
     let ro = &v["scenarios"][0];
     assert_eq!(ro["scenario"], "rollout");
     assert!(ro["refused"].as_u64().is_some_and(|n| n > 0));
@@ -323,12 +311,12 @@ fn simulate_cli_prints_json_and_draws_the_plot() {
         .is_some_and(|s| s > 36_000.0));
     // The binary gives the figures the library gives.
     let lib = simulate::run(&replaced_config(), &[Scenario::Rollout], 1).expect("run");
-    assert_eq!(stdout(&o), report::json(&lib));
+    assert_eq!(o.stdout, report::json(&lib));
     let drawn = std::fs::read_to_string(&svg).expect("plot written");
     assert_eq!(drawn, plot::svg(&lib));
     assert!(drawn.contains("rollout (requests per"));
 
     let bad = run(&["simulate", "--scenario", "stampede"]);
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("unknown scenario `stampede`"));
+    assert_eq!(bad.code, Some(2));
+    assert!(bad.stderr.contains("unknown scenario `stampede`"));
 }
