@@ -93,11 +93,13 @@ stop_all() {
   PIDS=()
 }
 
-# wait_up PORT: until something answers HTTP on the port (any status), at most 15 s.
+# wait_up PORT: until something answers HTTP on the port (any status), at most 15 s; fails
+# at once when the process started last has exited.
 wait_up() {
-  local i
+  local i last=${PIDS[${#PIDS[@]}-1]}
   for i in $(seq 150); do
     if curl -s -o /dev/null -X POST "http://127.0.0.1:$1/api/agent/heartbeat"; then return 0; fi
+    kill -0 "$last" 2>/dev/null || return 1
     sleep 0.1
   done
   return 1

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Number of shards; a power of two.
+/// Fewest shards; the store picks between this and twice as many (see [`shard_count`]).
 const SHARDS: usize = 64;
 /// How many buckets an eviction looks at when the shard is full of active ones.
 const EVICTION_SAMPLE: usize = 32;
@@ -27,7 +27,6 @@ const SWEEP_EVERY_NS: Nanos = 1_000_000_000;
 
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
-#[derive(Default)]
 struct Shard {
     map: HashMap<[u8; 16], State>,
     next_sweep: Nanos,
@@ -35,6 +34,8 @@ struct Shard {
 
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
+    /// `shards.len()`, as the divisor of the shard index.
+    shard_count: usize,
     per_shard_cap: usize,
     clock: Arc<dyn Clock>,
     evicted: AtomicU64,
@@ -42,10 +43,21 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(max_keys: usize, clock: Arc<dyn Clock>) -> Self {
-        let per_shard_cap = max_keys.div_ceil(SHARDS).max(1);
-        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
+        let shard_count = shard_count(max_keys);
+        let per_shard_cap = max_keys.div_ceil(shard_count).max(1);
+        // Each table is sized for its cap up front: it never grows, so no outgrown table is
+        // left behind in the allocator, and untouched slots cost no resident memory.
+        let shards = (0..shard_count)
+            .map(|_| {
+                Mutex::new(Shard {
+                    map: HashMap::with_capacity(table_capacity(per_shard_cap)),
+                    next_sweep: 0,
+                })
+            })
+            .collect();
         Self {
             shards,
+            shard_count,
             per_shard_cap,
             clock,
             evicted: AtomicU64::new(0),
@@ -54,11 +66,11 @@ impl MemoryStore {
 
     /// The cap actually enforced (`max_keys` rounded up to a multiple of the shard count).
     pub fn capacity(&self) -> usize {
-        self.per_shard_cap * SHARDS
+        self.per_shard_cap * self.shard_count
     }
 
-    fn shard_of(digest: &[u8; 16]) -> usize {
-        digest[0] as usize % SHARDS
+    fn shard_of(&self, digest: &[u8; 16]) -> usize {
+        u16::from_le_bytes([digest[0], digest[1]]) as usize % self.shard_count
     }
 
     /// Decide synchronously: the memory store never needs to wait.
@@ -67,7 +79,7 @@ impl MemoryStore {
         match checks {
             [] => Vec::new(),
             [one] => {
-                let mut shard = self.shards[Self::shard_of(&one.key.digest)].lock();
+                let mut shard = self.shards[self.shard_of(&one.key.digest)].lock();
                 let (v, new) = limiter::decide(&one.quota, shard.map.get(&one.key.digest).copied(), now);
                 if let Some(s) = new {
                     self.put(&mut shard, one.key.digest, s, now);
@@ -79,7 +91,7 @@ impl MemoryStore {
     }
 
     fn decide_many(&self, checks: &[Check], now: Nanos) -> Vec<Verdict> {
-        let mut idx: Vec<usize> = checks.iter().map(|c| Self::shard_of(&c.key.digest)).collect();
+        let mut idx: Vec<usize> = checks.iter().map(|c| self.shard_of(&c.key.digest)).collect();
         idx.sort_unstable();
         idx.dedup();
         let mut guards: Vec<(usize, parking_lot::MutexGuard<'_, Shard>)> =
@@ -87,7 +99,7 @@ impl MemoryStore {
         let mut verdicts = Vec::with_capacity(checks.len());
         let mut updates: Vec<Option<State>> = Vec::with_capacity(checks.len());
         for (n, c) in checks.iter().enumerate() {
-            let shard_i = Self::shard_of(&c.key.digest);
+            let shard_i = self.shard_of(&c.key.digest);
             // A request may name the same bucket twice: see the earlier update.
             let prior = checks[..n]
                 .iter()
@@ -108,7 +120,7 @@ impl MemoryStore {
         if verdicts.iter().zip(checks).all(|(v, c)| v.allowed || c.advisory) {
             for (c, u) in checks.iter().zip(updates) {
                 if let Some(s) = u {
-                    let shard_i = Self::shard_of(&c.key.digest);
+                    let shard_i = self.shard_of(&c.key.digest);
                     if let Some((_, g)) = guards.iter_mut().find(|(i, _)| *i == shard_i) {
                         self.put(g, c.key.digest, s, now);
                     }
@@ -143,8 +155,40 @@ impl MemoryStore {
                 }
             }
         }
+        if shard.map.len() >= shard.map.capacity() {
+            // Evictions leave tombstones that use up the table's spare slots; the table would
+            // then double. Rebuild it at its own size instead (rare: once per many evictions).
+            let mut fresh = HashMap::with_capacity(table_capacity(self.per_shard_cap));
+            fresh.extend(shard.map.drain());
+            shard.map = fresh;
+        }
         shard.map.insert(key, state);
     }
+}
+
+/// Slots a hash table allocates to hold `n` entries: a power of two kept at most 7/8 full
+/// (the standard library's table; tables under 8 slots are 4 or 8).
+fn table_slots(n: usize) -> usize {
+    match n {
+        0..=3 => 4,
+        4..=7 => 8,
+        _ => n.saturating_mul(8).div_ceil(7).next_power_of_two(),
+    }
+}
+
+/// The table size a shard of `cap` buckets asks for: its cap plus spare slots for the
+/// tombstones evictions leave, so a full shard rebuilds its table rarely and never doubles it.
+fn table_capacity(cap: usize) -> usize {
+    cap.saturating_add(cap / 6)
+}
+
+/// The shard count, between 64 and 127, whose tables hold `max_keys` in the fewest slots.
+/// With a fixed count, a cap just past 7/8 of a power of two per shard would leave every table
+/// nearly half empty: at 1 000 000 keys 64 shards allocate 2 097 152 slots, 82 allocate 1 343 488.
+fn shard_count(max_keys: usize) -> usize {
+    (SHARDS..2 * SHARDS)
+        .min_by_key(|&s| s * table_slots(table_capacity(max_keys.div_ceil(s).max(1))))
+        .unwrap_or(SHARDS)
 }
 
 impl Store for MemoryStore {
@@ -239,6 +283,43 @@ mod tests {
             store.decide_now(&[check("y", &format!("k{i}"), 10, 1)]);
         }
         assert!(store.tracked_keys() as usize <= store.capacity());
+    }
+
+    #[test]
+    fn shard_tables_stay_close_to_full_at_capacity() {
+        for max_keys in [1_000, 100_000, 250_000, 1_000_000, 10_000_000] {
+            let s = shard_count(max_keys);
+            assert!((SHARDS..2 * SHARDS).contains(&s));
+            let slots = s * table_slots(table_capacity(max_keys.div_ceil(s)));
+            assert!(
+                slots * 10 <= max_keys * 15,
+                "{max_keys} keys in {s} shards take {slots} slots"
+            );
+            let store = MemoryStore::new(max_keys, Arc::new(ManualClock::new(0)));
+            assert!(store.capacity() >= max_keys);
+        }
+        assert_eq!(table_slots(14_336), 16_384);
+        assert_eq!(table_slots(14_337), 32_768);
+    }
+
+    #[test]
+    fn a_full_shard_under_churn_keeps_its_table_size() {
+        let clock = ManualClock::new(1);
+        let store = MemoryStore::new(10_000, Arc::new(clock.clone()));
+        let sizes = |s: &MemoryStore| -> Vec<usize> {
+            s.shards.iter().map(|m| m.lock().map.capacity()).collect()
+        };
+        let initial = sizes(&store);
+        // Ten times the cap in fresh, still-active keys: every shard fills, then evicts.
+        for i in 0..100_000 {
+            store.decide_now(&[check("x", &format!("k{i}"), 10, 3600)]);
+        }
+        assert!(store.evicted_keys() > 50_000);
+        assert!(store.tracked_keys() as usize <= store.capacity());
+        // `capacity()` counts free slots too: tombstones lower it, only growth raises it.
+        for (now, given) in sizes(&store).into_iter().zip(initial) {
+            assert!(now <= given, "a table grew past the size it was given: {now} > {given}");
+        }
     }
 
     #[test]

@@ -25,7 +25,10 @@ impl KeyExtractor for IpAgent {
     type KeyExtractionError = SimpleKeyExtractionError<&'static str>;
 
     fn extract(&self, req: &ServiceRequest) -> Result<Self::Key, Self::KeyExtractionError> {
-        let ip = req.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let ip = req
+            .peer_addr()
+            .map(|a| a.ip())
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let agent = req
             .headers()
             .get("x-agent-id")
@@ -51,7 +54,11 @@ fn main() -> std::io::Result<()> {
     actix_web::rt::System::new().block_on(async move {
         match mode.as_str() {
             "fleet" => {
-                let cfg = Loader::new().file(&arg).process_env().load().map_err(std::io::Error::other)?;
+                let cfg = Loader::new()
+                    .file(&arg)
+                    .process_env()
+                    .load()
+                    .map_err(std::io::Error::other)?;
                 let limiter = FleetLimiter::from_config(&cfg).map_err(std::io::Error::other)?;
                 HttpServer::new(move || {
                     App::new()
@@ -86,10 +93,12 @@ fn main() -> std::io::Result<()> {
                 .await
             }
             "bare" => {
-                HttpServer::new(|| App::new().route("/api/agent/heartbeat", web::post().to(heartbeat)))
-                    .bind(&listen)?
-                    .run()
-                    .await
+                HttpServer::new(|| {
+                    App::new().route("/api/agent/heartbeat", web::post().to(heartbeat))
+                })
+                .bind(&listen)?
+                .run()
+                .await
             }
             _ => {
                 eprintln!("{usage}");

@@ -12,7 +12,11 @@ use std::num::NonZeroU32;
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 
@@ -34,8 +38,13 @@ fn measure<K: Hash + Eq + Clone>(what: &str, n: usize, key: impl Fn(usize) -> K)
 }
 
 fn main() {
-    let n: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let which = std::env::args().nth(2).unwrap_or_else(|| "ip+agent".to_owned());
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let which = std::env::args()
+        .nth(2)
+        .unwrap_or_else(|| "ip+agent".to_owned());
     if which == "digest" {
         measure("[u8; 16] digest", n, |i| {
             let mut d = [0u8; 16];
