@@ -76,7 +76,7 @@ async function main() {
   app.post('/api/cli/auth/device/token', limiter('cli-device-poll', 60, MIN, ip));
   app.post('/api/cli/auth/refresh', limiter('cli-refresh', 10, MIN, ip));
 
-  app.post('/api/agent/heartbeat', (req, res) => res.type('text/plain').send('ok'));
+  app.post('/api/agent/heartbeat', express.json(), (req, res) => res.type('text/plain').send('ok'));
   app.listen(Number(port), '127.0.0.1', () => console.error(`express listening on 127.0.0.1:${port} (${storeArg})`));
 }
 

@@ -39,7 +39,8 @@ impl KeyExtractor for IpAgent {
     }
 }
 
-async fn heartbeat() -> &'static str {
+/// The heartbeat handler: reads the body, as a real one parses it.
+async fn heartbeat(_body: web::Bytes) -> &'static str {
     "ok"
 }
 
