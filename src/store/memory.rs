@@ -14,7 +14,9 @@ use crate::clock::{Clock, Nanos};
 use crate::limiter::{self, State, Verdict};
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -28,7 +30,7 @@ const SWEEP_EVERY_NS: Nanos = 1_000_000_000;
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
 struct Shard {
-    map: HashMap<[u8; 16], State>,
+    map: HashMap<[u8; 16], State, DigestHashBuilder>,
     next_sweep: Nanos,
 }
 
@@ -44,13 +46,14 @@ pub struct MemoryStore {
 impl MemoryStore {
     pub fn new(max_keys: usize, clock: Arc<dyn Clock>) -> Self {
         let shard_count = shard_count(max_keys);
+        let hasher = DigestHashBuilder::random();
         let per_shard_cap = max_keys.div_ceil(shard_count).max(1);
         // Each table is sized for its cap up front: it never grows, so no outgrown table is
         // left behind in the allocator, and untouched slots cost no resident memory.
         let shards = (0..shard_count)
             .map(|_| {
                 Mutex::new(Shard {
-                    map: HashMap::with_capacity(table_capacity(per_shard_cap)),
+                    map: HashMap::with_capacity_and_hasher(table_capacity(per_shard_cap), hasher),
                     next_sweep: 0,
                 })
             })
@@ -80,7 +83,15 @@ impl MemoryStore {
             [] => Vec::new(),
             [one] => {
                 let mut shard = self.shards[self.shard_of(&one.key.digest)].lock();
-                let (v, new) = limiter::decide(&one.quota, shard.map.get(&one.key.digest).copied(), now);
+                // One table probe for a bucket that exists (the common case).
+                if let Some(slot) = shard.map.get_mut(&one.key.digest) {
+                    let (v, new) = limiter::decide(&one.quota, Some(*slot), now);
+                    if let Some(s) = new {
+                        *slot = s;
+                    }
+                    return vec![v];
+                }
+                let (v, new) = limiter::decide(&one.quota, None, now);
                 if let Some(s) = new {
                     self.put(&mut shard, one.key.digest, s, now);
                 }
@@ -158,11 +169,72 @@ impl MemoryStore {
         if shard.map.len() >= shard.map.capacity() {
             // Evictions leave tombstones that use up the table's spare slots; the table would
             // then double. Rebuild it at its own size instead (rare: once per many evictions).
-            let mut fresh = HashMap::with_capacity(table_capacity(self.per_shard_cap));
+            let hasher = *shard.map.hasher();
+            let cap = table_capacity(self.per_shard_cap);
+            let mut fresh = HashMap::with_capacity_and_hasher(cap, hasher);
             fresh.extend(shard.map.drain());
             shard.map = fresh;
         }
         shard.map.insert(key, state);
+    }
+}
+
+/// Hashes a bucket's digest for its shard's table. The digest is SHA-256 output already, so
+/// SipHash over it again only costs time; instead each store draws a random key and folds
+/// the digest's two halves with it in one 128-bit multiply. Without the key, whoever picks
+/// principals (and can compute their digests) could aim many at one probe sequence.
+#[derive(Clone, Copy)]
+struct DigestHashBuilder {
+    k0: u64,
+    k1: u64,
+}
+
+impl DigestHashBuilder {
+    fn random() -> Self {
+        let seed = RandomState::new();
+        Self {
+            k0: seed.hash_one(0x5eed_u64),
+            k1: seed.hash_one(0xfeed_u64),
+        }
+    }
+}
+
+impl BuildHasher for DigestHashBuilder {
+    type Hasher = DigestHasher;
+
+    fn build_hasher(&self) -> DigestHasher {
+        DigestHasher {
+            k0: self.k0,
+            k1: self.k1,
+            h: 0,
+        }
+    }
+}
+
+struct DigestHasher {
+    k0: u64,
+    k1: u64,
+    h: u64,
+}
+
+impl Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(16) {
+            let mut block = [0u8; 16];
+            block[..chunk.len()].copy_from_slice(chunk);
+            let (lo, hi) = block.split_at(8);
+            let lo = u64::from_le_bytes(lo.try_into().unwrap_or_default()) ^ self.k0 ^ self.h;
+            let hi = u64::from_le_bytes(hi.try_into().unwrap_or_default()) ^ self.k1;
+            let p = u128::from(lo) * u128::from(hi);
+            self.h = (p as u64) ^ ((p >> 64) as u64);
+        }
+    }
+
+    /// The key is always 16 bytes: its length prefix tells nothing.
+    fn write_usize(&mut self, _: usize) {}
+
+    fn finish(&self) -> u64 {
+        self.h
     }
 }
 
@@ -303,6 +375,29 @@ mod tests {
     }
 
     #[test]
+    fn digest_hash_is_keyed_and_spreads_low_and_high_bits() {
+        let (a, b) = (DigestHashBuilder::random(), DigestHashBuilder::random());
+        let digests: Vec<[u8; 16]> = (0..4096)
+            .map(|i| crate::keys::digest("x", &format!("k{i}")))
+            .collect();
+        let same = digests
+            .iter()
+            .filter(|d| a.hash_one(d) == b.hash_one(d))
+            .count();
+        assert_eq!(same, 0, "two stores hash alike: the key is not used");
+        // Table index (low bits) and tag (top 7 bits) both take every value.
+        let mut low = [0u32; 256];
+        let mut top = [0u32; 128];
+        for d in &digests {
+            let h = a.hash_one(d);
+            low[(h & 255) as usize] += 1;
+            top[(h >> 57) as usize] += 1;
+        }
+        assert!(low.iter().all(|&n| n > 0) && low.iter().all(|&n| n < 64));
+        assert!(top.iter().all(|&n| n > 0) && top.iter().all(|&n| n < 96));
+    }
+
+    #[test]
     fn a_full_shard_under_churn_keeps_its_table_size() {
         let clock = ManualClock::new(1);
         let store = MemoryStore::new(10_000, Arc::new(clock.clone()));
@@ -318,7 +413,10 @@ mod tests {
         assert!(store.tracked_keys() as usize <= store.capacity());
         // `capacity()` counts free slots too: tombstones lower it, only growth raises it.
         for (now, given) in sizes(&store).into_iter().zip(initial) {
-            assert!(now <= given, "a table grew past the size it was given: {now} > {given}");
+            assert!(
+                now <= given,
+                "a table grew past the size it was given: {now} > {given}"
+            );
         }
     }
 
