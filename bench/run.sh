@@ -3,19 +3,20 @@
 # otherwise pick. See docs/benchmarks.md for what each row is and how to read the table.
 #
 #   bench/run.sh                 # everything: install, build, load table, memory per key
-#   ROUNDS=5 DURATION=10s bench/run.sh
+#   ROUNDS=12 DURATION=3s bench/run.sh
 #   ONLY=load bench/run.sh       # skip the memory measurements (ONLY=memory for the reverse)
 #
-# Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). Each configuration is started fresh,
-# warmed up, measured, and stopped; rounds are interleaved (every configuration once per
-# round) so that drift in the machine's load spreads over all rows alike.
+# Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). For each path (allowed, refused) every
+# configuration's server is started and warmed up, then rounds interleave short wrk runs over
+# all of them (every configuration once per round), so that bursts of outside load on a
+# shared machine hit neighbouring measurements alike; ratios are taken within a round.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH="$ROOT/bench"
-DURATION=${DURATION:-5s}
+DURATION=${DURATION:-2s}
 WARMUP=${WARMUP:-1s}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-8}
 CONNS=${CONNS:-32}
 WRK_THREADS=${WRK_THREADS:-1}
 SERVER_CPU=${SERVER_CPU:-1}
@@ -26,7 +27,7 @@ REDIS_PORT=${REDIS_PORT:-16379}
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 OUT=${OUT:-"$ROOT/target/bench-results"}
 
-P_UPSTREAM=18081 P_GATEWAY=18080 P_NGINX=18082 P_MW=18090 P_NODE=18091
+P_UPSTREAM=18081 P_GATEWAY=18080 P_NGINX=18082
 
 log() { printf '%s\n' "$*" >&2; }
 
@@ -194,60 +195,57 @@ start_redis() {
 
 redis_flush() { redis-cli -p "$REDIS_PORT" flushall >/dev/null 2>&1 || true; }
 
-# launch CONFIG PATH_KIND: start everything CONFIG needs and set PORT to the port to load, or
-# fail with a reason in $TMP/skip.
-# PATH_KIND is allowed (nothing refused) or refused (budgets of one per hour).
+# Each configuration's own port: every server of one path runs at once, idle but for the one
+# being loaded, so consecutive measurements are seconds apart.
+port_of() {
+  case $1 in
+    upstream) echo "$P_UPSTREAM" ;;
+    gateway-on) echo 18080 ;;
+    gateway-off) echo 18083 ;;
+    gateway-redis) echo 18084 ;;
+    nginx-limit) echo "$P_NGINX" ;;
+    mw-fleet) echo 18090 ;;
+    mw-governor) echo 18092 ;;
+    mw-bare) echo 18093 ;;
+    express-memory) echo 18091 ;;
+    express-redis) echo 18094 ;;
+  esac
+}
+
+# launch CONFIG PATH_KIND: start CONFIG's server (the upstream is already up), or fail with
+# a reason in $TMP/skip. PATH_KIND is allowed (nothing refused) or refused (one per hour).
 launch() {
-  local cfg=$1 kind=$2 conf="$TMP/limits-$2.toml"
+  local cfg=$1 kind=$2 conf="$TMP/limits-$2.toml" port
+  port=$(port_of "$cfg")
   local limit=1000000000 window=1m erl_limit=1000000000 erl_window=60000 rate=1000000r/s
   if [ "$kind" = refused ]; then
     limit=1 window=1h erl_limit=1 erl_window=3600000 rate=1r/m
   fi
   write_config "$conf" "$limit" "$window"
   case $cfg in
-    upstream)
-      start_upstream && PORT=$P_UPSTREAM ;;
+    upstream) return 0 ;;
     gateway-on | gateway-off | gateway-redis)
-      start_upstream || return 1
       local store=(--store memory) env=(env FLEET_LIMITER_LOG=warn)
       [ "$cfg" = gateway-off ] && env+=(FLEET_LIMITER_ENABLED=false)
-      if [ "$cfg" = gateway-redis ]; then
-        store=(--store "$REDIS_URL")
-        redis_flush
-      fi
-      start gateway "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$P_GATEWAY" \
-        --upstream "http://127.0.0.1:$P_UPSTREAM" "${store[@]}"
-      if ! wait_up "$P_GATEWAY"; then
-        sed -n '1,5p' "$TMP/gateway.log" >"$TMP/skip"
-        return 1
-      fi
-      PORT=$P_GATEWAY ;;
+      [ "$cfg" = gateway-redis ] && store=(--store "$REDIS_URL")
+      start "$cfg" "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$port" \
+        --upstream "http://127.0.0.1:$P_UPSTREAM" "${store[@]}" ;;
     nginx-limit)
-      start_upstream || return 1
       nginx_limit_conf "$rate"
-      start nginx nginx -c "$TMP/nginx-lim/nginx.conf"
-      wait_up "$P_NGINX" && PORT=$P_NGINX ;;
-    mw-fleet)
-      start mw env FLEET_LIMITER_LOG=warn "$MW" fleet "$conf" "127.0.0.1:$P_MW"
-      wait_up "$P_MW" && PORT=$P_MW ;;
-    mw-governor)
-      start mw "$MW" governor "$kind" "127.0.0.1:$P_MW"
-      wait_up "$P_MW" && PORT=$P_MW ;;
-    mw-bare)
-      start mw "$MW" bare - "127.0.0.1:$P_MW"
-      wait_up "$P_MW" && PORT=$P_MW ;;
-    express-memory | express-redis)
-      local store=memory
-      if [ "$cfg" = express-redis ]; then
-        store=$REDIS_URL
-        redis_flush
-      fi
-      start node env NODE_ENV=production node "$BENCH/node/server.js" "$P_NODE" "$store" "$erl_limit" "$erl_window"
-      wait_up "$P_NODE" && PORT=$P_NODE ;;
+      start "$cfg" nginx -c "$TMP/nginx-lim/nginx.conf" ;;
+    mw-fleet) start "$cfg" env FLEET_LIMITER_LOG=warn "$MW" fleet "$conf" "127.0.0.1:$port" ;;
+    mw-governor) start "$cfg" "$MW" governor "$kind" "127.0.0.1:$port" ;;
+    mw-bare) start "$cfg" "$MW" bare - "127.0.0.1:$port" ;;
+    express-memory) start "$cfg" env NODE_ENV=production node "$BENCH/node/server.js" "$port" memory "$erl_limit" "$erl_window" ;;
+    express-redis) start "$cfg" env NODE_ENV=production node "$BENCH/node/server.js" "$port" "$REDIS_URL" "$erl_limit" "$erl_window" ;;
   esac
+  if ! wait_up "$port"; then
+    sed -n '1,5p' "$TMP/$cfg.log" >"$TMP/skip"
+    return 1
+  fi
 }
 
-# measure PORT LUA: wrk on the load core; prints "rps p99_us non2xx total".
+# measure PORT: wrk on the load core; prints "rps p50_us p99_us non2xx total".
 measure() {
   local port=$1 out
   out=$(taskset -c "$LOAD_CPU" wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" --latency \
@@ -260,39 +258,39 @@ measure() {
 run_load() {
   local allowed=(upstream gateway-on gateway-off gateway-redis nginx-limit mw-fleet mw-governor mw-bare express-memory express-redis)
   local refused=(gateway-on gateway-redis nginx-limit mw-fleet mw-governor express-memory express-redis)
-  local results="$OUT/results.tsv" round cfg kind port
+  local results="$OUT/results.tsv" round cfg kind
   : >"$results"
   : >"$OUT/wrk.log"
-  : >"$OUT/skipped.txt"
   : >"$OUT/skip-reasons.txt"
   start_redis || log "redis-server unavailable: Redis rows will be skipped"
-  for round in $(seq "$ROUNDS"); do
-    for kind in allowed refused; do
-      local list=("${allowed[@]}")
-      [ "$kind" = refused ] && list=("${refused[@]}")
-      for cfg in "${list[@]}"; do
-        if grep -qx "$cfg" "$OUT/skipped.txt"; then continue; fi
-        rm -f "$TMP/skip"
-        PORT=""
-        if ! launch "$cfg" "$kind" || [ -z "$PORT" ]; then
-          local why="did not start"
-          [ -s "$TMP/skip" ] && why=$(tr '\n' ' ' <"$TMP/skip")
-          log "SKIPPING $cfg: $why"
-          echo "$cfg" >>"$OUT/skipped.txt"
-          printf '%s\t%s\n' "$cfg" "$why" >>"$OUT/skip-reasons.txt"
-          stop_all
-          continue
-        fi
-        # Warm up (and, on the refusal path, spend each agent's single request).
-        taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
-          "http://127.0.0.1:$PORT/api/agent/heartbeat" >/dev/null
+  for kind in allowed refused; do
+    local list=("${allowed[@]}") up=()
+    [ "$kind" = refused ] && list=("${refused[@]}")
+    redis_flush
+    start_upstream
+    for cfg in "${list[@]}"; do
+      rm -f "$TMP/skip"
+      if ! launch "$cfg" "$kind"; then
+        local why="did not start"
+        [ -s "$TMP/skip" ] && why=$(tr '\n' ' ' <"$TMP/skip")
+        log "SKIPPING $cfg: $why"
+        grep -q "^$cfg	" "$OUT/skip-reasons.txt" || printf '%s\t%s\n' "$cfg" "$why" >>"$OUT/skip-reasons.txt"
+        continue
+      fi
+      # Warm up (and, on the refusal path, spend each agent's single request).
+      taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
+        "http://127.0.0.1:$(port_of "$cfg")/api/agent/heartbeat" >/dev/null
+      up+=("$cfg")
+    done
+    for round in $(seq "$ROUNDS"); do
+      for cfg in "${up[@]}"; do
         local m
-        m=$(measure "$PORT")
+        m=$(measure "$(port_of "$cfg")")
         printf '%s\t%s\t%s\t%s\n' "$round" "$kind" "$cfg" "$m" >>"$results"
         log "round $round $kind $cfg: $m"
-        stop_all
       done
     done
+    stop_all
   done
   python3 "$BENCH/table.py" "$results" "$OUT/skip-reasons.txt" "$CONNS" | tee "$OUT/table.md"
 }
