@@ -124,7 +124,11 @@ impl Policy {
 
     /// The limiters that meter this request, in configuration order.
     pub fn applicable(&self, method: &str, path: &str, cred: Credential) -> Vec<Arc<LimiterSpec>> {
-        let normalized = normalize_path(path);
+        let normalized = if is_normalized(path) {
+            std::borrow::Cow::Borrowed(path)
+        } else {
+            std::borrow::Cow::Owned(normalize_path(path))
+        };
         let segs: Vec<&str> = normalized.split('/').filter(|s| !s.is_empty()).collect();
         let mut best: Vec<(usize, Specificity)> = Vec::new();
         for (i, l) in self.limiters.iter().enumerate() {
@@ -329,6 +333,19 @@ pub fn normalize_path(path: &str) -> String {
     s.to_ascii_lowercase()
 }
 
+/// Whether [`normalize_path`] would return `path` unchanged (most requests' paths): no query,
+/// escape, upper case, empty, `.` or `..` segment, and no trailing slash.
+fn is_normalized(path: &str) -> bool {
+    let b = path.as_bytes();
+    if b.first() != Some(&b'/') || (b.len() > 1 && b.ends_with(b"/")) {
+        return false;
+    }
+    if b.iter().any(|c| matches!(c, b'?' | b'#' | b'%' | b'A'..=b'Z')) {
+        return false;
+    }
+    path == "/" || path[1..].split('/').all(|seg| !matches!(seg, "" | "." | ".."))
+}
+
 fn percent_decode(s: &str) -> String {
     if !s.contains('%') {
         return s.to_owned();
@@ -355,6 +372,37 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn already_normal_paths_are_recognised_exactly() {
+        let paths = [
+            "/",
+            "/api/agent/heartbeat",
+            "/api/agent/heartbeat/",
+            "//api",
+            "/api//x",
+            "/api/./x",
+            "/api/../x",
+            "/API/x",
+            "/api/x?y=1",
+            "/api/x#f",
+            "/api/%61gent",
+            "api/x",
+            "",
+            "/a.b/c..d",
+            "/.hidden",
+            "/caf\u{e9}/x",
+        ];
+        for p in paths {
+            if is_normalized(p) {
+                assert_eq!(normalize_path(p), p, "{p:?} was taken as normal");
+            }
+        }
+        assert!(is_normalized("/api/agent/heartbeat"));
+        assert!(is_normalized("/"));
+        assert!(!is_normalized("/api/agent/heartbeat/"));
+        assert!(!is_normalized("/API/agent"));
+    }
 
     fn p(s: &str) -> RoutePattern {
         s.parse().unwrap()
