@@ -43,7 +43,7 @@ impl KeyKind {
 /// network of `v6_prefix` bits (clamped to 32..=64) in CIDR form, e.g. `2001:db8:abcd:1200::/56`.
 pub fn normalize_ip(ip: IpAddr, v6_prefix: u8) -> String {
     match canonical_ip(ip) {
-        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V4(v4) => dotted_quad(v4),
         IpAddr::V6(v6) => {
             let prefix = v6_prefix.clamp(32, 64);
             let bits = u128::from(v6);
@@ -51,6 +51,24 @@ pub fn normalize_ip(ip: IpAddr, v6_prefix: u8) -> String {
             format!("{}/{}", Ipv6Addr::from(bits & mask), prefix)
         }
     }
+}
+
+/// `a.b.c.d`, written without the formatting machinery: it is on every request's path.
+fn dotted_quad(v4: Ipv4Addr) -> String {
+    let mut s = String::with_capacity(15);
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        if o >= 100 {
+            s.push(char::from(b'0' + o / 100));
+        }
+        if o >= 10 {
+            s.push(char::from(b'0' + o / 10 % 10));
+        }
+        s.push(char::from(b'0' + o % 10));
+    }
+    s
 }
 
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it carries; anything else unchanged.
@@ -146,6 +164,20 @@ mod tests {
     #[test]
     fn ipv4_is_unchanged() {
         assert_eq!(normalize_ip(ip("203.0.113.5"), 56), "203.0.113.5");
+    }
+
+    #[test]
+    fn ipv4_written_like_display() {
+        for o in 0..=255u8 {
+            let cases = [
+                Ipv4Addr::new(o, 0, 10, 255),
+                Ipv4Addr::new(1, o, o, 100),
+                Ipv4Addr::new(99, 9, 0, o),
+            ];
+            for v4 in cases {
+                assert_eq!(normalize_ip(IpAddr::V4(v4), 56), v4.to_string());
+            }
+        }
     }
 
     #[test]

@@ -129,6 +129,14 @@ impl Policy {
     /// it. When the two differ, the limiters of both apply, so a spelling that one router
     /// resolves differently from the other cannot move a request to a looser limiter.
     pub fn applicable(&self, method: &str, path: &str, cred: Credential) -> Vec<Arc<LimiterSpec>> {
+        if is_normalized(path) {
+            // Most requests: the path reads the same raw and normalised.
+            return self
+                .applicable_to(method, path, cred)
+                .into_iter()
+                .map(|i| self.limiters[i].clone())
+                .collect();
+        }
         let normalized = normalize_path(path);
         let mut picked = self.applicable_to(method, &normalized, cred);
         let raw = raw_path(path);
@@ -369,6 +377,24 @@ pub fn raw_path(path: &str) -> String {
     s
 }
 
+/// Whether [`normalize_path`] (and [`raw_path`]) would return `path` unchanged (most requests'
+/// paths): no query, escape, upper case, empty, `.` or `..` segment, and no trailing slash.
+fn is_normalized(path: &str) -> bool {
+    let b = path.as_bytes();
+    if b.first() != Some(&b'/') || (b.len() > 1 && b.ends_with(b"/")) {
+        return false;
+    }
+    if b.iter()
+        .any(|c| matches!(c, b'?' | b'#' | b'%' | b'A'..=b'Z'))
+    {
+        return false;
+    }
+    path == "/"
+        || path[1..]
+            .split('/')
+            .all(|seg| !matches!(seg, "" | "." | ".."))
+}
+
 fn percent_decode(s: &str) -> String {
     if !s.contains('%') {
         return s.to_owned();
@@ -395,6 +421,37 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn already_normal_paths_are_recognised_exactly() {
+        let paths = [
+            "/",
+            "/api/agent/heartbeat",
+            "/api/agent/heartbeat/",
+            "//api",
+            "/api//x",
+            "/api/./x",
+            "/api/../x",
+            "/API/x",
+            "/api/x?y=1",
+            "/api/x#f",
+            "/api/%61gent",
+            "api/x",
+            "",
+            "/a.b/c..d",
+            "/.hidden",
+            "/caf\u{e9}/x",
+        ];
+        for p in paths {
+            if is_normalized(p) {
+                assert_eq!(normalize_path(p), p, "{p:?} was taken as normal");
+            }
+        }
+        assert!(is_normalized("/api/agent/heartbeat"));
+        assert!(is_normalized("/"));
+        assert!(!is_normalized("/api/agent/heartbeat/"));
+        assert!(!is_normalized("/API/agent"));
+    }
 
     fn p(s: &str) -> RoutePattern {
         s.parse().unwrap()

@@ -23,13 +23,15 @@ use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts};
 use crate::http::response;
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::dev::{forward_ready, Payload, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{HeaderName, AUTHORIZATION, COOKIE};
 use actix_web::{Error, HttpMessage};
 use futures_util::future::{ready, LocalBoxFuture, Ready};
+use futures_util::StreamExt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
 
@@ -117,7 +119,9 @@ where
             crate::observe::decision(&outcome, started.elapsed());
             if outcome.refused() {
                 let res = response::too_many_requests(&outcome);
-                return Ok(req.into_response(res).map_into_right_body());
+                let (http_req, mut payload) = req.into_parts();
+                drain_small_body(&mut payload).await;
+                return Ok(ServiceResponse::new(http_req, res).map_into_right_body());
             }
             req.extensions_mut().insert(LimitOutcome(outcome.clone()));
             let mut res = service.call(req).await?;
@@ -149,6 +153,28 @@ async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
         session_token: cookie,
     };
     limiter.decider.decide(&facts).await
+}
+
+/// Most body bytes read from a refused request so that its connection can stay open.
+const REFUSED_BODY_DRAIN_BYTES: usize = 64 * 1024;
+/// Longest wait for the rest of a refused request's body.
+const REFUSED_BODY_DRAIN_TIME: Duration = Duration::from_secs(1);
+
+/// Read and discard a refused request's body when it is small and already arriving, as a
+/// client that is told 429 sends the next request on the same connection: actix-web closes
+/// any connection whose request body was left unread. A larger or slower body is left
+/// unread and the connection closes, as before.
+async fn drain_small_body(payload: &mut Payload) {
+    let read = async {
+        let mut seen = 0usize;
+        while let Some(Ok(chunk)) = payload.next().await {
+            seen += chunk.len();
+            if seen > REFUSED_BODY_DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = actix_web::rt::time::timeout(REFUSED_BODY_DRAIN_TIME, read).await;
 }
 
 /// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.

@@ -80,34 +80,27 @@ impl Problem {
 /// - `RateLimit: "agent-device";r=29;t=2, ...`: remaining, and seconds until the bucket is full.
 /// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the tightest limiter.
 pub fn limit_headers(outcome: &Outcome) -> Vec<(HeaderName, String)> {
-    let counted: Vec<_> = outcome.results.iter().filter(|r| !r.store_error).collect();
-    if counted.is_empty() {
+    use std::fmt::Write as _;
+    // Built in place: these two values are rendered on every metered response.
+    let (mut policy, mut state) = (String::new(), String::new());
+    for r in outcome.results.iter().filter(|r| !r.store_error) {
+        if !policy.is_empty() {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
+        for s in [&mut policy, &mut state] {
+            s.push('"');
+            s.push_str(&r.spec.name);
+            s.push('"');
+        }
+        let window = r.spec.quota.window.as_secs().max(1);
+        let _ = write!(policy, ";q={};w={}", r.spec.quota.limit, window);
+        let reset = ceil_secs(r.verdict.reset_after_ns);
+        let _ = write!(state, ";r={};t={}", r.verdict.remaining, reset);
+    }
+    if policy.is_empty() {
         return Vec::new();
     }
-    let policy = counted
-        .iter()
-        .map(|r| {
-            format!(
-                "\"{}\";q={};w={}",
-                r.spec.name,
-                r.spec.quota.limit,
-                r.spec.quota.window.as_secs().max(1)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let state = counted
-        .iter()
-        .map(|r| {
-            format!(
-                "\"{}\";r={};t={}",
-                r.spec.name,
-                r.verdict.remaining,
-                ceil_secs(r.verdict.reset_after_ns)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
     let mut out = vec![
         (HeaderName::from_static("ratelimit-policy"), policy),
         (HeaderName::from_static("ratelimit"), state),

@@ -14,11 +14,13 @@ use crate::clock::{Clock, Nanos};
 use crate::limiter::{self, State, Verdict};
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Number of shards; a power of two.
+/// Fewest shards; the store picks between this and twice as many (see [`shard_count`]).
 const SHARDS: usize = 64;
 /// How many buckets an eviction looks at when the shard is full of active ones.
 const EVICTION_SAMPLE: usize = 32;
@@ -27,14 +29,15 @@ const SWEEP_EVERY_NS: Nanos = 1_000_000_000;
 
 pub const DEFAULT_MAX_KEYS: usize = 100_000;
 
-#[derive(Default)]
 struct Shard {
-    map: HashMap<[u8; 16], State>,
+    map: HashMap<[u8; 16], State, DigestHashBuilder>,
     next_sweep: Nanos,
 }
 
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
+    /// `shards.len()`, as the divisor of the shard index.
+    shard_count: usize,
     per_shard_cap: usize,
     clock: Arc<dyn Clock>,
     evicted: AtomicU64,
@@ -42,10 +45,22 @@ pub struct MemoryStore {
 
 impl MemoryStore {
     pub fn new(max_keys: usize, clock: Arc<dyn Clock>) -> Self {
-        let per_shard_cap = max_keys.div_ceil(SHARDS).max(1);
-        let shards = (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect();
+        let shard_count = shard_count(max_keys);
+        let hasher = DigestHashBuilder::random();
+        let per_shard_cap = max_keys.div_ceil(shard_count).max(1);
+        // Each table is sized for its cap up front: it never grows, so no outgrown table is
+        // left behind in the allocator, and untouched slots cost no resident memory.
+        let shards = (0..shard_count)
+            .map(|_| {
+                Mutex::new(Shard {
+                    map: HashMap::with_capacity_and_hasher(table_capacity(per_shard_cap), hasher),
+                    next_sweep: 0,
+                })
+            })
+            .collect();
         Self {
             shards,
+            shard_count,
             per_shard_cap,
             clock,
             evicted: AtomicU64::new(0),
@@ -54,11 +69,11 @@ impl MemoryStore {
 
     /// The cap actually enforced (`max_keys` rounded up to a multiple of the shard count).
     pub fn capacity(&self) -> usize {
-        self.per_shard_cap * SHARDS
+        self.per_shard_cap * self.shard_count
     }
 
-    fn shard_of(digest: &[u8; 16]) -> usize {
-        digest[0] as usize % SHARDS
+    fn shard_of(&self, digest: &[u8; 16]) -> usize {
+        u16::from_le_bytes([digest[0], digest[1]]) as usize % self.shard_count
     }
 
     /// Decide synchronously: the memory store never needs to wait.
@@ -67,9 +82,16 @@ impl MemoryStore {
         match checks {
             [] => Vec::new(),
             [one] => {
-                let mut shard = self.shards[Self::shard_of(&one.key.digest)].lock();
-                let (v, new) =
-                    limiter::decide(&one.quota, shard.map.get(&one.key.digest).copied(), now);
+                let mut shard = self.shards[self.shard_of(&one.key.digest)].lock();
+                // One table probe for a bucket that exists (the common case).
+                if let Some(slot) = shard.map.get_mut(&one.key.digest) {
+                    let (v, new) = limiter::decide(&one.quota, Some(*slot), now);
+                    if let Some(s) = new {
+                        *slot = s;
+                    }
+                    return vec![v];
+                }
+                let (v, new) = limiter::decide(&one.quota, None, now);
                 if let Some(s) = new {
                     self.put(&mut shard, one.key.digest, s, now);
                 }
@@ -82,7 +104,7 @@ impl MemoryStore {
     fn decide_many(&self, checks: &[Check], now: Nanos) -> Vec<Verdict> {
         let mut idx: Vec<usize> = checks
             .iter()
-            .map(|c| Self::shard_of(&c.key.digest))
+            .map(|c| self.shard_of(&c.key.digest))
             .collect();
         idx.sort_unstable();
         idx.dedup();
@@ -91,7 +113,7 @@ impl MemoryStore {
         let mut verdicts = Vec::with_capacity(checks.len());
         let mut updates: Vec<Option<State>> = Vec::with_capacity(checks.len());
         for (n, c) in checks.iter().enumerate() {
-            let shard_i = Self::shard_of(&c.key.digest);
+            let shard_i = self.shard_of(&c.key.digest);
             // A request may name the same bucket twice: see the earlier update.
             let prior = checks[..n]
                 .iter()
@@ -116,7 +138,7 @@ impl MemoryStore {
         {
             for (c, u) in checks.iter().zip(updates) {
                 if let Some(s) = u {
-                    let shard_i = Self::shard_of(&c.key.digest);
+                    let shard_i = self.shard_of(&c.key.digest);
                     if let Some((_, g)) = guards.iter_mut().find(|(i, _)| *i == shard_i) {
                         self.put(g, c.key.digest, s, now);
                     }
@@ -151,8 +173,101 @@ impl MemoryStore {
                 }
             }
         }
+        if shard.map.len() >= shard.map.capacity() {
+            // Evictions leave tombstones that use up the table's spare slots; the table would
+            // then double. Rebuild it at its own size instead (rare: once per many evictions).
+            let hasher = *shard.map.hasher();
+            let cap = table_capacity(self.per_shard_cap);
+            let mut fresh = HashMap::with_capacity_and_hasher(cap, hasher);
+            fresh.extend(shard.map.drain());
+            shard.map = fresh;
+        }
         shard.map.insert(key, state);
     }
+}
+
+/// Hashes a bucket's digest for its shard's table. The digest is SHA-256 output already, so
+/// SipHash over it again only costs time; instead each store draws a random key and folds
+/// the digest's two halves with it in one 128-bit multiply. Without the key, whoever picks
+/// principals (and can compute their digests) could aim many at one probe sequence.
+#[derive(Clone, Copy)]
+struct DigestHashBuilder {
+    k0: u64,
+    k1: u64,
+}
+
+impl DigestHashBuilder {
+    fn random() -> Self {
+        let seed = RandomState::new();
+        Self {
+            k0: seed.hash_one(0x5eed_u64),
+            k1: seed.hash_one(0xfeed_u64),
+        }
+    }
+}
+
+impl BuildHasher for DigestHashBuilder {
+    type Hasher = DigestHasher;
+
+    fn build_hasher(&self) -> DigestHasher {
+        DigestHasher {
+            k0: self.k0,
+            k1: self.k1,
+            h: 0,
+        }
+    }
+}
+
+struct DigestHasher {
+    k0: u64,
+    k1: u64,
+    h: u64,
+}
+
+impl Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(16) {
+            let mut block = [0u8; 16];
+            block[..chunk.len()].copy_from_slice(chunk);
+            let (lo, hi) = block.split_at(8);
+            let lo = u64::from_le_bytes(lo.try_into().unwrap_or_default()) ^ self.k0 ^ self.h;
+            let hi = u64::from_le_bytes(hi.try_into().unwrap_or_default()) ^ self.k1;
+            let p = u128::from(lo) * u128::from(hi);
+            self.h = (p as u64) ^ ((p >> 64) as u64);
+        }
+    }
+
+    /// The key is always 16 bytes: its length prefix tells nothing.
+    fn write_usize(&mut self, _: usize) {}
+
+    fn finish(&self) -> u64 {
+        self.h
+    }
+}
+
+/// Slots a hash table allocates to hold `n` entries: a power of two kept at most 7/8 full
+/// (the standard library's table; tables under 8 slots are 4 or 8).
+fn table_slots(n: usize) -> usize {
+    match n {
+        0..=3 => 4,
+        4..=7 => 8,
+        _ => n.saturating_mul(8).div_ceil(7).next_power_of_two(),
+    }
+}
+
+/// The table size a shard of `cap` buckets asks for: its cap plus spare slots for the
+/// tombstones evictions leave, so a full shard rebuilds its table rarely and never doubles it.
+fn table_capacity(cap: usize) -> usize {
+    cap.saturating_add(cap / 6)
+}
+
+/// The shard count, between 64 and 127, whose tables hold `max_keys` in the fewest slots.
+/// With a fixed count, a cap just past 7/8 of a power of two per shard would leave every table
+/// nearly half empty: at 1 000 000 keys 64 shards allocate 2 097 152 slots, 82 allocate 1 343 488.
+fn shard_count(max_keys: usize) -> usize {
+    (SHARDS..2 * SHARDS)
+        .min_by_key(|&s| s * table_slots(table_capacity(max_keys.div_ceil(s).max(1))))
+        .unwrap_or(SHARDS)
 }
 
 impl Store for MemoryStore {
@@ -253,6 +368,69 @@ mod tests {
             store.decide_now(&[check("y", &format!("k{i}"), 10, 1)]);
         }
         assert!(store.tracked_keys() as usize <= store.capacity());
+    }
+
+    #[test]
+    fn shard_tables_stay_close_to_full_at_capacity() {
+        for max_keys in [1_000, 100_000, 250_000, 1_000_000, 10_000_000] {
+            let s = shard_count(max_keys);
+            assert!((SHARDS..2 * SHARDS).contains(&s));
+            let slots = s * table_slots(table_capacity(max_keys.div_ceil(s)));
+            assert!(
+                slots * 10 <= max_keys * 15,
+                "{max_keys} keys in {s} shards take {slots} slots"
+            );
+            let store = MemoryStore::new(max_keys, Arc::new(ManualClock::new(0)));
+            assert!(store.capacity() >= max_keys);
+        }
+        assert_eq!(table_slots(14_336), 16_384);
+        assert_eq!(table_slots(14_337), 32_768);
+    }
+
+    #[test]
+    fn digest_hash_is_keyed_and_spreads_low_and_high_bits() {
+        let (a, b) = (DigestHashBuilder::random(), DigestHashBuilder::random());
+        let digests: Vec<[u8; 16]> = (0..4096)
+            .map(|i| crate::keys::digest("x", &format!("k{i}")))
+            .collect();
+        let same = digests
+            .iter()
+            .filter(|d| a.hash_one(d) == b.hash_one(d))
+            .count();
+        assert_eq!(same, 0, "two stores hash alike: the key is not used");
+        // Table index (low bits) and tag (top 7 bits) both take every value.
+        let mut low = [0u32; 256];
+        let mut top = [0u32; 128];
+        for d in &digests {
+            let h = a.hash_one(d);
+            low[(h & 255) as usize] += 1;
+            top[(h >> 57) as usize] += 1;
+        }
+        assert!(low.iter().all(|&n| n > 0) && low.iter().all(|&n| n < 64));
+        assert!(top.iter().all(|&n| n > 0) && top.iter().all(|&n| n < 96));
+    }
+
+    #[test]
+    fn a_full_shard_under_churn_keeps_its_table_size() {
+        let clock = ManualClock::new(1);
+        let store = MemoryStore::new(10_000, Arc::new(clock.clone()));
+        let sizes = |s: &MemoryStore| -> Vec<usize> {
+            s.shards.iter().map(|m| m.lock().map.capacity()).collect()
+        };
+        let initial = sizes(&store);
+        // Ten times the cap in fresh, still-active keys: every shard fills, then evicts.
+        for i in 0..100_000 {
+            store.decide_now(&[check("x", &format!("k{i}"), 10, 3600)]);
+        }
+        assert!(store.evicted_keys() > 50_000);
+        assert!(store.tracked_keys() as usize <= store.capacity());
+        // `capacity()` counts free slots too: tombstones lower it, only growth raises it.
+        for (now, given) in sizes(&store).into_iter().zip(initial) {
+            assert!(
+                now <= given,
+                "a table grew past the size it was given: {now} > {given}"
+            );
+        }
     }
 
     #[test]

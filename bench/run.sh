@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# Side-by-side load benchmark over loopback: fleet-limiter against the tools an operator would
+# otherwise pick. See docs/benchmarks.md for what each row is and how to read the table.
+#
+#   bench/run.sh                 # everything: install, build, load table, memory per key
+#   ROUNDS=12 DURATION=3s bench/run.sh
+#   ONLY=load bench/run.sh       # skip the memory measurements (ONLY=memory for the reverse)
+#
+# Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). For each path (allowed, refused) every
+# configuration's server is started and warmed up, then rounds interleave short wrk runs over
+# all of them (every configuration once per round), so that bursts of outside load on a
+# shared machine hit neighbouring measurements alike; ratios are taken within a round.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BENCH="$ROOT/bench"
+DURATION=${DURATION:-2s}
+WARMUP=${WARMUP:-1s}
+ROUNDS=${ROUNDS:-8}
+CONNS=${CONNS:-32}
+WRK_THREADS=${WRK_THREADS:-1}
+SERVER_CPU=${SERVER_CPU:-1}
+LOAD_CPU=${LOAD_CPU:-0}
+MEM_KEYS=${MEM_KEYS:-1000000}
+ONLY=${ONLY:-all}
+REDIS_PORT=${REDIS_PORT:-16379}
+REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+OUT=${OUT:-"$ROOT/target/bench-results"}
+
+P_UPSTREAM=18081 P_GATEWAY=18080 P_NGINX=18082
+
+log() { printf '%s\n' "$*" >&2; }
+
+# ---------------------------------------------------------------- install what is missing
+install_tools() {
+  local apt=()
+  command -v wrk >/dev/null || apt+=(wrk)
+  command -v nginx >/dev/null || apt+=(nginx-light)
+  command -v redis-server >/dev/null || apt+=(redis-server)
+  command -v node >/dev/null || apt+=(nodejs)
+  command -v npm >/dev/null || apt+=(npm)
+  command -v taskset >/dev/null || apt+=(util-linux)
+  command -v curl >/dev/null || apt+=(curl)
+  command -v python3 >/dev/null || apt+=(python3)
+  if ((${#apt[@]})); then
+    log "installing: ${apt[*]}"
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${apt[@]}" >/dev/null
+  fi
+  if [ ! -d "$BENCH/node/node_modules/express-rate-limit" ]; then
+    log "installing node packages (npm ci in bench/node)"
+    (cd "$BENCH/node" && npm ci --no-audit --no-fund --silent)
+  fi
+}
+
+build() {
+  log "building release binaries"
+  (cd "$ROOT" && cargo build --release --quiet --bin fleet-limiter --example memory_per_key)
+  # The middleware apps are their own cargo project (actix-governor stays out of the crate);
+  # sharing the target directory reuses the crate's compiled dependencies.
+  (cd "$BENCH/middleware" && CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --bins)
+  GATEWAY="$ROOT/target/release/fleet-limiter"
+  MW="$ROOT/target/release/fleet-limiter-bench-middleware"
+}
+
+# ---------------------------------------------------------------- process helpers
+TMP=$(mktemp -d /tmp/fleet-limiter-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  stop_all
+  [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# start NAME CMD...: run CMD pinned to the server core, remember its pid.
+start() {
+  local name=$1
+  shift
+  taskset -c "$SERVER_CPU" "$@" >"$TMP/$name.log" 2>&1 &
+  PIDS+=($!)
+}
+
+stop_all() {
+  local p
+  for p in "${PIDS[@]:-}"; do
+    [ -n "$p" ] && kill "$p" 2>/dev/null || true
+  done
+  for p in "${PIDS[@]:-}"; do
+    [ -n "$p" ] && wait "$p" 2>/dev/null || true
+  done
+  PIDS=()
+}
+
+# wait_up PORT: until something answers HTTP on the port (any status), at most 15 s; fails
+# at once when the process started last has exited.
+wait_up() {
+  local i last=${PIDS[${#PIDS[@]}-1]}
+  for i in $(seq 150); do
+    if curl -s -o /dev/null -X POST "http://127.0.0.1:$1/api/agent/heartbeat"; then return 0; fi
+    kill -0 "$last" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# ---------------------------------------------------------------- configurations
+# The limiters the built-in calibration has (agent-ip exists only in some versions).
+builtin_limiters() {
+  grep -o 'name: "[a-z0-9_-]*"' "$ROOT/src/config/defaults.rs" | cut -d'"' -f2
+}
+
+# config FILE LIMIT WINDOW: raise (or drop) the budgets that meter a heartbeat.
+write_config() {
+  local file=$1 limit=$2 window=$3 name
+  : >"$file"
+  for name in agent-device agent-ip; do
+    if builtin_limiters | grep -qx "$name"; then
+      printf '[limiters.%s]\nlimit = %s\nwindow = "%s"\n\n' "$name" "$limit" "$window" >>"$file"
+    fi
+  done
+}
+
+nginx_upstream_conf() {
+  mkdir -p "$TMP/nginx-up"
+  cat >"$TMP/nginx-up/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-up/nginx.pid;
+error_log stderr error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/nginx-up;
+  keepalive_requests 100000000;
+  server {
+    listen 127.0.0.1:$P_UPSTREAM;
+    location / { return 200 "ok"; }
+  }
+}
+EOF
+}
+
+# nginx_limit_conf RATE: limit_req keyed on client address + X-Agent-ID, proxying upstream.
+nginx_limit_conf() {
+  mkdir -p "$TMP/nginx-lim"
+  cat >"$TMP/nginx-lim/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx-lim/nginx.pid;
+error_log stderr error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $TMP/nginx-lim;
+  proxy_temp_path $TMP/nginx-lim;
+  keepalive_requests 100000000;
+  map \$http_x_agent_id \$agent { default \$http_x_agent_id; "" none; }
+  limit_req_zone "\$binary_remote_addr:\$agent" zone=agent:64m rate=$1;
+  limit_req_status 429;
+  upstream api { server 127.0.0.1:$P_UPSTREAM; keepalive 64; }
+  server {
+    listen 127.0.0.1:$P_NGINX;
+    location / {
+      limit_req zone=agent nodelay;
+      proxy_pass http://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+}
+
+start_upstream() {
+  nginx_upstream_conf
+  start upstream nginx -c "$TMP/nginx-up/nginx.conf"
+  wait_up "$P_UPSTREAM"
+}
+
+start_redis() {
+  command -v redis-server >/dev/null || return 1
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --daemonize no >"$TMP/redis.log" 2>&1 &
+  REDIS_PID=$!
+  local i
+  for i in $(seq 50); do
+    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+redis_flush() { redis-cli -p "$REDIS_PORT" flushall >/dev/null 2>&1 || true; }
+
+# Each configuration's own port: every server of one path runs at once, idle but for the one
+# being loaded, so consecutive measurements are seconds apart.
+port_of() {
+  case $1 in
+    upstream) echo "$P_UPSTREAM" ;;
+    gateway-on) echo 18080 ;;
+    gateway-off) echo 18083 ;;
+    gateway-redis) echo 18084 ;;
+    nginx-limit) echo "$P_NGINX" ;;
+    mw-fleet) echo 18090 ;;
+    mw-governor) echo 18092 ;;
+    mw-bare) echo 18093 ;;
+    express-memory) echo 18091 ;;
+    express-redis) echo 18094 ;;
+  esac
+}
+
+# launch CONFIG PATH_KIND: start CONFIG's server (the upstream is already up), or fail with
+# a reason in $TMP/skip. PATH_KIND is allowed (nothing refused) or refused (one per hour).
+launch() {
+  local cfg=$1 kind=$2 conf="$TMP/limits-$2.toml" port
+  port=$(port_of "$cfg")
+  local limit=1000000000 window=1m erl_limit=1000000000 erl_window=60000 rate=1000000r/s
+  if [ "$kind" = refused ]; then
+    limit=1 window=1h erl_limit=1 erl_window=3600000 rate=1r/m
+  fi
+  write_config "$conf" "$limit" "$window"
+  case $cfg in
+    upstream) return 0 ;;
+    gateway-on | gateway-off | gateway-redis)
+      local store=(--store memory) env=(env FLEET_LIMITER_LOG=warn)
+      [ "$cfg" = gateway-off ] && env+=(FLEET_LIMITER_ENABLED=false)
+      [ "$cfg" = gateway-redis ] && store=(--store "$REDIS_URL")
+      start "$cfg" "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$port" \
+        --upstream "http://127.0.0.1:$P_UPSTREAM" "${store[@]}" ;;
+    nginx-limit)
+      nginx_limit_conf "$rate"
+      start "$cfg" nginx -c "$TMP/nginx-lim/nginx.conf" ;;
+    mw-fleet) start "$cfg" env FLEET_LIMITER_LOG=warn "$MW" fleet "$conf" "127.0.0.1:$port" ;;
+    mw-governor) start "$cfg" "$MW" governor "$kind" "127.0.0.1:$port" ;;
+    mw-bare) start "$cfg" "$MW" bare - "127.0.0.1:$port" ;;
+    express-memory) start "$cfg" env NODE_ENV=production node "$BENCH/node/server.js" "$port" memory "$erl_limit" "$erl_window" ;;
+    express-redis) start "$cfg" env NODE_ENV=production node "$BENCH/node/server.js" "$port" "$REDIS_URL" "$erl_limit" "$erl_window" ;;
+  esac
+  if ! wait_up "$port"; then
+    sed -n '1,5p' "$TMP/$cfg.log" >"$TMP/skip"
+    return 1
+  fi
+}
+
+# measure PORT: wrk on the load core; prints "rps p50_us p99_us non2xx total".
+measure() {
+  local port=$1 out
+  out=$(taskset -c "$LOAD_CPU" wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" --latency \
+    -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$port/api/agent/heartbeat")
+  printf '%s\n' "$out" >>"$OUT/wrk.log"
+  python3 "$BENCH/parse_wrk.py" <<<"$out"
+}
+
+# ---------------------------------------------------------------- the load table
+run_load() {
+  local allowed=(upstream gateway-on gateway-off gateway-redis nginx-limit mw-fleet mw-governor mw-bare express-memory express-redis)
+  local refused=(gateway-on gateway-redis nginx-limit mw-fleet mw-governor express-memory express-redis)
+  local results="$OUT/results.tsv" round cfg kind
+  : >"$results"
+  : >"$OUT/wrk.log"
+  : >"$OUT/skip-reasons.txt"
+  start_redis || log "redis-server unavailable: Redis rows will be skipped"
+  for kind in allowed refused; do
+    local list=("${allowed[@]}") up=()
+    [ "$kind" = refused ] && list=("${refused[@]}")
+    redis_flush
+    start_upstream
+    for cfg in "${list[@]}"; do
+      rm -f "$TMP/skip"
+      if ! launch "$cfg" "$kind"; then
+        local why="did not start"
+        [ -s "$TMP/skip" ] && why=$(tr '\n' ' ' <"$TMP/skip")
+        log "SKIPPING $cfg: $why"
+        grep -q "^$cfg	" "$OUT/skip-reasons.txt" || printf '%s\t%s\n' "$cfg" "$why" >>"$OUT/skip-reasons.txt"
+        continue
+      fi
+      # Warm up (and, on the refusal path, spend each agent's single request).
+      taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
+        "http://127.0.0.1:$(port_of "$cfg")/api/agent/heartbeat" >/dev/null
+      up+=("$cfg")
+    done
+    for round in $(seq "$ROUNDS"); do
+      for cfg in "${up[@]}"; do
+        local m
+        m=$(measure "$(port_of "$cfg")")
+        printf '%s\t%s\t%s\t%s\n' "$round" "$kind" "$cfg" "$m" >>"$results"
+        log "round $round $kind $cfg: $m"
+      done
+    done
+    stop_all
+  done
+  python3 "$BENCH/table.py" "$results" "$OUT/skip-reasons.txt" "$CONNS" | tee "$OUT/table.md"
+}
+
+# ---------------------------------------------------------------- memory per key
+run_memory() {
+  {
+    echo "### Memory per tracked key ($MEM_KEYS keys)"
+    echo
+    echo '```'
+    "$ROOT/target/release/examples/memory_per_key" "$MEM_KEYS"
+    "$ROOT/target/release/governor_memory" "$MEM_KEYS" ip+agent
+    "$ROOT/target/release/governor_memory" "$MEM_KEYS" digest
+    node --expose-gc "$BENCH/node/memory.js" "$MEM_KEYS"
+    redis_memory
+    echo '```'
+  } | tee "$OUT/memory.md"
+}
+
+# Bytes per key in Redis: fill it through the gateway's Redis store with distinct agents.
+redis_memory() {
+  if [ -z "${REDIS_PID:-}" ] && ! start_redis; then
+    echo "redis: redis-server unavailable, not measured"
+    return
+  fi
+  local conf="$TMP/limits-mem.toml"
+  write_config "$conf" 1000000000 1m
+  redis_flush
+  start_upstream
+  start gateway env FLEET_LIMITER_LOG=warn "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$P_GATEWAY" \
+    --upstream "http://127.0.0.1:$P_UPSTREAM" --store "$REDIS_URL"
+  if ! wait_up "$P_GATEWAY"; then
+    echo "redis: not measured: the gateway refuses the Redis store: $(head -1 "$TMP/gateway.log")"
+    stop_all
+    return
+  fi
+  local before after keys
+  before=$(redis-cli -p "$REDIS_PORT" info memory | tr -d '\r' | awk -F: '/^used_memory:/{print $2}')
+  BENCH_KEYS=$MEM_KEYS taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d600s -s "$BENCH/unique.lua" \
+    "http://127.0.0.1:$P_GATEWAY/api/agent/heartbeat" >/dev/null
+  after=$(redis-cli -p "$REDIS_PORT" info memory | tr -d '\r' | awk -F: '/^used_memory:/{print $2}')
+  keys=$(redis-cli -p "$REDIS_PORT" dbsize)
+  stop_all
+  python3 -c "b,a,k=$before,$after,$keys; print(f'redis store: {k} keys, used_memory +{(a-b)/1048576:.1f} MiB, {(a-b)/max(k,1):.1f} bytes per key')"
+}
+
+main() {
+  mkdir -p "$OUT"
+  install_tools
+  build
+  log "machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  log "servers on cpu $SERVER_CPU, wrk on cpu $LOAD_CPU; $ROUNDS rounds x $DURATION, $CONNS connections"
+  case $ONLY in
+    load) run_load ;;
+    memory) run_memory ;;
+    *) run_load; run_memory ;;
+  esac
+  log "results in $OUT"
+}
+
+main "$@"
