@@ -3,25 +3,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-struct Gateway(Child);
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod common;
+use common::Launch;
+use std::time::Duration;
 
 /// A one-line upstream that answers every request `200 ok` and keeps connections open.
 fn upstream() -> u16 {
@@ -96,33 +81,11 @@ fn read_response(reader: &mut BufReader<TcpStream>) -> Option<(u16, bool)> {
 #[test]
 fn refused_post_keeps_the_connection_open() {
     let up = upstream();
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("limits.toml");
-    std::fs::write(
-        &cfg,
-        "[limiters.agent-device]\nlimit = 1\nwindow = \"1h\"\n",
-    )
-    .unwrap();
-    let _gw = Gateway(
-        Command::new(env!("CARGO_BIN_EXE_fleet-limiter"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--upstream", &format!("http://127.0.0.1:{up}")])
-            .arg("--config")
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let conn = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(c) => break c,
-            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => panic!("gateway did not start: {e}"),
-        }
-    };
+    let gw = Launch::serve()
+        .upstream(&format!("http://127.0.0.1:{up}"))
+        .config_toml("[limiters.agent-device]\nlimit = 1\nwindow = \"1h\"\n")
+        .spawn();
+    let conn = TcpStream::connect(gw.addr).expect("connect to the gateway");
     conn.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut writer = conn.try_clone().unwrap();
