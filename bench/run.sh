@@ -228,8 +228,11 @@ launch() {
       local store=(--store memory) env=(env FLEET_LIMITER_LOG=warn)
       [ "$cfg" = gateway-off ] && env+=(FLEET_LIMITER_ENABLED=false)
       [ "$cfg" = gateway-redis ] && store=(--store "$REDIS_URL")
+      # The refusal run's one-an-hour budget is deliberately unsafe for a fleet; every gateway
+      # gets its own admin port.
       start "$cfg" "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$port" \
-        --upstream "http://127.0.0.1:$P_UPSTREAM" "${store[@]}" ;;
+        --upstream "http://127.0.0.1:$P_UPSTREAM" "${store[@]}" \
+        --admin-listen 127.0.0.1:0 --allow-unsafe-calibration ;;
     nginx-limit)
       nginx_limit_conf "$rate"
       start "$cfg" nginx -c "$TMP/nginx-lim/nginx.conf" ;;
@@ -321,7 +324,7 @@ redis_memory() {
   redis_flush
   start_upstream
   start gateway env FLEET_LIMITER_LOG=warn "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$P_GATEWAY" \
-    --upstream "http://127.0.0.1:$P_UPSTREAM" --store "$REDIS_URL"
+    --upstream "http://127.0.0.1:$P_UPSTREAM" --store "$REDIS_URL" --admin-listen 127.0.0.1:0
   if ! wait_up "$P_GATEWAY"; then
     echo "redis: not measured: the gateway refuses the Redis store: $(head -1 "$TMP/gateway.log")"
     stop_all
