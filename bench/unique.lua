@@ -15,7 +15,8 @@ function init(args)
 end
 
 function request()
-  n = n + 1
+  -- Never more than `limit` distinct agents, however long wrk runs.
+  n = n % limit + 1
   return wrk.format("POST", "/api/agent/heartbeat", {
     ["X-Agent-ID"] = prefix .. "-" .. n,
     ["Content-Type"] = "application/json",
