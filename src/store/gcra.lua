@@ -18,28 +18,7 @@
 -- retry_after_ns, then two strings per check: the value before and the value written ("" when
 -- none) }; the last two let a Cluster caller undo a consumption a different slot refused.
 
-local now_s, now_n
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now_s = tonumber(t[1])
-  now_n = tonumber(t[2]) * 1000
-else
-  now_s = tonumber(ARGV[1])
-  now_n = tonumber(ARGV[2])
-end
-local pad_ms = tonumber(ARGV[3])
-local NS = 1000000000
-
--- floor(x / y) for non-negative integers below 2^53, exact despite float division
-local function idiv(x, y)
-  local q = math.floor(x / y)
-  if q * y > x then
-    q = q - 1
-  elseif (q + 1) * y <= x then
-    q = q + 1
-  end
-  return q
-end
+-- now_s, now_n, pad_ms, NS and idiv come from prelude.lua.
 
 -- stored string -> offset of `a` from now (ns), count; nil for a missing or unreadable value
 local function load(raw)

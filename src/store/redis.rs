@@ -34,8 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Weak};
 use std::time::Duration;
 
-const GCRA_LUA: &str = include_str!("gcra.lua");
-const REFUND_LUA: &str = include_str!("refund.lua");
+const GCRA_LUA: &str = concat!(include_str!("prelude.lua"), include_str!("gcra.lua"));
+const REFUND_LUA: &str = concat!(include_str!("prelude.lua"), include_str!("refund.lua"));
 
 /// The longest window the script computes exactly (2^53 ns, about 104 days): Lua numbers are doubles.
 pub const MAX_WINDOW_NS: u64 = 1 << 53;

@@ -12,27 +12,7 @@
 -- built on our write: GCRA moves the arrival time back by the units consumed, and a fixed window
 -- that is still the same window counts them back.
 
-local now_s, now_n
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now_s = tonumber(t[1])
-  now_n = tonumber(t[2]) * 1000
-else
-  now_s = tonumber(ARGV[1])
-  now_n = tonumber(ARGV[2])
-end
-local pad_ms = tonumber(ARGV[3])
-local NS = 1000000000
-
-local function fdiv(x, y)
-  local q = math.floor(x / y)
-  if q * y > x then
-    q = q - 1
-  elseif (q + 1) * y <= x then
-    q = q + 1
-  end
-  return q
-end
+-- now_s, now_n, pad_ms, NS and idiv come from prelude.lua.
 
 local key = KEYS[1]
 local cur = redis.call('GET', key)
@@ -64,7 +44,7 @@ end
 local units = tonumber(ARGV[8])
 if ARGV[6] == 'g' then
   local total = tonumber(n) - units * tonumber(ARGV[7])
-  local carry = fdiv(total, NS)
+  local carry = idiv(total, NS)
   local value = string.format('%d %d %s', tonumber(s) + carry, total - carry * NS, b)
   redis.call('SET', key, value, 'KEEPTTL')
   return 2
