@@ -359,12 +359,8 @@ impl Metrics {
         for (name, c) in &limiters {
             for o in DecisionOutcome::ALL {
                 let v = c.outcomes[o as usize].load(Ordering::Relaxed);
-                let _ = writeln!(
-                    out,
-                    "fleet_limiter_decisions_total{{limiter=\"{}\",outcome=\"{}\"}} {v}",
-                    escape(name),
-                    o.as_str()
-                );
+                let labels = format!("limiter=\"{}\",outcome=\"{}\"", escape(name), o.as_str());
+                sample(&mut out, "fleet_limiter_decisions_total", &labels, v);
             }
         }
         header(
@@ -375,11 +371,8 @@ impl Metrics {
         );
         for (name, c) in &limiters {
             let v = c.near_limit.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "fleet_limiter_near_limit_total{{limiter=\"{}\"}} {v}",
-                escape(name)
-            );
+            let labels = format!("limiter=\"{}\"", escape(name));
+            sample(&mut out, "fleet_limiter_near_limit_total", &labels, v);
         }
         header(
             &mut out,
@@ -387,11 +380,8 @@ impl Metrics {
             "gauge",
             "The near-limit threshold, as a share of the budget.",
         );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_near_limit_ratio {}",
-            f64::from(self.near_limit_percent.load(Ordering::Relaxed)) / 100.0
-        );
+        let ratio = f64::from(self.near_limit_percent.load(Ordering::Relaxed)) / 100.0;
+        sample(&mut out, "fleet_limiter_near_limit_ratio", "", ratio);
 
         header(
             &mut out,
@@ -401,11 +391,8 @@ impl Metrics {
         );
         for r in RequestOutcome::ALL {
             let v = self.requests[r as usize].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "fleet_limiter_requests_total{{outcome=\"{}\"}} {v}",
-                r.as_str()
-            );
+            let labels = format!("outcome=\"{}\"", r.as_str());
+            sample(&mut out, "fleet_limiter_requests_total", &labels, v);
         }
         header(
             &mut out,
@@ -434,10 +421,13 @@ impl Metrics {
             "counter",
             "Store round trips that failed.",
         );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_store_errors_total{{store=\"{kind}\"}} {}",
-            self.store_errors.load(Ordering::Relaxed)
+        let store_label = format!("store=\"{kind}\"");
+        let errors = self.store_errors.load(Ordering::Relaxed);
+        sample(
+            &mut out,
+            "fleet_limiter_store_errors_total",
+            &store_label,
+            errors,
         );
         if let Some(s) = store {
             header(
@@ -446,10 +436,11 @@ impl Metrics {
                 "gauge",
                 "Buckets the store holds now.",
             );
-            let _ = writeln!(
-                out,
-                "fleet_limiter_tracked_keys{{store=\"{kind}\"}} {}",
-                s.tracked_keys()
+            sample(
+                &mut out,
+                "fleet_limiter_tracked_keys",
+                &store_label,
+                s.tracked_keys(),
             );
             header(
                 &mut out,
@@ -457,10 +448,11 @@ impl Metrics {
                 "counter",
                 "Buckets dropped to stay within the key cap while still active.",
             );
-            let _ = writeln!(
-                out,
-                "fleet_limiter_evicted_keys_total{{store=\"{kind}\"}} {}",
-                s.evicted_keys()
+            sample(
+                &mut out,
+                "fleet_limiter_evicted_keys_total",
+                &store_label,
+                s.evicted_keys(),
             );
         }
 
@@ -473,10 +465,12 @@ impl Metrics {
         for (i, c) in self.upstream_status.iter().enumerate() {
             let v = c.load(Ordering::Relaxed);
             if v > 0 {
-                let _ = writeln!(
-                    out,
-                    "fleet_limiter_upstream_responses_total{{status=\"{}\"}} {v}",
-                    i + 100
+                let labels = format!("status=\"{}\"", i + 100);
+                sample(
+                    &mut out,
+                    "fleet_limiter_upstream_responses_total",
+                    &labels,
+                    v,
                 );
             }
         }
@@ -486,16 +480,13 @@ impl Metrics {
             "counter",
             "Forwarded requests the upstream never answered: timeout (504) or unreachable (502).",
         );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_upstream_errors_total{{kind=\"timeout\"}} {}",
-            self.upstream_timeouts.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_upstream_errors_total{{kind=\"unreachable\"}} {}",
-            self.upstream_unreachable.load(Ordering::Relaxed)
-        );
+        for (labels, c) in [
+            ("kind=\"timeout\"", &self.upstream_timeouts),
+            ("kind=\"unreachable\"", &self.upstream_unreachable),
+        ] {
+            let v = c.load(Ordering::Relaxed);
+            sample(&mut out, "fleet_limiter_upstream_errors_total", labels, v);
+        }
         header(
             &mut out,
             "fleet_limiter_upstream_duration_seconds",
@@ -511,26 +502,25 @@ impl Metrics {
             "counter",
             "Configuration reloads, by result.",
         );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_config_reloads_total{{result=\"ok\"}} {}",
-            self.reloads_ok.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_config_reloads_total{{result=\"error\"}} {}",
-            self.reloads_failed.load(Ordering::Relaxed)
-        );
+        for (labels, c) in [
+            ("result=\"ok\"", &self.reloads_ok),
+            ("result=\"error\"", &self.reloads_failed),
+        ] {
+            let v = c.load(Ordering::Relaxed);
+            sample(&mut out, "fleet_limiter_config_reloads_total", labels, v);
+        }
         header(
             &mut out,
             "fleet_limiter_config_last_reload_successful",
             "gauge",
             "1 when the last reload took effect (or none was asked), 0 when the old configuration is still in use after a failed one.",
         );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_config_last_reload_successful {}",
-            u8::from(self.last_reload_ok.load(Ordering::Relaxed))
+        let ok = u8::from(self.last_reload_ok.load(Ordering::Relaxed));
+        sample(
+            &mut out,
+            "fleet_limiter_config_last_reload_successful",
+            "",
+            ok,
         );
 
         if let Some(s) = settings {
@@ -540,7 +530,7 @@ impl Metrics {
                 "gauge",
                 "1 when limiting is on (FLEET_LIMITER_ENABLED).",
             );
-            let _ = writeln!(out, "fleet_limiter_enabled {}", u8::from(s.enabled));
+            sample(&mut out, "fleet_limiter_enabled", "", u8::from(s.enabled));
             header(
                 &mut out,
                 "fleet_limiter_limiter_info",
@@ -568,13 +558,19 @@ impl Metrics {
             "gauge",
             "The running version.",
         );
-        let _ = writeln!(
-            out,
-            "fleet_limiter_build_info{{version=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION")
-        );
+        let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+        sample(&mut out, "fleet_limiter_build_info", &version, 1);
         out
     }
+}
+
+/// One sample line: `name{labels} value`, or `name value` without labels.
+fn sample(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Display) {
+    let _ = if labels.is_empty() {
+        writeln!(out, "{name} {value}")
+    } else {
+        writeln!(out, "{name}{{{labels}}} {value}")
+    };
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
