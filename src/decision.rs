@@ -127,13 +127,13 @@ impl Decider {
         &self.store
     }
 
-    /// Which header trusted proxies write (so callers collect the right values).
-    pub fn forwarded_header(&self) -> &'static str {
-        self.settings().trusted.header.header_name()
+    pub async fn decide(&self, req: &RequestFacts<'_>) -> Outcome {
+        self.decide_with(&self.settings(), req).await
     }
 
-    pub async fn decide(&self, req: &RequestFacts<'_>) -> Outcome {
-        let settings = self.settings();
+    /// [`Decider::decide`] under settings the caller already holds (one read of the current
+    /// settings per request, shared with whatever else the caller read from them).
+    pub async fn decide_with(&self, settings: &Settings, req: &RequestFacts<'_>) -> Outcome {
         if !settings.enabled {
             return Outcome::default();
         }
@@ -211,14 +211,16 @@ impl Decider {
 pub fn build_checks(limiters: &[Arc<LimiterSpec>], ip_key: &str, id: &Identity) -> Vec<Check> {
     limiters
         .iter()
-        .map(|l| {
-            let principal =
-                keys::principal_key(l.key, ip_key, id.agent_id.as_deref(), id.user.as_deref());
-            Check {
-                key: BucketKey::new(l.name.clone(), &principal),
-                quota: l.quota,
-                advisory: l.mode != Mode::Enforce,
-            }
+        .map(|l| Check {
+            key: BucketKey::of_principal(
+                l.name.clone(),
+                l.key,
+                ip_key,
+                id.agent_id.as_deref(),
+                id.user.as_deref(),
+            ),
+            quota: l.quota,
+            advisory: l.mode != Mode::Enforce,
         })
         .collect()
 }

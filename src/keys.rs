@@ -115,14 +115,38 @@ pub fn principal_key(
 
 /// First 16 bytes of SHA-256 over `limiter NUL principal`.
 pub fn digest(limiter: &str, principal: &str) -> [u8; 16] {
+    digest_parts(limiter, &[principal])
+}
+
+/// [`digest`] of the principal made by concatenating `parts`, without building it.
+fn digest_parts(limiter: &str, parts: &[&str]) -> [u8; 16] {
     let mut h = Sha256::new();
     h.update(limiter.as_bytes());
     h.update([0u8]);
-    h.update(principal.as_bytes());
+    for p in parts {
+        h.update(p.as_bytes());
+    }
     let full = h.finalize();
     let mut out = [0u8; 16];
     out.copy_from_slice(&full[..16]);
     out
+}
+
+/// The pieces of [`principal_key`]'s string, in order (their concatenation is the key).
+fn principal_parts<'a>(
+    kind: KeyKind,
+    ip: &'a str,
+    agent_id: Option<&'a str>,
+    user: Option<&'a str>,
+) -> ([&'a str; 3], usize) {
+    match kind {
+        KeyKind::Ip => ([ip, "", ""], 1),
+        KeyKind::IpAgent => ([ip, ":", agent_id.unwrap_or("none")], 3),
+        KeyKind::UserOrIp => match user {
+            Some(sub) => (["user:", sub, ""], 2),
+            None => (["ip:", ip, ""], 2),
+        },
+    }
 }
 
 /// Where one limiter keeps one principal's bucket.
@@ -135,6 +159,20 @@ pub struct BucketKey {
 impl BucketKey {
     pub fn new(limiter: Arc<str>, principal: &str) -> Self {
         let digest = digest(&limiter, principal);
+        Self { limiter, digest }
+    }
+
+    /// The bucket of the principal [`principal_key`] names, digested from its parts: the same
+    /// digest as `BucketKey::new(limiter, &principal_key(..))`, without the string.
+    pub fn of_principal(
+        limiter: Arc<str>,
+        kind: KeyKind,
+        ip: &str,
+        agent_id: Option<&str>,
+        user: Option<&str>,
+    ) -> Self {
+        let (parts, n) = principal_parts(kind, ip, agent_id, user);
+        let digest = digest_parts(&limiter, &parts[..n]);
         Self { limiter, digest }
     }
 
@@ -255,6 +293,31 @@ mod tests {
             principal_key(KeyKind::UserOrIp, "1.2.3.4", None, None),
             "ip:1.2.3.4"
         );
+    }
+
+    #[test]
+    fn digest_from_parts_is_the_digest_of_the_key() {
+        for kind in [KeyKind::Ip, KeyKind::IpAgent, KeyKind::UserOrIp] {
+            for (agent, user) in [
+                (None, None),
+                (Some("agent-7"), None),
+                (None, Some("user_9")),
+                (Some("a"), Some("u")),
+            ] {
+                let key = principal_key(kind, "2001:db8::/56", agent, user);
+                assert_eq!(
+                    BucketKey::of_principal(
+                        Arc::from("agent-device"),
+                        kind,
+                        "2001:db8::/56",
+                        agent,
+                        user
+                    ),
+                    BucketKey::new(Arc::from("agent-device"), &key),
+                    "{kind:?} {agent:?} {user:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -19,21 +19,24 @@
 //! # }
 //! ```
 
+use crate::client_ip::ForwardedHeader;
 use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts};
 use crate::http::response;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Payload, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::header::{HeaderName, AUTHORIZATION, COOKIE};
+use actix_web::http::header::{HeaderName, AUTHORIZATION, COOKIE, FORWARDED};
 use actix_web::{Error, HttpMessage};
 use futures_util::future::{ready, LocalBoxFuture, Ready};
 use futures_util::StreamExt;
+use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The limiter as an actix-web middleware: `App::new().wrap(FleetLimiter::from_config(&cfg)?)`.
 #[derive(Clone)]
@@ -132,13 +135,24 @@ where
 }
 
 async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
+    let settings = limiter.decider.settings();
+    if !settings.enabled {
+        return Outcome::default();
+    }
     let headers = req.headers();
     let peer = req
         .peer_addr()
         .map(|a| a.ip())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let fwd_name = limiter.decider.forwarded_header();
-    let forwarded: Vec<&[u8]> = headers.get_all(fwd_name).map(|v| v.as_bytes()).collect();
+    // Forwarding headers count only from a trusted proxy: from anyone else they are not read.
+    let forwarded: SmallVec<[&[u8]; 2]> = if settings.trusted.contains(peer) {
+        headers
+            .get_all(forwarded_header(settings.trusted.header))
+            .map(|v| v.as_bytes())
+            .collect()
+    } else {
+        SmallVec::new()
+    };
     let cookie = limiter
         .session_cookie
         .as_deref()
@@ -152,7 +166,14 @@ async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
         authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
         session_token: cookie,
     };
-    limiter.decider.decide(&facts).await
+    limiter.decider.decide_with(&settings, &facts).await
+}
+
+fn forwarded_header(h: ForwardedHeader) -> HeaderName {
+    match h {
+        ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
+        ForwardedHeader::Forwarded => FORWARDED,
+    }
 }
 
 /// Most body bytes read from a refused request so that its connection can stay open.
