@@ -3,10 +3,15 @@
 
 use crate::decision::Outcome;
 use crate::limiter::ceil_secs;
+use crate::policy::LimiterSpec;
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use actix_web::http::StatusCode;
 use actix_web::HttpResponse;
+use bytes::BytesMut;
 use serde::Serialize;
+use smallvec::SmallVec;
+use std::cell::RefCell;
+use std::sync::Arc;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -74,60 +79,129 @@ impl Problem {
     }
 }
 
+const LIMIT_HEADER_NAMES: [HeaderName; 5] = [
+    HeaderName::from_static("ratelimit-policy"),
+    HeaderName::from_static("ratelimit"),
+    HeaderName::from_static("x-ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-remaining"),
+    HeaderName::from_static("x-ratelimit-reset"),
+];
+
 /// The limit headers for an outcome, as `(name, value)` pairs.
 ///
 /// - `RateLimit-Policy: "agent-device";q=30;w=60, ...` for each limiter that decided.
 /// - `RateLimit: "agent-device";r=29;t=2, ...`: remaining, and seconds until the bucket is full.
 /// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the tightest limiter.
 pub fn limit_headers(outcome: &Outcome) -> Vec<(HeaderName, String)> {
-    use std::fmt::Write as _;
-    // Built in place: these two values are rendered on every metered response.
-    let (mut policy, mut state) = (String::new(), String::new());
-    for r in outcome.results.iter().filter(|r| !r.store_error) {
-        if !policy.is_empty() {
-            policy.push_str(", ");
-            state.push_str(", ");
-        }
-        for s in [&mut policy, &mut state] {
-            s.push('"');
-            s.push_str(&r.spec.name);
-            s.push('"');
-        }
-        let window = r.spec.quota.window.as_secs().max(1);
-        let _ = write!(policy, ";q={};w={}", r.spec.quota.limit, window);
-        let reset = ceil_secs(r.verdict.reset_after_ns);
-        let _ = write!(state, ";r={};t={}", r.verdict.remaining, reset);
+    render(outcome)
+        .into_iter()
+        .map(|(name, v)| (name, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect()
+}
+
+type Rendered = SmallVec<[(HeaderName, HeaderValue); 5]>;
+
+/// Every limit header value. `RateLimit-Policy` depends only on which limiters decided, so it is
+/// reused from the previous response on this thread when those are the same; the other values
+/// are written into one buffer (one allocation for all of them) and handed out as slices of it.
+fn render(outcome: &Outcome) -> Rendered {
+    let decided = || outcome.results.iter().filter(|r| !r.store_error);
+    if decided().next().is_none() {
+        return Rendered::new();
     }
-    if policy.is_empty() {
-        return Vec::new();
+    let mut out = Rendered::new();
+    out.push((LIMIT_HEADER_NAMES[0].clone(), policy_value(outcome)));
+    let mut buf = BytesMut::with_capacity(24 * outcome.results.len() + 32);
+    let mut ends = [0usize; 4];
+    let mut num = itoa::Buffer::new();
+    for (i, r) in decided().enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        quoted(&mut buf, &r.spec.name);
+        buf.extend_from_slice(b";r=");
+        buf.extend_from_slice(num.format(r.verdict.remaining).as_bytes());
+        buf.extend_from_slice(b";t=");
+        buf.extend_from_slice(num.format(ceil_secs(r.verdict.reset_after_ns)).as_bytes());
     }
-    let mut out = vec![
-        (HeaderName::from_static("ratelimit-policy"), policy),
-        (HeaderName::from_static("ratelimit"), state),
-    ];
+    ends[0] = buf.len();
+    let mut count = 1;
     if let Some(t) = outcome.tightest() {
-        out.push((
-            HeaderName::from_static("x-ratelimit-limit"),
-            t.verdict.limit.to_string(),
-        ));
-        out.push((
-            HeaderName::from_static("x-ratelimit-remaining"),
-            t.verdict.remaining.to_string(),
-        ));
-        out.push((
-            HeaderName::from_static("x-ratelimit-reset"),
-            ceil_secs(t.verdict.reset_after_ns).to_string(),
-        ));
+        buf.extend_from_slice(num.format(t.verdict.limit).as_bytes());
+        ends[1] = buf.len();
+        buf.extend_from_slice(num.format(t.verdict.remaining).as_bytes());
+        ends[2] = buf.len();
+        buf.extend_from_slice(num.format(ceil_secs(t.verdict.reset_after_ns)).as_bytes());
+        ends[3] = buf.len();
+        count = 4;
+    }
+    let all = buf.freeze();
+    let mut start = 0;
+    for (name, end) in LIMIT_HEADER_NAMES[1..=count].iter().zip(ends) {
+        if let Ok(v) = HeaderValue::from_maybe_shared(all.slice(start..end)) {
+            out.push((name.clone(), v));
+        }
+        start = end;
     }
     out
 }
 
+/// The limiters a `RateLimit-Policy` value names, and the value.
+type PolicyValue = (SmallVec<[Arc<LimiterSpec>; 4]>, HeaderValue);
+
+thread_local! {
+    /// The last `RateLimit-Policy` rendered on this thread. The specs are held (not just their
+    /// addresses), so a reloaded configuration never matches.
+    static LAST_POLICY: RefCell<Option<PolicyValue>> = const { RefCell::new(None) };
+}
+
+/// `RateLimit-Policy`: `"agent-device";q=30;w=60, ...` for each limiter that decided.
+fn policy_value(outcome: &Outcome) -> HeaderValue {
+    let decided = || outcome.results.iter().filter(|r| !r.store_error);
+    let same = |specs: &[Arc<LimiterSpec>]| {
+        specs.len() == decided().count()
+            && specs
+                .iter()
+                .zip(decided())
+                .all(|(a, r)| Arc::ptr_eq(a, &r.spec))
+    };
+    let cached = LAST_POLICY.with_borrow(|last| match last {
+        Some((specs, value)) if same(specs) => Some(value.clone()),
+        _ => None,
+    });
+    if let Some(v) = cached {
+        return v;
+    }
+    let mut buf = BytesMut::with_capacity(40 * outcome.results.len());
+    let mut num = itoa::Buffer::new();
+    for (i, r) in decided().enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        quoted(&mut buf, &r.spec.name);
+        buf.extend_from_slice(b";q=");
+        buf.extend_from_slice(num.format(r.spec.quota.limit).as_bytes());
+        buf.extend_from_slice(b";w=");
+        let window = r.spec.quota.window.as_secs().max(1);
+        buf.extend_from_slice(num.format(window).as_bytes());
+    }
+    let value = HeaderValue::from_maybe_shared(buf.freeze())
+        .unwrap_or_else(|_| HeaderValue::from_static(""));
+    let specs = decided().map(|r| r.spec.clone()).collect();
+    LAST_POLICY.set(Some((specs, value.clone())));
+    value
+}
+
+fn quoted(buf: &mut BytesMut, s: &str) {
+    buf.extend_from_slice(b"\"");
+    buf.extend_from_slice(s.as_bytes());
+    buf.extend_from_slice(b"\"");
+}
+
 /// Add the limit headers to a response that is about to leave.
 pub fn apply_headers(headers: &mut HeaderMap, outcome: &Outcome) {
-    for (name, value) in limit_headers(outcome) {
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            headers.insert(name, v);
-        }
+    for (name, value) in render(outcome) {
+        headers.insert(name, value);
     }
 }
 
