@@ -339,7 +339,7 @@ impl Metrics {
         if let Some(s) = settings {
             // Configured limiters appear at zero before their first decision.
             let mut map = self.limiters.write();
-            for l in &s.policy.limiters {
+            for l in s.policy.limiters() {
                 map.entry(l.name.clone()).or_default();
             }
         }
@@ -537,7 +537,7 @@ impl Metrics {
                 "gauge",
                 "Each configured limiter: its mode, budget and window.",
             );
-            for l in &s.policy.limiters {
+            for l in s.policy.limiters() {
                 let mode = match l.mode {
                     Mode::Enforce => "enforce",
                     Mode::Shadow => "shadow",

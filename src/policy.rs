@@ -6,8 +6,12 @@
 
 use crate::keys::KeyKind;
 use crate::limiter::Quota;
+use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -108,14 +112,24 @@ impl LimiterSpec {
 /// The configured limiters.
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
-    pub limiters: Vec<Arc<LimiterSpec>>,
+    limiters: Vec<Arc<LimiterSpec>>,
+    memo: RouteMemo,
 }
+
+/// The limiters one request picked, by index into the policy (most requests pick one to three).
+type Picked = SmallVec<[usize; 4]>;
 
 impl Policy {
     pub fn new(limiters: Vec<LimiterSpec>) -> Self {
         Self {
             limiters: limiters.into_iter().map(Arc::new).collect(),
+            memo: RouteMemo::default(),
         }
+    }
+
+    /// Every configured limiter, in configuration order.
+    pub fn limiters(&self) -> &[Arc<LimiterSpec>] {
+        &self.limiters
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<LimiterSpec>> {
@@ -128,26 +142,31 @@ impl Policy {
     /// normalising proxy or router sees it, and as sent (only case ignored), as Express routes
     /// it. When the two differ, the limiters of both apply, so a spelling that one router
     /// resolves differently from the other cannot move a request to a looser limiter.
-    pub fn applicable(&self, method: &str, path: &str, cred: Credential) -> Vec<Arc<LimiterSpec>> {
-        if is_normalized(path) {
-            // Most requests: the path reads the same raw and normalised.
-            return self
-                .applicable_to(method, path, cred)
-                .into_iter()
-                .map(|i| self.limiters[i].clone())
-                .collect();
-        }
-        let normalized = normalize_path(path);
-        let mut picked = self.applicable_to(method, &normalized, cred);
-        let raw = raw_path(path);
-        if raw != normalized {
-            for i in self.applicable_to(method, &raw, cred) {
-                if !picked.contains(&i) {
-                    picked.push(i);
+    pub fn applicable(
+        &self,
+        method: &str,
+        path: &str,
+        cred: Credential,
+    ) -> SmallVec<[Arc<LimiterSpec>; 4]> {
+        let picked = if is_normalized(path) {
+            // Most requests: the path reads the same raw and normalised, and was seen before.
+            self.memo.get_or_insert(method, path, cred, || {
+                self.applicable_to(method, path, cred)
+            })
+        } else {
+            let normalized = normalize_path(path);
+            let mut picked = self.applicable_to(method, &normalized, cred);
+            let raw = raw_path(path);
+            if raw != normalized {
+                for i in self.applicable_to(method, &raw, cred) {
+                    if !picked.contains(&i) {
+                        picked.push(i);
+                    }
                 }
+                picked.sort_unstable();
             }
-            picked.sort_unstable();
-        }
+            picked
+        };
         picked
             .into_iter()
             .map(|i| self.limiters[i].clone())
@@ -155,9 +174,9 @@ impl Policy {
     }
 
     /// Indices of the limiters that meter `path` (already normalised one way or the other).
-    fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Vec<usize> {
-        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let mut best: Vec<(usize, Specificity)> = Vec::new();
+    fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Picked {
+        let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut best: SmallVec<[(usize, Specificity); 4]> = SmallVec::new();
         for (i, l) in self.limiters.iter().enumerate() {
             let Some(spec) = l.matches(method, &segs, cred) else {
                 continue;
@@ -172,6 +191,95 @@ impl Policy {
             }
         }
         best.into_iter().map(|(i, _)| i).collect()
+    }
+}
+
+/// Most distinct (method, path, credential) answers the memo holds. Paths are chosen by
+/// clients, so the memo is bounded: when it is full it starts again empty, and a client that
+/// sends endless new paths only keeps its own requests on the slow path.
+const ROUTE_MEMO_CAP: usize = 4096;
+
+/// Remembered answers of [`Policy::applicable_to`] for paths already in normal form: matching
+/// every limiter's routes once per distinct path instead of once per request. It lives inside
+/// the policy, so a reload (a new policy) starts with an empty one.
+#[derive(Default)]
+struct RouteMemo {
+    /// Keyed with a per-process random key: clients cannot aim paths at one hash.
+    hasher: std::collections::hash_map::RandomState,
+    entries: RwLock<HashMap<u64, MemoEntry, BuildHasherDefault<PrehashedKey>>>,
+}
+
+struct MemoEntry {
+    method: Box<str>,
+    path: Box<str>,
+    cred: Credential,
+    picked: Picked,
+}
+
+impl RouteMemo {
+    fn get_or_insert(
+        &self,
+        method: &str,
+        path: &str,
+        cred: Credential,
+        compute: impl FnOnce() -> Picked,
+    ) -> Picked {
+        let hash = self.hasher.hash_one((method, path, cred as u8));
+        if let Some(e) = self.entries.read().get(&hash) {
+            if e.cred == cred && *e.method == *method && *e.path == *path {
+                return e.picked.clone();
+            }
+            // A collision: answer without remembering.
+            return compute();
+        }
+        let picked = compute();
+        let mut entries = self.entries.write();
+        if entries.len() >= ROUTE_MEMO_CAP {
+            entries.clear();
+        }
+        entries.insert(
+            hash,
+            MemoEntry {
+                method: method.into(),
+                path: path.into(),
+                cred,
+                picked: picked.clone(),
+            },
+        );
+        picked
+    }
+}
+
+impl Clone for RouteMemo {
+    /// A copy of a policy starts with an empty memo.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl fmt::Debug for RouteMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RouteMemo({} paths)", self.entries.read().len())
+    }
+}
+
+/// The memo's keys are already hashes: use them as they are.
+#[derive(Default)]
+struct PrehashedKey(u64);
+
+impl Hasher for PrehashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
 }
 
