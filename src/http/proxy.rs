@@ -12,11 +12,13 @@ use crate::http::response::Problem;
 use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
-use awc::error::{ConnectError, SendRequestError};
 use bytes::Bytes;
 use futures_util::future::{select, Either};
 use futures_util::{Stream, StreamExt};
-use std::cell::Cell;
+use http_body::{Body, Frame, SizeHint};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -33,17 +35,147 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// An HTTP client for one worker thread (awc clients are per-thread).
-    pub fn client(&self) -> awc::Client {
-        let connector = awc::Connector::new()
-            .timeout(self.connect_timeout)
-            .limit(1024);
-        awc::Client::builder()
-            .connector(connector)
-            .disable_timeout()
-            .no_default_headers()
-            .disable_redirects()
-            .finish()
+    /// The connection pool of one worker thread (connections are driven by that thread).
+    pub fn client(&self) -> UpstreamClient {
+        let rest = self.base.strip_prefix("http://").unwrap_or(&self.base);
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let addr = if authority.starts_with('[') {
+            // `[v6]` or `[v6]:port`
+            if authority.contains("]:") {
+                authority.to_owned()
+            } else {
+                format!("{authority}:80")
+            }
+        } else if authority.contains(':') {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        UpstreamClient {
+            addr,
+            host: authority.to_owned(),
+            prefix: prefix.to_owned(),
+            connect_timeout: self.connect_timeout,
+            idle: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+/// Idle connections a worker keeps for reuse; more are closed when they finish.
+const MAX_IDLE_CONNECTIONS: usize = 1024;
+
+/// HTTP/1.1 keep-alive connections to the upstream, for one worker thread. Each connection is
+/// a task on the worker; a request takes a ready one or opens a new one, and puts it back as
+/// soon as the answer's head has arrived (it becomes ready again when the answer's body has
+/// been read to the end).
+pub struct UpstreamClient {
+    /// `host:port` to connect to.
+    addr: String,
+    /// `Host` for requests that arrived without one.
+    host: String,
+    /// The upstream's path prefix (may be empty).
+    prefix: String,
+    connect_timeout: Duration,
+    idle: RefCell<Vec<SendRequest<ProxyBody>>>,
+}
+
+/// Why a request did not reach the upstream.
+#[derive(Debug)]
+enum UpstreamError {
+    Connect(std::io::Error),
+    ConnectTimeout,
+    Http(hyper::Error),
+    /// Nothing moved for the read timeout.
+    Silent,
+}
+
+impl UpstreamError {
+    fn timed_out(&self) -> bool {
+        matches!(self, UpstreamError::ConnectTimeout | UpstreamError::Silent)
+    }
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamError::Connect(e) => write!(f, "cannot connect: {e}"),
+            UpstreamError::ConnectTimeout => f.write_str("connect timed out"),
+            UpstreamError::Http(e) => write!(f, "{e}"),
+            UpstreamError::Silent => f.write_str("no answer within the read timeout"),
+        }
+    }
+}
+
+impl UpstreamClient {
+    /// A ready idle connection, dropping the closed ones on the way.
+    fn take_idle(&self) -> Option<SendRequest<ProxyBody>> {
+        let mut idle = self.idle.borrow_mut();
+        idle.retain(|c| !c.is_closed());
+        let i = idle.iter().position(SendRequest::is_ready)?;
+        Some(idle.swap_remove(i))
+    }
+
+    fn put_back(&self, conn: SendRequest<ProxyBody>) {
+        let mut idle = self.idle.borrow_mut();
+        if idle.len() < MAX_IDLE_CONNECTIONS && !conn.is_closed() {
+            idle.push(conn);
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+        let stream = match tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect(&self.addr),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(UpstreamError::Connect(e)),
+            Err(_) => return Err(UpstreamError::ConnectTimeout),
+        };
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(UpstreamError::Http)?;
+        actix_web::rt::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Send on a pooled connection; when it turns out closed before the request was written,
+    /// once more on a new one.
+    async fn send(
+        &self,
+        req: hyper::Request<ProxyBody>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, UpstreamError> {
+        let mut req = req;
+        for _ in 0..2 {
+            let mut conn = match self.take_idle() {
+                Some(c) => c,
+                None => self.connect().await?,
+            };
+            match conn.try_send_request(req).await {
+                Ok(res) => {
+                    self.put_back(conn);
+                    return Ok(res);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) => req = unsent,
+                    None => return Err(UpstreamError::Http(e.into_error())),
+                },
+            }
+        }
+        // Two connections in a row closed under the request: open one and use it.
+        let mut conn = self.connect().await?;
+        let res = conn.send_request(req).await.map_err(UpstreamError::Http)?;
+        self.put_back(conn);
+        Ok(res)
     }
 }
 
@@ -62,54 +194,98 @@ const HOP_BY_HOP: &[&str] = &[
 
 /// Whether a header must not be copied across the proxy. `Content-Length` is set again from
 /// the body, and any header the `Connection` header names is connection-specific too.
-fn skip_header(name: &HeaderName, connection_named: &[String]) -> bool {
-    let n = name.as_str();
-    n == "content-length"
-        || HOP_BY_HOP.contains(&n)
-        || connection_named.iter().any(|c| c.eq_ignore_ascii_case(n))
+fn skip_header(name: &str, connection_named: &[String]) -> bool {
+    name == "content-length"
+        || HOP_BY_HOP.contains(&name)
+        || connection_named
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(name))
 }
 
-fn connection_named(headers: &HeaderMap) -> Vec<String> {
-    headers
-        .get_all(header::CONNECTION)
-        .filter_map(|v| v.to_str().ok())
+/// The header names a `Connection` header lists (its values, comma-separated).
+fn connection_named<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .filter_map(|v| std::str::from_utf8(v).ok())
         .flat_map(|v| v.split(','))
         .map(|s| s.trim().to_ascii_lowercase())
         .filter(|s| !s.is_empty())
         .collect()
 }
 
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+fn parse_length(value: Option<&[u8]>) -> Option<u64> {
+    std::str::from_utf8(value?).ok()?.trim().parse().ok()
 }
 
 /// `X-Forwarded-For` with the immediate peer appended to whatever arrived.
-fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<HeaderValue> {
-    let mut parts: Vec<String> = headers
-        .get_all("x-forwarded-for")
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .collect();
+fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for v in headers.get_all("x-forwarded-for") {
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(v.as_bytes());
+    }
     if let Some(ip) = peer {
-        parts.push(crate::keys::canonical_ip(ip).to_string());
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(crate::keys::canonical_ip(ip).to_string().as_bytes());
     }
-    if parts.is_empty() {
-        return None;
+    (!out.is_empty()).then_some(out)
+}
+
+/// The request as it goes to the upstream: same method, prefixed path and query, the
+/// end-to-end headers, `X-Forwarded-For`, and the body streamed through.
+fn upstream_request(
+    req: &HttpRequest,
+    path: &str,
+    client: &UpstreamClient,
+    body: ProxyBody,
+) -> Option<hyper::Request<ProxyBody>> {
+    let mut uri = String::with_capacity(client.prefix.len() + path.len());
+    uri.push_str(&client.prefix);
+    uri.push_str(path);
+    let mut out = hyper::Request::builder()
+        .method(hyper::Method::from_bytes(req.method().as_str().as_bytes()).ok()?)
+        .uri(uri)
+        .body(body)
+        .ok()?;
+    let headers = out.headers_mut();
+    let named = connection_named(
+        req.headers()
+            .get_all(header::CONNECTION)
+            .map(HeaderValue::as_bytes),
+    );
+    for (name, value) in req.headers() {
+        let n = name.as_str();
+        if skip_header(n, &named) || n == "x-forwarded-for" {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(n.as_bytes()),
+            hyper::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            headers.append(n, v);
+        }
     }
-    HeaderValue::from_str(&parts.join(", ")).ok()
+    if !headers.contains_key(hyper::header::HOST) {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&client.host) {
+            headers.insert(hyper::header::HOST, v);
+        }
+    }
+    if let Some(xff) = forwarded_for(req.headers(), req.peer_addr().map(|a| a.ip())) {
+        if let Ok(v) = hyper::header::HeaderValue::from_bytes(&xff) {
+            headers.insert(hyper::header::HeaderName::from_static("x-forwarded-for"), v);
+        }
+    }
+    Some(out)
 }
 
 /// The gateway's default service: forward to the upstream and stream the answer back.
 pub async fn forward(
     req: HttpRequest,
     payload: web::Payload,
-    client: web::Data<awc::Client>,
+    client: web::Data<UpstreamClient>,
     upstream: web::Data<Upstream>,
 ) -> HttpResponse {
     let path = req
@@ -119,80 +295,209 @@ pub async fn forward(
         .unwrap_or("/");
     if !path.starts_with('/') {
         // `OPTIONS *` and other non-origin forms name no upstream resource.
-        return Problem {
-            kind: "urn:fleet-limiter:problem:bad-request-target",
-            title: "Bad Request",
-            status: 400,
-            detail: "The request target must be a path starting with `/`.".to_owned(),
-            retry_after: None,
-        }
-        .into_response();
-    }
-    let url = format!("{}{}", upstream.base, path);
-    let mut out = client.request(req.method().clone(), url);
-    let named = connection_named(req.headers());
-    for (name, value) in req.headers() {
-        if !skip_header(name, &named) && name != "x-forwarded-for" {
-            out = out.append_header((name.clone(), value.clone()));
-        }
-    }
-    if let Some(xff) = forwarded_for(req.headers(), req.peer_addr().map(|a| a.ip())) {
-        out = out.insert_header((HeaderName::from_static("x-forwarded-for"), xff));
+        return bad_request("The request target must be a path starting with `/`.");
     }
     let chunked = req
         .headers()
         .get(header::TRANSFER_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let started = Instant::now();
+    let length = parse_length(
+        req.headers()
+            .get(header::CONTENT_LENGTH)
+            .map(|v| v.as_bytes()),
+    );
     // The last moment the request moved: sent, or a body chunk taken by the upstream.
     let moved = Rc::new(Cell::new(Instant::now()));
-    let tick = moved.clone();
-    let body = payload.inspect(move |_| tick.set(Instant::now()));
-    let send = async move {
-        match content_length(req.headers()) {
-            Some(len) if len > 0 => out.send_body(SizedStream::new(len, body)).await,
-            _ if chunked => out.send_stream(body).await,
-            _ => out.send().await,
-        }
+    let body = match length {
+        Some(len) if len > 0 => ProxyBody::stream(payload, Some(len), moved.clone()),
+        _ if chunked => ProxyBody::stream(payload, None, moved.clone()),
+        _ => ProxyBody::Empty,
     };
+    let Some(out) = upstream_request(&req, path, &client, body) else {
+        return bad_request("The request method or target cannot be forwarded.");
+    };
+    let started = Instant::now();
     let silence = silent_for(moved, upstream.read_timeout);
-    let sent = match select(pin!(send), pin!(silence)).await {
+    let sent = match select(pin!(client.send(out)), pin!(silence)).await {
         Either::Left((sent, _)) => sent,
-        Either::Right(_) => Err(SendRequestError::Timeout),
+        Either::Right(_) => Err(UpstreamError::Silent),
     };
     match sent {
         Ok(res) => {
             crate::metrics::global().upstream_response(res.status().as_u16(), started.elapsed());
-            let mut back = HttpResponse::build(res.status());
-            let named = connection_named(res.headers());
-            for (name, value) in res.headers() {
-                if !skip_header(name, &named) {
-                    back.append_header((name.clone(), value.clone()));
-                }
-            }
-            let len = content_length(res.headers());
-            let res = IdleTimeout::new(res, upstream.read_timeout);
-            match len {
-                Some(len) => back.body(SizedStream::new(len, res)),
-                None => back.body(BodyStream::new(res)),
-            }
+            answer(res, upstream.read_timeout)
         }
         Err(e) => upstream_error(&e),
     }
 }
 
-fn upstream_error(e: &SendRequestError) -> HttpResponse {
-    let timed_out = matches!(
-        e,
-        SendRequestError::Timeout | SendRequestError::Connect(ConnectError::Timeout)
+/// The upstream's answer as the client's: status, end-to-end headers, the body streamed.
+fn answer(res: hyper::Response<hyper::body::Incoming>, read_timeout: Duration) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(res.status().as_u16())
+        .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+    let mut back = HttpResponse::build(status);
+    let named = connection_named(
+        res.headers()
+            .get_all(hyper::header::CONNECTION)
+            .iter()
+            .map(|v| v.as_bytes()),
     );
+    for (name, value) in res.headers() {
+        if skip_header(name.as_str(), &named) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            back.append_header((n, v));
+        }
+    }
+    let len = parse_length(
+        res.headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .map(|v| v.as_bytes()),
+    );
+    let body = IdleTimeout::new(AnswerBody(res.into_body()), read_timeout);
+    match len {
+        Some(len) => back.body(SizedStream::new(len, body)),
+        None => back.body(BodyStream::new(body)),
+    }
+}
+
+fn bad_request(detail: &str) -> HttpResponse {
+    Problem {
+        kind: "urn:fleet-limiter:problem:bad-request-target",
+        title: "Bad Request",
+        status: 400,
+        detail: detail.to_owned(),
+        retry_after: None,
+    }
+    .into_response()
+}
+
+fn upstream_error(e: &UpstreamError) -> HttpResponse {
+    let timed_out = e.timed_out();
     tracing::warn!(error = %e, timed_out, "upstream request failed");
     crate::metrics::global().upstream_failed(timed_out);
     if timed_out {
         Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
     } else {
         Problem::bad_gateway("The upstream API could not be reached.").into_response()
+    }
+}
+
+/// A request body on its way to the upstream: none, or the client's, streamed as it arrives.
+enum ProxyBody {
+    Empty,
+    Stream {
+        payload: web::Payload,
+        /// The declared length (`Content-Length`), or `None` for a chunked body.
+        length: Option<u64>,
+        /// Set each time a chunk moves, for the read timeout.
+        moved: Rc<Cell<Instant>>,
+        done: bool,
+    },
+}
+
+impl ProxyBody {
+    fn stream(payload: web::Payload, length: Option<u64>, moved: Rc<Cell<Instant>>) -> Self {
+        ProxyBody::Stream {
+            payload,
+            length,
+            moved,
+            done: false,
+        }
+    }
+}
+
+/// The client's body failed (it went away, or sent a malformed chunk).
+#[derive(Debug)]
+struct ClientBodyError(String);
+
+impl std::fmt::Display for ClientBodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "request body: {}", self.0)
+    }
+}
+
+impl std::error::Error for ClientBodyError {}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        match self.get_mut() {
+            ProxyBody::Empty => Poll::Ready(None),
+            ProxyBody::Stream {
+                payload,
+                moved,
+                done,
+                ..
+            } => {
+                if *done {
+                    return Poll::Ready(None);
+                }
+                match payload.poll_next_unpin(cx) {
+                    Poll::Ready(Some(Ok(chunk))) => {
+                        moved.set(Instant::now());
+                        Poll::Ready(Some(Ok(Frame::data(chunk))))
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        *done = true;
+                        Poll::Ready(Some(Err(ClientBodyError(e.to_string()))))
+                    }
+                    Poll::Ready(None) => {
+                        *done = true;
+                        Poll::Ready(None)
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Empty => true,
+            ProxyBody::Stream { done, .. } => *done,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Empty => SizeHint::with_exact(0),
+            ProxyBody::Stream {
+                length: Some(n), ..
+            } => SizeHint::with_exact(*n),
+            ProxyBody::Stream { length: None, .. } => SizeHint::default(),
+        }
+    }
+}
+
+/// The upstream answer's body as a stream of data chunks (trailers are not forwarded).
+struct AnswerBody(hyper::body::Incoming);
+
+impl Stream for AnswerBody {
+    type Item = Result<Bytes, hyper::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match Pin::new(&mut self.0).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => Poll::Ready(Some(Ok(data))),
+                    Err(_trailers) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+        }
     }
 }
 
