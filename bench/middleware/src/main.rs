@@ -16,6 +16,10 @@ use fleet_limiter::http::middleware::FleetLimiter;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// governor's key for the same principal fleet-limiter meters: client IP plus `X-Agent-ID`.
 #[derive(Clone)]
 struct IpAgent;
