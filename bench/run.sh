@@ -6,6 +6,9 @@
 #   ROUNDS=12 DURATION=3s bench/run.sh
 #   ONLY=load bench/run.sh       # skip the memory measurements (ONLY=memory for the reverse)
 #
+# Allowed-path rounds also measure latency at LAT_CONNS (1) connection: the time a request
+# takes through each configuration without queueing behind 31 others.
+#
 # Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). For each path (allowed, refused) every
 # configuration's server is started and warmed up, then rounds interleave short wrk runs over
 # all of them (every configuration once per round), so that bursts of outside load on a
@@ -25,6 +28,13 @@ MEM_KEYS=${MEM_KEYS:-1000000}
 ONLY=${ONLY:-all}
 REDIS_PORT=${REDIS_PORT:-16379}
 REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+# A second private Redis, pinned to the load core: the Redis store without Redis's own CPU
+# on the server core (as when Redis runs on its own machine).
+REDIS_APART_PORT=$((REDIS_PORT + 1))
+REDIS_APART_URL="redis://127.0.0.1:$REDIS_APART_PORT"
+# Unloaded latency: each allowed-path round also measures these at LAT_CONNS connections.
+LAT_CONNS=${LAT_CONNS:-1}
+LAT_LIST=(upstream gateway-on gateway-off gateway-redis gateway-redis-apart nginx-limit mw-fleet mw-governor mw-bare)
 OUT=${OUT:-"$ROOT/target/bench-results"}
 
 P_UPSTREAM=18081 P_GATEWAY=18080 P_NGINX=18082
@@ -68,9 +78,13 @@ build() {
 # ---------------------------------------------------------------- process helpers
 TMP=$(mktemp -d /tmp/fleet-limiter-bench.XXXXXX)
 PIDS=()
+REDIS_PIDS=()
 cleanup() {
   stop_all
-  [ -n "${REDIS_PID:-}" ] && kill "$REDIS_PID" 2>/dev/null || true
+  local p
+  for p in "${REDIS_PIDS[@]:-}"; do
+    [ -n "$p" ] && kill "$p" 2>/dev/null || true
+  done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -180,20 +194,27 @@ start_upstream() {
   wait_up "$P_UPSTREAM"
 }
 
+# start_redis PORT CPU: a private redis-server pinned to CPU.
 start_redis() {
+  local port=$1 cpu=$2
   command -v redis-server >/dev/null || return 1
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --daemonize no >"$TMP/redis.log" 2>&1 &
-  REDIS_PID=$!
+  taskset -c "$cpu" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --daemonize no >"$TMP/redis-$port.log" 2>&1 &
+  REDIS_PIDS+=($!)
   local i
   for i in $(seq 50); do
-    redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0
+    redis-cli -p "$port" ping >/dev/null 2>&1 && return 0
     sleep 0.1
   done
   return 1
 }
 
-redis_flush() { redis-cli -p "$REDIS_PORT" flushall >/dev/null 2>&1 || true; }
+redis_flush() {
+  local port
+  for port in "$REDIS_PORT" "$REDIS_APART_PORT"; do
+    redis-cli -p "$port" flushall >/dev/null 2>&1 || true
+  done
+}
 
 # Each configuration's own port: every server of one path runs at once, idle but for the one
 # being loaded, so consecutive measurements are seconds apart.
@@ -203,6 +224,7 @@ port_of() {
     gateway-on) echo 18080 ;;
     gateway-off) echo 18083 ;;
     gateway-redis) echo 18084 ;;
+    gateway-redis-apart) echo 18085 ;;
     nginx-limit) echo "$P_NGINX" ;;
     mw-fleet) echo 18090 ;;
     mw-governor) echo 18092 ;;
@@ -224,10 +246,11 @@ launch() {
   write_config "$conf" "$limit" "$window"
   case $cfg in
     upstream) return 0 ;;
-    gateway-on | gateway-off | gateway-redis)
+    gateway-on | gateway-off | gateway-redis | gateway-redis-apart)
       local store=(--store memory) env=(env FLEET_LIMITER_LOG=warn)
       [ "$cfg" = gateway-off ] && env+=(FLEET_LIMITER_ENABLED=false)
       [ "$cfg" = gateway-redis ] && store=(--store "$REDIS_URL")
+      [ "$cfg" = gateway-redis-apart ] && store=(--store "$REDIS_APART_URL")
       # The refusal run's one-an-hour budget is deliberately unsafe for a fleet; every gateway
       # gets its own admin port.
       start "$cfg" "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$port" \
@@ -248,10 +271,10 @@ launch() {
   fi
 }
 
-# measure PORT: wrk on the load core; prints "rps p50_us p99_us non2xx total".
+# measure PORT [CONNECTIONS]: wrk on the load core; prints "rps p50_us p99_us non2xx total".
 measure() {
-  local port=$1 out
-  out=$(taskset -c "$LOAD_CPU" wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" --latency \
+  local port=$1 conns=${2:-$CONNS} out
+  out=$(taskset -c "$LOAD_CPU" wrk -t"$WRK_THREADS" -c"$conns" -d"$DURATION" --latency \
     -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$port/api/agent/heartbeat")
   printf '%s\n' "$out" >>"$OUT/wrk.log"
   python3 "$BENCH/parse_wrk.py" <<<"$out"
@@ -259,13 +282,14 @@ measure() {
 
 # ---------------------------------------------------------------- the load table
 run_load() {
-  local allowed=(upstream gateway-on gateway-off gateway-redis nginx-limit mw-fleet mw-governor mw-bare express-memory express-redis)
+  local allowed=(upstream gateway-on gateway-off gateway-redis gateway-redis-apart nginx-limit mw-fleet mw-governor mw-bare express-memory express-redis)
   local refused=(gateway-on gateway-redis nginx-limit mw-fleet mw-governor express-memory express-redis)
   local results="$OUT/results.tsv" round cfg kind
   : >"$results"
   : >"$OUT/wrk.log"
   : >"$OUT/skip-reasons.txt"
-  start_redis || log "redis-server unavailable: Redis rows will be skipped"
+  start_redis "$REDIS_PORT" "$SERVER_CPU" || log "redis-server unavailable: Redis rows will be skipped"
+  start_redis "$REDIS_APART_PORT" "$LOAD_CPU" || log "second redis-server unavailable"
   for kind in allowed refused; do
     local list=("${allowed[@]}") up=()
     [ "$kind" = refused ] && list=("${refused[@]}")
@@ -291,11 +315,16 @@ run_load() {
         m=$(measure "$(port_of "$cfg")")
         printf '%s\t%s\t%s\t%s\n' "$round" "$kind" "$cfg" "$m" >>"$results"
         log "round $round $kind $cfg: $m"
+        if [ "$kind" = allowed ] && [[ " ${LAT_LIST[*]} " == *" $cfg "* ]]; then
+          m=$(measure "$(port_of "$cfg")" "$LAT_CONNS")
+          printf '%s\t%s\t%s\t%s\n' "$round" latency "$cfg" "$m" >>"$results"
+          log "round $round latency $cfg: $m"
+        fi
       done
     done
     stop_all
   done
-  python3 "$BENCH/table.py" "$results" "$OUT/skip-reasons.txt" "$CONNS" | tee "$OUT/table.md"
+  python3 "$BENCH/table.py" "$results" "$OUT/skip-reasons.txt" "$CONNS" "$LAT_CONNS" | tee "$OUT/table.md"
 }
 
 # ---------------------------------------------------------------- memory per key
@@ -315,7 +344,7 @@ run_memory() {
 
 # Bytes per key in Redis: fill it through the gateway's Redis store with distinct agents.
 redis_memory() {
-  if [ -z "${REDIS_PID:-}" ] && ! start_redis; then
+  if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && ! start_redis "$REDIS_PORT" "$SERVER_CPU"; then
     echo "redis: redis-server unavailable, not measured"
     return
   fi
