@@ -1022,6 +1022,14 @@ async fn concurrent_requests_never_exceed_the_budget() {
 
 /// A keep-alive upstream on plain sockets that counts the connections it accepts.
 fn counting_upstream() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    counting_upstream_closing_after(usize::MAX)
+}
+
+/// [`counting_upstream`], closing each connection after `answers` answers without saying so
+/// (no `Connection: close`), as an upstream's idle timeout does.
+fn counting_upstream_closing_after(
+    answers: usize,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{BufRead, BufReader, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -1033,7 +1041,8 @@ fn counting_upstream() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
             std::thread::spawn(move || {
                 let mut out = conn.try_clone().unwrap();
                 let mut r = BufReader::new(conn);
-                loop {
+                let mut answered = 0;
+                while answered < answers {
                     let mut line = String::new();
                     if r.read_line(&mut line).unwrap_or(0) == 0 {
                         return;
@@ -1047,7 +1056,9 @@ fn counting_upstream() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
                     {
                         return;
                     }
+                    answered += 1;
                 }
+                let _ = out.shutdown(std::net::Shutdown::Both);
             });
         }
     });
@@ -1084,6 +1095,23 @@ fn connections_are_kept_alive_on_both_sides() {
         (1..=2).contains(&opened),
         "{opened} upstream connections for 20 requests"
     );
+}
+
+#[tokio::test]
+async fn an_upstream_that_closes_idle_connections_costs_no_request() {
+    let (url, upstream_connections) = counting_upstream_closing_after(1);
+    let gw = Gateway::serve().upstream(&url).spawn();
+    for i in 0..10 {
+        let res = send(&gw, "GET", "/api/tasks", &[]).await;
+        assert_eq!(res.status(), 200, "request {i}");
+        assert_eq!(res.text().await.unwrap(), "ok");
+        if i % 2 == 1 {
+            // Let the close arrive before the next request, too.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let opened = upstream_connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(opened, 10, "one upstream connection per answer");
 }
 
 #[tokio::test]
