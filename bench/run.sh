@@ -9,9 +9,10 @@
 # Allowed-path rounds also measure latency at LAT_CONNS (1) connection: the time a request
 # takes through each configuration without queueing behind 31 others.
 #
-# Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). For each path (allowed, refused) every
-# configuration's server is started and warmed up, then rounds interleave short wrk runs over
-# all of them (every configuration once per round), so that bursts of outside load on a
+# Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). Every configuration's server is started
+# twice, once with budgets nothing exhausts (the allowed path) and once with budgets every
+# measured request exceeds (the refusal path), and warmed up; then rounds interleave short wrk
+# runs over all of them (every server once per round), so that bursts of outside load on a
 # shared machine hit neighbouring measurements alike; ratios are taken within a round.
 set -euo pipefail
 
@@ -157,26 +158,28 @@ http {
 EOF
 }
 
-# nginx_limit_conf RATE: limit_req keyed on client address + X-Agent-ID, proxying upstream.
+# nginx_limit_conf RATE PORT DIR: limit_req keyed on client address + X-Agent-ID, proxying
+# upstream; the configuration lands in DIR/nginx.conf.
 nginx_limit_conf() {
-  mkdir -p "$TMP/nginx-lim"
-  cat >"$TMP/nginx-lim/nginx.conf" <<EOF
+  local dir=$3
+  mkdir -p "$dir"
+  cat >"$dir/nginx.conf" <<EOF
 worker_processes 1;
 daemon off;
-pid $TMP/nginx-lim/nginx.pid;
+pid $dir/nginx.pid;
 error_log stderr error;
 events { worker_connections 4096; }
 http {
   access_log off;
-  client_body_temp_path $TMP/nginx-lim;
-  proxy_temp_path $TMP/nginx-lim;
+  client_body_temp_path $dir;
+  proxy_temp_path $dir;
   keepalive_requests 100000000;
   map \$http_x_agent_id \$agent { default \$http_x_agent_id; "" none; }
   limit_req_zone "\$binary_remote_addr:\$agent" zone=agent:64m rate=$1;
   limit_req_status 429;
   upstream api { server 127.0.0.1:$P_UPSTREAM; keepalive 64; }
   server {
-    listen 127.0.0.1:$P_NGINX;
+    listen 127.0.0.1:$2;
     location / {
       limit_req zone=agent nodelay;
       proxy_pass http://api;
@@ -216,9 +219,16 @@ redis_flush() {
   done
 }
 
-# Each configuration's own port: every server of one path runs at once, idle but for the one
-# being loaded, so consecutive measurements are seconds apart.
+# port_of CONFIG [PATH_KIND]: each server's own port (the refusal path's 100 above the
+# allowed one's): every server runs at once, idle but for the one being loaded, so
+# consecutive measurements are seconds apart.
 port_of() {
+  local base
+  base=$(base_port_of "$1")
+  if [ "${2:-allowed}" = refused ]; then echo $((base + 100)); else echo "$base"; fi
+}
+
+base_port_of() {
   case $1 in
     upstream) echo "$P_UPSTREAM" ;;
     gateway-on) echo 18080 ;;
@@ -237,11 +247,14 @@ port_of() {
 # launch CONFIG PATH_KIND: start CONFIG's server (the upstream is already up), or fail with
 # a reason in $TMP/skip. PATH_KIND is allowed (nothing refused) or refused (one per hour).
 launch() {
-  local cfg=$1 kind=$2 conf="$TMP/limits-$2.toml" port
-  port=$(port_of "$cfg")
+  local cfg=$1 kind=$2 conf="$TMP/limits-$2.toml" port name="$1-$2"
+  port=$(port_of "$cfg" "$kind")
   local limit=1000000000 window=1m erl_limit=1000000000 erl_window=60000 rate=1000000r/s
+  # The two paths' servers run side by side: the refusal path's keep their buckets in Redis
+  # database 1, apart from the allowed path's.
+  local redis_url=$REDIS_URL
   if [ "$kind" = refused ]; then
-    limit=1 window=1h erl_limit=1 erl_window=3600000 rate=1r/m
+    limit=1 window=1h erl_limit=1 erl_window=3600000 rate=1r/m redis_url="$REDIS_URL/1"
   fi
   write_config "$conf" "$limit" "$window"
   case $cfg in
@@ -249,24 +262,24 @@ launch() {
     gateway-on | gateway-off | gateway-redis | gateway-redis-apart)
       local store=(--store memory) env=(env FLEET_LIMITER_LOG=warn)
       [ "$cfg" = gateway-off ] && env+=(FLEET_LIMITER_ENABLED=false)
-      [ "$cfg" = gateway-redis ] && store=(--store "$REDIS_URL")
+      [ "$cfg" = gateway-redis ] && store=(--store "$redis_url")
       [ "$cfg" = gateway-redis-apart ] && store=(--store "$REDIS_APART_URL")
       # The refusal run's one-an-hour budget is deliberately unsafe for a fleet; every gateway
       # gets its own admin port.
-      start "$cfg" "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$port" \
+      start "$name" "${env[@]}" "$GATEWAY" serve --config "$conf" --listen "127.0.0.1:$port" \
         --upstream "http://127.0.0.1:$P_UPSTREAM" "${store[@]}" \
         --admin-listen 127.0.0.1:0 --allow-unsafe-calibration ;;
     nginx-limit)
-      nginx_limit_conf "$rate"
-      start "$cfg" nginx -c "$TMP/nginx-lim/nginx.conf" ;;
-    mw-fleet) start "$cfg" env FLEET_LIMITER_LOG=warn "$MW" fleet "$conf" "127.0.0.1:$port" ;;
-    mw-governor) start "$cfg" "$MW" governor "$kind" "127.0.0.1:$port" ;;
-    mw-bare) start "$cfg" "$MW" bare - "127.0.0.1:$port" ;;
-    express-memory) start "$cfg" env NODE_ENV=production node "$BENCH/node/server.js" "$port" memory "$erl_limit" "$erl_window" ;;
-    express-redis) start "$cfg" env NODE_ENV=production node "$BENCH/node/server.js" "$port" "$REDIS_URL" "$erl_limit" "$erl_window" ;;
+      nginx_limit_conf "$rate" "$port" "$TMP/nginx-lim-$kind"
+      start "$name" nginx -c "$TMP/nginx-lim-$kind/nginx.conf" ;;
+    mw-fleet) start "$name" env FLEET_LIMITER_LOG=warn "$MW" fleet "$conf" "127.0.0.1:$port" ;;
+    mw-governor) start "$name" "$MW" governor "$kind" "127.0.0.1:$port" ;;
+    mw-bare) start "$name" "$MW" bare - "127.0.0.1:$port" ;;
+    express-memory) start "$name" env NODE_ENV=production node "$BENCH/node/server.js" "$port" memory "$erl_limit" "$erl_window" ;;
+    express-redis) start "$name" env NODE_ENV=production node "$BENCH/node/server.js" "$port" "$redis_url" "$erl_limit" "$erl_window" ;;
   esac
   if ! wait_up "$port"; then
-    sed -n '1,5p' "$TMP/$cfg.log" >"$TMP/skip"
+    sed -n '1,5p' "$TMP/$name.log" >"$TMP/skip"
     return 1
   fi
 }
@@ -290,40 +303,45 @@ run_load() {
   : >"$OUT/skip-reasons.txt"
   start_redis "$REDIS_PORT" "$SERVER_CPU" || log "redis-server unavailable: Redis rows will be skipped"
   start_redis "$REDIS_APART_PORT" "$LOAD_CPU" || log "second redis-server unavailable"
+  redis_flush
+  start_upstream
+  local up=()
   for kind in allowed refused; do
-    local list=("${allowed[@]}") up=()
+    local list=("${allowed[@]}")
     [ "$kind" = refused ] && list=("${refused[@]}")
-    redis_flush
-    start_upstream
     for cfg in "${list[@]}"; do
+      [ "$cfg" = upstream ] && { up+=("$kind:$cfg"); continue; }
       rm -f "$TMP/skip"
       if ! launch "$cfg" "$kind"; then
         local why="did not start"
         [ -s "$TMP/skip" ] && why=$(tr '\n' ' ' <"$TMP/skip")
-        log "SKIPPING $cfg: $why"
+        log "SKIPPING $cfg ($kind): $why"
         grep -q "^$cfg	" "$OUT/skip-reasons.txt" || printf '%s\t%s\n' "$cfg" "$why" >>"$OUT/skip-reasons.txt"
         continue
       fi
       # Warm up (and, on the refusal path, spend each agent's single request).
       taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
-        "http://127.0.0.1:$(port_of "$cfg")/api/agent/heartbeat" >/dev/null
-      up+=("$cfg")
+        "http://127.0.0.1:$(port_of "$cfg" "$kind")/api/agent/heartbeat" >/dev/null
+      up+=("$kind:$cfg")
     done
-    for round in $(seq "$ROUNDS"); do
-      for cfg in "${up[@]}"; do
-        local m
-        m=$(measure "$(port_of "$cfg")")
-        printf '%s\t%s\t%s\t%s\n' "$round" "$kind" "$cfg" "$m" >>"$results"
-        log "round $round $kind $cfg: $m"
-        if [ "$kind" = allowed ] && [[ " ${LAT_LIST[*]} " == *" $cfg "* ]]; then
-          m=$(measure "$(port_of "$cfg")" "$LAT_CONNS")
-          printf '%s\t%s\t%s\t%s\n' "$round" latency "$cfg" "$m" >>"$results"
-          log "round $round latency $cfg: $m"
-        fi
-      done
-    done
-    stop_all
   done
+  for round in $(seq "$ROUNDS"); do
+    local entry
+    for entry in "${up[@]}"; do
+      kind=${entry%%:*} cfg=${entry#*:}
+      local m port
+      port=$(port_of "$cfg" "$kind")
+      m=$(measure "$port")
+      printf '%s\t%s\t%s\t%s\n' "$round" "$kind" "$cfg" "$m" >>"$results"
+      log "round $round $kind $cfg: $m"
+      if [ "$kind" = allowed ] && [[ " ${LAT_LIST[*]} " == *" $cfg "* ]]; then
+        m=$(measure "$port" "$LAT_CONNS")
+        printf '%s\t%s\t%s\t%s\n' "$round" latency "$cfg" "$m" >>"$results"
+        log "round $round latency $cfg: $m"
+      fi
+    done
+  done
+  stop_all
   python3 "$BENCH/table.py" "$results" "$OUT/skip-reasons.txt" "$CONNS" "$LAT_CONNS" | tee "$OUT/table.md"
 }
 
