@@ -19,6 +19,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
@@ -59,7 +60,7 @@ impl Upstream {
             host: authority.to_owned(),
             prefix: prefix.to_owned(),
             connect_timeout: self.connect_timeout,
-            idle: RefCell::new(Vec::new()),
+            idle: Rc::new(Pool::default()),
         }
     }
 }
@@ -68,9 +69,8 @@ impl Upstream {
 const MAX_IDLE_CONNECTIONS: usize = 1024;
 
 /// HTTP/1.1 keep-alive connections to the upstream, for one worker thread. Each connection is
-/// a task on the worker; a request takes a ready one or opens a new one, and puts it back as
-/// soon as the answer's head has arrived (it becomes ready again when the answer's body has
-/// been read to the end).
+/// a task on the worker; a request takes the most recently used idle one or opens a new one,
+/// and the connection goes back to the pool when the answer's body has been read to the end.
 pub struct UpstreamClient {
     /// `host:port` to connect to.
     addr: String,
@@ -79,7 +79,39 @@ pub struct UpstreamClient {
     /// The upstream's path prefix (may be empty).
     prefix: String,
     connect_timeout: Duration,
-    idle: RefCell<Vec<SendRequest<ProxyBody>>>,
+    idle: Rc<Pool>,
+}
+
+/// Idle upstream connections, most recently used last.
+#[derive(Default)]
+struct Pool(RefCell<VecDeque<SendRequest<ProxyBody>>>);
+
+/// How many idle connections a request looks at before it opens a new one.
+const IDLE_PROBES: usize = 4;
+
+impl Pool {
+    /// A ready idle connection. Closed ones are dropped on the way; one that is open but not
+    /// ready yet (its previous answer's end not yet processed) goes to the front.
+    fn take(&self) -> Option<SendRequest<ProxyBody>> {
+        let mut idle = self.0.borrow_mut();
+        for _ in 0..IDLE_PROBES {
+            let conn = idle.pop_back()?;
+            if conn.is_ready() {
+                return Some(conn);
+            }
+            if !conn.is_closed() {
+                idle.push_front(conn);
+            }
+        }
+        None
+    }
+
+    fn put_back(&self, conn: SendRequest<ProxyBody>) {
+        let mut idle = self.0.borrow_mut();
+        if idle.len() < MAX_IDLE_CONNECTIONS && !conn.is_closed() {
+            idle.push_back(conn);
+        }
+    }
 }
 
 /// Why a request did not reach the upstream.
@@ -110,21 +142,6 @@ impl std::fmt::Display for UpstreamError {
 }
 
 impl UpstreamClient {
-    /// A ready idle connection, dropping the closed ones on the way.
-    fn take_idle(&self) -> Option<SendRequest<ProxyBody>> {
-        let mut idle = self.idle.borrow_mut();
-        idle.retain(|c| !c.is_closed());
-        let i = idle.iter().position(SendRequest::is_ready)?;
-        Some(idle.swap_remove(i))
-    }
-
-    fn put_back(&self, conn: SendRequest<ProxyBody>) {
-        let mut idle = self.idle.borrow_mut();
-        if idle.len() < MAX_IDLE_CONNECTIONS && !conn.is_closed() {
-            idle.push(conn);
-        }
-    }
-
     async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
         let stream = match tokio::time::timeout(
             self.connect_timeout,
@@ -150,21 +167,16 @@ impl UpstreamClient {
 
     /// Send on a pooled connection; when it turns out closed before the request was written,
     /// once more on a new one.
-    async fn send(
-        &self,
-        req: hyper::Request<ProxyBody>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, UpstreamError> {
+    /// The answer comes with its connection, for the pool once the answer's body is read.
+    async fn send(&self, req: hyper::Request<ProxyBody>) -> Result<Answer, UpstreamError> {
         let mut req = req;
         for _ in 0..2 {
-            let mut conn = match self.take_idle() {
+            let mut conn = match self.idle.take() {
                 Some(c) => c,
                 None => self.connect().await?,
             };
             match conn.try_send_request(req).await {
-                Ok(res) => {
-                    self.put_back(conn);
-                    return Ok(res);
-                }
+                Ok(res) => return Ok((res, Lease::new(&self.idle, conn))),
                 Err(mut e) => match e.take_message() {
                     Some(unsent) => req = unsent,
                     None => return Err(UpstreamError::Http(e.into_error())),
@@ -174,8 +186,32 @@ impl UpstreamClient {
         // Two connections in a row closed under the request: open one and use it.
         let mut conn = self.connect().await?;
         let res = conn.send_request(req).await.map_err(UpstreamError::Http)?;
-        self.put_back(conn);
-        Ok(res)
+        Ok((res, Lease::new(&self.idle, conn)))
+    }
+}
+
+type Answer = (hyper::Response<hyper::body::Incoming>, Lease);
+
+/// A connection whose answer is still being read; it returns to its pool when the answer's body
+/// ends, or when the body is dropped (a connection left mid-answer is closed by hyper, and the
+/// pool skips it).
+struct Lease(Option<(Rc<Pool>, SendRequest<ProxyBody>)>);
+
+impl Lease {
+    fn new(pool: &Rc<Pool>, conn: SendRequest<ProxyBody>) -> Self {
+        Lease(Some((pool.clone(), conn)))
+    }
+
+    fn release(&mut self) {
+        if let Some((pool, conn)) = self.0.take() {
+            pool.put_back(conn);
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
@@ -226,10 +262,11 @@ fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<
         out.extend_from_slice(v.as_bytes());
     }
     if let Some(ip) = peer {
+        use std::io::Write as _;
         if !out.is_empty() {
             out.extend_from_slice(b", ");
         }
-        out.extend_from_slice(crate::keys::canonical_ip(ip).to_string().as_bytes());
+        let _ = write!(out, "{}", crate::keys::canonical_ip(ip));
     }
     (!out.is_empty()).then_some(out)
 }
@@ -242,15 +279,16 @@ fn upstream_request(
     client: &UpstreamClient,
     body: ProxyBody,
 ) -> Option<hyper::Request<ProxyBody>> {
-    let mut uri = String::with_capacity(client.prefix.len() + path.len());
-    uri.push_str(&client.prefix);
-    uri.push_str(path);
-    let mut out = hyper::Request::builder()
-        .method(hyper::Method::from_bytes(req.method().as_str().as_bytes()).ok()?)
-        .uri(uri)
-        .body(body)
-        .ok()?;
+    let uri = if client.prefix.is_empty() {
+        hyper::Uri::try_from(path).ok()?
+    } else {
+        hyper::Uri::try_from(format!("{}{path}", client.prefix)).ok()?
+    };
+    let mut out = hyper::Request::new(body);
+    *out.method_mut() = hyper::Method::from_bytes(req.method().as_str().as_bytes()).ok()?;
+    *out.uri_mut() = uri;
     let headers = out.headers_mut();
+    headers.reserve(req.headers().len() + 2);
     let named = connection_named(
         req.headers()
             .get_all(header::CONNECTION)
@@ -324,16 +362,20 @@ pub async fn forward(
         Either::Right(_) => Err(UpstreamError::Silent),
     };
     match sent {
-        Ok(res) => {
+        Ok((res, lease)) => {
             crate::metrics::global().upstream_response(res.status().as_u16(), started.elapsed());
-            answer(res, upstream.read_timeout)
+            answer(res, lease, upstream.read_timeout)
         }
         Err(e) => upstream_error(&e),
     }
 }
 
 /// The upstream's answer as the client's: status, end-to-end headers, the body streamed.
-fn answer(res: hyper::Response<hyper::body::Incoming>, read_timeout: Duration) -> HttpResponse {
+fn answer(
+    res: hyper::Response<hyper::body::Incoming>,
+    lease: Lease,
+    read_timeout: Duration,
+) -> HttpResponse {
     let status = actix_web::http::StatusCode::from_u16(res.status().as_u16())
         .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
     let mut back = HttpResponse::build(status);
@@ -359,7 +401,13 @@ fn answer(res: hyper::Response<hyper::body::Incoming>, read_timeout: Duration) -
             .get(hyper::header::CONTENT_LENGTH)
             .map(|v| v.as_bytes()),
     );
-    let body = IdleTimeout::new(AnswerBody(res.into_body()), read_timeout);
+    let body = IdleTimeout::new(
+        AnswerBody {
+            body: res.into_body(),
+            lease,
+        },
+        read_timeout,
+    );
     match len {
         Some(len) => back.body(SizedStream::new(len, body)),
         None => back.body(BodyStream::new(body)),
@@ -480,21 +528,28 @@ impl Body for ProxyBody {
     }
 }
 
-/// The upstream answer's body as a stream of data chunks (trailers are not forwarded).
-struct AnswerBody(hyper::body::Incoming);
+/// The upstream answer's body as a stream of data chunks (trailers are not forwarded); its
+/// connection goes back to the pool when it ends.
+struct AnswerBody {
+    body: hyper::body::Incoming,
+    lease: Lease,
+}
 
 impl Stream for AnswerBody {
     type Item = Result<Bytes, hyper::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         loop {
-            return match Pin::new(&mut self.0).poll_frame(cx) {
+            return match Pin::new(&mut self.body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => Poll::Ready(Some(Ok(data))),
                     Err(_trailers) => continue,
                 },
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Ready(None) => {
+                    self.lease.release();
+                    Poll::Ready(None)
+                }
                 Poll::Pending => Poll::Pending,
             };
         }
