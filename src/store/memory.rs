@@ -103,6 +103,7 @@ impl MemoryStore {
         }
     }
 
+    #[inline(never)]
     fn decide_many(&self, checks: &[Check], now: Nanos) -> Vec<Verdict> {
         // On the stack for the usual handful of limiters per request.
         let mut idx: SmallVec<[usize; 4]> = checks
