@@ -1,7 +1,7 @@
 //! What the client sees: IETF `RateLimit` / `RateLimit-Policy` headers, `X-RateLimit-*`, and
 //! RFC 9457 problem documents. Every number is read from the [`Outcome`] that made the decision.
 
-use crate::decision::Outcome;
+use crate::decision::{LimitResult, Outcome};
 use crate::limiter::ceil_secs;
 use crate::policy::LimiterSpec;
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -114,16 +114,12 @@ fn render(outcome: &Outcome) -> Rendered {
     let mut buf = BytesMut::with_capacity(24 * outcome.results.len() + 32);
     let mut ends = [0usize; 4];
     let mut num = itoa::Buffer::new();
-    for (i, r) in decided().enumerate() {
-        if i > 0 {
-            buf.extend_from_slice(b", ");
-        }
-        quoted(&mut buf, &r.spec.name);
-        buf.extend_from_slice(b";r=");
-        buf.extend_from_slice(num.format(r.verdict.remaining).as_bytes());
-        buf.extend_from_slice(b";t=");
-        buf.extend_from_slice(num.format(ceil_secs(r.verdict.reset_after_ns)).as_bytes());
-    }
+    write_items(&mut buf, decided(), [b";r=", b";t="], |r| {
+        [
+            u64::from(r.verdict.remaining),
+            ceil_secs(r.verdict.reset_after_ns),
+        ]
+    });
     ends[0] = buf.len();
     let mut count = 1;
     if let Some(t) = outcome.tightest() {
@@ -173,18 +169,12 @@ fn policy_value(outcome: &Outcome) -> HeaderValue {
         return v;
     }
     let mut buf = BytesMut::with_capacity(40 * outcome.results.len());
-    let mut num = itoa::Buffer::new();
-    for (i, r) in decided().enumerate() {
-        if i > 0 {
-            buf.extend_from_slice(b", ");
-        }
-        quoted(&mut buf, &r.spec.name);
-        buf.extend_from_slice(b";q=");
-        buf.extend_from_slice(num.format(r.spec.quota.limit).as_bytes());
-        buf.extend_from_slice(b";w=");
-        let window = r.spec.quota.window.as_secs().max(1);
-        buf.extend_from_slice(num.format(window).as_bytes());
-    }
+    write_items(&mut buf, decided(), [b";q=", b";w="], |r| {
+        [
+            u64::from(r.spec.quota.limit),
+            r.spec.quota.window.as_secs().max(1),
+        ]
+    });
     let value = HeaderValue::from_maybe_shared(buf.freeze())
         .unwrap_or_else(|_| HeaderValue::from_static(""));
     let specs = decided().map(|r| r.spec.clone()).collect();
@@ -192,10 +182,26 @@ fn policy_value(outcome: &Outcome) -> HeaderValue {
     value
 }
 
-fn quoted(buf: &mut BytesMut, s: &str) {
-    buf.extend_from_slice(b"\"");
-    buf.extend_from_slice(s.as_bytes());
-    buf.extend_from_slice(b"\"");
+/// `"name";k1=v1;k2=v2` for each result, comma-separated (the IETF headers' list form).
+fn write_items<'a>(
+    buf: &mut BytesMut,
+    results: impl Iterator<Item = &'a LimitResult>,
+    keys: [&[u8]; 2],
+    values: impl Fn(&LimitResult) -> [u64; 2],
+) {
+    let mut num = itoa::Buffer::new();
+    for (i, r) in results.enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(b"\"");
+        buf.extend_from_slice(r.spec.name.as_bytes());
+        buf.extend_from_slice(b"\"");
+        for (key, value) in keys.iter().zip(values(r)) {
+            buf.extend_from_slice(key);
+            buf.extend_from_slice(num.format(value).as_bytes());
+        }
+    }
 }
 
 /// Add the limit headers to a response that is about to leave.
