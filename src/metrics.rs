@@ -474,19 +474,15 @@ impl Metrics {
                 );
             }
         }
-        header(
+        counters(
             &mut out,
             "fleet_limiter_upstream_errors_total",
-            "counter",
             "Forwarded requests the upstream never answered: timeout (504) or unreachable (502).",
+            &[
+                ("kind=\"timeout\"", &self.upstream_timeouts),
+                ("kind=\"unreachable\"", &self.upstream_unreachable),
+            ],
         );
-        for (labels, c) in [
-            ("kind=\"timeout\"", &self.upstream_timeouts),
-            ("kind=\"unreachable\"", &self.upstream_unreachable),
-        ] {
-            let v = c.load(Ordering::Relaxed);
-            sample(&mut out, "fleet_limiter_upstream_errors_total", labels, v);
-        }
         header(
             &mut out,
             "fleet_limiter_upstream_duration_seconds",
@@ -496,19 +492,15 @@ impl Metrics {
         self.upstream_latency
             .render(&mut out, "fleet_limiter_upstream_duration_seconds", "");
 
-        header(
+        counters(
             &mut out,
             "fleet_limiter_config_reloads_total",
-            "counter",
             "Configuration reloads, by result.",
+            &[
+                ("result=\"ok\"", &self.reloads_ok),
+                ("result=\"error\"", &self.reloads_failed),
+            ],
         );
-        for (labels, c) in [
-            ("result=\"ok\"", &self.reloads_ok),
-            ("result=\"error\"", &self.reloads_failed),
-        ] {
-            let v = c.load(Ordering::Relaxed);
-            sample(&mut out, "fleet_limiter_config_reloads_total", labels, v);
-        }
         header(
             &mut out,
             "fleet_limiter_config_last_reload_successful",
@@ -571,6 +563,14 @@ fn sample(out: &mut String, name: &str, labels: &str, value: impl std::fmt::Disp
     } else {
         writeln!(out, "{name}{{{labels}}} {value}")
     };
+}
+
+/// A counter family: its header, then one sample per label set.
+fn counters(out: &mut String, name: &str, help: &str, series: &[(&str, &AtomicU64)]) {
+    header(out, name, "counter", help);
+    for (labels, c) in series {
+        sample(out, name, labels, c.load(Ordering::Relaxed));
+    }
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
