@@ -9,7 +9,9 @@ use fleet_limiter::clock::ManualClock;
 use fleet_limiter::keys::BucketKey;
 use fleet_limiter::limiter::{Algorithm, Quota};
 use fleet_limiter::store::memory::MemoryStore;
-use fleet_limiter::store::redis::{key_name, RedisOptions, RedisStore, RedisTarget};
+use fleet_limiter::store::redis::{
+    self as redis_store, key_name, RedisOptions, RedisStore, RedisTarget,
+};
 use fleet_limiter::store::{Check, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -62,8 +64,10 @@ async fn ttl_ms(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
 }
 
 /// Feed the memory store and the Redis store one random sequence; compare every verdict.
-/// Returns how many requests needed a cross-slot refund.
-async fn parity(target: RedisTarget) -> u64 {
+/// Up to `together` requests at a time go to Redis concurrently (their order is the order they
+/// are polled in), to the memory store one after the other. Returns how many requests needed a
+/// cross-slot refund, and how many script calls were sent.
+async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
     let run = unique("p");
     let lim = |n: &str| -> Arc<str> { Arc::from(format!("{run}-{n}")) };
     let quotas: Vec<(Arc<str>, Quota, bool)> = vec![
@@ -107,43 +111,54 @@ async fn parity(target: RedisTarget) -> u64 {
     ];
     let mut rng = StdRng::seed_from_u64(7);
     let (mut refused, mut advisory_refused, mut multi, mut twice) = (0, 0, 0, 0);
-    for step in 0..3000 {
+    let mut step = 0;
+    while step < 3000 {
         clock.advance(Duration::from_nanos(
             steps_ns[rng.gen_range(0..steps_ns.len())],
         ));
-        let n = rng.gen_range(1..=3);
-        let mut checks: Vec<Check> = (0..n)
-            .map(|_| {
-                let (name, quota, advisory) = &quotas[rng.gen_range(0..quotas.len())];
-                Check {
-                    key: BucketKey::new(
-                        name.clone(),
-                        principals[rng.gen_range(0..principals.len())],
-                    ),
-                    quota: *quota,
-                    advisory: *advisory,
-                }
-            })
-            .collect();
-        if rng.gen_bool(0.1) {
-            checks.push(checks[0].clone());
-            twice += 1;
+        let mut group = Vec::new();
+        for _ in 0..rng.gen_range(1..=together) {
+            let n = rng.gen_range(1..=3);
+            let mut checks: Vec<Check> = (0..n)
+                .map(|_| {
+                    let (name, quota, advisory) = &quotas[rng.gen_range(0..quotas.len())];
+                    Check {
+                        key: BucketKey::new(
+                            name.clone(),
+                            principals[rng.gen_range(0..principals.len())],
+                        ),
+                        quota: *quota,
+                        advisory: *advisory,
+                    }
+                })
+                .collect();
+            if rng.gen_bool(0.1) {
+                checks.push(checks[0].clone());
+                twice += 1;
+            }
+            group.push(checks);
         }
-        let want = memory.decide(&checks).await.expect("memory decides");
-        let got = redis.decide(&checks).await.expect("redis decides");
-        assert_eq!(got, want, "step {step}: {checks:?}");
-        multi += usize::from(checks.len() > 1);
-        for (c, v) in checks.iter().zip(&want) {
-            if !v.allowed {
-                if c.advisory {
-                    advisory_refused += 1;
-                } else {
-                    refused += 1;
+        let got = futures_util::future::join_all(group.iter().map(|c| redis.decide(c))).await;
+        for (checks, got) in group.iter().zip(got) {
+            let want = memory.decide(checks).await.expect("memory decides");
+            assert_eq!(got.expect("redis decides"), want, "step {step}: {checks:?}");
+            multi += usize::from(checks.len() > 1);
+            for (c, v) in checks.iter().zip(&want) {
+                if !v.allowed {
+                    if c.advisory {
+                        advisory_refused += 1;
+                    } else {
+                        refused += 1;
+                    }
                 }
             }
+            step += 1;
         }
     }
-    eprintln!("refused {refused}, advisory refused {advisory_refused}, multi-key {multi}, same key twice {twice}");
+    eprintln!(
+        "refused {refused}, advisory refused {advisory_refused}, multi-key {multi}, same key twice {twice}, {} calls",
+        redis.round_trips()
+    );
     assert!(refused > 150, "the sequence refused enough ({refused})");
     assert!(
         advisory_refused > 50,
@@ -154,7 +169,7 @@ async fn parity(target: RedisTarget) -> u64 {
         "multi-key requests ({multi}, same key twice {twice})"
     );
     assert_eq!(redis.errors(), 0);
-    redis.refunds()
+    (redis.refunds(), redis.round_trips())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,10 +177,56 @@ async fn lua_and_memory_agree_decision_by_decision() {
     let Some(redis) = redis_support::standalone() else {
         return;
     };
-    assert_eq!(
-        parity(RedisTarget::Standalone(redis.url())).await,
-        0,
-        "one script, no refunds"
+    let (refunds, calls) = parity(RedisTarget::Standalone(redis.url()), 1).await;
+    assert_eq!(refunds, 0, "one script, no refunds");
+    assert_eq!(calls, 3000, "one call per request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_sharing_calls_are_decided_in_arrival_order() {
+    let Some(redis) = redis_support::standalone() else {
+        return;
+    };
+    let (refunds, calls) = parity(RedisTarget::Standalone(redis.url()), 8).await;
+    assert_eq!(refunds, 0);
+    assert!(calls < 3000, "requests shared calls ({calls} for 3000)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_redis_share_one_call() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let store = connected(
+        RedisTarget::Standalone(server.url()),
+        RedisOptions::new(Duration::from_secs(5)),
+    );
+    let c = [check(
+        &unique("share"),
+        "x",
+        Quota::gcra(10, Duration::from_secs(3600)),
+    )];
+    // Redis stops answering: the first calls wait, every later request queues behind them.
+    server.pause();
+    let all = futures_util::future::join_all((0..40).map(|_| store.decide(&c)));
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.resume();
+    };
+    let (answers, ()) = tokio::join!(all, resume);
+    let remaining: Vec<Option<u32>> = answers
+        .into_iter()
+        .map(|a| {
+            let v = a.expect("decided once Redis answers");
+            v[0].allowed.then_some(v[0].remaining)
+        })
+        .collect();
+    let want: Vec<Option<u32>> = (0..40).map(|i| (i < 10).then(|| 9 - i)).collect();
+    assert_eq!(remaining, want, "exactly the budget, in arrival order");
+    assert!(
+        store.round_trips() <= 1 + redis_store::MAX_IN_FLIGHT as u64,
+        "40 requests took {} calls",
+        store.round_trips()
     );
 }
 
@@ -174,7 +235,7 @@ async fn lua_and_memory_agree_on_a_cluster_across_slots() {
     let Some(cluster) = redis_support::cluster() else {
         return;
     };
-    let refunds = parity(RedisTarget::Cluster(cluster.urls())).await;
+    let (refunds, _) = parity(RedisTarget::Cluster(cluster.urls()), 1).await;
     assert!(
         refunds > 20,
         "refusals on one slot gave back other slots' units ({refunds})"

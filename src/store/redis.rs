@@ -1,19 +1,26 @@
 //! The Redis store: every gateway instance shares each bucket, with the same decisions as
 //! [`super::memory::MemoryStore`].
 //!
-//! - **One script per request.** `gcra.lua` decides all checks of a request in one `EVALSHA`
-//!   (falling back to `EVAL` on `NOSCRIPT`, after a restart or a failover), with the math of
-//!   [`crate::limiter`] and the all-or-nothing rule of [`super::Store::decide`]. The clock is Redis
-//!   `TIME`, so instance clocks never matter. A bucket expires when it is full again.
+//! - **One script call per request, or fewer.** The checks of a request are decided together in
+//!   one `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`, after a restart or a failover), with the
+//!   math of [`crate::limiter`] (`gcra.lua`) and the all-or-nothing rule of
+//!   [`super::Store::decide`]. The clock is Redis `TIME`, so instance clocks never matter. A
+//!   bucket expires when it is full again.
+//! - **Standalone: requests share calls.** At most [`MAX_IN_FLIGHT`] calls are out at once;
+//!   requests that arrive meanwhile wait (never longer than the timeout) and go together in the
+//!   next call (`batch.lua`), each decided atomically and in arrival order, as if alone. Under
+//!   load this divides Redis's per-call cost (command parsing, the script call, the reply, the
+//!   socket reads and writes on both sides) among the requests of a call; an idle store sends
+//!   each request at once.
 //! - **Keys** are `fl:{<limiter>:<hex digest>}`: the whole name is the hash tag, so a bucket is
 //!   one key on one Cluster slot, and nothing but digests ever reaches Redis.
 //! - **Cluster.** Keys of one request usually sit on different slots. The checks are grouped by
-//!   slot and every group's script is sent at once (one round trip of latency). Each group is
-//!   atomic. When one group refuses while another consumed, the consumed units are given back by
-//!   `refund.lua` before the decision returns (within the same timeout): exactly when nothing
-//!   touched the bucket in between, otherwise by moving it back by the units consumed. Between
-//!   the two, a concurrent request of the same principal may see those units spent.
-//! - **Failure.** Every call is bounded by the configured timeout; an error or a timeout is
+//!   slot and every group's script (`slot.lua`) is sent at once (one round trip of latency). Each
+//!   group is atomic. When one group refuses while another consumed, the consumed units are given
+//!   back by `refund.lua` before the decision returns (within the same timeout): exactly when
+//!   nothing touched the bucket in between, otherwise by moving it back by the units consumed.
+//!   Between the two, a concurrent request of the same principal may see those units spent.
+//! - **Failure.** Every decision is bounded by the configured timeout; an error or a timeout is
 //!   returned at once (each limiter's `on_store_error` then answers), counted, and logged once
 //!   per burst. A lost connection is rebuilt in the background while requests keep failing fast.
 //! - **Local over-limit cache.** A request refused until T is answered in-process until T when
@@ -34,7 +41,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Weak};
 use std::time::Duration;
 
-const GCRA_LUA: &str = concat!(include_str!("prelude.lua"), include_str!("gcra.lua"));
+const SLOT_LUA: &str = concat!(
+    include_str!("prelude.lua"),
+    include_str!("gcra.lua"),
+    include_str!("slot.lua")
+);
+const BATCH_LUA: &str = concat!(
+    include_str!("prelude.lua"),
+    include_str!("gcra.lua"),
+    include_str!("batch.lua")
+);
 const REFUND_LUA: &str = concat!(include_str!("prelude.lua"), include_str!("refund.lua"));
 
 /// The longest window the script computes exactly (2^53 ns, about 104 days): Lua numbers are doubles.
@@ -48,6 +64,14 @@ const REBUILD_EVERY: Duration = Duration::from_secs(2);
 const CACHE_SHARDS: usize = 16;
 /// How often the approximate key count is refreshed.
 const KEY_COUNT_EVERY: Duration = Duration::from_secs(10);
+/// Most script calls a standalone store has out at once; requests arriving meanwhile share the
+/// next call.
+pub const MAX_IN_FLIGHT: usize = 2;
+/// Most checks one shared call carries (Redis runs nothing else while a script runs).
+pub const MAX_CALL_CHECKS: usize = 64;
+/// Most requests waiting for a call; beyond that a decision fails at once (each limiter's
+/// `on_store_error` answers) instead of queueing without bound.
+pub const MAX_WAITING: usize = 4096;
 
 /// Where the Redis store connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,15 +142,12 @@ impl Script {
     }
 
     /// `EVALSHA`, and `EVAL` (which also caches the script) when the server does not know it.
-    async fn run<K: redis::ToRedisArgs>(
-        &self,
-        conn: &Conn,
-        keys: &[K],
-        args: &[String],
-    ) -> RedisResult<Value> {
+    /// `args` appends the keys and the arguments after the key count.
+    async fn run(&self, conn: &Conn, nkeys: usize, args: impl Fn(&mut Cmd)) -> RedisResult<Value> {
         let build = |name: &str, body: &str| {
             let mut cmd = redis::cmd(name);
-            cmd.arg(body).arg(keys.len()).arg(keys).arg(args);
+            cmd.arg(body).arg(nkeys);
+            args(&mut cmd);
             cmd
         };
         match conn.query(&build("EVALSHA", &self.sha)).await {
@@ -157,8 +178,11 @@ struct Inner {
     reconnecting: AtomicBool,
     first_connect: Mutex<Option<mpsc::Sender<()>>>,
     first_wait: Mutex<Option<mpsc::Receiver<()>>>,
-    decide: Script,
+    slot: Script,
+    batch: Script,
     refund: Script,
+    /// Requests waiting for a shared call (standalone only).
+    jobs: Option<tokio::sync::mpsc::Sender<Job>>,
     cache: OverLimitCache,
     errors: AtomicU64,
     failing: AtomicBool,
@@ -220,6 +244,13 @@ impl RedisStore {
             .map_err(|e| StoreError(format!("cannot start the redis store's runtime: {e}")))?;
         let (tx, rx) = mpsc::channel();
         let cache = OverLimitCache::new(opts.cache_capacity);
+        let (jobs, waiting) = match target {
+            RedisTarget::Standalone(_) => {
+                let (jobs, waiting) = tokio::sync::mpsc::channel(MAX_WAITING);
+                (Some(jobs), Some(waiting))
+            }
+            RedisTarget::Cluster(_) => (None, None),
+        };
         let inner = Arc::new(Inner {
             target,
             handle: runtime.handle().clone(),
@@ -227,8 +258,10 @@ impl RedisStore {
             reconnecting: AtomicBool::new(false),
             first_connect: Mutex::new(Some(tx)),
             first_wait: Mutex::new(Some(rx)),
-            decide: Script::new(GCRA_LUA),
+            slot: Script::new(SLOT_LUA),
+            batch: Script::new(BATCH_LUA),
             refund: Script::new(REFUND_LUA),
+            jobs,
             cache,
             errors: AtomicU64::new(0),
             failing: AtomicBool::new(false),
@@ -242,7 +275,10 @@ impl RedisStore {
         });
         inner.reconnect();
         let weak = Arc::downgrade(&inner);
-        runtime.spawn(count_keys(weak));
+        runtime.spawn(count_keys(weak.clone()));
+        if let Some(waiting) = waiting {
+            runtime.spawn(share_calls(weak, waiting));
+        }
         Ok(Self {
             inner,
             runtime: Some(runtime),
@@ -276,7 +312,8 @@ impl RedisStore {
         self.inner.cache.hits.load(Ordering::Relaxed)
     }
 
-    /// Requests sent to Redis (each one round trip, whatever its number of keys).
+    /// Script calls sent to Redis to decide requests (one round trip each, whatever its number of
+    /// keys; on a standalone server, concurrent requests share calls).
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)
     }
@@ -361,13 +398,110 @@ impl Inner {
             self.reconnect();
             return Err(self.failed("not connected; reconnecting in the background".into()));
         };
+        let verdicts = match &self.jobs {
+            Some(jobs) => self.decide_shared(jobs, checks).await?,
+            None => self.decide_by_slot(&conn, checks).await?,
+        };
+        self.succeeded();
+        self.cache.remember(checks, &verdicts, local_now);
+        Ok(verdicts)
+    }
+
+    /// Standalone: queue the request for the next shared call and wait for its answer.
+    async fn decide_shared(
+        self: &Arc<Self>,
+        jobs: &tokio::sync::mpsc::Sender<Job>,
+        checks: &[Check],
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let deadline = tokio::time::Instant::now() + self.opts.timeout;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job {
+            keys: checks.iter().map(|c| key_name(&c.key)).collect(),
+            checks: checks.iter().map(|c| (c.quota, c.advisory)).collect(),
+            reply,
+        };
+        if jobs.try_send(job).is_err() {
+            return Err(self.failed(format!("{MAX_WAITING} decisions already wait for redis")));
+        }
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(Ok(Ok(verdicts))) => Ok(verdicts),
+            Ok(Ok(Err(msg))) => Err(self.failed(msg)),
+            Ok(Err(_)) => Err(self.failed("the store stopped".into())),
+            Err(_) => {
+                self.failed_in_row();
+                Err(self.failed(format!("no answer within {:?}", self.opts.timeout)))
+            }
+        }
+    }
+
+    /// Send one shared call for `jobs` and answer each of them.
+    async fn run_jobs(self: Arc<Self>, jobs: Vec<Job>) {
+        let conn = self.conn.read().clone();
+        let Some(conn) = conn else {
+            self.reconnect();
+            for job in jobs {
+                let _ = job
+                    .reply
+                    .send(Err("not connected; reconnecting in the background".into()));
+            }
+            return;
+        };
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let now = self.now_args();
+        let nkeys = jobs.iter().map(|j| j.keys.len()).sum();
+        let args = |cmd: &mut Cmd| {
+            for job in &jobs {
+                cmd.arg(&job.keys);
+            }
+            cmd.arg(&now[0]).arg(&now[1]).arg(self.pad_ms());
+            for job in &jobs {
+                cmd.arg(job.checks.len());
+                for (quota, advisory) in &job.checks {
+                    push_check(cmd, quota, *advisory);
+                }
+            }
+        };
+        let answer = self.batch.run(&conn, nkeys, args).await;
+        match answer.and_then(|v| parse_shared(&v, &jobs)) {
+            Ok(verdicts) => {
+                for (job, v) in jobs.into_iter().zip(verdicts) {
+                    let _ = job.reply.send(Ok(v));
+                }
+            }
+            Err(e) => {
+                if is_connection_error(&e) {
+                    // Drop the broken connection (unless a fresh one already replaced it).
+                    let mut slot = self.conn.write();
+                    if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
+                        *slot = None;
+                    }
+                    drop(slot);
+                    self.reconnect();
+                } else {
+                    self.failed_in_row();
+                }
+                let msg = e.to_string();
+                for job in jobs {
+                    let _ = job.reply.send(Err(msg.clone()));
+                }
+            }
+        }
+    }
+
+    /// Cluster: one call per slot the request's keys sit on, sent at once; refunds when one
+    /// slot refused while another consumed.
+    async fn decide_by_slot(
+        self: &Arc<Self>,
+        conn: &Arc<Conn>,
+        checks: &[Check],
+    ) -> Result<Vec<Verdict>, StoreError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let now = self.now_args();
         let keys: Vec<String> = checks.iter().map(|c| key_name(&c.key)).collect();
         let groups = self.groups(&keys);
         let calls = groups
             .iter()
-            .map(|g| self.run_group(&conn, checks, &keys, g, &now));
+            .map(|g| self.run_group(conn, checks, &keys, g, &now));
         let deadline = tokio::time::Instant::now() + self.opts.timeout;
         let answers = match tokio::time::timeout_at(deadline, join_all(calls)).await {
             Ok(a) => a,
@@ -392,39 +526,23 @@ impl Inner {
         }
         let blocked = error.is_some() || done.iter().any(|(_, a)| !a.committed);
         if blocked && groups.len() > 1 {
-            let refund = self.give_back(&conn, checks, &keys, &done, &now);
+            let refund = self.give_back(conn, checks, &keys, &done, &now);
             if tokio::time::timeout_at(deadline, refund).await.is_err() {
                 tracing::debug!("redis store: a refund did not finish within the timeout");
             }
         }
         if let Some(e) = error {
-            if matches!(*conn, Conn::Single(_)) && is_connection_error(&e) {
-                // Drop the broken connection (unless a fresh one already replaced it).
-                let mut slot = self.conn.write();
-                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
-                    *slot = None;
-                }
-                drop(slot);
-                self.reconnect();
-            } else {
-                self.failed_in_row();
-            }
+            self.failed_in_row();
             return Err(self.failed(e.to_string()));
         }
-        let verdicts: Vec<Verdict> = match verdicts.into_iter().collect::<Option<Vec<_>>>() {
-            Some(v) => v,
-            None => return Err(self.failed("the script left a check unanswered".into())),
-        };
-        self.succeeded();
-        self.cache.remember(checks, &verdicts, local_now);
-        Ok(verdicts)
+        match verdicts.into_iter().collect::<Option<Vec<_>>>() {
+            Some(v) => Ok(v),
+            None => Err(self.failed("the script left a check unanswered".into())),
+        }
     }
 
-    /// The checks' indices grouped by Cluster slot (one group on a standalone server).
+    /// The checks' indices grouped by Cluster slot.
     fn groups(&self, keys: &[String]) -> Vec<Vec<usize>> {
-        if matches!(self.target, RedisTarget::Standalone(_)) {
-            return vec![(0..keys.len()).collect()];
-        }
         let mut by_slot: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
             by_slot
@@ -459,27 +577,16 @@ impl Inner {
         group: &[usize],
         now: &[String; 2],
     ) -> RedisResult<GroupAnswer> {
-        let names: Vec<&str> = group.iter().map(|&i| keys[i].as_str()).collect();
-        let mut args = Vec::with_capacity(3 + group.len() * 5);
-        args.extend(now.iter().cloned());
-        args.push(self.pad_ms());
-        for &i in group {
-            let q = &checks[i].quota;
-            let limit = q.limit.max(1) as u64;
-            let (algo, p, burst) = match q.algorithm {
-                Algorithm::Gcra => {
-                    let t = q.emission_interval_ns();
-                    ("g", t, t.saturating_mul(limit))
-                }
-                Algorithm::FixedWindow => ("f", q.window_ns(), 0),
-            };
-            args.push(algo.to_owned());
-            args.push(limit.to_string());
-            args.push(p.to_string());
-            args.push(burst.to_string());
-            args.push(if checks[i].advisory { "1" } else { "0" }.to_owned());
-        }
-        let value = self.decide.run(conn, &names, &args).await?;
+        let args = |cmd: &mut Cmd| {
+            for &i in group {
+                cmd.arg(&keys[i]);
+            }
+            cmd.arg(&now[0]).arg(&now[1]).arg(self.pad_ms());
+            for &i in group {
+                push_check(cmd, &checks[i].quota, checks[i].advisory);
+            }
+        };
+        let value = self.slot.run(conn, group.len(), args).await?;
         parse_answer(&value, group.iter().map(|&i| &checks[i].quota))
     }
 
@@ -523,7 +630,11 @@ impl Inner {
         }
         if !jobs.is_empty() {
             self.refunds.fetch_add(1, Ordering::Relaxed);
-            let calls = jobs.iter().map(|(k, args)| self.refund.run(conn, k, args));
+            let calls = jobs.iter().map(|(k, args)| {
+                self.refund.run(conn, 1, move |cmd: &mut Cmd| {
+                    cmd.arg(k).arg(args);
+                })
+            });
             for r in join_all(calls).await {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "redis store: a refund failed");
@@ -634,6 +745,115 @@ impl Inner {
     }
 }
 
+/// A standalone request waiting for a shared call.
+struct Job {
+    keys: Vec<String>,
+    checks: Vec<(Quota, bool)>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Verdict>, String>>,
+}
+
+/// The store's batching loop (standalone): while fewer than [`MAX_IN_FLIGHT`] calls are out,
+/// send everything that waits (up to [`MAX_CALL_CHECKS`] checks) as one call, in arrival order.
+/// Requests whose caller already gave up are dropped before they reach Redis.
+async fn share_calls(weak: Weak<Inner>, mut waiting: tokio::sync::mpsc::Receiver<Job>) {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    let mut in_flight = FuturesUnordered::new();
+    let mut next: Option<Job> = None;
+    loop {
+        let first = tokio::select! {
+            biased;
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => continue,
+            job = async {
+                match next.take() {
+                    Some(job) => Some(job),
+                    None => waiting.recv().await,
+                }
+            }, if in_flight.len() < MAX_IN_FLIGHT => job,
+        };
+        let Some(first) = first else { return };
+        let Some(inner) = weak.upgrade() else { return };
+        let mut checks = first.checks.len();
+        let mut jobs = vec![first];
+        while let Ok(job) = waiting.try_recv() {
+            if checks + job.checks.len() > MAX_CALL_CHECKS {
+                next = Some(job);
+                break;
+            }
+            checks += job.checks.len();
+            jobs.push(job);
+        }
+        jobs.retain(|j| !j.reply.is_closed());
+        if !jobs.is_empty() {
+            in_flight.push(inner.run_jobs(jobs));
+        }
+    }
+}
+
+/// The five script arguments of one check (see `gcra.lua`).
+fn push_check(cmd: &mut Cmd, q: &Quota, advisory: bool) {
+    let limit = q.limit.max(1) as u64;
+    let (algo, p, burst) = match q.algorithm {
+        Algorithm::Gcra => {
+            let t = q.emission_interval_ns();
+            ("g", t, t.saturating_mul(limit))
+        }
+        Algorithm::FixedWindow => ("f", q.window_ns(), 0),
+    };
+    cmd.arg(algo)
+        .arg(limit)
+        .arg(p)
+        .arg(burst)
+        .arg(if advisory { "1" } else { "0" });
+}
+
+fn int(v: &Value) -> RedisResult<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        other => redis::from_redis_value(other),
+    }
+}
+
+/// A check's four integers from a script's answer: allowed, remaining, reset after, retry after.
+fn verdict(q: &Quota, v: &[Value]) -> RedisResult<Verdict> {
+    Ok(Verdict {
+        allowed: int(&v[0])? == 1,
+        limit: q.limit.max(1),
+        remaining: int(&v[1])?.clamp(0, u32::MAX as i64) as u32,
+        reset_after_ns: int(&v[2])?.max(0) as u64,
+        retry_after_ns: int(&v[3])?.max(0) as u64,
+    })
+}
+
+fn unexpected() -> RedisError {
+    RedisError::from((
+        ErrorKind::TypeError,
+        "unexpected answer from the decision script",
+    ))
+}
+
+/// `batch.lua`'s answer: per request, committed then four integers per check.
+fn parse_shared(value: &Value, jobs: &[Job]) -> RedisResult<Vec<Vec<Verdict>>> {
+    let Value::Array(items) = value else {
+        return Err(unexpected());
+    };
+    let want: usize = jobs.iter().map(|j| 1 + 4 * j.checks.len()).sum();
+    if items.len() != want {
+        return Err(unexpected());
+    }
+    let mut at = 0;
+    let mut out = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        at += 1; // committed: the verdicts already say it
+        let mut verdicts = Vec::with_capacity(job.checks.len());
+        for (q, _) in &job.checks {
+            verdicts.push(verdict(q, &items[at..at + 4])?);
+            at += 4;
+        }
+        out.push(verdicts);
+    }
+    Ok(out)
+}
+
 fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
@@ -643,26 +863,18 @@ fn parse_answer<'q>(
     quotas: impl ExactSizeIterator<Item = &'q Quota>,
 ) -> RedisResult<GroupAnswer> {
     let n = quotas.len();
-    let items: Vec<Value> = redis::from_redis_value(value)?;
+    let Value::Array(items) = value else {
+        return Err(unexpected());
+    };
     if items.len() != 1 + 6 * n {
-        return Err(RedisError::from((
-            ErrorKind::TypeError,
-            "unexpected answer from the decision script",
-        )));
+        return Err(unexpected());
     }
-    let int = |i: usize| -> RedisResult<i64> { redis::from_redis_value(&items[i]) };
     let text = |i: usize| -> RedisResult<String> { redis::from_redis_value(&items[i]) };
-    let committed = int(0)? == 1;
+    let committed = int(&items[0])? == 1;
     let mut verdicts = Vec::with_capacity(n);
     for (k, q) in quotas.enumerate() {
         let b = 1 + 4 * k;
-        verdicts.push(Verdict {
-            allowed: int(b)? == 1,
-            limit: q.limit.max(1),
-            remaining: int(b + 1)?.clamp(0, u32::MAX as i64) as u32,
-            reset_after_ns: int(b + 2)?.max(0) as u64,
-            retry_after_ns: int(b + 3)?.max(0) as u64,
-        });
+        verdicts.push(verdict(q, &items[b..b + 4])?);
     }
     let mut before = Vec::with_capacity(n);
     let mut written = Vec::with_capacity(n);
