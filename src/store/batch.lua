@@ -9,6 +9,7 @@
 --
 -- Returns, per request: committed, then four integers per check.
 
+read()
 local out = {}
 local kb, ab = 0, 4
 while ab <= #ARGV do
@@ -21,4 +22,5 @@ while ab <= #ARGV do
   kb = kb + n
   ab = ab + 1 + 5 * n
 end
+write()
 return out

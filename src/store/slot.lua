@@ -3,17 +3,27 @@
 -- KEYS[i]    one bucket per check, in request order
 -- ARGV[1..3] as prelude.lua says; ARGV[4..] five per check, as decide() in gcra.lua says
 --
--- Returns { committed, then four integers per check, then two strings per check: the value
--- before and the value written }; the strings let the caller undo a consumption that a
--- different slot's refusal cancelled (refund.lua).
+-- Returns { committed, then four integers per check, then two strings per check: the bucket's
+-- value before the request, and the value written (at the last check that consumed from that
+-- bucket; "" elsewhere) }; the strings let the caller undo a consumption that a different
+-- slot's refusal cancelled (refund.lua).
 
-local blocked, verdicts, before, written = decide(0, #KEYS, 3)
+read()
+local blocked, verdicts = decide(0, #KEYS, 3)
+local written = write()
 local out = { blocked and 0 or 1 }
 for i = 1, #verdicts do
   out[#out + 1] = verdicts[i]
 end
+local last = {}
 for i = 1, #KEYS do
-  out[#out + 1] = before[i]
-  out[#out + 1] = written[i] or ''
+  if verdicts[4 * (i - 1) + 1] == 1 then
+    last[KEYS[i]] = i
+  end
+end
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  out[#out + 1] = raw[key]
+  out[#out + 1] = (last[key] == i and written[key]) or ''
 end
 return out
