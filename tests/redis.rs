@@ -9,9 +9,7 @@ use fleet_limiter::clock::ManualClock;
 use fleet_limiter::keys::BucketKey;
 use fleet_limiter::limiter::{Algorithm, Quota};
 use fleet_limiter::store::memory::MemoryStore;
-use fleet_limiter::store::redis::{
-    self as redis_store, key_name, RedisOptions, RedisStore, RedisTarget,
-};
+use fleet_limiter::store::redis::{key_name, RedisOptions, RedisStore, RedisTarget};
 use fleet_limiter::store::{Check, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,8 +23,14 @@ fn unique(prefix: &str) -> String {
 }
 
 /// A store on virtual time: the script takes the clock's time as an argument.
-fn virtual_store(target: RedisTarget, clock: &ManualClock, cache: usize) -> RedisStore {
+fn virtual_store(
+    target: RedisTarget,
+    clock: &ManualClock,
+    cache: usize,
+    calls_in_flight: usize,
+) -> RedisStore {
     let mut o = RedisOptions::new(Duration::from_secs(5));
+    o.calls_in_flight = calls_in_flight;
     o.clock = Arc::new(clock.clone());
     o.time_from_clock = true;
     o.cache_capacity = cache;
@@ -94,7 +98,8 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
     let principals = ["a", "b"];
     let clock = ManualClock::new(1_700_000_000_123_456_789);
     let memory = MemoryStore::new(100_000, Arc::new(clock.clone()));
-    let redis = virtual_store(target, &clock, 0);
+    // Several calls out at once must keep the order too.
+    let redis = virtual_store(target, &clock, 0, together.min(3));
     let steps_ns = [
         0,
         0,
@@ -197,16 +202,16 @@ async fn requests_waiting_for_redis_share_one_call() {
     let Some(server) = redis_support::own_server() else {
         return;
     };
-    let store = connected(
-        RedisTarget::Standalone(server.url()),
-        RedisOptions::new(Duration::from_secs(5)),
-    );
+    let options = RedisOptions::new(Duration::from_secs(5));
+    let in_flight = options.calls_in_flight as u64;
+    assert_eq!(in_flight, 1, "the default");
+    let store = connected(RedisTarget::Standalone(server.url()), options);
     let c = [check(
         &unique("share"),
         "x",
         Quota::gcra(10, Duration::from_secs(3600)),
     )];
-    // Redis stops answering: the first calls wait, every later request queues behind them.
+    // Redis stops answering: the first call waits, every later request queues behind it.
     server.pause();
     let all = futures_util::future::join_all((0..40).map(|_| store.decide(&c)));
     let resume = async {
@@ -224,7 +229,7 @@ async fn requests_waiting_for_redis_share_one_call() {
     let want: Vec<Option<u32>> = (0..40).map(|i| (i < 10).then(|| 9 - i)).collect();
     assert_eq!(remaining, want, "exactly the budget, in arrival order");
     assert!(
-        store.round_trips() <= 1 + redis_store::MAX_IN_FLIGHT as u64,
+        store.round_trips() <= in_flight + 1,
         "40 requests took {} calls",
         store.round_trips()
     );
@@ -312,7 +317,7 @@ async fn refused_requests_are_answered_locally_until_the_refusal_ends() {
         return;
     };
     let clock = ManualClock::new(5_000_000_000_000);
-    let cached = virtual_store(RedisTarget::Standalone(server.url()), &clock, 1000);
+    let cached = virtual_store(RedisTarget::Standalone(server.url()), &clock, 1000, 1);
     let clock2 = clock.clone();
     let memory = MemoryStore::new(1000, Arc::new(clock2));
     let lim = unique("hot");

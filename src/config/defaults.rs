@@ -139,3 +139,4 @@ pub const READ_TIMEOUT: &str = "30s";
 pub const IPV6_PREFIX: u8 = 56;
 pub const MAX_KEYS: usize = 100_000;
 pub const STORE_TIMEOUT: &str = "50ms";
+pub const STORE_CALLS_IN_FLIGHT: usize = 1;

@@ -67,6 +67,8 @@ pub struct StoreConfig {
     pub cluster: Vec<String>,
     pub max_keys: usize,
     pub timeout: Duration,
+    /// Redis standalone: script calls out at once; requests arriving meanwhile share the next.
+    pub calls_in_flight: usize,
 }
 
 /// What a healthy fleet looks like; the calibration is checked against it.
@@ -165,6 +167,11 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     ("store.cluster", "FLEET_LIMITER_STORE_CLUSTER", Kind::List),
     ("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Kind::Int),
     ("store.timeout", "FLEET_LIMITER_STORE_TIMEOUT", Kind::Str),
+    (
+        "store.calls_in_flight",
+        "FLEET_LIMITER_STORE_CALLS_IN_FLIGHT",
+        Kind::Int,
+    ),
     (
         "fleet.heartbeat_interval_seconds",
         "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS",
@@ -630,6 +637,7 @@ struct RawStore {
     cluster: Option<Vec<String>>,
     max_keys: Option<i64>,
     timeout: Option<DurationValue>,
+    calls_in_flight: Option<i64>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -750,6 +758,16 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
     if max_keys < 1 {
         return Err(ctx.err("store.max_keys", "must be at least 1 (default 100000)"));
     }
+    let calls = raw
+        .store
+        .calls_in_flight
+        .unwrap_or(defaults::STORE_CALLS_IN_FLIGHT as i64);
+    if !(1..=16).contains(&calls) {
+        return Err(ctx.err(
+            "store.calls_in_flight",
+            format!("{calls} is out of range; use 1 to 16 (default 1)"),
+        ));
+    }
     let store = StoreConfig {
         backend: raw.store.backend.unwrap_or_default(),
         url: raw.store.url,
@@ -761,6 +779,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             raw.store.timeout,
             defaults::STORE_TIMEOUT,
         )?,
+        calls_in_flight: calls as usize,
     };
     // The Redis client is built without TLS: refuse `rediss://` here, with the fix, rather than
     // when the store first connects.

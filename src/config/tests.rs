@@ -91,6 +91,7 @@ fn the_defaults_are_the_calibration() {
     assert!(cfg.client_ip.trusted.ranges.is_empty());
     assert_eq!(cfg.store.backend, StoreBackend::Memory);
     assert_eq!(cfg.store.max_keys, 100_000);
+    assert_eq!(cfg.store.calls_in_flight, 1);
     assert!(cfg.enabled);
     assert_eq!(cfg.fleet, FleetConfig::default());
 }
@@ -327,6 +328,20 @@ fn error_ipv6_prefix_out_of_range() {
     snap!(
         "config_error_ipv6_prefix",
         file_error("[client_ip]\nipv6_prefix = 80\n", &[])
+    );
+}
+
+#[test]
+fn store_calls_in_flight_from_the_environment_and_its_range() {
+    let env = [("FLEET_LIMITER_STORE_CALLS_IN_FLIGHT", "4")];
+    let cfg = Loader::new()
+        .env(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+        .load()
+        .expect("valid");
+    assert_eq!(cfg.store.calls_in_flight, 4);
+    snap!(
+        "config_error_calls_in_flight",
+        file_error("[store]\ncalls_in_flight = 0\n", &[])
     );
 }
 

@@ -6,7 +6,8 @@
 //!   math of [`crate::limiter`] (`gcra.lua`) and the all-or-nothing rule of
 //!   [`super::Store::decide`]. The clock is Redis `TIME`, so instance clocks never matter. A
 //!   bucket expires when it is full again.
-//! - **Standalone: requests share calls.** At most [`MAX_IN_FLIGHT`] calls are out at once;
+//! - **Standalone: requests share calls.** At most `store.calls_in_flight` calls (one by
+//!   default) are out at once;
 //!   requests that arrive meanwhile wait (never longer than the timeout) and go together in the
 //!   next call (`batch.lua`), each decided atomically and in arrival order, as if alone. Under
 //!   load this divides Redis's per-call cost (command parsing, the script call, the reply, the
@@ -64,10 +65,8 @@ const REBUILD_EVERY: Duration = Duration::from_secs(2);
 const CACHE_SHARDS: usize = 16;
 /// How often the approximate key count is refreshed.
 const KEY_COUNT_EVERY: Duration = Duration::from_secs(10);
-/// Most script calls a standalone store has out at once; requests arriving meanwhile share the
-/// next call.
-pub const MAX_IN_FLIGHT: usize = 2;
-/// Most checks one shared call carries (Redis runs nothing else while a script runs).
+/// Most checks one shared call carries (Redis runs nothing else while a script runs: about
+/// 0.4 ms for this many on the machine of docs/benchmarks.md).
 pub const MAX_CALL_CHECKS: usize = 64;
 /// Most requests waiting for a call; beyond that a decision fails at once (each limiter's
 /// `on_store_error` answers) instead of queueing without bound.
@@ -97,6 +96,9 @@ pub struct RedisOptions {
     pub time_from_clock: bool,
     /// Added to every key's expiry (zero in production; virtual-time tests may outrun real time).
     pub ttl_pad: Duration,
+    /// Standalone: script calls out at once (at least one); requests arriving meanwhile wait and
+    /// share the next call.
+    pub calls_in_flight: usize,
 }
 
 impl RedisOptions {
@@ -108,6 +110,7 @@ impl RedisOptions {
             clock: Arc::new(SystemClock::new()),
             time_from_clock: false,
             ttl_pad: Duration::ZERO,
+            calls_in_flight: crate::config::defaults::STORE_CALLS_IN_FLIGHT,
         }
     }
 }
@@ -213,6 +216,7 @@ impl RedisStore {
         };
         let mut opts = RedisOptions::new(cfg.timeout);
         opts.cache_capacity = cfg.max_keys;
+        opts.calls_in_flight = cfg.calls_in_flight;
         let store = Self::new(target.clone(), opts)?;
         if !store.wait_connected(Duration::from_secs(2)) {
             tracing::warn!(
@@ -244,6 +248,7 @@ impl RedisStore {
             .map_err(|e| StoreError(format!("cannot start the redis store's runtime: {e}")))?;
         let (tx, rx) = mpsc::channel();
         let cache = OverLimitCache::new(opts.cache_capacity);
+        let opts_calls = opts.calls_in_flight.max(1);
         let (jobs, waiting) = match target {
             RedisTarget::Standalone(_) => {
                 let (jobs, waiting) = tokio::sync::mpsc::channel(MAX_WAITING);
@@ -277,7 +282,7 @@ impl RedisStore {
         let weak = Arc::downgrade(&inner);
         runtime.spawn(count_keys(weak.clone()));
         if let Some(waiting) = waiting {
-            runtime.spawn(share_calls(weak, waiting));
+            runtime.spawn(share_calls(weak, waiting, opts_calls));
         }
         Ok(Self {
             inner,
@@ -752,10 +757,14 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<Result<Vec<Verdict>, String>>,
 }
 
-/// The store's batching loop (standalone): while fewer than [`MAX_IN_FLIGHT`] calls are out,
+/// The store's batching loop (standalone): while fewer than `calls_in_flight` calls are out,
 /// send everything that waits (up to [`MAX_CALL_CHECKS`] checks) as one call, in arrival order.
 /// Requests whose caller already gave up are dropped before they reach Redis.
-async fn share_calls(weak: Weak<Inner>, mut waiting: tokio::sync::mpsc::Receiver<Job>) {
+async fn share_calls(
+    weak: Weak<Inner>,
+    mut waiting: tokio::sync::mpsc::Receiver<Job>,
+    calls_in_flight: usize,
+) {
     use futures_util::stream::{FuturesUnordered, StreamExt};
     let mut in_flight = FuturesUnordered::new();
     let mut next: Option<Job> = None;
@@ -768,7 +777,7 @@ async fn share_calls(weak: Weak<Inner>, mut waiting: tokio::sync::mpsc::Receiver
                     Some(job) => Some(job),
                     None => waiting.recv().await,
                 }
-            }, if in_flight.len() < MAX_IN_FLIGHT => job,
+            }, if in_flight.len() < calls_in_flight => job,
         };
         let Some(first) = first else { return };
         let Some(inner) = weak.upgrade() else { return };
