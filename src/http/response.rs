@@ -93,24 +93,23 @@ const LIMIT_HEADER_NAMES: [HeaderName; 5] = [
 /// - `RateLimit: "agent-device";r=29;t=2, ...`: remaining, and seconds until the bucket is full.
 /// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the tightest limiter.
 pub fn limit_headers(outcome: &Outcome) -> Vec<(HeaderName, String)> {
-    render(outcome)
-        .into_iter()
-        .map(|(name, v)| (name, String::from_utf8_lossy(v.as_bytes()).into_owned()))
-        .collect()
+    let mut out = Vec::new();
+    render(outcome, |name, v| {
+        out.push((name, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+    });
+    out
 }
 
-type Rendered = SmallVec<[(HeaderName, HeaderValue); 5]>;
-
-/// Every limit header value. `RateLimit-Policy` depends only on which limiters decided, so it is
-/// reused from the previous response on this thread when those are the same; the other values
-/// are written into one buffer (one allocation for all of them) and handed out as slices of it.
-fn render(outcome: &Outcome) -> Rendered {
+/// Every limit header, handed to `out` as it is made. `RateLimit-Policy` depends only on which
+/// limiters decided, so it is reused from the previous response on this thread when those are
+/// the same; the other values are written into one buffer (one allocation for all of them) and
+/// handed out as slices of it.
+fn render(outcome: &Outcome, mut out: impl FnMut(HeaderName, HeaderValue)) {
     let decided = || outcome.results.iter().filter(|r| !r.store_error);
     if decided().next().is_none() {
-        return Rendered::new();
+        return;
     }
-    let mut out = Rendered::new();
-    out.push((LIMIT_HEADER_NAMES[0].clone(), policy_value(outcome)));
+    out(LIMIT_HEADER_NAMES[0].clone(), policy_value(outcome));
     let mut buf = BytesMut::with_capacity(24 * outcome.results.len() + 32);
     let mut ends = [0usize; 4];
     let mut num = itoa::Buffer::new();
@@ -135,11 +134,10 @@ fn render(outcome: &Outcome) -> Rendered {
     let mut start = 0;
     for (name, end) in LIMIT_HEADER_NAMES[1..=count].iter().zip(ends) {
         if let Ok(v) = HeaderValue::from_maybe_shared(all.slice(start..end)) {
-            out.push((name.clone(), v));
+            out(name.clone(), v);
         }
         start = end;
     }
-    out
 }
 
 /// The limiters a `RateLimit-Policy` value names, and the value.
@@ -206,9 +204,9 @@ fn write_items<'a>(
 
 /// Add the limit headers to a response that is about to leave.
 pub fn apply_headers(headers: &mut HeaderMap, outcome: &Outcome) {
-    for (name, value) in render(outcome) {
+    render(outcome, |name, value| {
         headers.insert(name, value);
-    }
+    });
 }
 
 /// The refusal: 429, problem+json, `Retry-After` from the bucket, and the limit headers.
