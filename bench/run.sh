@@ -109,6 +109,12 @@ stop_all() {
   PIDS=()
 }
 
+# port_free PORT: nothing listens on 127.0.0.1:PORT yet. A server left over from something else
+# would otherwise answer in place of the one this script starts (which then fails to bind).
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
 # wait_up PORT: until something answers HTTP on the port (any status), at most 15 s; fails
 # at once when the process started last has exited.
 wait_up() {
@@ -192,6 +198,10 @@ EOF
 }
 
 start_upstream() {
+  if ! port_free "$P_UPSTREAM"; then
+    log "port $P_UPSTREAM (the upstream's) is already in use; stop what listens there first"
+    exit 1
+  fi
   nginx_upstream_conf
   start upstream nginx -c "$TMP/nginx-up/nginx.conf"
   wait_up "$P_UPSTREAM"
@@ -201,6 +211,10 @@ start_upstream() {
 start_redis() {
   local port=$1 cpu=$2
   command -v redis-server >/dev/null || return 1
+  if ! port_free "$port"; then
+    log "port $port is already in use: not starting a redis-server there"
+    return 1
+  fi
   taskset -c "$cpu" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
     --daemonize no >"$TMP/redis-$port.log" 2>&1 &
   REDIS_PIDS+=($!)
@@ -249,6 +263,10 @@ base_port_of() {
 launch() {
   local cfg=$1 kind=$2 conf="$TMP/limits-$2.toml" port name="$1-$2"
   port=$(port_of "$cfg" "$kind")
+  if [ "$cfg" != upstream ] && ! port_free "$port"; then
+    echo "port $port is already in use by another process" >"$TMP/skip"
+    return 1
+  fi
   local limit=1000000000 window=1m erl_limit=1000000000 erl_window=60000 rate=1000000r/s
   # The two paths' servers run side by side: the refusal path's keep their buckets in Redis
   # database 1, apart from the allowed path's.
