@@ -203,9 +203,15 @@ fn write_items<'a>(
 }
 
 /// Add the limit headers to a response that is about to leave.
+/// Values the upstream set under the same names are replaced; `append` on a name not yet
+/// present skips building the list of removed values that `insert` returns.
 pub fn apply_headers(headers: &mut HeaderMap, outcome: &Outcome) {
     render(outcome, |name, value| {
-        headers.insert(name, value);
+        if headers.contains_key(&name) {
+            headers.insert(name, value);
+        } else {
+            headers.append(name, value);
+        }
     });
 }
 
