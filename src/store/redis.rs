@@ -7,12 +7,11 @@
 //!   [`super::Store::decide`]. The clock is Redis `TIME`, so instance clocks never matter. A
 //!   bucket expires when it is full again.
 //! - **Standalone: requests share calls.** At most `store.calls_in_flight` calls (one by
-//!   default) are out at once;
-//!   requests that arrive meanwhile wait (never longer than the timeout) and go together in the
-//!   next call (`batch.lua`), each decided atomically and in arrival order, as if alone. Under
-//!   load this divides Redis's per-call cost (command parsing, the script call, the reply, the
-//!   socket reads and writes on both sides) among the requests of a call; an idle store sends
-//!   each request at once.
+//!   default) are out at once; requests that arrive meanwhile wait (never longer than the
+//!   timeout) and go together in the next call (`batch.lua`), each decided atomically and in
+//!   arrival order, as if alone. Under load this divides Redis's per-call cost (command
+//!   parsing, the script call, the reply, the socket reads and writes on both sides) among the
+//!   requests of a call; an idle store sends each request at once.
 //! - **Keys** are `fl:{<limiter>:<hex digest>}`: the whole name is the hash tag, so a bucket is
 //!   one key on one Cluster slot, and nothing but digests ever reaches Redis.
 //! - **Cluster.** Keys of one request usually sit on different slots. The checks are grouped by
