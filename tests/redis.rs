@@ -9,7 +9,9 @@ use fleet_limiter::clock::ManualClock;
 use fleet_limiter::keys::BucketKey;
 use fleet_limiter::limiter::{Algorithm, Quota};
 use fleet_limiter::store::memory::MemoryStore;
-use fleet_limiter::store::redis::{key_name, RedisOptions, RedisStore, RedisTarget};
+use fleet_limiter::store::redis::{
+    self as redis_store, key_name, RedisOptions, RedisStore, RedisTarget,
+};
 use fleet_limiter::store::{Check, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -195,6 +197,53 @@ async fn concurrent_requests_sharing_calls_are_decided_in_arrival_order() {
     let (refunds, calls) = parity(RedisTarget::Standalone(redis.url()), 8).await;
     assert_eq!(refunds, 0);
     assert!(calls < 3000, "requests shared calls ({calls} for 3000)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_waiting_cap_fail_at_once() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let store = connected(
+        RedisTarget::Standalone(server.url()),
+        RedisOptions::new(Duration::from_secs(10)),
+    );
+    let lim = unique("cap");
+    let n = redis_store::MAX_WAITING + 200;
+    let checks: Vec<[Check; 1]> = (0..n)
+        .map(|i| {
+            [check(
+                &lim,
+                &format!("p{i}"),
+                Quota::gcra(10, Duration::from_secs(60)),
+            )]
+        })
+        .collect();
+    server.pause();
+    let all = futures_util::future::join_all(checks.iter().map(|c| store.decide(c)));
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.resume();
+    };
+    let (answers, ()) = tokio::join!(all, resume);
+    let refused: Vec<String> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    // One call took the first requests out of the queue before Redis froze; the queue then
+    // filled up, and everything after it was turned away at once.
+    assert!(
+        (200 - redis_store::MAX_CALL_CHECKS..=200).contains(&refused.len()),
+        "{} refused",
+        refused.len()
+    );
+    assert!(
+        refused.iter().all(|e| e.contains("already wait")),
+        "{:?}",
+        refused.first()
+    );
+    assert_eq!(store.errors(), refused.len() as u64);
+    assert!(answers.iter().filter(|a| a.is_ok()).count() >= redis_store::MAX_WAITING);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Weak};
 use std::time::Duration;
+use tokio::sync::mpsc::error::TrySendError;
 
 const SLOT_LUA: &str = concat!(
     include_str!("prelude.lua"),
@@ -424,8 +425,12 @@ impl Inner {
             checks: checks.iter().map(|c| (c.quota, c.advisory)).collect(),
             reply,
         };
-        if jobs.try_send(job).is_err() {
-            return Err(self.failed(format!("{MAX_WAITING} decisions already wait for redis")));
+        if let Err(e) = jobs.try_send(job) {
+            let msg = match e {
+                TrySendError::Full(_) => format!("{MAX_WAITING} decisions already wait for redis"),
+                TrySendError::Closed(_) => "the store stopped".to_owned(),
+            };
+            return Err(self.failed(msg));
         }
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(Ok(verdicts))) => Ok(verdicts),
