@@ -454,6 +454,20 @@ impl Metrics {
                 &store_label,
                 s.evicted_keys(),
             );
+            if let Some(calls) = s.calls() {
+                header(
+                    &mut out,
+                    "fleet_limiter_store_calls_total",
+                    "counter",
+                    "Calls sent to the store (concurrent requests share calls on a standalone Redis).",
+                );
+                sample(
+                    &mut out,
+                    "fleet_limiter_store_calls_total",
+                    &store_label,
+                    calls,
+                );
+            }
         }
 
         header(

@@ -562,6 +562,17 @@ async fn three_gateways_share_one_budget(
             r.ratelimit
         );
     }
+    // Every instance asked Redis, and never more than once per request.
+    let mut calls = 0.0;
+    for gw in &gateways {
+        let c = gw
+            .metric(r#"fleet_limiter_store_calls_total{store="redis"}"#)
+            .await
+            .expect("the Redis store counts its calls");
+        assert!(c >= 1.0, "{c}");
+        calls += c;
+    }
+    assert!(calls <= 30.0, "{calls} calls for 30 requests");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,12 @@ pub trait Store: Send + Sync + 'static {
         0
     }
 
+    /// Calls sent to a remote store since start (`None` for a store that makes none). On a
+    /// standalone Redis concurrent requests share calls, so decisions / calls is the sharing.
+    fn calls(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether the store answers right now (readiness).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })

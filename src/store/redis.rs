@@ -358,6 +358,10 @@ impl Store for RedisStore {
         RedisStore::errors(self)
     }
 
+    fn calls(&self) -> Option<u64> {
+        Some(self.round_trips())
+    }
+
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let conn = self.inner.conn.read().clone();

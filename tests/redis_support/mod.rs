@@ -272,11 +272,12 @@ pub fn upstream() -> String {
 }
 
 /// `fleet-limiter serve` with this TOML configuration in front of `upstream`, logging at info,
-/// with extra command-line flags and environment variables.
+/// its admin listener on a free port, with extra command-line flags and environment variables.
 pub fn gateway(config: &str, upstream: &str, args: &[&str], envs: &[(&str, &str)]) -> Gateway {
     Launch::serve()
         .config_toml(config)
         .upstream(upstream)
+        .admin()
         .log("info")
         .args(args.iter().copied())
         .envs(envs.iter().copied())
