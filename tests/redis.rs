@@ -199,6 +199,22 @@ async fn concurrent_requests_sharing_calls_are_decided_in_arrival_order() {
     assert!(calls < 3000, "requests shared calls ({calls} for 3000)");
 }
 
+/// Every request of `requests` sent at once (in order) while `server` is frozen; Redis answers
+/// again 300 ms later. Returns each request's answer.
+async fn decide_while_frozen(
+    server: &redis_support::RedisServer,
+    store: &RedisStore,
+    requests: &[&[Check]],
+) -> Vec<Result<Vec<fleet_limiter::limiter::Verdict>, fleet_limiter::store::StoreError>> {
+    server.pause();
+    let all = futures_util::future::join_all(requests.iter().map(|c| store.decide(c)));
+    let resume = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.resume();
+    };
+    tokio::join!(all, resume).0
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_waiting_cap_fail_at_once() {
     let Some(server) = redis_support::own_server() else {
@@ -219,13 +235,8 @@ async fn requests_beyond_the_waiting_cap_fail_at_once() {
             )]
         })
         .collect();
-    server.pause();
-    let all = futures_util::future::join_all(checks.iter().map(|c| store.decide(c)));
-    let resume = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        server.resume();
-    };
-    let (answers, ()) = tokio::join!(all, resume);
+    let requests: Vec<&[Check]> = checks.iter().map(|c| c.as_slice()).collect();
+    let answers = decide_while_frozen(&server, &store, &requests).await;
     let refused: Vec<String> = answers
         .iter()
         .filter_map(|a| a.as_ref().err().map(|e| e.to_string()))
@@ -261,13 +272,7 @@ async fn requests_waiting_for_redis_share_one_call() {
         Quota::gcra(10, Duration::from_secs(3600)),
     )];
     // Redis stops answering: the first call waits, every later request queues behind it.
-    server.pause();
-    let all = futures_util::future::join_all((0..40).map(|_| store.decide(&c)));
-    let resume = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        server.resume();
-    };
-    let (answers, ()) = tokio::join!(all, resume);
+    let answers = decide_while_frozen(&server, &store, &[&c[..]; 40]).await;
     let remaining: Vec<Option<u32>> = answers
         .into_iter()
         .map(|a| {

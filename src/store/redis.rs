@@ -248,7 +248,6 @@ impl RedisStore {
             .map_err(|e| StoreError(format!("cannot start the redis store's runtime: {e}")))?;
         let (tx, rx) = mpsc::channel();
         let cache = OverLimitCache::new(opts.cache_capacity);
-        let opts_calls = opts.calls_in_flight.max(1);
         let (jobs, waiting) = match target {
             RedisTarget::Standalone(_) => {
                 let (jobs, waiting) = tokio::sync::mpsc::channel(MAX_WAITING);
@@ -282,7 +281,11 @@ impl RedisStore {
         let weak = Arc::downgrade(&inner);
         runtime.spawn(count_keys(weak.clone()));
         if let Some(waiting) = waiting {
-            runtime.spawn(share_calls(weak, waiting, opts_calls));
+            runtime.spawn(share_calls(
+                weak,
+                waiting,
+                inner.opts.calls_in_flight.max(1),
+            ));
         }
         Ok(Self {
             inner,
@@ -466,7 +469,7 @@ impl Inner {
             for job in &jobs {
                 cmd.arg(&job.keys);
             }
-            cmd.arg(&now[0]).arg(&now[1]).arg(self.pad_ms());
+            self.push_clock(cmd, &now);
             for job in &jobs {
                 cmd.arg(job.checks.len());
                 for (quota, advisory) in &job.checks {
@@ -578,8 +581,12 @@ impl Inner {
         }
     }
 
-    fn pad_ms(&self) -> String {
-        self.opts.ttl_pad.as_millis().to_string()
+    /// The arguments every script starts with (`prelude.lua`'s ARGV[1..3]): now, and the
+    /// padding added to every expiry.
+    fn push_clock(&self, cmd: &mut Cmd, now: &[String; 2]) {
+        cmd.arg(&now[0])
+            .arg(&now[1])
+            .arg(self.opts.ttl_pad.as_millis() as u64);
     }
 
     async fn run_group(
@@ -594,7 +601,7 @@ impl Inner {
             for &i in group {
                 cmd.arg(&keys[i]);
             }
-            cmd.arg(&now[0]).arg(&now[1]).arg(self.pad_ms());
+            self.push_clock(cmd, now);
             for &i in group {
                 push_check(cmd, &checks[i].quota, checks[i].advisory);
             }
@@ -629,9 +636,6 @@ impl Inner {
                     "f"
                 };
                 let args = vec![
-                    now[0].clone(),
-                    now[1].clone(),
-                    self.pad_ms(),
                     a.written[pos].clone(),
                     a.before[first].clone(),
                     algo.to_owned(),
@@ -645,7 +649,9 @@ impl Inner {
             self.refunds.fetch_add(1, Ordering::Relaxed);
             let calls = jobs.iter().map(|(k, args)| {
                 self.refund.run(conn, 1, move |cmd: &mut Cmd| {
-                    cmd.arg(k).arg(args);
+                    cmd.arg(k);
+                    self.push_clock(cmd, now);
+                    cmd.arg(args);
                 })
             });
             for r in join_all(calls).await {
