@@ -99,3 +99,37 @@ allowed_origins = ["http://dash.test"]
     );
     handle.stop(true).await;
 }
+
+#[actix_web::test]
+async fn without_the_outcome_extension_handlers_see_none_and_headers_stay() {
+    use actix_web::test;
+    let cfg = Loader::new().load().expect("config");
+    let call = |on: bool| {
+        let limiter = FleetLimiter::from_config(&cfg)
+            .expect("limiter")
+            .with_outcome_extension(on);
+        async move {
+            let app = test::init_service(
+                App::new()
+                    .wrap(limiter)
+                    .route("/api/agent/heartbeat", web::post().to(handler)),
+            )
+            .await;
+            let req = test::TestRequest::post()
+                .uri("/api/agent/heartbeat")
+                .peer_addr(([203, 0, 113, 9], 4000).into())
+                .insert_header(("x-agent-id", "agent-0001"))
+                .to_request();
+            let res = test::call_service(&app, req).await;
+            let limited = res.headers().contains_key("ratelimit");
+            let body = test::read_body(res).await;
+            (limited, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let (limited, body) = call(true).await;
+    assert!(limited);
+    assert_ne!(body, "remaining=None", "on by default: the handler sees it");
+    let (limited, body) = call(false).await;
+    assert!(limited, "the limit headers do not depend on the extension");
+    assert_eq!(body, "remaining=None");
+}

@@ -43,6 +43,7 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub struct FleetLimiter {
     decider: Arc<Decider>,
     session_cookie: Option<Arc<str>>,
+    outcome_extension: bool,
 }
 
 impl FleetLimiter {
@@ -50,7 +51,16 @@ impl FleetLimiter {
         Self {
             decider,
             session_cookie: None,
+            outcome_extension: true,
         }
+    }
+
+    /// Whether handlers find the decision in a [`LimitOutcome`] request extension (on by
+    /// default). An app whose handlers never read it, such as the gateway's proxy, turns it off
+    /// and saves the extension's allocation on every request.
+    pub fn with_outcome_extension(mut self, on: bool) -> Self {
+        self.outcome_extension = on;
+        self
     }
 
     /// Read dashboard session tokens from this cookie as well as from `Authorization`.
@@ -118,7 +128,7 @@ where
                 return Ok(service.call(req).await?.map_into_left_body());
             }
             let started = std::time::Instant::now();
-            let outcome = Arc::new(decide(&limiter, &req).await);
+            let outcome = decide(&limiter, &req).await;
             crate::observe::decision(&outcome, started.elapsed());
             if outcome.refused() {
                 let res = response::too_many_requests(&outcome);
@@ -126,9 +136,16 @@ where
                 drain_small_body(&mut payload).await;
                 return Ok(ServiceResponse::new(http_req, res).map_into_right_body());
             }
-            req.extensions_mut().insert(LimitOutcome(outcome.clone()));
+            let shared: Arc<Outcome>;
+            let outcome: &Outcome = if limiter.outcome_extension {
+                shared = Arc::new(outcome);
+                req.extensions_mut().insert(LimitOutcome(shared.clone()));
+                &shared
+            } else {
+                &outcome
+            };
             let mut res = service.call(req).await?;
-            response::apply_headers(res.headers_mut(), &outcome);
+            response::apply_headers(res.headers_mut(), outcome);
             Ok(res.map_into_left_body())
         })
     }

@@ -36,8 +36,10 @@ pub async fn serve_gateway_with(
         connect_timeout: cfg.server.connect_timeout,
         read_timeout: cfg.server.read_timeout,
     };
-    let limiter =
-        FleetLimiter::new(decider.clone()).with_session_cookie(cfg.identity.session_cookie.clone());
+    // The proxy reads nothing from the outcome: no extension to allocate per request.
+    let limiter = FleetLimiter::new(decider.clone())
+        .with_session_cookie(cfg.identity.session_cookie.clone())
+        .with_outcome_extension(false);
     let cors = cors::Cors::new(&cfg.cors);
     let control = Arc::new(admin::Control::new(cfg, decider, cors.clone(), reloader));
     let up = upstream.clone();
