@@ -79,7 +79,8 @@ impl Problem {
     }
 }
 
-const LIMIT_HEADER_NAMES: [HeaderName; 5] = [
+// A static, not a const: a const array would be built and dropped again at every use.
+static LIMIT_HEADER_NAMES: [HeaderName; 5] = [
     HeaderName::from_static("ratelimit-policy"),
     HeaderName::from_static("ratelimit"),
     HeaderName::from_static("x-ratelimit-limit"),
@@ -203,11 +204,13 @@ fn write_items<'a>(
 }
 
 /// Add the limit headers to a response that is about to leave.
-/// Values the upstream set under the same names are replaced; `append` on a name not yet
-/// present skips building the list of removed values that `insert` returns.
+/// Values the upstream set under the same names are replaced. Most responses carry none of
+/// these names: one pass over the handful of names present tells, and then `append` skips
+/// both a lookup per limit header and the list of removed values that `insert` builds.
 pub fn apply_headers(headers: &mut HeaderMap, outcome: &Outcome) {
+    let clash = headers.keys().any(|k| LIMIT_HEADER_NAMES.contains(k));
     render(outcome, |name, value| {
-        if headers.contains_key(&name) {
+        if clash {
             headers.insert(name, value);
         } else {
             headers.append(name, value);
