@@ -204,8 +204,9 @@ const ROUTE_MEMO_CAP: usize = 4096;
 /// the policy, so a reload (a new policy) starts with an empty one.
 #[derive(Default)]
 struct RouteMemo {
-    /// Keyed with a per-process random key: clients cannot aim paths at one hash.
-    hasher: std::collections::hash_map::RandomState,
+    /// Seeded at random per process: clients cannot aim paths at one hash (and two paths that
+    /// do share one only lose the memo, never each other's answer).
+    hasher: foldhash::fast::RandomState,
     entries: RwLock<HashMap<u64, MemoEntry, BuildHasherDefault<PrehashedKey>>>,
 }
 
