@@ -11,6 +11,7 @@ use crate::limiter::{ceil_secs, Verdict};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
 use crate::store::{Check, Store, StoreError};
 use parking_lot::RwLock;
+use smallvec::SmallVec;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -207,8 +208,13 @@ impl Decider {
     }
 }
 
-/// One check per limiter, keyed on the principal that limiter meters.
-pub fn build_checks(limiters: &[Arc<LimiterSpec>], ip_key: &str, id: &Identity) -> Vec<Check> {
+/// One check per limiter, keyed on the principal that limiter meters (on the stack for the
+/// usual handful of limiters).
+pub fn build_checks(
+    limiters: &[Arc<LimiterSpec>],
+    ip_key: &str,
+    id: &Identity,
+) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
         .map(|l| Check {
