@@ -12,8 +12,9 @@
 # Servers run on SERVER_CPU, wrk on LOAD_CPU (taskset). Every configuration's server is started
 # twice, once with budgets nothing exhausts (the allowed path) and once with budgets every
 # measured request exceeds (the refusal path), and warmed up; then rounds interleave short wrk
-# runs over all of them (every server once per round), so that bursts of outside load on a
-# shared machine hit neighbouring measurements alike; ratios are taken within a round.
+# runs over all of them (every server once per round, each round starting one server further
+# along), so that bursts of outside load on a shared machine hit neighbouring measurements
+# alike; ratios are taken within a round.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -343,9 +344,16 @@ run_load() {
       up+=("$kind:$cfg")
     done
   done
+  # Each round starts one configuration further along the list, so that no configuration
+  # always runs in the same slot (right after the upstream alone, say, or last).
+  local n=${#up[@]} order
   for round in $(seq "$ROUNDS"); do
-    local entry
-    for entry in "${up[@]}"; do
+    local entry i
+    order=()
+    for i in $(seq 0 $((n - 1))); do
+      order+=("${up[$(((i + round - 1) % n))]}")
+    done
+    for entry in "${order[@]}"; do
       kind=${entry%%:*} cfg=${entry#*:}
       local m port
       port=$(port_of "$cfg" "$kind")
