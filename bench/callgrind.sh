@@ -1,22 +1,29 @@
 #!/usr/bin/env bash
-# Instructions per proxied request, counted by callgrind in the gateway process under load:
-# a measure that does not move with other tenants' load, unlike requests per second.
+# Instructions per request, counted by callgrind in the server process under load: a measure
+# that does not move with other tenants' load, unlike requests per second.
 #
-#   bench/callgrind.sh                       # limiter on and off, the release binary
-#   GATEWAY=path/to/other/fleet-limiter bench/callgrind.sh   # the same for another build
-#   MODES=on TOP=60 bench/callgrind.sh       # one mode, a longer list of functions
+#   bench/callgrind.sh                      # the gateway, limiter on and off
+#   MODES="mw-fleet mw-governor mw-bare" bench/callgrind.sh   # the three middleware apps
+#   GATEWAY=path/to/other/fleet-limiter bench/callgrind.sh    # the gateway of another build
+#   MODES=on TOP=60 bench/callgrind.sh      # one mode, a longer list of functions
 #
-# For each mode: the upstream (nginx `return 200`) and the gateway under
-# `valgrind --tool=callgrind` start; `wrk -c4` warms up for WARMUP seconds, the counters are
-# zeroed (`callgrind_control -z`), `wrk` runs MEASURE seconds, the counters are dumped
+# Modes: `on` and `off` are the gateway (rows 2 and 3 of bench/run.sh) in front of nginx
+# `return 200`; `mw-fleet`, `mw-governor` and `mw-bare` are the actix-web apps of rows 6a-6c
+# (bench/middleware). Budgets are so large that every request is allowed.
+#
+# For each mode the server starts under `valgrind --tool=callgrind`; `wrk -c4` with
+# bench/heartbeat.lua warms it up for WARMUP seconds, the counters are zeroed
+# (`callgrind_control -z`), `wrk` runs MEASURE seconds, the counters are dumped
 # (`callgrind_control -d`). Instructions per request = the dump's total over the requests wrk
 # completed. Then, in $OUT: each mode's functions by their own (self) instructions per request
-# (self.on.txt, self.off.txt), and, with both modes, what the limiter adds function by function
-# (on-minus-off.txt, also printed).
+# (self.MODE.txt), and function by function what the limiter adds (printed too):
+# on-minus-off.txt for the gateway, mw-fleet-minus-mw-bare.txt and
+# mw-governor-minus-mw-bare.txt for the middleware, when both modes of a pair ran.
 #
 # valgrind has no SHA-NI: SHA-256 runs its portable rounds here (~3 500 instructions per
-# digest), which the real CPU does in a few hundred cycles. Compare counts between builds and
-# modes, not with wall-clock time.
+# digest), which the real CPU does in a few hundred cycles; and it counts each byte of a
+# `rep stosb` (large `memset`s) as an instruction. Compare counts between builds and modes,
+# not with wall-clock time.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,26 +33,40 @@ WARMUP=${WARMUP:-3}
 MEASURE=${MEASURE:-10}
 TOP=${TOP:-30}
 P_UPSTREAM=${P_UPSTREAM:-18181}
-P_GATEWAY=${P_GATEWAY:-18180}
+P_SERVER=${P_SERVER:-18180}
 OUT=${OUT:-"$ROOT/target/bench-results/callgrind"}
 
 log() { printf '%s\n' "$*" >&2; }
 
-for tool in valgrind callgrind_control callgrind_annotate wrk nginx curl; do
+for tool in valgrind callgrind_control wrk nginx curl python3; do
   command -v "$tool" >/dev/null || {
-    log "missing $tool: apt-get install -y valgrind wrk nginx-light curl"
+    log "missing $tool: apt-get install -y valgrind wrk nginx-light curl python3"
     exit 1
   }
 done
 
-if [ -z "${GATEWAY:-}" ]; then
-  log "building the release binary"
+gateway_modes=false middleware_modes=false
+for mode in $MODES; do
+  case $mode in
+    on | off) gateway_modes=true ;;
+    mw-fleet | mw-governor | mw-bare) middleware_modes=true ;;
+    *) log "unknown mode $mode (on, off, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
+  esac
+done
+
+if $gateway_modes && [ -z "${GATEWAY:-}" ]; then
+  log "building the gateway"
   (cd "$ROOT" && cargo build --release --quiet --bin fleet-limiter)
   GATEWAY="$ROOT/target/release/fleet-limiter"
 fi
+if $middleware_modes && [ -z "${MW:-}" ]; then
+  log "building the middleware apps"
+  (cd "$BENCH/middleware" && CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --bins)
+  MW="$ROOT/target/release/fleet-limiter-bench-middleware"
+fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in "$P_UPSTREAM" "$P_GATEWAY"; do
+for p in "$P_UPSTREAM" "$P_SERVER"; do
   port_free "$p" || { log "port $p is already in use; stop what listens there first"; exit 1; }
 done
 
@@ -59,22 +80,6 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$OUT"
-
-cat >"$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx.pid;
-error_log stderr error;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $TMP;
-  keepalive_requests 100000000;
-  server { listen 127.0.0.1:$P_UPSTREAM; location / { return 200 "ok"; } }
-}
-EOF
-nginx -c "$TMP/nginx.conf" >"$TMP/nginx.log" 2>&1 &
-PIDS+=($!)
 
 # Budgets nothing exhausts: every measured request takes the allowed path.
 cat >"$TMP/limits.toml" <<EOF
@@ -95,42 +100,76 @@ wait_up() {
   done
   return 1
 }
-wait_up "$P_UPSTREAM" || { log "the upstream did not start: $(cat "$TMP/nginx.log")"; exit 1; }
 
-printf '%-8s %12s %10s %16s\n' mode requests "Ir total" "Ir per request"
+if $gateway_modes; then
+  cat >"$TMP/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $TMP/nginx.pid;
+error_log stderr error;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $TMP;
+  keepalive_requests 100000000;
+  server { listen 127.0.0.1:$P_UPSTREAM; location / { return 200 "ok"; } }
+}
+EOF
+  nginx -c "$TMP/nginx.conf" >"$TMP/nginx.log" 2>&1 &
+  PIDS+=($!)
+  wait_up "$P_UPSTREAM" || { log "the upstream did not start: $(cat "$TMP/nginx.log")"; exit 1; }
+fi
+
+# server_command MODE: the server of MODE, listening on P_SERVER, into the array CMD, and its
+# environment into ENVS (set outside valgrind, which would otherwise profile `env` itself).
+server_command() {
+  local listen="127.0.0.1:$P_SERVER"
+  case $1 in
+    on | off)
+      local enabled=true
+      [ "$1" = off ] && enabled=false
+      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_ENABLED=$enabled)
+      CMD=("$GATEWAY" serve
+        --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    mw-fleet) ENVS=(FLEET_LIMITER_LOG=warn) CMD=("$MW" fleet "$TMP/limits.toml" "$listen") ;;
+    mw-governor) ENVS=() CMD=("$MW" governor allowed "$listen") ;;
+    mw-bare) ENVS=() CMD=("$MW" bare - "$listen") ;;
+  esac
+}
+
+printf '%-12s %10s %12s %16s\n' mode requests "Ir total" "Ir per request"
 for mode in $MODES; do
-  enabled=true
-  [ "$mode" = off ] && enabled=false
   out="$OUT/callgrind.$mode.out"
-  rm -f "$out"*
-  env FLEET_LIMITER_LOG=warn FLEET_LIMITER_ENABLED=$enabled \
-    valgrind --tool=callgrind --callgrind-out-file="$out" \
-    "$GATEWAY" serve --config "$TMP/limits.toml" --listen "127.0.0.1:$P_GATEWAY" \
-    --upstream "http://127.0.0.1:$P_UPSTREAM" --store memory \
-    --admin-listen 127.0.0.1:0 --allow-unsafe-calibration >"$TMP/gateway-$mode.log" 2>&1 &
-  gw=$!
-  PIDS+=("$gw")
-  wait_up "$P_GATEWAY" || { log "the gateway did not start: $(tail -5 "$TMP/gateway-$mode.log")"; exit 1; }
-  wrk -t1 -c4 -d"${WARMUP}s" -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$P_GATEWAY" >/dev/null
-  callgrind_control -z "$gw" >/dev/null 2>&1
-  requests=$(wrk -t1 -c4 -d"${MEASURE}s" -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$P_GATEWAY" |
+  rm -f "$out" "$out".*
+  server_command "$mode"
+  env "${ENVS[@]}" valgrind --tool=callgrind --callgrind-out-file="$out" "${CMD[@]}" \
+    >"$TMP/server-$mode.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  wait_up "$P_SERVER" || { log "$mode did not start: $(tail -5 "$TMP/server-$mode.log")"; exit 1; }
+  wrk -t1 -c4 -d"${WARMUP}s" -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$P_SERVER" >/dev/null
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  requests=$(wrk -t1 -c4 -d"${MEASURE}s" -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$P_SERVER" |
     awk '/requests in/ {print $1}')
-  callgrind_control -d "$gw" >/dev/null 2>&1
-  kill "$gw" 2>/dev/null || true
-  wait "$gw" 2>/dev/null || true
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
   # The dump taken on request is the file with the highest sequence number.
   dump=$(ls -1v "$out".* | tail -1)
   total=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
-  printf '%-8s %12s %10s %16s\n' "$mode" "$requests" "$total" "$((total / requests))"
+  printf '%-12s %10s %12s %16s\n' "$mode" "$requests" "$total" "$((total / requests))"
   cp "$dump" "$out"
   echo "$requests" >"$out.requests"
   python3 "$BENCH/callgrind_self.py" "$out" "$requests" "$TOP" >"$OUT/self.$mode.txt"
 done
 
-# What the limiter adds: per-function self cost, limiter on minus limiter off.
-if [[ " $MODES " == *" on "* && " $MODES " == *" off "* ]]; then
-  python3 "$BENCH/callgrind_self.py" "$OUT/callgrind.on.out" "$(cat "$OUT/callgrind.on.out.requests")" \
-    "$OUT/callgrind.off.out" "$(cat "$OUT/callgrind.off.out.requests")" "$TOP" >"$OUT/on-minus-off.txt"
-  echo
-  cat "$OUT/on-minus-off.txt"
-fi
+# What a limiter adds, function by function: self cost per request, with it minus without.
+for pair in "on off" "mw-fleet mw-bare" "mw-governor mw-bare"; do
+  read -r a b <<<"$pair"
+  [[ " $MODES " == *" $a "* && " $MODES " == *" $b "* ]] || continue
+  python3 "$BENCH/callgrind_self.py" "$OUT/callgrind.$a.out" "$(cat "$OUT/callgrind.$a.out.requests")" \
+    "$OUT/callgrind.$b.out" "$(cat "$OUT/callgrind.$b.out.requests")" "$TOP" >"$OUT/$a-minus-$b.txt"
+  printf '\n%s minus %s\n' "$a" "$b"
+  cat "$OUT/$a-minus-$b.txt"
+done
