@@ -28,6 +28,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH="$ROOT/bench"
+# shellcheck source=bench/common.sh
+. "$BENCH/common.sh"
 MODES=${MODES:-"on off"}
 WARMUP=${WARMUP:-3}
 MEASURE=${MEASURE:-10}
@@ -65,7 +67,6 @@ if $middleware_modes && [ -z "${MW:-}" ]; then
   MW="$ROOT/target/release/fleet-limiter-bench-middleware"
 fi
 
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for p in "$P_UPSTREAM" "$P_SERVER"; do
   port_free "$p" || { log "port $p is already in use; stop what listens there first"; exit 1; }
 done
@@ -102,20 +103,8 @@ wait_up() {
 }
 
 if $gateway_modes; then
-  cat >"$TMP/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx.pid;
-error_log stderr error;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $TMP;
-  keepalive_requests 100000000;
-  server { listen 127.0.0.1:$P_UPSTREAM; location / { return 200 "ok"; } }
-}
-EOF
-  nginx -c "$TMP/nginx.conf" >"$TMP/nginx.log" 2>&1 &
+  upstream_nginx_conf "$TMP/nginx-up" "$P_UPSTREAM"
+  nginx -c "$TMP/nginx-up/nginx.conf" >"$TMP/nginx.log" 2>&1 &
   PIDS+=($!)
   wait_up "$P_UPSTREAM" || { log "the upstream did not start: $(cat "$TMP/nginx.log")"; exit 1; }
 fi

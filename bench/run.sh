@@ -19,6 +19,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH="$ROOT/bench"
+# shellcheck source=bench/common.sh
+. "$BENCH/common.sh"
 DURATION=${DURATION:-2s}
 WARMUP=${WARMUP:-1s}
 ROUNDS=${ROUNDS:-8}
@@ -110,12 +112,6 @@ stop_all() {
   PIDS=()
 }
 
-# port_free PORT: nothing listens on 127.0.0.1:PORT yet. A server left over from something else
-# would otherwise answer in place of the one this script starts (which then fails to bind).
-port_free() {
-  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
 # wait_up PORT: until something answers HTTP on the port (any status), at most 15 s; fails
 # at once when the process started last has exited.
 wait_up() {
@@ -143,26 +139,6 @@ write_config() {
       printf '[limiters.%s]\nlimit = %s\nwindow = "%s"\n\n' "$name" "$limit" "$window" >>"$file"
     fi
   done
-}
-
-nginx_upstream_conf() {
-  mkdir -p "$TMP/nginx-up"
-  cat >"$TMP/nginx-up/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $TMP/nginx-up/nginx.pid;
-error_log stderr error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $TMP/nginx-up;
-  keepalive_requests 100000000;
-  server {
-    listen 127.0.0.1:$P_UPSTREAM;
-    location / { return 200 "ok"; }
-  }
-}
-EOF
 }
 
 # nginx_limit_conf RATE PORT DIR: limit_req keyed on client address + X-Agent-ID, proxying
@@ -203,7 +179,7 @@ start_upstream() {
     log "port $P_UPSTREAM (the upstream's) is already in use; stop what listens there first"
     exit 1
   fi
-  nginx_upstream_conf
+  upstream_nginx_conf "$TMP/nginx-up" "$P_UPSTREAM"
   start upstream nginx -c "$TMP/nginx-up/nginx.conf"
   wait_up "$P_UPSTREAM"
 }
