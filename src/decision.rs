@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::identity::{self, Identity, TokenVerifier};
 use crate::keys::{self, BucketKey};
 use crate::limiter::{ceil_secs, Verdict};
+use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
 use crate::store::{Check, Store, StoreError};
 use parking_lot::RwLock;
@@ -16,11 +17,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The facts of one request that limiting needs; all borrowed from the request.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RequestFacts<'a> {
     pub peer: IpAddr,
     pub method: &'a str,
-    pub path: &'a str,
+    /// The request's path in canonical form: the path the upstream receives.
+    pub path: CanonicalPath<'a>,
     /// Every value of the configured forwarding header, in order.
     pub forwarded: &'a [&'a [u8]],
     pub agent_id: Option<&'a [u8]>,
@@ -92,6 +94,8 @@ pub struct Settings {
     pub policy: Policy,
     pub trusted: TrustedProxies,
     pub ipv6_prefix: u8,
+    /// Which spellings of a path are refused before any limiter sees them.
+    pub paths: PathRules,
 }
 
 impl Settings {
@@ -101,6 +105,7 @@ impl Settings {
             policy: Policy::new(cfg.limiters.clone()),
             trusted: cfg.client_ip.trusted.clone(),
             ipv6_prefix: cfg.client_ip.ipv6_prefix,
+            paths: cfg.path,
         }
     }
 }
@@ -148,7 +153,7 @@ impl Decider {
         .await;
         let limiters = settings
             .policy
-            .applicable(req.method, req.path, id.credential);
+            .applicable(req.method, &req.path, id.credential);
         if limiters.is_empty() {
             return Outcome {
                 client_ip: Some(ip),
@@ -265,7 +270,7 @@ mod tests {
         RequestFacts {
             peer: "203.0.113.7".parse().unwrap(),
             method: "GET",
-            path: "/api/reports",
+            path: CanonicalPath::of_static("/api/reports"),
             forwarded: &[],
             agent_id: None,
             authorization: Some(auth),

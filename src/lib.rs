@@ -31,6 +31,7 @@ pub mod keys;
 pub mod limiter;
 pub mod metrics;
 pub mod observe;
+pub mod path;
 pub mod policy;
 pub mod store;
 

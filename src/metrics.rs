@@ -197,6 +197,8 @@ pub struct Metrics {
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
+    /// Requests refused with 400 for their path's spelling, by class (index: `Class::ALL`).
+    paths_rejected: [AtomicU64; crate::path::Class::ALL.len()],
 }
 
 impl Default for Metrics {
@@ -221,6 +223,7 @@ impl Metrics {
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
+            paths_rejected: Default::default(),
         }
     }
 
@@ -313,6 +316,17 @@ impl Metrics {
             self.upstream_timeouts.fetch_add(1, Ordering::Relaxed);
         } else {
             self.upstream_unreachable.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request refused with 400 because its path has no canonical form.
+    pub fn path_rejected(&self, class: crate::path::Class) {
+        if let Some(c) = crate::path::Class::ALL
+            .iter()
+            .position(|k| *k == class)
+            .and_then(|i| self.paths_rejected.get(i))
+        {
+            c.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -505,6 +519,22 @@ impl Metrics {
         );
         self.upstream_latency
             .render(&mut out, "fleet_limiter_upstream_duration_seconds", "");
+
+        let labels: Vec<String> = crate::path::Class::ALL
+            .iter()
+            .map(|c| format!("class=\"{}\"", c.as_str()))
+            .collect();
+        let series: Vec<(&str, &AtomicU64)> = labels
+            .iter()
+            .map(String::as_str)
+            .zip(self.paths_rejected.iter())
+            .collect();
+        counters(
+            &mut out,
+            "fleet_limiter_paths_rejected_total",
+            "Requests refused with 400 before any limiter because their path has no canonical form, by class.",
+            &series,
+        );
 
         counters(
             &mut out,

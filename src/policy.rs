@@ -6,6 +6,7 @@
 
 use crate::keys::KeyKind;
 use crate::limiter::Quota;
+use crate::path::{CanonicalPath, PathRules};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
@@ -136,44 +137,26 @@ impl Policy {
         self.limiters.iter().find(|l| &*l.name == name)
     }
 
-    /// The limiters that meter this request, in configuration order.
-    ///
-    /// The path is read two ways: normalised (escapes decoded, dot segments resolved), as a
-    /// normalising proxy or router sees it, and as sent (only case ignored), as Express routes
-    /// it. When the two differ, the limiters of both apply, so a spelling that one router
-    /// resolves differently from the other cannot move a request to a looser limiter.
+    /// The limiters that meter this request, in configuration order. The path is the one
+    /// canonical path (see [`crate::path`]): the gateway forwards exactly this path, so there is
+    /// no other reading of it to meter.
     pub fn applicable(
         &self,
         method: &str,
-        path: &str,
+        path: &CanonicalPath<'_>,
         cred: Credential,
     ) -> SmallVec<[Arc<LimiterSpec>; 4]> {
-        let picked = if is_normalized(path) {
-            // Most requests: the path reads the same raw and normalised, and was seen before.
-            self.memo.get_or_insert(method, path, cred, || {
-                self.applicable_to(method, path, cred)
-            })
-        } else {
-            let normalized = normalize_path(path);
-            let mut picked = self.applicable_to(method, &normalized, cred);
-            let raw = raw_path(path);
-            if raw != normalized {
-                for i in self.applicable_to(method, &raw, cred) {
-                    if !picked.contains(&i) {
-                        picked.push(i);
-                    }
-                }
-                picked.sort_unstable();
-            }
-            picked
-        };
+        let path = path.as_str();
+        let picked = self.memo.get_or_insert(method, path, cred, || {
+            self.applicable_to(method, path, cred)
+        });
         picked
             .into_iter()
             .map(|i| self.limiters[i].clone())
             .collect()
     }
 
-    /// Indices of the limiters that meter `path` (already normalised one way or the other).
+    /// Indices of the limiters that meter `path`.
     fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Picked {
         let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
         let mut best: SmallVec<[(usize, Specificity); 4]> = SmallVec::new();
@@ -199,8 +182,8 @@ impl Policy {
 /// sends endless new paths only keeps its own requests on the slow path.
 const ROUTE_MEMO_CAP: usize = 4096;
 
-/// Remembered answers of [`Policy::applicable_to`] for paths already in normal form: matching
-/// every limiter's routes once per distinct path instead of once per request. It lives inside
+/// Remembered answers of [`Policy::applicable_to`]: matching every limiter's routes once per
+/// distinct path instead of once per request. It lives inside
 /// the policy, so a reload (a new policy) starts with an empty one.
 #[derive(Default)]
 struct RouteMemo {
@@ -337,8 +320,14 @@ impl FromStr for RoutePattern {
                 "`{raw}`: a route is `[METHOD ]/path`, and the path starts with `/` (e.g. \"POST /api/agent/enroll\" or \"/api/agent/**\")"
             ));
         }
+        // Requests are matched in canonical form, so the route is read in it too: `%72otate-key`
+        // is `rotate-key`, `caf\u{e9}` is `caf%C3%A9`, dot segments are resolved.
+        let all = crate::path::Class::ALL
+            .into_iter()
+            .fold(PathRules::STRICT, PathRules::allowing);
+        let canonical = CanonicalPath::parse(path, all).map_err(|e| format!("`{raw}`: {e}"))?;
         let mut segs = Vec::new();
-        for seg in path.split('/').filter(|s| !s.is_empty()) {
+        for seg in canonical.as_str().split('/').filter(|s| !s.is_empty()) {
             segs.push(match seg {
                 "*" => Seg::Star,
                 "**" => Seg::DoubleStar,
@@ -448,176 +437,17 @@ fn segs_overlap(a: &[Seg], b: &[Seg]) -> bool {
     }
 }
 
-/// The path as a router would see it: the query dropped, percent-escapes decoded, `.`, `..`
-/// and empty segments resolved, lower-cased. A request cannot dodge a route by spelling its
-/// path differently.
-pub fn normalize_path(path: &str) -> String {
-    let path = path.split(['?', '#']).next().unwrap_or("");
-    let decoded = percent_decode(path);
-    let mut out: Vec<&str> = Vec::new();
-    for seg in decoded.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            s => out.push(s),
-        }
-    }
-    let mut s = String::with_capacity(decoded.len() + 1);
-    for seg in out {
-        s.push('/');
-        s.push_str(seg);
-    }
-    if s.is_empty() {
-        s.push('/');
-    }
-    s.to_ascii_lowercase()
-}
-
-/// The path as sent, query dropped and lower-cased: how Express matches routes (it neither
-/// decodes escapes nor resolves dot segments before matching).
-pub fn raw_path(path: &str) -> String {
-    let path = path.split(['?', '#']).next().unwrap_or("");
-    let mut s = path.to_ascii_lowercase();
-    if s.is_empty() {
-        s.push('/');
-    }
-    s
-}
-
-/// Whether [`normalize_path`] (and [`raw_path`]) would return `path` unchanged (most requests'
-/// paths): no query, escape, upper case, empty, `.` or `..` segment, and no trailing slash.
-fn is_normalized(path: &str) -> bool {
-    // One pass over the bytes: this runs on every request.
-    let b = path.as_bytes();
-    if b.first() != Some(&b'/') {
-        return false;
-    }
-    if b.len() == 1 {
-        return true;
-    }
-    let mut seg_start = 1;
-    for i in 1..=b.len() {
-        match b.get(i) {
-            Some(b'?' | b'#' | b'%' | b'A'..=b'Z') => return false,
-            Some(b'/') | None => {
-                if matches!(&b[seg_start..i], b"" | b"." | b"..") {
-                    return false;
-                }
-                seg_start = i + 1;
-            }
-            Some(_) => {}
-        }
-    }
-    true
-}
-
-fn percent_decode(s: &str) -> String {
-    if !s.contains('%') {
-        return s.to_owned();
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hi = (bytes[i + 1] as char).to_digit(16);
-            let lo = (bytes[i + 2] as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hi, lo) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn already_normal_paths_are_recognised_exactly() {
-        let paths = [
-            "/",
-            "/api/agent/heartbeat",
-            "/api/agent/heartbeat/",
-            "//api",
-            "/api//x",
-            "/api/./x",
-            "/api/../x",
-            "/API/x",
-            "/api/x?y=1",
-            "/api/x#f",
-            "/api/%61gent",
-            "api/x",
-            "",
-            "/a.b/c..d",
-            "/.hidden",
-            "/caf\u{e9}/x",
-        ];
-        for p in paths {
-            if is_normalized(p) {
-                assert_eq!(normalize_path(p), p, "{p:?} was taken as normal");
-            }
-        }
-        assert!(is_normalized("/api/agent/heartbeat"));
-        assert!(is_normalized("/"));
-        assert!(!is_normalized("/api/agent/heartbeat/"));
-        assert!(!is_normalized("/API/agent"));
-    }
-
-    /// The same question asked the obvious way, segment by segment.
-    fn is_normalized_by_segments(path: &str) -> bool {
-        let b = path.as_bytes();
-        if b.first() != Some(&b'/') || (b.len() > 1 && b.ends_with(b"/")) {
-            return false;
-        }
-        if b.iter()
-            .any(|c| matches!(c, b'?' | b'#' | b'%' | b'A'..=b'Z'))
-        {
-            return false;
-        }
-        path == "/"
-            || path[1..]
-                .split('/')
-                .all(|seg| !matches!(seg, "" | "." | ".."))
-    }
-
-    #[test]
-    fn the_one_pass_check_agrees_with_the_segment_by_segment_one() {
-        // Every string of up to 6 characters over an alphabet with each byte that matters.
-        let alphabet = ['/', '.', 'a', 'A', '%', '?', '#', '\u{e9}'];
-        let mut paths = vec![String::new()];
-        let mut checked = 0;
-        for _ in 0..6 {
-            let mut next = Vec::with_capacity(paths.len() * alphabet.len());
-            for p in &paths {
-                for c in alphabet {
-                    let mut q = p.clone();
-                    q.push(c);
-                    assert_eq!(is_normalized(&q), is_normalized_by_segments(&q), "{q:?}");
-                    checked += 1;
-                    next.push(q);
-                }
-            }
-            paths = next;
-        }
-        assert_eq!(is_normalized(""), is_normalized_by_segments(""));
-        assert!(checked > 290_000);
-    }
 
     fn p(s: &str) -> RoutePattern {
         s.parse().unwrap()
     }
 
     fn m(pat: &str, method: &str, path: &str) -> bool {
-        let n = normalize_path(path);
-        let segs: Vec<&str> = n.split('/').filter(|s| !s.is_empty()).collect();
+        let n = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+        let segs: Vec<&str> = n.as_str().split('/').filter(|s| !s.is_empty()).collect();
         p(pat).matches(method, &segs)
     }
 
@@ -655,52 +485,53 @@ mod tests {
         assert!(m(
             "POST /api/agent/enroll",
             "POST",
-            "/api/x/../agent/enroll?y=1"
+            "/api/x/../agent/enroll"
         ));
-        assert_eq!(normalize_path("/%ff%fe"), "/%ff%fe");
-        assert_eq!(normalize_path(""), "/");
-        assert_eq!(normalize_path("/a%2"), "/a%2");
-        assert_eq!(normalize_path("/../../etc"), "/etc");
+        assert!(m("POST /api/agent/enroll", "POST", "/API/Agent/Enroll/"));
     }
 
     fn names(p: &Policy, method: &str, path: &str) -> Vec<String> {
-        p.applicable(method, path, Credential::None)
+        let path = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+        p.applicable(method, &path, Credential::None)
             .iter()
             .map(|l| l.name.to_string())
             .collect()
     }
 
     #[test]
-    fn dot_segments_cannot_move_a_request_to_a_looser_limiter() {
+    fn every_spelling_of_a_route_is_metered_by_its_limiter() {
         let p = Policy::new(crate::config::Config::default().limiters);
-        // Express routes these by the raw prefix (the agent router); a normalising router
-        // would see /api/cron/x. Both views are metered.
+        for path in [
+            "/api/agent/rotate-key",
+            "/API/Agent/Rotate-Key/",
+            "/api/agent/%72otate-key",
+            "/api/agent/x/%2e%2e/rotate-key",
+            "/api/x/../agent/rotate-key",
+            "//api//agent//rotate-key",
+            "/../api/agent/./rotate-key",
+        ] {
+            assert_eq!(names(&p, "POST", path), ["key-rotation"], "{path}");
+        }
+        // Dot segments move the request to the route they resolve to, as they do upstream.
         assert_eq!(
             names(&p, "GET", "/api/agent/../cron/x"),
-            ["agent-device", "agent-ip"]
+            Vec::<String>::new()
         );
-        assert_eq!(
-            names(&p, "GET", "/api/agent/%2e%2e/cron/x"),
-            ["agent-device", "agent-ip"]
-        );
-        assert_eq!(
-            names(&p, "GET", "/api/agent/%2e%2e/%2e%2e/healthz"),
-            ["agent-device", "agent-ip"]
-        );
-        // The other way round: the normalised view names enrollment, the raw one ui.
-        assert_eq!(
-            names(&p, "POST", "/api/x/../agent/enroll"),
-            ["enrollment", "ui"]
-        );
-        // Ordinary spellings read the same both ways.
-        assert_eq!(names(&p, "POST", "/API/Agent/Enroll/"), ["enrollment"]);
-        assert_eq!(names(&p, "GET", "/api/cron/x"), Vec::<String>::new());
+        assert_eq!(names(&p, "GET", "/api/agent/../tasks"), ["ui"]);
         assert_eq!(names(&p, "GET", "/healthz"), Vec::<String>::new());
-        // Escapes alone: the normalised view names enrollment, Express sees agent-device.
+    }
+
+    #[test]
+    fn routes_are_read_in_canonical_form() {
         assert_eq!(
-            names(&p, "POST", "/api/agent/%65nroll"),
-            ["agent-device", "agent-ip", "enrollment"]
+            p("POST /api/agent/%72otate-key").segs,
+            p("POST /api/agent/rotate-key").segs
         );
+        assert!(m("/caf\u{e9}/**", "GET", "/caf%C3%A9/x"));
+        assert!(m("/caf\u{e9}/**", "GET", "/CAF%c3%a9/x"));
+        assert!("/a%zz"
+            .parse::<RoutePattern>()
+            .is_ok_and(|r| r.segs == [Seg::Lit("a%25zz".into())]));
     }
 
     #[test]

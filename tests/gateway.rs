@@ -474,7 +474,7 @@ fn pattern(len: usize) -> Vec<u8> {
 }
 
 #[tokio::test]
-async fn requests_arrive_upstream_unchanged() {
+async fn requests_arrive_upstream_unchanged_but_for_the_canonical_path() {
     let up = upstream().await;
     let gw = Gateway::serve().upstream(&up.uri()).spawn();
     let body = pattern(5 * 1024 * 1024 + 17);
@@ -496,7 +496,8 @@ async fn requests_arrive_upstream_unchanged() {
     let got = up.received_requests().await.unwrap();
     let first = &got[0];
     assert_eq!(first.method.as_str(), "PUT");
-    assert_eq!(first.url.path(), "/api/Tasks/%65x//y");
+    // The path in canonical form (case kept), the query exactly as sent.
+    assert_eq!(first.url.path(), "/api/Tasks/ex/y");
     assert_eq!(first.url.query(), Some("b=2&a=%20x&a=1"));
     assert_eq!(first.body.len(), body.len());
     assert!(first.body == body, "body bytes changed");
@@ -767,9 +768,10 @@ async fn path_spellings_hit_the_same_limiter() {
             .status(),
         429
     );
-    // The upstream sees the path as the client spelled it.
+    // The upstream sees the path that was decided on, not the client's spelling.
     let got = up.received_requests().await.unwrap();
-    assert_eq!(got[2].url.path(), "/api//agent/%65nroll");
+    assert_eq!(got[2].url.path(), "/api/agent/enroll");
+    assert_eq!(got[3].url.path(), "/api/agent/enroll");
 }
 
 /// The limiters named in the `RateLimit-Policy` of a raw request's answer.
@@ -785,29 +787,30 @@ fn raw_limiters(gw: &Gateway, method: &str, path: &str) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn dot_segments_cannot_move_a_request_out_of_its_limiter() {
+async fn dot_segments_are_resolved_before_deciding() {
     let up = upstream().await;
     let gw = Gateway::serve().upstream(&up.uri()).spawn();
-    // An Express upstream routes these to the agent router (it does not resolve dot segments);
-    // a normalising one would see an unmetered path. The stricter reading wins.
-    for p in [
-        "/api/agent/../cron/x",
-        "/api/agent/%2e%2e/cron/x",
-        "/api/agent/%2E%2E/%2e%2e/healthz",
-        "/api/agent/./../../static/a.js",
+    // Each of these reaches the upstream as the path it resolves to, so it is metered as that.
+    for (p, limiters) in [
+        ("/api/agent/../cron/x", &[][..]),
+        ("/api/agent/%2e%2e/cron/x", &[]),
+        ("/api/agent/%2E%2E/%2e%2e/healthz", &[]),
+        ("/api/x/../agent/heartbeat", &["agent-device", "agent-ip"]),
+        (
+            "/x/.%2e/api/agent/./heartbeat",
+            &["agent-device", "agent-ip"],
+        ),
     ] {
-        assert_eq!(
-            raw_limiters(&gw, "GET", p),
-            ["agent-device", "agent-ip"],
-            "{p}"
-        );
+        assert_eq!(raw_limiters(&gw, "GET", p), limiters, "{p}");
     }
-    // A normalising upstream would run the enrollment handler for this one.
-    assert!(raw_limiters(&gw, "POST", "/api/x/../agent/enroll").contains(&"enrollment".to_owned()));
+    assert_eq!(
+        raw_limiters(&gw, "POST", "/api/x/../agent/enroll"),
+        ["enrollment"]
+    );
 }
 
 #[test]
-fn the_upstream_receives_the_request_target_byte_for_byte() {
+fn the_upstream_receives_the_canonical_path_and_the_query_as_sent() {
     // wiremock parses URLs (resolving dot segments), so read the request line off a socket.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let upstream = format!("http://{}", listener.local_addr().unwrap());
@@ -829,18 +832,155 @@ fn the_upstream_receives_the_request_target_byte_for_byte() {
         }
     });
     let gw = Gateway::serve().upstream(&upstream).spawn();
-    for target in [
-        "/api/agent/../cron/x?a=%20&b",
-        "/api//agent/%65nroll/./x",
-        "/A/B%2fC",
+    for (target, forwarded) in [
+        ("/api/agent/../cron/x?a=%20&b", "/api/cron/x?a=%20&b"),
+        ("/api//agent/%65nroll/./x", "/api/agent/enroll/x"),
+        ("/A/B/%7e%2a", "/A/B/~%2A"),
+        ("/caf%c3%a9?q=%zz;x&r=../..", "/caf%C3%A9?q=%zz;x&r=../.."),
+        ("/api/tasks/", "/api/tasks/"),
+        ("/../../etc/passwd", "/etc/passwd"),
+        ("http://other.example/api/x/../tasks?y", "/api/tasks?y"),
     ] {
         let req = format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        assert_eq!(raw_request(gw.addr, req.as_bytes()).status, 200);
+        assert_eq!(raw_request(gw.addr, req.as_bytes()).status, 200, "{target}");
         let line = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("the upstream saw a request");
-        assert_eq!(line, format!("GET {target} HTTP/1.1"));
+        assert_eq!(line, format!("GET {forwarded} HTTP/1.1"), "{target}");
     }
+}
+
+/// Spellings that HTTP servers and routers read differently: each is refused with 400 before
+/// any limiter or the upstream sees it, and none gets past a limiter that already refuses the
+/// plain spelling.
+#[tokio::test]
+async fn paths_with_no_canonical_form_are_refused_before_any_limiter() {
+    let up = upstream().await;
+    let gw = Gateway::serve().upstream(&up.uri()).admin().spawn();
+    for _ in 0..3 {
+        assert_eq!(raw_status(&gw, "POST", "/api/agent/rotate-key"), 200);
+    }
+    assert_eq!(raw_status(&gw, "POST", "/api/agent/rotate-key"), 429);
+    let cases: &[(&str, &str)] = &[
+        ("/api/agent/%FF/%2e%2e/rotate-key", "invalid-utf8"),
+        ("/%FF/%2e%2e/api/tasks", "invalid-utf8"),
+        ("/api/agent/%c0%ae%c0%ae/agent/rotate-key", "invalid-utf8"),
+        ("/api/agent/%zz/../rotate-key", "invalid-escape"),
+        ("/api/agent/rotate-key%", "invalid-escape"),
+        ("/api%2Fagent%2Frotate-key", "encoded-slash"),
+        ("/api%5cagent%5crotate-key", "encoded-slash"),
+        ("/api\\agent\\rotate-key", "backslash"),
+        ("/api/agent/rotate-key;x=1", "semicolon"),
+        ("/api/agent/rotate-key%3B", "semicolon"),
+        ("/api/agent/..;/agent/rotate-key", "semicolon"),
+        ("/api/cli/auth/refresh;x", "semicolon"),
+        ("/api/agent/rotate-key%00", "control"),
+        ("/api/agent/rotate-key%0d%0a", "control"),
+        ("/api/agent/rotate-key.", "segment-edge"),
+        ("/api/agent/rotate-key%2E", "segment-edge"),
+        ("/api/agent/rotate-key%20", "segment-edge"),
+        ("/api/agent/rotate-key%C2%A0", "segment-edge"),
+    ];
+    for (target, class) in cases {
+        for _ in 0..2 {
+            let res = raw_send(&gw, "POST", target);
+            assert_eq!(res.status, 400, "{target}");
+            assert_eq!(
+                res.header("content-type"),
+                Some("application/problem+json"),
+                "{target}"
+            );
+            let body: serde_json::Value = serde_json::from_slice(&res.body).unwrap();
+            assert_eq!(
+                body["type"], "urn:fleet-limiter:problem:non-canonical-path",
+                "{target}"
+            );
+            assert!(
+                body["detail"].as_str().unwrap().contains(class),
+                "{target}: {body}"
+            );
+            assert!(res.header("ratelimit-policy").is_none(), "{target}");
+        }
+    }
+    // Only the three plain rotations reached the upstream.
+    assert_eq!(received(&up).await, 3);
+    // Counted by class.
+    let m = common::client()
+        .get(gw.admin("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for class in ["invalid-utf8", "semicolon", "segment-edge"] {
+        let n = cases.iter().filter(|(_, c)| *c == class).count() * 2;
+        let sample = format!("fleet_limiter_paths_rejected_total{{class=\"{class}\"}}");
+        assert_eq!(
+            common::sample_value(&m, &sample),
+            Some(n as f64),
+            "{sample}"
+        );
+    }
+    // The plain spelling is still refused: nothing above spent or reset its bucket.
+    assert_eq!(raw_status(&gw, "POST", "/API/agent/%72otate-key/"), 429);
+}
+
+/// An API that really uses one of the refused spellings can allow it: the bytes are then
+/// forwarded as sent, and the limiter matches exactly those bytes.
+#[tokio::test]
+async fn an_allowed_class_is_forwarded_as_sent_and_metered_as_forwarded() {
+    let up = upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up.uri())
+        .config_toml("[path]\nsemicolon = \"allow\"\n")
+        .env("FLEET_LIMITER_PATH_ENCODED_SLASH", "allow")
+        .spawn();
+    assert_eq!(
+        raw_limiters(&gw, "POST", "/api/agent/rotate-key;v=2"),
+        ["agent-device", "agent-ip"]
+    );
+    assert_eq!(raw_limiters(&gw, "GET", "/api/files/a%2fb"), ["ui"]);
+    // Dot segments around an allowed spelling are still resolved.
+    assert_eq!(raw_limiters(&gw, "GET", "/api/x;y/../tasks"), ["ui"]);
+    // Classes not allowed are still refused.
+    assert_eq!(raw_status(&gw, "POST", "/api/agent/rotate-key."), 400);
+    let got = up.received_requests().await.unwrap();
+    let paths: Vec<&str> = got.iter().map(|r| r.url.path()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/api/agent/rotate-key;v=2",
+            "/api/files/a%2Fb",
+            "/api/tasks"
+        ]
+    );
+}
+
+#[test]
+fn a_path_setting_that_is_neither_reject_nor_allow_stops_start_up() {
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .env("FLEET_LIMITER_PATH_BACKSLASH", "maybe")
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "stderr: {}", out.stderr);
+    assert!(
+        out.stderr.contains("FLEET_LIMITER_PATH_BACKSLASH")
+            && out.stderr.contains("path.backslash"),
+        "{}",
+        out.stderr
+    );
+}
+
+fn raw_send(gw: &Gateway, method: &str, target: &str) -> common::RawResponse {
+    let req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    );
+    raw_request(gw.addr, req.as_bytes())
+}
+
+fn raw_status(gw: &Gateway, method: &str, target: &str) -> u16 {
+    raw_send(gw, method, target).status
 }
 
 #[test]

@@ -10,6 +10,7 @@ use fleet_limiter::decision::{Decider, Outcome, RequestFacts};
 use fleet_limiter::http::response;
 use fleet_limiter::identity::NoVerifier;
 use fleet_limiter::keys::{self, BucketKey, KeyKind};
+use fleet_limiter::path::{CanonicalPath, PathRules};
 use fleet_limiter::store::memory::MemoryStore;
 use std::fmt::Write;
 use std::net::IpAddr;
@@ -263,7 +264,7 @@ async fn decide(
     let facts = RequestFacts {
         peer: ip("203.0.113.5"),
         method,
-        path,
+        path: CanonicalPath::parse(path, PathRules::STRICT).unwrap(),
         forwarded: &[],
         agent_id: agent,
         authorization: auth,

@@ -21,6 +21,7 @@ use super::traffic;
 use crate::config::{Config, FleetConfig};
 use crate::keys::KeyKind;
 use crate::limiter::Algorithm;
+use crate::path::CanonicalPath;
 use crate::policy::{Credential, LimiterSpec, Mode, Policy};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -299,7 +300,7 @@ pub fn check(cfg: &Config) -> CheckReport {
     for spec in &specs {
         for req in &spec.reqs {
             let (method, path) = req.route;
-            for l in policy.applicable(method, path, req.credential) {
+            for l in policy.applicable(method, &CanonicalPath::of_static(path), req.credential) {
                 let n = sharers(l.key, req, spec.clients);
                 let e = demand
                     .entry(l.name.to_string())

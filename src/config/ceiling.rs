@@ -249,7 +249,7 @@ mod tests {
         RequestFacts {
             peer: "198.51.100.7".parse().unwrap(),
             method,
-            path,
+            path: crate::path::CanonicalPath::parse(path, crate::path::PathRules::STRICT).unwrap(),
             forwarded: &[],
             agent_id: Some(agent.as_bytes()),
             authorization: None,

@@ -9,6 +9,7 @@ pub mod defaults;
 mod duration;
 pub mod identity;
 pub mod ops;
+mod path;
 
 pub use duration::parse_duration;
 
@@ -111,6 +112,8 @@ pub struct Config {
     pub identity: identity::IdentityConfig,
     pub ops: ops::OpsConfig,
     pub cors: ops::CorsConfig,
+    /// Which spellings of a path are refused (`[path]`; all of them by default).
+    pub path: crate::path::PathRules,
 }
 
 impl Default for Config {
@@ -281,6 +284,29 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_CORS_ALLOW_CREDENTIALS",
         Kind::Bool,
     ),
+    (
+        "path.invalid_escape",
+        "FLEET_LIMITER_PATH_INVALID_ESCAPE",
+        Kind::Str,
+    ),
+    (
+        "path.invalid_utf8",
+        "FLEET_LIMITER_PATH_INVALID_UTF8",
+        Kind::Str,
+    ),
+    (
+        "path.encoded_slash",
+        "FLEET_LIMITER_PATH_ENCODED_SLASH",
+        Kind::Str,
+    ),
+    ("path.backslash", "FLEET_LIMITER_PATH_BACKSLASH", Kind::Str),
+    ("path.semicolon", "FLEET_LIMITER_PATH_SEMICOLON", Kind::Str),
+    ("path.control", "FLEET_LIMITER_PATH_CONTROL", Kind::Str),
+    (
+        "path.segment_edge",
+        "FLEET_LIMITER_PATH_SEGMENT_EDGE",
+        Kind::Str,
+    ),
 ];
 
 /// Fields of a limiter table, with their type for environment overrides
@@ -386,6 +412,7 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
             ("client_ip", Some(t)) => culprit::<RawClientIp>(t),
             ("store", Some(t)) => culprit::<RawStore>(t),
             ("fleet", Some(t)) => culprit::<FleetConfig>(t),
+            ("path", Some(t)) => culprit::<path::RawPath>(t),
             ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {
                 Some(lt) => culprit::<RawLimiter>(lt).map(|(f, m)| (format!("{name}.{f}"), m)),
                 None => Some((name.clone(), "must be a table of limiter fields".to_owned())),
@@ -610,6 +637,8 @@ struct RawConfig {
     ops: ops::RawOps,
     #[serde(default)]
     cors: ops::RawCors,
+    #[serde(default)]
+    path: path::RawPath,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -821,6 +850,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         identity,
         ops: ops::build_ops(raw.ops, ctx)?,
         cors: ops::build_cors(raw.cors, ctx)?,
+        path: path::build_path(raw.path, ctx)?,
     })
 }
 

@@ -21,11 +21,14 @@
 
 use crate::client_ip::ForwardedHeader;
 use crate::config::Config;
-use crate::decision::{Decider, Outcome, RequestFacts};
-use crate::http::response;
+use crate::decision::{Decider, Outcome, RequestFacts, Settings};
+use crate::http::response::{self, Problem};
+use crate::path::{CanonicalPath, Rejected};
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Payload, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{HeaderName, AUTHORIZATION, COOKIE, FORWARDED};
+use actix_web::http::uri::PathAndQuery;
+use actix_web::http::Uri;
 use actix_web::{Error, HttpMessage};
 use futures_util::future::{ready, LocalBoxFuture, Ready};
 use futures_util::StreamExt;
@@ -120,15 +123,31 @@ where
 
     forward_ready!(service);
 
-    fn call(&self, req: ServiceRequest) -> Self::Future {
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
         let service = self.service.clone();
         let limiter = self.limiter.clone();
         Box::pin(async move {
             if crate::http::cors::is_preflight(req.method(), req.headers()) {
                 return Ok(service.call(req).await?.map_into_left_body());
             }
+            let settings = limiter.decider.settings();
+            // The one path: made canonical here, decided on, and what the request carries on.
+            let rewritten = match CanonicalPath::parse(req.path(), settings.paths) {
+                Ok(p) if !p.is_rewritten() => None,
+                Ok(p) => Some(p.into_owned()),
+                Err(rejected) => return Ok(reject_path(req, &rejected).await),
+            };
+            let path = match rewritten {
+                Some(p) => {
+                    if let Err(rejected) = rewrite_path(&mut req, p.as_str()) {
+                        return Ok(reject_path(req, &rejected).await);
+                    }
+                    p
+                }
+                None => CanonicalPath::checked(req.path()),
+            };
             let started = std::time::Instant::now();
-            let outcome = decide(&limiter, &req).await;
+            let outcome = decide(&limiter, &settings, &req, path).await;
             crate::observe::decision(&outcome, started.elapsed());
             if outcome.refused() {
                 let res = response::too_many_requests(&outcome);
@@ -151,8 +170,51 @@ where
     }
 }
 
-async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
-    let settings = limiter.decider.settings();
+/// Answer 400 for a path with no canonical form, before any limiter or the app sees it.
+async fn reject_path<B>(
+    req: ServiceRequest,
+    rejected: &Rejected,
+) -> ServiceResponse<EitherBody<B>> {
+    crate::metrics::global().path_rejected(rejected.class);
+    tracing::debug!(
+        class = rejected.class.as_str(),
+        at = rejected.at,
+        "path refused"
+    );
+    let res = Problem::non_canonical_path(rejected).into_response();
+    let (http_req, mut payload) = req.into_parts();
+    drain_small_body(&mut payload).await;
+    ServiceResponse::new(http_req, res).map_into_right_body()
+}
+
+/// Give the request its canonical path (the query unchanged), so that what runs after the
+/// limiter — the gateway's proxy, or the app's own routes — sees the path that was decided on.
+fn rewrite_path(req: &mut ServiceRequest, path: &str) -> Result<(), Rejected> {
+    let uri = req.uri();
+    let pq = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut parts = uri.clone().into_parts();
+    // The canonical form is ASCII made of URI characters only, so this cannot fail; if it did,
+    // the request could not be forwarded as decided, so it is refused rather than passed on.
+    let unusable = Rejected {
+        class: crate::path::Class::InvalidEscape,
+        at: 0,
+    };
+    parts.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| unusable)?);
+    let uri = Uri::from_parts(parts).map_err(|_| unusable)?;
+    req.match_info_mut().get_mut().update(&uri);
+    req.head_mut().uri = uri;
+    Ok(())
+}
+
+async fn decide(
+    limiter: &FleetLimiter,
+    settings: &Settings,
+    req: &ServiceRequest,
+    path: CanonicalPath<'_>,
+) -> Outcome {
     if !settings.enabled {
         return Outcome::default();
     }
@@ -177,13 +239,13 @@ async fn decide(limiter: &FleetLimiter, req: &ServiceRequest) -> Outcome {
     let facts = RequestFacts {
         peer,
         method: req.method().as_str(),
-        path: req.path(),
+        path,
         forwarded: &forwarded,
         agent_id: headers.get(X_AGENT_ID).map(|v| v.as_bytes()),
         authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
         session_token: cookie,
     };
-    limiter.decider.decide_with(&settings, &facts).await
+    limiter.decider.decide_with(settings, &facts).await
 }
 
 fn forwarded_header(h: ForwardedHeader) -> HeaderName {

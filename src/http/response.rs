@@ -58,6 +58,22 @@ impl Problem {
         }
     }
 
+    /// A path with no canonical form (see [`crate::path`]), refused before any limiter.
+    pub fn non_canonical_path(rejected: &crate::path::Rejected) -> Self {
+        Self {
+            kind: "urn:fleet-limiter:problem:non-canonical-path",
+            title: "Bad Request",
+            status: 400,
+            detail: format!(
+                "The request path contains {} (at byte {}), which HTTP servers and routers read differently; this gateway does not forward it. Send the path without it ({}).",
+                rejected.class.describe(),
+                rejected.at,
+                rejected.class.as_str()
+            ),
+            retry_after: None,
+        }
+    }
+
     pub fn gateway_timeout(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-timeout",

@@ -24,6 +24,7 @@ use crate::clock::{ManualClock, Nanos};
 use crate::config::Config;
 use crate::decision::{Decider, RequestFacts};
 use crate::identity::TokenVerifier;
+use crate::path::CanonicalPath;
 use crate::store::memory::MemoryStore;
 use futures_util::future::BoxFuture;
 use serde::Serialize;
@@ -276,7 +277,8 @@ impl Series {
 /// One simulated request.
 pub struct Req<'a> {
     pub peer: IpAddr,
-    pub route: (&'a str, &'a str),
+    /// Method and path, written in the scenario (so already canonical).
+    pub route: (&'static str, &'static str),
     pub agent_id: Option<&'a str>,
     /// The token of `Authorization: Bearer <token>`.
     pub bearer: Option<&'a str>,
@@ -321,7 +323,7 @@ impl Sim {
         let facts = RequestFacts {
             peer: req.peer,
             method: req.route.0,
-            path: req.route.1,
+            path: CanonicalPath::of_static(req.route.1),
             forwarded: &[],
             agent_id: req.agent_id.map(str::as_bytes),
             authorization: authorization.as_deref().map(str::as_bytes),
