@@ -133,3 +133,70 @@ async fn without_the_outcome_extension_handlers_see_none_and_headers_stay() {
     assert!(limited, "the limit headers do not depend on the extension");
     assert_eq!(body, "remaining=None");
 }
+
+/// In an app of its own, the middleware gives the app the canonical path it decided on, and a
+/// path with no canonical form never reaches the app's handlers.
+#[actix_web::test]
+async fn embedded_middleware_hands_the_app_the_canonical_path() {
+    let cfg = Loader::new().load().expect("config");
+    let limiter = FleetLimiter::from_config(&cfg).expect("limiter");
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(limiter.clone())
+            .route(
+                "/api/agent/rotate-key",
+                web::post().to(|req: HttpRequest| async move {
+                    HttpResponse::Ok().body(format!("{}?{}", req.path(), req.query_string()))
+                }),
+            )
+            .default_service(web::to(|req: HttpRequest| async move {
+                HttpResponse::NotFound().body(req.path().to_owned())
+            }))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .expect("bind");
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+
+    let send = move |target: &str| {
+        let req = format!(
+            "POST {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        );
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        std::io::Write::write_all(&mut s, req.as_bytes()).expect("write");
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+        out
+    };
+    let res = actix_web::rt::task::spawn_blocking(move || {
+        [
+            send("/api/x/../agent/%72otate-key?a=%2e%2e"),
+            send("/api//agent/./rotate-key"),
+            send("/api/agent/rotate-key"),
+            send("/api/agent/rotate-key"),
+            send("/api/agent/rotate-key;x=1"),
+            send("/api/agent/%FF/%2e%2e/rotate-key"),
+        ]
+    })
+    .await
+    .expect("requests");
+    assert!(res[0].starts_with("HTTP/1.1 200"), "{}", res[0]);
+    assert!(
+        res[0].ends_with("/api/agent/rotate-key?a=%2e%2e"),
+        "{}",
+        res[0]
+    );
+    assert!(res[1].ends_with("/api/agent/rotate-key?"), "{}", res[1]);
+    assert!(res[2].starts_with("HTTP/1.1 200"), "{}", res[2]);
+    // key-rotation allows three in 15 minutes, whatever the spelling.
+    assert!(res[3].starts_with("HTTP/1.1 429"), "{}", res[3]);
+    for r in &res[4..] {
+        assert!(r.starts_with("HTTP/1.1 400"), "{r}");
+        assert!(r.contains("non-canonical-path"), "{r}");
+    }
+    handle.stop(true).await;
+}
