@@ -32,6 +32,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod observe;
 pub mod policy;
+pub mod redact;
 pub mod store;
 
 use std::sync::Arc;

@@ -9,6 +9,7 @@ pub mod defaults;
 mod duration;
 pub mod identity;
 pub mod ops;
+mod syntax;
 
 pub use duration::parse_duration;
 
@@ -398,6 +399,14 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
         }
     });
     match found {
+        Some((path, msg)) if syntax::is_secret_path(&path) => {
+            let expected = msg.split_once(", expected ").map(|(_, e)| e);
+            let msg = match expected {
+                Some(e) => format!("has the wrong type (expected {e}); the value is not shown"),
+                None => "has the wrong type; the value is not shown".to_owned(),
+            };
+            ctx.err(&path, msg)
+        }
         Some((path, msg)) => ctx.err(&path, msg),
         None => {
             let where_ = ctx.file.as_deref().unwrap_or("the configuration");
@@ -414,7 +423,7 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
         ))
     })?;
     text.parse::<toml::Table>()
-        .map_err(|e| ConfigError(format!("{}: {}", path.display(), e.to_string().trim())))
+        .map_err(|e| syntax::parse_error(path, &text, &e))
 }
 
 fn record_origins(t: &toml::Table, prefix: &str, origin: &str, out: &mut HashMap<String, String>) {
@@ -534,7 +543,8 @@ fn apply_store_shorthand(
         origins.insert("store.url".into(), origin.to_owned());
     } else {
         return Err(ConfigError(format!(
-            "{origin}: store: `{raw}` is neither `memory` nor a redis:// URL"
+            "{origin}: store: `{}` is neither `memory` nor a redis:// URL",
+            crate::redact::url(raw)
         )));
     }
     origins.insert("store.backend".into(), origin.to_owned());
@@ -670,8 +680,14 @@ impl Ctx {
             .unwrap_or_else(|| "built-in default".to_owned())
     }
 
+    /// An error about the value at `path`; a URL in it is printed without its password.
     fn err(&self, path: &str, msg: impl fmt::Display) -> ConfigError {
-        ConfigError(format!("{}: {path}: {msg}", self.origin(path)))
+        let msg = msg.to_string();
+        ConfigError(format!(
+            "{}: {path}: {}",
+            self.origin(path),
+            crate::redact::urls_in(&msg)
+        ))
     }
 }
 
