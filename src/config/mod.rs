@@ -10,6 +10,7 @@ mod duration;
 pub mod identity;
 pub mod ops;
 mod syntax;
+mod upstream;
 
 pub use duration::parse_duration;
 
@@ -855,6 +856,9 @@ fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
             "server.upstream",
             format!("`{u}` must be scheme, host, port and optionally a path prefix"),
         ));
+    }
+    if let Some(why) = upstream::problem(rest) {
+        return Err(ctx.err("server.upstream", format!("`{u}` {why}")));
     }
     Ok(trimmed.to_owned())
 }

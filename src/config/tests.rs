@@ -429,6 +429,16 @@ fn errors_from_flags_name_the_flag() {
 }
 
 #[test]
+fn error_upstream_with_credentials() {
+    let e = file_error(
+        "[server]\nupstream = \"http://admin:S3cretPassw0rd@127.0.0.1:3000\"\n",
+        &[],
+    );
+    assert!(!e.contains("S3cretPassw0rd"), "{e}");
+    snap!("config_error_upstream_credentials", e);
+}
+
+#[test]
 fn error_toml_syntax_in_a_secret() {
     let e = file_error(
         "[identity]\njwt_hs256_secret = \"Zr8vQm2LwX4kT9pN\\qB6yHc3JfD1sGa7UeKo5RtW\"\n",
