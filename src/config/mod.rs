@@ -10,9 +10,11 @@ mod duration;
 pub mod identity;
 pub mod ops;
 mod syntax;
+mod trust;
 mod upstream;
 
 pub use duration::parse_duration;
+pub use trust::covers_everything;
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
@@ -60,6 +62,8 @@ pub struct ServerConfig {
 pub struct ClientIpConfig {
     pub trusted: TrustedProxies,
     pub ipv6_prefix: u8,
+    /// `trust_proxy` may cover a whole address family (the proxy in front overwrites the header).
+    pub trust_all_addresses: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -163,6 +167,11 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         "client_ip.ipv6_prefix",
         "FLEET_LIMITER_IPV6_PREFIX",
         Kind::Int,
+    ),
+    (
+        "client_ip.trust_all_addresses",
+        "FLEET_LIMITER_TRUST_ALL_ADDRESSES",
+        Kind::Bool,
     ),
     ("store.backend", "FLEET_LIMITER_STORE_BACKEND", Kind::Str),
     ("store.url", "FLEET_LIMITER_STORE_URL", Kind::Str),
@@ -638,6 +647,7 @@ struct RawClientIp {
     trust_proxy: Option<Vec<String>>,
     header: Option<ForwardedHeader>,
     ipv6_prefix: Option<i64>,
+    trust_all_addresses: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -756,6 +766,8 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             })?;
         ranges.push(net);
     }
+    let trust_all_addresses = raw.client_ip.trust_all_addresses.unwrap_or(false);
+    trust::check(ctx, &ranges, trust_all_addresses)?;
     let prefix = raw
         .client_ip
         .ipv6_prefix
@@ -769,6 +781,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
     let client_ip = ClientIpConfig {
         trusted: TrustedProxies::new(ranges, raw.client_ip.header.unwrap_or_default()),
         ipv6_prefix: prefix as u8,
+        trust_all_addresses,
     };
 
     let max_keys = raw.store.max_keys.unwrap_or(defaults::MAX_KEYS as i64);

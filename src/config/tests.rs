@@ -439,6 +439,26 @@ fn error_upstream_with_credentials() {
 }
 
 #[test]
+fn error_trust_proxy_everything() {
+    snap!(
+        "config_error_trust_everything",
+        file_error(
+            "[client_ip]\ntrust_proxy = [\"0.0.0.0/1\", \"128.0.0.0/1\"]\n",
+            &[]
+        )
+    );
+    let cfg = Loader::new()
+        .flag("client_ip.trust_proxy", "::/0", "--trust-proxy")
+        .env([(
+            "FLEET_LIMITER_TRUST_ALL_ADDRESSES".to_owned(),
+            "true".to_owned(),
+        )])
+        .load()
+        .expect("acknowledged");
+    assert!(cfg.client_ip.trust_all_addresses);
+}
+
+#[test]
 fn error_toml_syntax_in_a_secret() {
     let e = file_error(
         "[identity]\njwt_hs256_secret = \"Zr8vQm2LwX4kT9pN\\qB6yHc3JfD1sGa7UeKo5RtW\"\n",
