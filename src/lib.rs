@@ -33,12 +33,19 @@ pub mod metrics;
 pub mod observe;
 pub mod path;
 pub mod policy;
+pub mod redact;
 pub mod store;
 
 use std::sync::Arc;
 
 /// The decider a configuration describes: its store, the system clock, its token verifier.
 pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
+    if let Some(what) = config::covers_everything(&cfg.client_ip.trusted.ranges) {
+        // Only reachable with client_ip.trust_all_addresses; the configuration refuses it otherwise.
+        tracing::warn!(
+            "client_ip.trust_proxy covers {what} and client_ip.trust_all_addresses is set: every client IP is read from X-Forwarded-For (or Forwarded) as it reaches the gateway, so this is safe only while every request comes through a proxy that overwrites that header"
+        );
+    }
     let store: Arc<dyn store::Store> = match cfg.store.backend {
         config::StoreBackend::Memory => Arc::new(store::memory::MemoryStore::new(
             cfg.store.max_keys,

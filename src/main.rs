@@ -206,7 +206,10 @@ fn main() -> ExitCode {
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
                 Err(e) => {
-                    eprintln!("fleet-limiter: {e}");
+                    eprintln!(
+                        "fleet-limiter: {}",
+                        fleet_limiter::redact::urls_in(&e.to_string())
+                    );
                     return ExitCode::from(2);
                 }
             };
@@ -229,7 +232,10 @@ fn main() -> ExitCode {
             match run {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("fleet-limiter: {e}");
+                    eprintln!(
+                        "fleet-limiter: {}",
+                        fleet_limiter::redact::urls_in(&e.to_string())
+                    );
                     ExitCode::FAILURE
                 }
             }

@@ -10,8 +10,12 @@ mod duration;
 pub mod identity;
 pub mod ops;
 mod path;
+mod syntax;
+mod trust;
+mod upstream;
 
 pub use duration::parse_duration;
+pub use trust::covers_everything;
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
@@ -59,6 +63,8 @@ pub struct ServerConfig {
 pub struct ClientIpConfig {
     pub trusted: TrustedProxies,
     pub ipv6_prefix: u8,
+    /// `trust_proxy` may cover a whole address family (the proxy in front overwrites the header).
+    pub trust_all_addresses: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -164,6 +170,11 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         "client_ip.ipv6_prefix",
         "FLEET_LIMITER_IPV6_PREFIX",
         Kind::Int,
+    ),
+    (
+        "client_ip.trust_all_addresses",
+        "FLEET_LIMITER_TRUST_ALL_ADDRESSES",
+        Kind::Bool,
     ),
     ("store.backend", "FLEET_LIMITER_STORE_BACKEND", Kind::Str),
     ("store.url", "FLEET_LIMITER_STORE_URL", Kind::Str),
@@ -425,6 +436,14 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
         }
     });
     match found {
+        Some((path, msg)) if syntax::is_secret_path(&path) => {
+            let expected = msg.split_once(", expected ").map(|(_, e)| e);
+            let msg = match expected {
+                Some(e) => format!("has the wrong type (expected {e}); the value is not shown"),
+                None => "has the wrong type; the value is not shown".to_owned(),
+            };
+            ctx.err(&path, msg)
+        }
         Some((path, msg)) => ctx.err(&path, msg),
         None => {
             let where_ = ctx.file.as_deref().unwrap_or("the configuration");
@@ -441,7 +460,7 @@ fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
         ))
     })?;
     text.parse::<toml::Table>()
-        .map_err(|e| ConfigError(format!("{}: {}", path.display(), e.to_string().trim())))
+        .map_err(|e| syntax::parse_error(path, &text, &e))
 }
 
 fn record_origins(t: &toml::Table, prefix: &str, origin: &str, out: &mut HashMap<String, String>) {
@@ -561,7 +580,8 @@ fn apply_store_shorthand(
         origins.insert("store.url".into(), origin.to_owned());
     } else {
         return Err(ConfigError(format!(
-            "{origin}: store: `{raw}` is neither `memory` nor a redis:// URL"
+            "{origin}: store: `{}` is neither `memory` nor a redis:// URL",
+            crate::redact::url(raw)
         )));
     }
     origins.insert("store.backend".into(), origin.to_owned());
@@ -656,6 +676,7 @@ struct RawClientIp {
     trust_proxy: Option<Vec<String>>,
     header: Option<ForwardedHeader>,
     ipv6_prefix: Option<i64>,
+    trust_all_addresses: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -699,8 +720,14 @@ impl Ctx {
             .unwrap_or_else(|| "built-in default".to_owned())
     }
 
+    /// An error about the value at `path`; a URL in it is printed without its password.
     fn err(&self, path: &str, msg: impl fmt::Display) -> ConfigError {
-        ConfigError(format!("{}: {path}: {msg}", self.origin(path)))
+        let msg = msg.to_string();
+        ConfigError(format!(
+            "{}: {path}: {}",
+            self.origin(path),
+            crate::redact::urls_in(&msg)
+        ))
     }
 }
 
@@ -768,6 +795,8 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             })?;
         ranges.push(net);
     }
+    let trust_all_addresses = raw.client_ip.trust_all_addresses.unwrap_or(false);
+    trust::check(ctx, &ranges, trust_all_addresses)?;
     let prefix = raw
         .client_ip
         .ipv6_prefix
@@ -781,6 +810,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
     let client_ip = ClientIpConfig {
         trusted: TrustedProxies::new(ranges, raw.client_ip.header.unwrap_or_default()),
         ipv6_prefix: prefix as u8,
+        trust_all_addresses,
     };
 
     let max_keys = raw.store.max_keys.unwrap_or(defaults::MAX_KEYS as i64);
@@ -869,6 +899,9 @@ fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
             "server.upstream",
             format!("`{u}` must be scheme, host, port and optionally a path prefix"),
         ));
+    }
+    if let Some(why) = upstream::problem(rest) {
+        return Err(ctx.err("server.upstream", format!("`{u}` {why}")));
     }
     Ok(trimmed.to_owned())
 }

@@ -427,3 +427,53 @@ fn errors_from_flags_name_the_flag() {
         .unwrap_err();
     snap!("config_error_flag_trust_proxy", err.to_string());
 }
+
+#[test]
+fn error_upstream_with_credentials() {
+    let e = file_error(
+        "[server]\nupstream = \"http://admin:S3cretPassw0rd@127.0.0.1:3000\"\n",
+        &[],
+    );
+    assert!(!e.contains("S3cretPassw0rd"), "{e}");
+    snap!("config_error_upstream_credentials", e);
+}
+
+#[test]
+fn error_trust_proxy_everything() {
+    snap!(
+        "config_error_trust_everything",
+        file_error(
+            "[client_ip]\ntrust_proxy = [\"0.0.0.0/1\", \"128.0.0.0/1\"]\n",
+            &[]
+        )
+    );
+    let cfg = Loader::new()
+        .flag("client_ip.trust_proxy", "::/0", "--trust-proxy")
+        .env([(
+            "FLEET_LIMITER_TRUST_ALL_ADDRESSES".to_owned(),
+            "true".to_owned(),
+        )])
+        .load()
+        .expect("acknowledged");
+    assert!(cfg.client_ip.trust_all_addresses);
+}
+
+#[test]
+fn error_toml_syntax_in_a_secret() {
+    let e = file_error(
+        "[identity]\njwt_hs256_secret = \"Zr8vQm2LwX4kT9pN\\qB6yHc3JfD1sGa7UeKo5RtW\"\n",
+        &[],
+    );
+    assert!(!e.contains("Zr8vQm2L") && !e.contains("B6yHc3Jf"), "{e}");
+    snap!("config_error_toml_syntax_secret", e);
+}
+
+#[test]
+fn error_secret_of_the_wrong_type() {
+    let e = file_error(
+        "[store]\ncluster = \"redis://default:S3cretPassw0rd@127.0.0.1:1\"\n",
+        &[],
+    );
+    assert!(!e.contains("S3cretPassw0rd"), "{e}");
+    assert!(e.contains("store.cluster: has the wrong type"), "{e}");
+}

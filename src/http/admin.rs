@@ -79,6 +79,8 @@ impl Control {
         let new = match (self.reloader)() {
             Ok(c) => c,
             Err(e) => {
+                // Configuration errors already hide secrets; a URL from elsewhere loses its password.
+                let e = crate::redact::urls_in(&e).into_owned();
                 metrics::global().reloaded(false);
                 tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration stays in effect");
                 return Err(e);

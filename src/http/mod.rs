@@ -58,7 +58,7 @@ pub async fn serve_gateway_with(
     .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.server.listen))?;
     tracing::info!(
         listen = %cfg.server.listen,
-        upstream = %upstream.base,
+        upstream = %crate::redact::url(&upstream.base),
         limiters = cfg.limiters.len(),
         enabled = cfg.enabled,
         "fleet-limiter gateway started"

@@ -270,18 +270,18 @@ impl Jwks {
         self.attempts.fetch_add(1, Ordering::Release);
         match result {
             Ok(Ok(set)) => {
-                tracing::debug!(keys = set.len(), url = %self.url, "JWKS fetched");
+                tracing::debug!(keys = set.len(), url = %crate::redact::url(&self.url), "JWKS fetched");
                 *self.keys.write() = Arc::new(set);
                 self.fetched_at
                     .store(self.clock.now().max(1), Ordering::Relaxed);
             }
             Ok(Err(e)) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(url = %self.url, error = %e, "JWKS fetch failed; keeping the keys already held");
+                tracing::warn!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e), "JWKS fetch failed; keeping the keys already held");
             }
             Err(_) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(url = %self.url, timeout_ms = self.timeout.as_millis() as u64, "JWKS fetch timed out; keeping the keys already held");
+                tracing::warn!(url = %crate::redact::url(&self.url), timeout_ms = self.timeout.as_millis() as u64, "JWKS fetch timed out; keeping the keys already held");
             }
         }
     }

@@ -18,8 +18,9 @@ pub struct Check {
 }
 
 /// The store could not answer; each limiter's `on_store_error` decides what happens next.
+/// A URL in the message prints without its password.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("store error: {0}")]
+#[error("store error: {}", crate::redact::urls_in(.0))]
 pub struct StoreError(pub String);
 
 /// A place that decides requests against buckets.

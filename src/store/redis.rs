@@ -72,13 +72,40 @@ pub const MAX_CALL_CHECKS: usize = 64;
 /// `on_store_error` answers) instead of queueing without bound.
 pub const MAX_WAITING: usize = 4096;
 
-/// Where the Redis store connects.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the Redis store connects. Its `Debug` and `Display` forms hide URL passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One server (or a proxy in front of a primary): `redis://host:6379`.
     Standalone(String),
     /// A Redis Cluster, given by some of its nodes' URLs.
     Cluster(Vec<String>),
+}
+
+impl std::fmt::Display for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Standalone(u) => f.write_str(&crate::redact::url(u)),
+            RedisTarget::Cluster(nodes) => {
+                let shown: Vec<_> = nodes.iter().map(|u| crate::redact::url(u)).collect();
+                write!(f, "cluster {}", shown.join(", "))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Standalone(u) => f
+                .debug_tuple("Standalone")
+                .field(&crate::redact::url(u))
+                .finish(),
+            RedisTarget::Cluster(nodes) => {
+                let shown: Vec<_> = nodes.iter().map(|u| crate::redact::url(u)).collect();
+                f.debug_tuple("Cluster").field(&shown).finish()
+            }
+        }
+    }
 }
 
 /// How the Redis store behaves; [`RedisOptions::new`] gives the production settings.
@@ -220,7 +247,7 @@ impl RedisStore {
         let store = Self::new(target.clone(), opts)?;
         if !store.wait_connected(Duration::from_secs(2)) {
             tracing::warn!(
-                target = ?target,
+                target = %target,
                 "redis store not reachable yet; limiters answer with on_store_error until it is"
             );
         }
@@ -237,8 +264,14 @@ impl RedisStore {
             RedisTarget::Cluster(nodes) => nodes.iter().collect(),
         };
         for u in urls {
-            redis::Client::open(u.as_str())
-                .map_err(|e| StoreError(format!("redis URL `{u}`: {e}")))?;
+            redis::Client::open(u.as_str()).map_err(|e| {
+                let e = e.to_string();
+                StoreError(format!(
+                    "redis URL `{}`: {}",
+                    crate::redact::url(u),
+                    crate::redact::urls_in(&e)
+                ))
+            })?;
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -375,7 +408,10 @@ impl Store for RedisStore {
                 .await
             {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(StoreError(format!("redis: {e}"))),
+                Ok(Err(e)) => Err(StoreError(format!(
+                    "redis: {}",
+                    crate::redact::urls_in(&e.to_string())
+                ))),
                 Err(_) => Err(StoreError("redis: ping timed out".into())),
             }
         })
@@ -687,7 +723,8 @@ impl Inner {
                         return;
                     }
                     Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "redis store: connection attempt failed")
+                        let e = e.to_string();
+                        tracing::debug!(error = %crate::redact::urls_in(&e), "redis store: connection attempt failed")
                     }
                     Err(_) => tracing::debug!("redis store: connection attempt timed out"),
                 }
@@ -742,6 +779,7 @@ impl Inner {
 
     /// Count an error; log only the first of a burst.
     fn failed(&self, msg: String) -> StoreError {
+        let msg = crate::redact::urls_in(&msg).into_owned();
         let total = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.failing.swap(true, Ordering::AcqRel) {
             self.errors_at_burst_start

@@ -1,0 +1,432 @@
+//! Secrets are never echoed, and dangerous settings are refused: the real binary, every error
+//! path run with a recognisable secret, which must appear nowhere in what the process prints
+//! or answers (stdout, stderr, log lines, HTTP bodies).
+
+mod common;
+
+use common::{client, dead_addr, upstream, Exited, Gateway, Launch, PATIENCE};
+
+/// A random-looking HS256 secret with a bad TOML escape (`\q`) in the middle.
+const SECRET_WITH_BAD_ESCAPE: &str = r"Zr8vQm2LwX4kT9pN\qB6yHc3JfD1sGa7UeKo5RtW";
+/// Pieces of that secret, each recognisable on its own.
+const SECRET_PIECES: &[&str] = &["Zr8vQm2LwX4kT9pN", "B6yHc3JfD1sGa7UeKo5RtW"];
+/// A Redis password.
+const REDIS_PASSWORD: &str = "S3cretPassw0rdXYZ";
+/// An upstream password.
+const UPSTREAM_PASSWORD: &str = "UpStr3amPassw0rdQRS";
+
+/// `text` holds none of `secrets`.
+fn assert_hidden(what: &str, text: &str, secrets: &[&str]) {
+    for s in secrets {
+        assert!(
+            !text.contains(s),
+            "{what} must not contain the secret `{s}`:\n{text}"
+        );
+    }
+}
+
+fn assert_exit_hidden(out: &Exited, secrets: &[&str]) {
+    assert_hidden("stdout", &out.stdout, secrets);
+    assert_hidden("stderr", &out.stderr, secrets);
+}
+
+/// `serve` with this configuration file, in front of an upstream where nothing listens.
+fn serve_with(toml: &str) -> Launch {
+    Launch::serve()
+        .upstream(&format!("http://{}", dead_addr()))
+        .log("debug")
+        .config_toml(toml)
+}
+
+#[test]
+fn a_toml_syntax_error_in_the_hs256_secret_is_located_but_not_echoed() {
+    let files = [
+        // One line.
+        format!("[identity]\njwt_hs256_secret = \"{SECRET_WITH_BAD_ESCAPE}\"\n"),
+        // A dotted key, after other settings.
+        format!("enabled = true\nidentity.jwt_hs256_secret = \"{SECRET_WITH_BAD_ESCAPE}\"\n"),
+        // An inline table.
+        format!("identity = {{ jwt_hs256_secret = \"{SECRET_WITH_BAD_ESCAPE}\" }}\n"),
+        // A multi-line string: the bad escape is on a line of its own.
+        format!(
+            "[identity]\njwt_hs256_secret = \"\"\"\n{}\n{}\n\"\"\"\n",
+            SECRET_PIECES[0],
+            &SECRET_WITH_BAD_ESCAPE[SECRET_PIECES[0].len()..]
+        ),
+    ];
+    for toml in &files {
+        for launch in [
+            serve_with(toml),
+            Launch::command(["check"]).config_toml(toml.clone()),
+        ] {
+            let out = launch.run(PATIENCE);
+            assert_eq!(out.code, Some(2), "{toml}\n{}", out.stderr);
+            assert!(
+                out.stderr.contains("configuration error") || out.stderr.contains("fleet-limiter"),
+                "{}",
+                out.stderr
+            );
+            assert!(
+                out.stderr.contains("TOML parse error at line"),
+                "{}",
+                out.stderr
+            );
+            assert!(out.stderr.contains("column"), "{}", out.stderr);
+            assert!(out.stderr.contains("not shown"), "{}", out.stderr);
+            assert_exit_hidden(&out, SECRET_PIECES);
+        }
+    }
+}
+
+#[test]
+fn a_toml_syntax_error_in_a_redis_url_does_not_echo_its_password() {
+    for toml in [
+        format!("[store]\nbackend = \"redis\"\nurl = \"redis://default:{REDIS_PASSWORD}\\q@127.0.0.1:1/\"\n"),
+        format!(
+            "[store]\nbackend = \"redis\"\ncluster = [\n  \"redis://127.0.0.1:1\",\n  \"redis://default:{REDIS_PASSWORD}\\q@127.0.0.1:2\",\n]\n"
+        ),
+    ] {
+        let out = serve_with(&toml).run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(out.stderr.contains("TOML parse error at line"), "{}", out.stderr);
+        assert_exit_hidden(&out, &[REDIS_PASSWORD]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_password_is_redacted_in_logs_readiness_errors_and_reload_reports() {
+    let up = upstream().await;
+    let url = format!("redis://default:{REDIS_PASSWORD}@127.0.0.1:1/");
+    let toml = format!(
+        "[server]\nupstream = \"{}\"\n[store]\nbackend = \"redis\"\nurl = \"{url}\"\n",
+        up.uri()
+    );
+    let gw = Launch::serve()
+        .config_toml(toml)
+        .admin()
+        .log("debug")
+        .spawn();
+    // A decision with Redis down: the store fails, the limiter answers with on_store_error.
+    let res = client()
+        .post(gw.url("/api/agent/heartbeat"))
+        .header("x-agent-id", "agent-1")
+        .send()
+        .await
+        .expect("request");
+    let body = res.text().await.expect("body");
+    assert_hidden("a gateway answer", &body, &[REDIS_PASSWORD]);
+    let ready = client()
+        .get(gw.admin("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(ready.status(), 503);
+    let ready = ready.text().await.expect("readyz body");
+    assert_hidden("/readyz", &ready, &[REDIS_PASSWORD]);
+
+    // A reload that changes the store: the report names the setting, never the URL.
+    gw.rewrite_config(&format!(
+        "[server]\nupstream = \"{}\"\n[store]\nbackend = \"redis\"\nurl = \"redis://default:{REDIS_PASSWORD}@127.0.0.1:2/\"\n",
+        up.uri()
+    ));
+    let res = client()
+        .post(gw.admin("/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(res.status(), 200);
+    let report = res.text().await.expect("reload body");
+    assert!(report.contains("\"store\""), "{report}");
+    assert_hidden("the reload report", &report, &[REDIS_PASSWORD]);
+
+    let log = gw.stderr();
+    assert!(log.contains("redis store not reachable yet"), "{log}");
+    assert!(log.contains("redis://default:***@127.0.0.1:1"), "{log}");
+    assert_hidden("the log", &log, &[REDIS_PASSWORD]);
+    assert_hidden("stdout", &gw.stdout(), &[REDIS_PASSWORD]);
+}
+
+#[test]
+fn redis_urls_in_configuration_errors_are_redacted() {
+    let flag = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .arg("--store")
+        .arg(format!("rediss://default:{REDIS_PASSWORD}@127.0.0.1:1/"))
+        .run(PATIENCE);
+    assert_eq!(flag.code, Some(2), "{}", flag.stderr);
+    assert!(
+        flag.stderr.contains("rediss://default:***@127.0.0.1:1"),
+        "{}",
+        flag.stderr
+    );
+    assert_exit_hidden(&flag, &[REDIS_PASSWORD]);
+
+    let cluster = serve_with(&format!(
+        "[store]\nbackend = \"redis\"\ncluster = [\"rediss://default:{REDIS_PASSWORD}@127.0.0.1:1\"]\n"
+    ))
+    .run(PATIENCE);
+    assert_eq!(cluster.code, Some(2), "{}", cluster.stderr);
+    assert!(
+        cluster.stderr.contains("store.cluster"),
+        "{}",
+        cluster.stderr
+    );
+    assert_exit_hidden(&cluster, &[REDIS_PASSWORD]);
+
+    let wrong_type = serve_with(&format!(
+        "[store]\nbackend = \"redis\"\ncluster = \"redis://default:{REDIS_PASSWORD}@127.0.0.1:1\"\n"
+    ))
+    .run(PATIENCE);
+    assert_eq!(wrong_type.code, Some(2), "{}", wrong_type.stderr);
+    assert!(
+        wrong_type.stderr.contains("store.cluster"),
+        "{}",
+        wrong_type.stderr
+    );
+    assert_exit_hidden(&wrong_type, &[REDIS_PASSWORD]);
+
+    let jwks = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .env(
+            "FLEET_LIMITER_JWKS_URL",
+            format!("https://issuer:{REDIS_PASSWORD}@127.0.0.1:1/jwks.json"),
+        )
+        .run(PATIENCE);
+    assert_eq!(jwks.code, Some(2), "{}", jwks.stderr);
+    assert!(jwks.stderr.contains("identity.jwks_url"), "{}", jwks.stderr);
+    assert_exit_hidden(&jwks, &[REDIS_PASSWORD]);
+}
+
+#[test]
+fn an_upstream_url_with_credentials_or_a_space_is_refused() {
+    for (upstream, why) in [
+        (
+            format!("http://admin:{UPSTREAM_PASSWORD}@127.0.0.1:3000"),
+            "user:password@",
+        ),
+        (
+            format!("http://{UPSTREAM_PASSWORD}@127.0.0.1:3000"),
+            "user:password@",
+        ),
+        (
+            "http://127.0.0.1:3000/api v1".to_owned(),
+            "not allowed in a URL",
+        ),
+        (
+            "http://127.0.0.1:3000/a\"b".to_owned(),
+            "not allowed in a URL",
+        ),
+        (
+            "http://exa mple.test:3000".to_owned(),
+            "not allowed in a URL",
+        ),
+        ("http://127.0.0.1:99999".to_owned(), "port"),
+    ] {
+        let out = Launch::serve().upstream(&upstream).run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{upstream}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("flag --upstream: server.upstream:"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(why), "{upstream}: {}", out.stderr);
+        assert_exit_hidden(&out, &[UPSTREAM_PASSWORD]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_fails_on_a_secret_line_does_not_echo_it() {
+    let up = upstream().await;
+    let good = format!("[server]\nupstream = \"{}\"\n", up.uri());
+    let gw = Launch::serve()
+        .config_toml(good)
+        .admin()
+        .log("info")
+        .spawn();
+    gw.rewrite_config(&format!(
+        "[server]\nupstream = \"{}\"\n[identity]\njwt_hs256_secret = \"{SECRET_WITH_BAD_ESCAPE}\"\n",
+        up.uri()
+    ));
+    let res = client()
+        .post(gw.admin("/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(res.status(), 422);
+    let body: serde_json::Value = res.json().await.expect("json");
+    assert_eq!(body["reloaded"], false);
+    let error = body["error"].as_str().unwrap_or_default();
+    assert!(error.contains("line 4"), "{error}");
+    assert_hidden("the reload answer", &body.to_string(), SECRET_PIECES);
+
+    // The same by SIGHUP, with a weak secret this time: rejected, logged, not echoed.
+    gw.rewrite_config(&format!(
+        "[server]\nupstream = \"{}\"\n[identity]\njwt_hs256_secret = \"changemechangemechangemechangeme\"\n",
+        up.uri()
+    ));
+    gw.signal("HUP");
+    gw.wait_metric(
+        r#"fleet_limiter_config_reloads_total{result="error"}"#,
+        |v| v == 2.0,
+    )
+    .await;
+    let log = gw.stderr();
+    assert!(log.contains("configuration reload rejected"), "{log}");
+    assert!(log.contains("the HS256 secret is weak"), "{log}");
+    assert_hidden(
+        "the log",
+        &log,
+        &[SECRET_PIECES[0], SECRET_PIECES[1], "changemechangeme"],
+    );
+}
+
+#[test]
+fn weak_secrets_stop_the_start_without_being_echoed() {
+    for (secret, why) in [
+        ("changemechangemechangemechangeme", "repeats"),
+        ("your-256-bit-secret-your-256-bit-secret", "placeholder"),
+        ("12345678901234567890123456789012", "run of consecutive"),
+        ("secret                              ", "placeholder"),
+        (
+            "hello                               ",
+            "shorter than 32 bytes",
+        ),
+        ("abababababababababababababababab", "repeats"),
+        ("aaaabbbbaaaabbbbccccaaaabbbbccccaaaabbbb", "few distinct"),
+        ("my-super-secret-jwt-key-for-production", "placeholder"),
+    ] {
+        let out = Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .env("FLEET_LIMITER_JWT_HS256_SECRET", secret)
+            .run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{secret}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(
+                "environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"
+            ),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains(why), "{secret}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("openssl rand -base64 48"),
+            "{}",
+            out.stderr
+        );
+        // A short word (`secret`) may well appear in the message itself; longer ones may not.
+        let trimmed = secret.trim();
+        if trimmed.len() >= 16 {
+            assert_exit_hidden(&out, &[trimmed]);
+        }
+        assert_exit_hidden(&out, &[secret]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_random_secret_starts() {
+    let up = upstream().await;
+    // 48 random bytes, base64 (what `openssl rand -base64 48` prints), and 32 bytes as hex.
+    for secret in [
+        "q0Yb4m3nN1ZkV8cJr2WxT5uA9hLgE7sDfK6pQ0iRzX3vB1yC4oM8eH2jU5tS9wG",
+        "9f2c4e1ab7d3058e6f4a2c9b1d7e3f5a0b8c6d2e4f1a3b5c7d9e0f2a4b6c8d0e",
+    ] {
+        let gw = Launch::serve()
+            .upstream(&up.uri())
+            .log("info")
+            .env("FLEET_LIMITER_JWT_HS256_SECRET", secret)
+            .spawn();
+        let res = client()
+            .get(gw.url("/api/agents"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(res.status(), 200);
+        assert!(!gw.stderr().contains("is weak"), "{}", gw.stderr());
+        assert_hidden("the log", &gw.stderr(), &[secret]);
+    }
+}
+
+#[test]
+fn trusting_every_address_is_refused_unless_acknowledged() {
+    let cases: Vec<(Launch, &str)> = vec![
+        (
+            Launch::serve().arg("--trust-proxy").arg("0.0.0.0/0"),
+            "flag --trust-proxy: client_ip.trust_proxy:",
+        ),
+        (
+            Launch::serve().arg("--trust-proxy").arg("::/0"),
+            "flag --trust-proxy: client_ip.trust_proxy:",
+        ),
+        (
+            Launch::serve().env(
+                "FLEET_LIMITER_TRUST_PROXY",
+                "10.0.0.1, 0.0.0.0/1, 128.0.0.0/1",
+            ),
+            "environment variable FLEET_LIMITER_TRUST_PROXY: client_ip.trust_proxy:",
+        ),
+        (
+            Launch::serve().env("FLEET_LIMITER_TRUST_PROXY", "::ffff:0:0/96"),
+            "environment variable FLEET_LIMITER_TRUST_PROXY: client_ip.trust_proxy:",
+        ),
+        (
+            Launch::serve().config_toml("[client_ip]\ntrust_proxy = [\"::/1\", \"8000::/1\"]\n"),
+            "fleet-limiter.toml: client_ip.trust_proxy:",
+        ),
+    ];
+    for (launch, origin) in cases {
+        let out = launch.upstream("http://127.0.0.1:9").run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(out.stderr.contains("configuration error"), "{}", out.stderr);
+        assert!(out.stderr.contains(origin), "{}", out.stderr);
+        assert!(out.stderr.contains("X-Forwarded-For"), "{}", out.stderr);
+        assert!(out.stderr.contains("its own budget"), "{}", out.stderr);
+        assert!(
+            out.stderr.contains(
+                "client_ip.trust_all_addresses = true (FLEET_LIMITER_TRUST_ALL_ADDRESSES=true)"
+            ),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("overwrites"), "{}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusting_every_address_starts_with_a_warning_when_acknowledged() {
+    let up = upstream().await;
+    for _ in 0..2 {
+        let gw: Gateway = Launch::serve()
+            .upstream(&up.uri())
+            .log("info")
+            .arg("--trust-proxy")
+            .arg("0.0.0.0/0")
+            .env("FLEET_LIMITER_TRUST_ALL_ADDRESSES", "true")
+            .spawn();
+        let res = client()
+            .get(gw.url("/api/agents"))
+            .header("x-forwarded-for", "203.0.113.9")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(res.status(), 200);
+        let log = gw.stderr();
+        assert!(
+            log.contains("WARN") && log.contains("client_ip.trust_proxy covers every"),
+            "{log}"
+        );
+        assert!(log.contains("X-Forwarded-For"), "{log}");
+    }
+    // Ranges that leave some addresses out are proxies, not the whole address space.
+    let gw = Launch::serve()
+        .upstream(&up.uri())
+        .log("info")
+        .env("FLEET_LIMITER_TRUST_PROXY", "0.0.0.0/1, 128.0.0.0/2, ::/1")
+        .spawn();
+    let res = client()
+        .get(gw.url("/api/agents"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 200);
+    assert!(!gw.stderr().contains("covers every"), "{}", gw.stderr());
+}
