@@ -303,7 +303,10 @@ async fn a_trickling_body_gets_a_408_and_its_upstream_request_is_cut_off() {
         .lines()
         .find(|l| l.contains("request body too slow"))
         .unwrap_or_else(|| panic!("a warning in the log:\n{log}"));
-    assert!(line.contains("WARN") && line.contains("rate"), "{line}");
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(r#"rule="rate""#), "{line}");
+    assert!(line.contains("peer=127.0.0.1"), "{line}");
+    assert!(!line.contains("/upload"), "no request target in it: {line}");
 }
 
 #[tokio::test]
@@ -418,7 +421,10 @@ fn paced_post_keep_alive(addr: SocketAddr, declared: u64, pace: Pace) -> Answer 
 #[tokio::test]
 async fn a_client_that_hangs_up_mid_body_is_not_an_upstream_failure() {
     let (upstream, mut seen) = spawn_upstream();
-    let gw = gateway(&upstream, &[]);
+    let gw = gateway(
+        &upstream,
+        &[("FLEET_LIMITER_LOG", "info,fleet_limiter::http::proxy=debug")],
+    );
     let pace = Pace {
         chunk: 10,
         gap: Duration::ZERO,
@@ -428,9 +434,15 @@ async fn a_client_that_hangs_up_mid_body_is_not_an_upstream_failure() {
     post(&gw, "/upload", 1000, pace).await;
     let up = next_seen(&mut seen).await;
     assert_eq!((up.read, up.complete), (10, false), "{up:?}");
-    // The gateway has given up on the request once the upstream saw it cut off; give the
-    // counters a moment to be read after that.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Counters are taken when the gateway logs how the request ended.
+    let deadline = Instant::now() + PATIENCE;
+    while !["request body failed", "upstream request failed"]
+        .iter()
+        .any(|l| gw.stderr().contains(l))
+    {
+        assert!(Instant::now() < deadline, "log:\n{}", gw.stderr());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(metric(&gw, UNREACHABLE).await, 0.0, "log:\n{}", gw.stderr());
     assert_eq!(metric(&gw, UPSTREAM_TIMEOUTS).await, 0.0);
     assert_eq!(metric(&gw, RATE_TRIPS).await, 0.0);

@@ -149,7 +149,10 @@ impl std::fmt::Display for UpstreamError {
         match self {
             UpstreamError::Connect(e) => write!(f, "cannot connect: {e}"),
             UpstreamError::ConnectTimeout => f.write_str("connect timed out"),
-            UpstreamError::Http(e) => write!(f, "{e}"),
+            UpstreamError::Http(e) => match std::error::Error::source(e) {
+                Some(cause) => write!(f, "{e}: {cause}"),
+                None => write!(f, "{e}"),
+            },
             UpstreamError::Silent => f.write_str("no answer within the read timeout"),
         }
     }
@@ -383,7 +386,10 @@ pub async fn forward(
         (Err(_), Some(ClientFault::TooSlow(trip))) => {
             closing(request_timeout(trip, &upstream.body))
         }
-        (Err(_), Some(ClientFault::Broken)) => closing(bad_request_body()),
+        (Err(e), Some(ClientFault::Broken)) => {
+            tracing::debug!(error = %e, "the client's request body failed; upstream request aborted");
+            closing(bad_request_body())
+        }
         (Err(e), None) => upstream_error(&e),
     }
 }
@@ -598,7 +604,6 @@ impl StreamBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 self.finish(ClientFault::Broken);
-                tracing::debug!(error = %e, "the client's request body failed");
                 Poll::Ready(Some(Err(ClientBodyError::Broken(e.to_string()))))
             }
             Poll::Ready(None) => {
@@ -619,32 +624,31 @@ impl StreamBody {
         let (since, until, trip) = *self.wait.get_or_insert_with(|| {
             let now = tokio::time::Instant::now();
             let (allowed, trip) = self.pace.allowance();
-            (now, now + allowed, trip)
+            (now, later(now, allowed), trip)
         });
         self.watch.waiting_on_client.set(true);
-        loop {
-            if tokio::time::Instant::now() >= until {
-                break;
-            }
-            match &mut self.timer {
-                Some(t) if t.deadline() == until => {}
-                Some(t) => t.as_mut().reset(until),
-                None => self.timer = Some(Box::pin(tokio::time::sleep_until(until))),
-            }
-            if let Some(t) = &mut self.timer {
-                if t.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
+        if tokio::time::Instant::now() < until {
+            let timer = match &mut self.timer {
+                Some(t) => {
+                    if t.deadline() != until {
+                        t.as_mut().reset(until);
+                    }
+                    t
                 }
+                None => self.timer.insert(Box::pin(tokio::time::sleep_until(until))),
+            };
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
             }
         }
         self.finish(ClientFault::TooSlow(trip));
         crate::metrics::global().client_body_timeout(trip);
-        let waited = self.pace.waited() + since.elapsed();
+        let waited = self.pace.waited().saturating_add(since.elapsed());
         tracing::warn!(
             rule = trip.as_str(),
-            client_ip = ?self.peer,
+            peer = self.peer.map(tracing::field::display),
             bytes_received = self.pace.bytes(),
-            declared_length = ?self.length,
+            declared_length = self.length,
             waited_seconds = waited.as_secs_f64(),
             "request body too slow; cutting it off"
         );
@@ -720,21 +724,29 @@ impl Stream for AnswerBody {
     }
 }
 
+/// `t + d`, or about thirty years on when that is past the clock's range: a deadline that
+/// never comes, from a timeout too long to add.
+fn later(t: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(30 * 365 * 86_400))
+}
+
 /// Resolves once the upstream side has been silent for `limit`: nothing moved since the
 /// instant in `watch.moved`, and the body is not waiting on the client (the client's silence
 /// is the body timeout's business, never an upstream timeout).
 async fn silent_for(watch: Rc<BodyWatch>, limit: Duration) {
     loop {
-        let now = Instant::now();
-        let due = if watch.waiting_on_client.get() {
-            now + limit
+        let now = tokio::time::Instant::now();
+        let from = if watch.waiting_on_client.get() {
+            now
         } else {
-            watch.moved.get() + limit
+            tokio::time::Instant::from_std(watch.moved.get())
         };
+        let due = later(from, limit);
         if now >= due {
             return;
         }
-        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+        tokio::time::sleep_until(due).await;
     }
 }
 
