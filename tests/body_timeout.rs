@@ -483,3 +483,33 @@ async fn a_body_that_trickles_after_the_upstream_answered_ends_the_answer() {
     assert_eq!(metric(&gw, SILENCE_TRIPS).await, 1.0);
     assert_eq!(metric(&gw, UNREACHABLE).await, 0.0);
 }
+
+#[tokio::test]
+async fn waiting_on_the_client_is_never_an_upstream_timeout() {
+    let (upstream, mut seen) = spawn_upstream();
+    // Each pause of the client is longer than the read timeout, and within the body rules.
+    let gw = gateway(
+        &upstream,
+        &[
+            ("FLEET_LIMITER_READ_TIMEOUT", "1s"),
+            ("FLEET_LIMITER_BODY_TIMEOUT", "10s"),
+            ("FLEET_LIMITER_BODY_MIN_RATE", "off"),
+        ],
+    );
+    let pace = Pace {
+        chunk: 1,
+        gap: Duration::from_millis(1500),
+        writes: 4,
+        hang_up: false,
+    };
+    let answer = tokio::task::spawn_blocking({
+        let addr = gw.addr;
+        move || paced_post_keep_alive(addr, 4, pace)
+    })
+    .await
+    .expect("client thread");
+    assert_eq!(answer.status(), 200, "{}", answer.text());
+    assert_eq!(answer.body(), "4");
+    assert_eq!(next_seen(&mut seen).await.read, 4);
+    assert_eq!(metric(&gw, UPSTREAM_TIMEOUTS).await, 0.0);
+}
