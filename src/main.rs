@@ -102,6 +102,12 @@ struct ServeArgs {
     /// Upstream response timeout [default: 30s].
     #[arg(long, value_name = "DURATION")]
     read_timeout: Option<String>,
+    /// Longest wait for the next chunk of a client's request body [default: 30s].
+    #[arg(long, value_name = "DURATION")]
+    body_timeout: Option<String>,
+    /// Least average bytes per second of a request body after 5 s; 0 for none [default: 240].
+    #[arg(long, value_name = "RATE")]
+    body_min_rate: Option<String>,
     /// Start even when `fleet-limiter check` finds the calibration unsafe.
     #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", value_parser = clap::builder::BoolishValueParser::new())]
     allow_unsafe_calibration: bool,
@@ -143,6 +149,12 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
             "--connect-timeout",
         ),
         ("server.read_timeout", &args.read_timeout, "--read-timeout"),
+        ("server.body_timeout", &args.body_timeout, "--body-timeout"),
+        (
+            "server.body_min_rate",
+            &args.body_min_rate,
+            "--body-min-rate",
+        ),
         ("ops.admin_listen", &args.admin_listen, "--admin-listen"),
         (
             "ops.shutdown_grace",

@@ -4,6 +4,7 @@
 //! admin listener renders it with the store's key gauges.
 
 use crate::decision::{Outcome, Settings};
+use crate::http::proxy::pace::Trip;
 use crate::policy::Mode;
 use crate::store::Store;
 use parking_lot::RwLock;
@@ -194,6 +195,8 @@ pub struct Metrics {
     upstream_latency: Histogram,
     upstream_timeouts: AtomicU64,
     upstream_unreachable: AtomicU64,
+    /// Request bodies cut off for their pace, by rule (`Trip as usize`).
+    client_body_timeouts: [AtomicU64; 2],
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
     last_reload_ok: AtomicBool,
@@ -220,6 +223,7 @@ impl Metrics {
             upstream_latency: Histogram::new(UPSTREAM_BOUNDS_NS),
             upstream_timeouts: AtomicU64::new(0),
             upstream_unreachable: AtomicU64::new(0),
+            client_body_timeouts: Default::default(),
             reloads_ok: AtomicU64::new(0),
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
@@ -328,6 +332,11 @@ impl Metrics {
         {
             c.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A client's request body was cut off because it broke `rule`.
+    pub fn client_body_timeout(&self, rule: Trip) {
+        self.client_body_timeouts[rule as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn reloaded(&self, ok: bool) {
@@ -519,6 +528,13 @@ impl Metrics {
         );
         self.upstream_latency
             .render(&mut out, "fleet_limiter_upstream_duration_seconds", "");
+        let [silence, rate] = &self.client_body_timeouts;
+        counters(
+            &mut out,
+            "fleet_limiter_client_body_timeouts_total",
+            "Requests cut off because the client sent the body too slowly: silence (server.body_timeout) or rate (server.body_min_rate).",
+            &[("rule=\"silence\"", silence), ("rule=\"rate\"", rate)],
+        );
 
         let labels: Vec<String> = crate::path::Class::ALL
             .iter()
@@ -788,6 +804,7 @@ mod tests {
         m.store_round_trip(Duration::from_micros(3), true);
         m.upstream_response(200, Duration::from_millis(12));
         m.upstream_failed(true);
+        m.client_body_timeout(Trip::Rate);
         m.reloaded(false);
         insta::with_settings!({snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"), prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!("metrics_page", m.render(None, Some(&settings)));

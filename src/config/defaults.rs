@@ -136,6 +136,10 @@ pub const LIMITERS: &[BuiltIn] = &[
 pub const LISTEN: &str = "127.0.0.1:8080";
 pub const CONNECT_TIMEOUT: &str = "2s";
 pub const READ_TIMEOUT: &str = "30s";
+/// The read timeout's counterpart on the client's side (docs/configuration.md says why).
+pub const BODY_TIMEOUT: &str = "30s";
+/// Kestrel's minimum request body data rate, in bytes per second.
+pub const BODY_MIN_RATE: &str = "240";
 pub const IPV6_PREFIX: u8 = 56;
 pub const MAX_KEYS: usize = 100_000;
 pub const STORE_TIMEOUT: &str = "50ms";

@@ -10,11 +10,13 @@ mod duration;
 pub mod identity;
 pub mod ops;
 mod path;
+mod rate;
 mod syntax;
 mod trust;
 mod upstream;
 
 pub use duration::parse_duration;
+pub use rate::parse_rate;
 pub use trust::covers_everything;
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
@@ -57,6 +59,10 @@ pub struct ServerConfig {
     pub upstream: Option<String>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    /// The longest wait for the next chunk of a client's request body.
+    pub body_timeout: Duration,
+    /// The least average bytes per second of a request body after the grace period; 0: none.
+    pub body_min_rate: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -154,6 +160,16 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     (
         "server.read_timeout",
         "FLEET_LIMITER_READ_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "server.body_timeout",
+        "FLEET_LIMITER_BODY_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "server.body_min_rate",
+        "FLEET_LIMITER_BODY_MIN_RATE",
         Kind::Str,
     ),
     (
@@ -668,6 +684,8 @@ struct RawServer {
     upstream: Option<String>,
     connect_timeout: Option<DurationValue>,
     read_timeout: Option<DurationValue>,
+    body_timeout: Option<DurationValue>,
+    body_min_rate: Option<rate::RateValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -779,6 +797,18 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             "server.read_timeout",
             raw.server.read_timeout,
             defaults::READ_TIMEOUT,
+        )?,
+        body_timeout: duration(
+            ctx,
+            "server.body_timeout",
+            raw.server.body_timeout,
+            defaults::BODY_TIMEOUT,
+        )?,
+        body_min_rate: rate::rate(
+            ctx,
+            "server.body_min_rate",
+            raw.server.body_min_rate,
+            defaults::BODY_MIN_RATE,
         )?,
     };
 

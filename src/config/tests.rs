@@ -477,3 +477,55 @@ fn error_secret_of_the_wrong_type() {
     assert!(!e.contains("S3cretPassw0rd"), "{e}");
     assert!(e.contains("store.cluster: has the wrong type"), "{e}");
 }
+
+#[test]
+fn body_timeout_and_min_rate_from_each_layer() {
+    let cfg = Config::default();
+    assert_eq!(cfg.server.body_timeout, Duration::from_secs(30));
+    assert_eq!(cfg.server.body_min_rate, 240);
+    let f = file("[server]\nbody_timeout = \"45s\"\nbody_min_rate = 1000\n");
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    assert_eq!(cfg.server.body_timeout, Duration::from_secs(45));
+    assert_eq!(cfg.server.body_min_rate, 1000);
+    let f = file("[server]\nbody_min_rate = \"1KiB/s\"\n");
+    let cfg = Loader::new()
+        .file(&f.path)
+        .env([("FLEET_LIMITER_BODY_TIMEOUT".to_owned(), "10s".to_owned())])
+        .load()
+        .expect("valid");
+    assert_eq!(cfg.server.body_timeout, Duration::from_secs(10));
+    assert_eq!(cfg.server.body_min_rate, 1024);
+    let cfg = Loader::new()
+        .env([("FLEET_LIMITER_BODY_MIN_RATE".to_owned(), "2MB".to_owned())])
+        .flag("server.body_min_rate", "0", "--body-min-rate")
+        .flag("server.body_timeout", "500ms", "--body-timeout")
+        .load()
+        .expect("valid");
+    assert_eq!(cfg.server.body_min_rate, 0, "0 turns the rate rule off");
+    assert_eq!(cfg.server.body_timeout, Duration::from_millis(500));
+}
+
+#[test]
+fn errors_in_body_timeout_and_min_rate() {
+    snap!(
+        "config_error_env_body_min_rate",
+        env_error(&[("FLEET_LIMITER_BODY_MIN_RATE", "fast")])
+    );
+    snap!(
+        "config_error_body_min_rate_negative",
+        file_error("[server]\nbody_min_rate = -240\n", &[])
+    );
+    snap!(
+        "config_error_body_min_rate_float",
+        file_error("[server]\nbody_min_rate = 2.5\n", &[])
+    );
+    snap!(
+        "config_error_env_body_timeout",
+        env_error(&[("FLEET_LIMITER_BODY_TIMEOUT", "0s")])
+    );
+    let err = Loader::new()
+        .flag("server.body_min_rate", "1GiB", "--body-min-rate")
+        .load()
+        .unwrap_err();
+    snap!("config_error_flag_body_min_rate", err.to_string());
+}

@@ -146,6 +146,14 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
             "server.read_timeout",
             old.server.read_timeout != new.server.read_timeout,
         ),
+        (
+            "server.body_timeout",
+            old.server.body_timeout != new.server.body_timeout,
+        ),
+        (
+            "server.body_min_rate",
+            old.server.body_min_rate != new.server.body_min_rate,
+        ),
         ("store", old.store != new.store),
         (
             "ops.admin_listen",

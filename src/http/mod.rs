@@ -35,6 +35,7 @@ pub async fn serve_gateway_with(
         base,
         connect_timeout: cfg.server.connect_timeout,
         read_timeout: cfg.server.read_timeout,
+        body: proxy::pace::BodyRules::new(cfg.server.body_timeout, cfg.server.body_min_rate),
     };
     // The proxy reads nothing from the outcome: no extension to allocate per request.
     let limiter = FleetLimiter::new(decider.clone())

@@ -7,10 +7,21 @@
 //! answer, within `read_timeout` of the last thing that moved. A long upload or download that
 //! keeps moving is never cut off; one that stalls ends with a 504 (or a truncated answer, when
 //! the stall comes after the head was sent), never a hang.
+//!
+//! The client's side is bounded the same way ([`pace`]): the gateway waits at most
+//! `body_timeout` for each next chunk of the request body, and once it has waited the grace
+//! period in all, the body must keep an average of `body_min_rate` bytes per second. A body that
+//! breaks either rule is cut off: the upstream request is aborted (its connection closed, never
+//! pooled) and the client gets a 408, or, when the upstream has already answered, the end of
+//! that answer. Time spent waiting on the upstream to take the body never counts against the
+//! client, and time spent waiting on the client never counts against the upstream.
+
+pub mod pace;
 
 use crate::http::response::Problem;
 use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::ConnectionType;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::future::{select, Either};
@@ -18,6 +29,7 @@ use futures_util::{Stream, StreamExt};
 use http_body::{Body, Frame, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
+use pace::{BodyPace, BodyRules, Trip};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -33,6 +45,8 @@ pub struct Upstream {
     pub base: String,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    /// The pace the client's request body must keep.
+    pub body: BodyRules,
 }
 
 impl Upstream {
@@ -135,7 +149,10 @@ impl std::fmt::Display for UpstreamError {
         match self {
             UpstreamError::Connect(e) => write!(f, "cannot connect: {e}"),
             UpstreamError::ConnectTimeout => f.write_str("connect timed out"),
-            UpstreamError::Http(e) => write!(f, "{e}"),
+            UpstreamError::Http(e) => match std::error::Error::source(e) {
+                Some(cause) => write!(f, "{e}: {cause}"),
+                None => write!(f, "{e}"),
+            },
             UpstreamError::Silent => f.write_str("no answer within the read timeout"),
         }
     }
@@ -345,29 +362,70 @@ pub async fn forward(
             .get(header::CONTENT_LENGTH)
             .map(|v| v.as_bytes()),
     );
-    // The last moment the request moved: sent, or a body chunk taken by the upstream.
-    let moved = Rc::new(Cell::new(Instant::now()));
+    let watch = Rc::new(BodyWatch::new());
     let body = match length {
-        Some(len) if len > 0 => ProxyBody::stream(payload, Some(len), moved.clone()),
-        _ if chunked => ProxyBody::stream(payload, None, moved.clone()),
+        Some(len) if len > 0 => ProxyBody::stream(payload, Some(len), &watch, &req, upstream.body),
+        _ if chunked => ProxyBody::stream(payload, None, &watch, &req, upstream.body),
         _ => ProxyBody::Empty,
     };
     let Some(out) = upstream_request(&req, path, &client, body) else {
         return bad_request("The request method or target cannot be forwarded.");
     };
     let started = Instant::now();
-    let silence = silent_for(moved, upstream.read_timeout);
+    let silence = silent_for(watch.clone(), upstream.read_timeout);
     let sent = match select(pin!(client.send(out)), pin!(silence)).await {
         Either::Left((sent, _)) => sent,
         Either::Right(_) => Err(UpstreamError::Silent),
     };
-    match sent {
-        Ok((res, lease)) => {
+    match (sent, watch.failed.get()) {
+        (Ok((res, lease)), _) => {
             crate::metrics::global().upstream_response(res.status().as_u16(), started.elapsed());
             answer(res, lease, upstream.read_timeout)
         }
-        Err(e) => upstream_error(&e),
+        // The upstream request failed because the client's body did: not the upstream's fault.
+        (Err(_), Some(ClientFault::TooSlow(trip))) => {
+            closing(request_timeout(trip, &upstream.body))
+        }
+        (Err(e), Some(ClientFault::Broken)) => {
+            tracing::debug!(error = %e, "the client's request body failed; upstream request aborted");
+            closing(bad_request_body())
+        }
+        (Err(e), None) => upstream_error(&e),
     }
+}
+
+/// The 408 for a body that broke `trip`.
+fn request_timeout(trip: Trip, rules: &BodyRules) -> HttpResponse {
+    let detail = match trip {
+        Trip::Silence => format!(
+            "The request body stopped arriving for {} s.",
+            rules.timeout.as_secs_f64()
+        ),
+        Trip::Rate => format!(
+            "The request body arrived slower than {} bytes per second.",
+            rules.min_rate
+        ),
+    };
+    Problem::request_timeout(detail).into_response()
+}
+
+/// The answer to a body that ended early or was malformed (the client has most likely gone).
+fn bad_request_body() -> HttpResponse {
+    Problem {
+        kind: "urn:fleet-limiter:problem:bad-request-body",
+        title: "Bad Request",
+        status: 400,
+        detail: "The request body ended before it was complete, or was malformed.".to_owned(),
+        retry_after: None,
+    }
+    .into_response()
+}
+
+/// `res`, and the client's connection closed after it: the rest of a body that stopped
+/// half-way is never read.
+fn closing(mut res: HttpResponse) -> HttpResponse {
+    res.head_mut().set_connection_type(ConnectionType::Close);
+    res
 }
 
 /// The upstream's answer as the client's: status, end-to-end headers, the body streamed.
@@ -436,41 +494,175 @@ fn upstream_error(e: &UpstreamError) -> HttpResponse {
     }
 }
 
-/// A request body on its way to the upstream: none, or the client's, streamed as it arrives.
-enum ProxyBody {
-    Empty,
-    Stream {
-        payload: web::Payload,
-        /// The declared length (`Content-Length`), or `None` for a chunked body.
-        length: Option<u64>,
-        /// Set each time a chunk moves, for the read timeout.
-        moved: Rc<Cell<Instant>>,
-        done: bool,
-    },
+/// What a request body tells the rest of its forwarding: what moved when, and how it failed.
+struct BodyWatch {
+    /// The last moment the request moved: sent, or a body chunk taken from the client.
+    moved: Cell<Instant>,
+    /// Whether the body is waiting on the client now (the upstream is not the slow side).
+    waiting_on_client: Cell<bool>,
+    /// How the client's body failed, if it did.
+    failed: Cell<Option<ClientFault>>,
 }
 
-impl ProxyBody {
-    fn stream(payload: web::Payload, length: Option<u64>, moved: Rc<Cell<Instant>>) -> Self {
-        ProxyBody::Stream {
-            payload,
-            length,
-            moved,
-            done: false,
+impl BodyWatch {
+    fn new() -> Self {
+        Self {
+            moved: Cell::new(Instant::now()),
+            waiting_on_client: Cell::new(false),
+            failed: Cell::new(None),
         }
     }
 }
 
-/// The client's body failed (it went away, or sent a malformed chunk).
+/// Why the client's body did not make it to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientFault {
+    /// It broke a pace rule and was cut off.
+    TooSlow(Trip),
+    /// It ended early (the client went away) or was malformed.
+    Broken,
+}
+
+/// A request body on its way to the upstream: none, or the client's, streamed as it arrives.
+enum ProxyBody {
+    Empty,
+    Stream(Box<StreamBody>),
+}
+
+/// The client's body, streamed as it arrives and held to its pace.
+struct StreamBody {
+    payload: web::Payload,
+    /// The declared length (`Content-Length`), or `None` for a chunked body.
+    length: Option<u64>,
+    watch: Rc<BodyWatch>,
+    pace: BodyPace,
+    /// The wait for the client under way: since when, until when, and which rule ends it.
+    wait: Option<(tokio::time::Instant, tokio::time::Instant, Trip)>,
+    /// Wakes the body at the end of a wait (made at the first wait).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// For the log line when the body is cut off.
+    peer: Option<std::net::IpAddr>,
+    done: bool,
+}
+
+impl ProxyBody {
+    fn stream(
+        payload: web::Payload,
+        length: Option<u64>,
+        watch: &Rc<BodyWatch>,
+        req: &HttpRequest,
+        rules: BodyRules,
+    ) -> Self {
+        ProxyBody::Stream(Box::new(StreamBody {
+            payload,
+            length,
+            watch: watch.clone(),
+            pace: BodyPace::new(rules),
+            wait: None,
+            timer: None,
+            peer: req.peer_addr().map(|a| a.ip()),
+            done: false,
+        }))
+    }
+}
+
+/// The client's body failed: it went away, sent a malformed chunk, or was too slow.
 #[derive(Debug)]
-struct ClientBodyError(String);
+enum ClientBodyError {
+    Broken(String),
+    TooSlow(Trip),
+}
 
 impl std::fmt::Display for ClientBodyError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "request body: {}", self.0)
+        match self {
+            ClientBodyError::Broken(e) => write!(f, "request body: {e}"),
+            ClientBodyError::TooSlow(trip) => {
+                write!(f, "request body too slow ({})", trip.as_str())
+            }
+        }
     }
 }
 
 impl std::error::Error for ClientBodyError {}
+
+impl StreamBody {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, ClientBodyError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.payload.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                let waited = self
+                    .wait
+                    .take()
+                    .map_or(Duration::ZERO, |(since, _, _)| since.elapsed());
+                self.pace.chunk(waited, chunk.len() as u64);
+                self.watch.waiting_on_client.set(false);
+                self.watch.moved.set(Instant::now());
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                self.finish(ClientFault::Broken);
+                Poll::Ready(Some(Err(ClientBodyError::Broken(e.to_string()))))
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                self.watch.waiting_on_client.set(false);
+                Poll::Ready(None)
+            }
+            Poll::Pending => match self.poll_wait(cx) {
+                Poll::Ready(trip) => Poll::Ready(Some(Err(ClientBodyError::TooSlow(trip)))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    /// The client has nothing for us: start or continue the wait, and end the body when a
+    /// rule trips.
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<Trip> {
+        let (since, until, trip) = *self.wait.get_or_insert_with(|| {
+            let now = tokio::time::Instant::now();
+            let (allowed, trip) = self.pace.allowance();
+            (now, later(now, allowed), trip)
+        });
+        self.watch.waiting_on_client.set(true);
+        if tokio::time::Instant::now() < until {
+            let timer = match &mut self.timer {
+                Some(t) => {
+                    if t.deadline() != until {
+                        t.as_mut().reset(until);
+                    }
+                    t
+                }
+                None => self.timer.insert(Box::pin(tokio::time::sleep_until(until))),
+            };
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        self.finish(ClientFault::TooSlow(trip));
+        crate::metrics::global().client_body_timeout(trip);
+        let waited = self.pace.waited().saturating_add(since.elapsed());
+        tracing::warn!(
+            rule = trip.as_str(),
+            peer = self.peer.map(tracing::field::display),
+            bytes_received = self.pace.bytes(),
+            declared_length = self.length,
+            waited_seconds = waited.as_secs_f64(),
+            "request body too slow; cutting it off"
+        );
+        Poll::Ready(trip)
+    }
+
+    fn finish(&mut self, fault: ClientFault) {
+        self.done = true;
+        self.wait = None;
+        self.timer = None;
+        self.watch.waiting_on_client.set(false);
+        self.watch.failed.set(Some(fault));
+    }
+}
 
 impl Body for ProxyBody {
     type Data = Bytes;
@@ -482,48 +674,24 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
-            ProxyBody::Stream {
-                payload,
-                moved,
-                done,
-                ..
-            } => {
-                if *done {
-                    return Poll::Ready(None);
-                }
-                match payload.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(chunk))) => {
-                        moved.set(Instant::now());
-                        Poll::Ready(Some(Ok(Frame::data(chunk))))
-                    }
-                    Poll::Ready(Some(Err(e))) => {
-                        *done = true;
-                        Poll::Ready(Some(Err(ClientBodyError(e.to_string()))))
-                    }
-                    Poll::Ready(None) => {
-                        *done = true;
-                        Poll::Ready(None)
-                    }
-                    Poll::Pending => Poll::Pending,
-                }
-            }
+            ProxyBody::Stream(s) => s.poll_chunk(cx).map(|c| c.map(|r| r.map(Frame::data))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             ProxyBody::Empty => true,
-            ProxyBody::Stream { done, .. } => *done,
+            ProxyBody::Stream(s) => s.done,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
             ProxyBody::Empty => SizeHint::with_exact(0),
-            ProxyBody::Stream {
-                length: Some(n), ..
-            } => SizeHint::with_exact(*n),
-            ProxyBody::Stream { length: None, .. } => SizeHint::default(),
+            ProxyBody::Stream(s) => match s.length {
+                Some(n) => SizeHint::with_exact(n),
+                None => SizeHint::default(),
+            },
         }
     }
 }
@@ -556,14 +724,29 @@ impl Stream for AnswerBody {
     }
 }
 
-/// Resolves once nothing has moved for `limit` since the instant in `moved`.
-async fn silent_for(moved: Rc<Cell<Instant>>, limit: Duration) {
+/// `t + d`, or about thirty years on when that is past the clock's range: a deadline that
+/// never comes, from a timeout too long to add.
+fn later(t: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(30 * 365 * 86_400))
+}
+
+/// Resolves once the upstream side has been silent for `limit`: nothing moved since the
+/// instant in `watch.moved`, and the body is not waiting on the client (the client's silence
+/// is the body timeout's business, never an upstream timeout).
+async fn silent_for(watch: Rc<BodyWatch>, limit: Duration) {
     loop {
-        let due = moved.get() + limit;
-        if Instant::now() >= due {
+        let now = tokio::time::Instant::now();
+        let from = if watch.waiting_on_client.get() {
+            now
+        } else {
+            tokio::time::Instant::from_std(watch.moved.get())
+        };
+        let due = later(from, limit);
+        if now >= due {
             return;
         }
-        tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+        tokio::time::sleep_until(due).await;
     }
 }
 

@@ -84,6 +84,17 @@ impl Problem {
         }
     }
 
+    /// The client's request body did not arrive in time (its pace is in `detail`).
+    pub fn request_timeout(detail: impl Into<String>) -> Self {
+        Self {
+            kind: "urn:fleet-limiter:problem:request-timeout",
+            title: "Request Timeout",
+            status: 408,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
     pub fn into_response(self) -> HttpResponse {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_string(&self).unwrap_or_default();
