@@ -26,7 +26,10 @@
 //!   and the gateway's HTTP parser refused it with a 400 of its own, unseen by the upstream.
 //!
 //! The plain spellings (`=> route` lines) must be served as their route by every upstream, so
-//! refusing everything cannot pass. Budgets are raised far above the corpus (and the start-up
+//! refusing everything cannot pass. Spellings the canonical-path rules refuse outright
+//! (`=> refused` lines: malformed or non-UTF-8 escapes, `%2F`/`%5C`, backslashes, `;`/`%3B`,
+//! control characters, a segment ending in `.` or encoded whitespace) must be refused whatever
+//! the three routers make of them, since other servers strip `;…` or trim trailing dots. Budgets are raised far above the corpus (and the start-up
 //! calibration check accepts them), so no answer is a 429. Every failure is collected and
 //! printed together, with what the upstream saw.
 //!
@@ -85,8 +88,16 @@ struct Line {
     written: String,
     /// The bytes sent.
     target: Vec<u8>,
+    /// What the corpus demands beyond the differential rule, if anything.
+    expect: Option<Expect>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expect {
     /// A plain spelling: every upstream must serve it as this route.
-    serves: Option<String>,
+    Serves(String),
+    /// The canonical-path rules refuse this spelling, whatever an upstream would make of it.
+    Refused,
 }
 
 impl Line {
@@ -130,8 +141,9 @@ fn corpus() -> Vec<Line> {
         if l.trim_start().is_empty() || l.trim_start().starts_with('#') {
             continue;
         }
-        let (request, serves) = match l.split_once(" => ") {
-            Some((r, route)) => (r, Some(route.trim().to_owned())),
+        let (request, expect) = match l.split_once(" => ") {
+            Some((r, "refused")) => (r, Some(Expect::Refused)),
+            Some((r, route)) => (r, Some(Expect::Serves(route.trim().to_owned()))),
             None => (l, None),
         };
         let (method, target) = request
@@ -142,7 +154,7 @@ fn corpus() -> Vec<Line> {
             method: method.to_owned(),
             written: target.to_owned(),
             target: unescape(target),
-            serves,
+            expect,
         });
     }
     lines
@@ -276,11 +288,17 @@ fn judge(
     policy: &Policy,
     examples: &BTreeMap<String, Route>,
 ) -> Result<&'static str, String> {
+    let plain = match &line.expect {
+        Some(Expect::Serves(route)) => Some(route.as_str()),
+        _ => None,
+    };
+    let must_refuse = line.expect == Some(Expect::Refused);
+    // Raw bytes HTTP/1.1 forbids in a target may be refused by the gateway's HTTP parser, before
+    // the gateway itself could answer with a problem document: nothing is metered or forwarded.
+    let parser_may_refuse = line.has_forbidden_bytes() && plain.is_none();
     let answer = match &seen.answer {
         Ok(a) => a,
-        Err(_)
-            if seen.upstream.is_empty() && line.has_forbidden_bytes() && line.serves.is_none() =>
-        {
+        Err(_) if seen.upstream.is_empty() && parser_may_refuse => {
             return Ok("closed by the HTTP parser");
         }
         Err(e) => return Err(format!("no answer: {e}")),
@@ -289,16 +307,17 @@ fn judge(
         return Err("refused for budget: the raised budgets should never run out".to_owned());
     }
     let problem = problem_type(answer);
+    let refused_here = answer.status == 400 && problem.as_deref() == Some(NON_CANONICAL);
     if seen.upstream.is_empty() {
-        if let Some(route) = &line.serves {
+        if let Some(route) = plain {
             return Err(format!(
                 "a plain spelling, to be served as {route}, was refused"
             ));
         }
-        if answer.status == 400 && problem.as_deref() == Some(NON_CANONICAL) {
+        if refused_here {
             return Ok("refused as non-canonical");
         }
-        if answer.status == 400 && problem.is_none() && line.has_forbidden_bytes() {
+        if answer.status == 400 && problem.is_none() && parser_may_refuse {
             return Ok("refused by the HTTP parser");
         }
         return Err(format!(
@@ -307,39 +326,64 @@ fn judge(
             problem.as_deref().unwrap_or("not a problem document")
         ));
     }
-    if problem.as_deref() == Some(NON_CANONICAL) {
+    if refused_here {
         return Err("refused as non-canonical, yet the upstream saw it".to_owned());
     }
     if seen.upstream.len() > 1 {
         return Err("the upstream saw more than one request".to_owned());
     }
     let served = seen.served().unwrap_or_default();
-    if let Some(route) = &line.serves {
-        if &served != route {
+    // Whether the metering matches the route served, and if not, how.
+    let metering = if served == "none" {
+        Ok("served no route")
+    } else {
+        let Some(route) = examples.get(&served) else {
+            return Err(format!("served an unknown route {served:?}"));
+        };
+        let expected = names(policy, &line.method, &route.example);
+        let got = metered(answer);
+        if got == expected {
+            Ok("metered as the route served")
+        } else {
+            let missing: BTreeSet<String> = expected.difference(&got).cloned().collect();
+            let extra: BTreeSet<String> = got.difference(&expected).cloned().collect();
+            let how = if missing.is_empty() {
+                format!("also metered by {}", set(&extra))
+            } else if extra.is_empty() {
+                format!("ESCAPED {}", set(&missing))
+            } else {
+                format!(
+                    "ESCAPED {}, metered by {} instead",
+                    set(&missing),
+                    set(&extra)
+                )
+            };
+            Err(format!(
+                "served {served} (metered like {} {}: {}), but the gateway metered it {}: {how}",
+                line.method,
+                route.example,
+                set(&expected),
+                set(&got)
+            ))
+        }
+    };
+    if must_refuse {
+        return Err(format!(
+            "the canonical-path rules refuse this spelling (400 {NON_CANONICAL}), but it was forwarded and {}",
+            match &metering {
+                Ok(v) => v.to_string(),
+                Err(e) => e.clone(),
+            }
+        ));
+    }
+    if let Some(route) = plain {
+        if served != route {
             return Err(format!(
                 "a plain spelling, to be served as {route}, was served as {served}"
             ));
         }
     }
-    if served == "none" {
-        return Ok("served no route");
-    }
-    let Some(route) = examples.get(&served) else {
-        return Err(format!("served an unknown route {served:?}"));
-    };
-    let expected = names(policy, &line.method, &route.example);
-    let got = metered(answer);
-    if got == expected {
-        Ok("metered as the route served")
-    } else {
-        Err(format!(
-            "served {served} (metered like {} {}: {}), but the gateway metered it {}",
-            line.method,
-            route.example,
-            set(&expected),
-            set(&got)
-        ))
-    }
+    metering
 }
 
 /// Send one line through `addr` and collect what the upstream saw of it.
@@ -363,7 +407,9 @@ fn no_spelling_of_a_path_escapes_its_limiters() {
         routes().into_iter().map(|r| (r.id.clone(), r)).collect();
     let lines = corpus();
     assert!(
-        lines.iter().any(|l| l.serves.is_some()),
+        lines
+            .iter()
+            .any(|l| matches!(l.expect, Some(Expect::Serves(_)))),
         "the corpus has plain spellings"
     );
 
@@ -396,7 +442,7 @@ fn no_spelling_of_a_path_escapes_its_limiters() {
                     Err(_) => "FAIL".to_owned(),
                 }
             );
-            if line.serves.is_some() && verdict.is_ok() {
+            if matches!(line.expect, Some(Expect::Serves(_))) && verdict.is_ok() {
                 served_plain += 1;
             }
             routes_served.entry(line.no).or_default().push((

@@ -6,8 +6,9 @@
 //                                          new URL(req.url, 'http://upstream.test').pathname
 //
 // Both serve the routes in ../routes.json, first match wins: 200 with `X-Route: <id>`, or 404
-// with `X-Route: none`. Every request that reaches the router appends one line to the hits
-// file, `<method> <req.url as JSON> <route>`, before it is answered; `GET /__barrier` is
+// with `X-Route: none`. Every request that reaches the server appends one line to the hits
+// file, `<method> <req.url as JSON> <route>`, before it is answered (a request Node's parser
+// refuses: `? "<error code>" none`); `GET /__barrier` is
 // answered and logged too, so the test knows every earlier line is written. The server listens
 // on a free loopback port and prints `listening <port>` once it does.
 'use strict';
@@ -82,6 +83,19 @@ if (handler === null || !hitsFile) {
 }
 fs.writeFileSync(hitsFile, '');
 const server = http.createServer(handler);
+// Node's own HTTP parser refuses some requests before any router sees them (e.g. a lower-case
+// method): that request reached the upstream and was served no route. A connection merely
+// reset or timed out is no request.
+server.on('clientError', (err, socket) => {
+  if (typeof err.code === 'string' && err.code.startsWith('HPE_')) {
+    fs.appendFileSync(hitsFile, `? ${JSON.stringify(err.code)} none\n`);
+  }
+  if (socket.writable) {
+    socket.end('HTTP/1.1 400 Bad Request\r\nX-Route: none\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+  } else {
+    socket.destroy();
+  }
+});
 server.keepAliveTimeout = 60_000;
 server.listen(0, '127.0.0.1', () => {
   console.log(`listening ${server.address().port}`);
