@@ -44,6 +44,7 @@ mod common;
 mod upstreams;
 
 use fleet_limiter::config::Loader;
+use fleet_limiter::path::{CanonicalPath, PathRules};
 use fleet_limiter::policy::{Credential, Policy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -199,7 +200,11 @@ fn raised_config() -> (tempfile::NamedTempFile, fleet_limiter::config::Config) {
 /// The limiter names the policy gives `method example` without credentials.
 fn names(policy: &Policy, method: &str, path: &str) -> BTreeSet<String> {
     policy
-        .applicable(method, path, Credential::None)
+        .applicable(
+            method,
+            &CanonicalPath::parse(path, PathRules::STRICT).expect("a route's example path"),
+            Credential::None,
+        )
         .iter()
         .map(|l| l.name.to_string())
         .collect()
