@@ -318,6 +318,11 @@ fn simulate_cli_prints_json_and_draws_the_plot() {
         drawn.contains("rollout: requests per 5m"),
         "12 h of rollout in 5-minute bins"
     );
+    assert!(
+        o.stderr.contains(&format!("plot written to {svg_arg}")),
+        "says where it wrote: {}",
+        o.stderr
+    );
 
     let bad = run(&["simulate", "--scenario", "stampede"]);
     assert_eq!(bad.code, Some(2));
@@ -471,4 +476,23 @@ fn plot_bins_are_round_and_analysts_runs_share_one_half_hour_axis() {
             );
         }
     }
+}
+
+#[test]
+fn simulate_plot_to_an_unwritable_path_fails_before_simulating() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-dir").join("out.svg");
+    let missing_arg = missing.to_string_lossy().into_owned();
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    for (target, why) in [
+        (&missing_arg, "does not exist"),
+        (&dir_arg, "is a directory"),
+    ] {
+        let o = run(&["simulate", "--scenario", "fleet", "--plot", target]);
+        assert_eq!(o.code, Some(2), "{target}: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "nothing simulated: {}", o.stdout);
+        assert!(o.stderr.contains(target.as_str()), "{}", o.stderr);
+        assert!(o.stderr.contains(why), "{}", o.stderr);
+    }
+    assert!(!missing.exists());
 }
