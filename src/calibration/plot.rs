@@ -522,6 +522,15 @@ fn fleet(o: &mut String, f: &FleetReport, y: f64) -> f64 {
         "agents offline",
         &[(&format!("agents offline (of {n})"), DARK_RED, false)],
     );
+    if most_offline == 0 {
+        // A line on the frame's edge is easy to miss: say it.
+        let _ = writeln!(
+            o,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="14" fill="{DARK_RED}">no agent offline at any time</text>"#,
+            fr.x + fr.w / 2.0,
+            fr.top + fr.h - 12.0
+        );
+    }
     fr.series(
         o,
         "agents-offline",
@@ -679,7 +688,7 @@ fn analysts(o: &mut String, a: &AnalystsReport, y: f64) -> f64 {
         .max()
         .unwrap_or(0) as f64;
     let scale = Scale::fit(top);
-    let gap = 70.0;
+    let gap = 84.0;
     let w = (WIDTH - LEFT - RIGHT - gap) / 2.0;
     for (i, ((name, title, _, max_refused), (bin, admitted, refused))) in
         runs.iter().zip(&merged).enumerate()
