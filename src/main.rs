@@ -58,7 +58,7 @@ struct SimulateArgs {
     /// Seed of the scripted randomness: the same seed gives the same run.
     #[arg(long, default_value_t = 1, value_name = "N")]
     seed: u64,
-    /// Also draw admitted/refused requests over time to this SVG file.
+    /// Also draw the runs over time to this SVG file (checked before the run; its path is printed on stderr).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 }

@@ -314,9 +314,185 @@ fn simulate_cli_prints_json_and_draws_the_plot() {
     assert_eq!(o.stdout, report::json(&lib));
     let drawn = std::fs::read_to_string(&svg).expect("plot written");
     assert_eq!(drawn, plot::svg(&lib));
-    assert!(drawn.contains("rollout (requests per"));
+    assert!(
+        drawn.contains("rollout: requests per 5m"),
+        "12 h of rollout in 5-minute bins"
+    );
+    assert!(
+        o.stderr.contains(&format!("plot written to {svg_arg}")),
+        "says where it wrote: {}",
+        o.stderr
+    );
 
     let bad = run(&["simulate", "--scenario", "stampede"]);
     assert_eq!(bad.code, Some(2));
     assert!(bad.stderr.contains("unknown scenario `stampede`"));
+}
+
+/// A series the plot draws, read back from the attributes it carries.
+#[derive(Debug)]
+struct Drawn {
+    series: String,
+    client: Option<String>,
+    bin_seconds: u64,
+    values: Vec<f64>,
+}
+
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let at = tag.find(&key)? + key.len();
+    tag[at..].split('"').next()
+}
+
+/// Every element of the SVG that carries `data-series`.
+fn drawn(svg: &str) -> Vec<Drawn> {
+    svg.split('<')
+        .filter_map(|tag| {
+            let series = attr(tag, "data-series")?.to_owned();
+            Some(Drawn {
+                series,
+                client: attr(tag, "data-client").map(str::to_owned),
+                bin_seconds: attr(tag, "data-bin-seconds")
+                    .and_then(|b| b.parse().ok())
+                    .expect("every series says its bin"),
+                values: attr(tag, "data-values")
+                    .expect("every series carries its values")
+                    .split_whitespace()
+                    .map(|v| v.parse().expect("a number"))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+fn one<'a>(d: &'a [Drawn], series: &str) -> &'a Drawn {
+    let found: Vec<&Drawn> = d.iter().filter(|s| s.series == series).collect();
+    assert_eq!(found.len(), 1, "one `{series}` series in {d:?}");
+    found[0]
+}
+
+fn max(xs: &[f64]) -> f64 {
+    xs.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+#[test]
+fn default_plot_shows_no_agent_offline_and_every_gap_under_the_timeout() {
+    let svg = plot::svg(default_run());
+    let d = drawn(&svg);
+    let offline = one(&d, "agents-offline");
+    assert_eq!(offline.values.len() as u64 * offline.bin_seconds, 1800);
+    assert_eq!(max(&offline.values), 0.0, "no agent offline at any time");
+    let worst = one(&d, "heartbeat-age-worst");
+    let longest = max(&worst.values);
+    assert!(longest > 60.0 && longest < 180.0, "{longest}");
+    let ScenarioReport::Fleet(f) = scenario(default_run(), "fleet") else {
+        unreachable!()
+    };
+    assert!(
+        (longest - f.longest_heartbeat_gap_seconds).abs() < 0.1,
+        "the plot's worst gap is the reported one: {longest} vs {}",
+        f.longest_heartbeat_gap_seconds
+    );
+    assert!(
+        svg.contains(r#"data-threshold-seconds="180""#),
+        "the offline line is drawn"
+    );
+    assert!(svg.contains("offline after 3m without a heartbeat"));
+}
+
+#[test]
+fn replaced_plot_shows_every_agent_offline() {
+    let d = drawn(&plot::svg(replaced_run()));
+    let offline = one(&d, "agents-offline");
+    assert_eq!(
+        max(&offline.values),
+        250.0,
+        "all 250 agents offline at some point"
+    );
+    assert_eq!(offline.values[0], 0.0, "online at the start");
+    let worst = one(&d, "heartbeat-age-worst");
+    assert!(max(&worst.values) >= 1790.0, "{:?}", worst.values);
+}
+
+#[test]
+fn abuse_plot_draws_each_client_s_admitted_rate() {
+    for (r, rotator) in [(default_run(), 1200.0), (replaced_run(), 10.0)] {
+        let d = drawn(&plot::svg(r));
+        let ScenarioReport::Abuse(ab) = scenario(r, "abuse") else {
+            unreachable!()
+        };
+        let rates: Vec<&Drawn> = d
+            .iter()
+            .filter(|s| s.series == "admitted-per-minute")
+            .collect();
+        assert_eq!(rates.len(), ab.attackers.len(), "a series per client");
+        for at in &ab.attackers {
+            let s = rates
+                .iter()
+                .find(|s| s.client.as_deref() == Some(at.name))
+                .unwrap_or_else(|| panic!("no series for {}", at.name));
+            let mean = s.values.iter().sum::<f64>() / s.values.len() as f64;
+            assert!(
+                (mean - at.admitted_per_minute).abs() < 1.0,
+                "{}: drawn {mean}/min, reported {}/min",
+                at.name,
+                at.admitted_per_minute
+            );
+        }
+        let rot = rates
+            .iter()
+            .find(|s| s.client.as_deref() == Some("agent-id-rotation"))
+            .expect("rotator drawn");
+        let mean = rot.values.iter().sum::<f64>() / rot.values.len() as f64;
+        assert!((mean - rotator).abs() < 1.0, "{mean}");
+    }
+}
+
+#[test]
+fn plot_bins_are_round_and_analysts_runs_share_one_half_hour_axis() {
+    const ROUND: [u64; 13] = [
+        10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
+    ];
+    for r in [default_run(), replaced_run()] {
+        let d = drawn(&plot::svg(r));
+        assert!(!d.is_empty());
+        for s in &d {
+            assert!(
+                ROUND.contains(&s.bin_seconds),
+                "{}: {} s bins",
+                s.series,
+                s.bin_seconds
+            );
+        }
+        for run in ["analysts-verified", "analysts-unverified"] {
+            let refused = d
+                .iter()
+                .find(|s| s.series == format!("{run}-refused"))
+                .unwrap_or_else(|| panic!("{run} drawn"));
+            assert_eq!(
+                refused.values.len() as u64 * refused.bin_seconds,
+                1800,
+                "{run}: its own 30-minute axis"
+            );
+        }
+    }
+}
+
+#[test]
+fn simulate_plot_to_an_unwritable_path_fails_before_simulating() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-dir").join("out.svg");
+    let missing_arg = missing.to_string_lossy().into_owned();
+    let dir_arg = dir.path().to_string_lossy().into_owned();
+    for (target, why) in [
+        (&missing_arg, "does not exist"),
+        (&dir_arg, "is a directory"),
+    ] {
+        let o = run(&["simulate", "--scenario", "fleet", "--plot", target]);
+        assert_eq!(o.code, Some(2), "{target}: {}", o.stderr);
+        assert!(o.stdout.is_empty(), "nothing simulated: {}", o.stdout);
+        assert!(o.stderr.contains(target.as_str()), "{}", o.stderr);
+        assert!(o.stderr.contains(why), "{}", o.stderr);
+    }
+    assert!(!missing.exists());
 }

@@ -63,10 +63,21 @@ pub fn run_simulate(
             return ExitCode::from(2);
         }
     };
+    // The plot's file is checked before the run, so a typo costs nothing.
+    let created = match plot.map(plot_target).transpose() {
+        Ok(c) => c.unwrap_or(false),
+        Err(e) => {
+            eprintln!("fleet-limiter: --plot: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let r = match simulate::run(&cfg, &scenarios, seed) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("fleet-limiter: {e}");
+            if let (Some(path), true) = (plot, created) {
+                let _ = std::fs::remove_file(path);
+            }
             return ExitCode::FAILURE;
         }
     };
@@ -82,8 +93,38 @@ pub fn run_simulate(
             );
             return ExitCode::FAILURE;
         }
+        eprintln!("fleet-limiter: plot written to {}", path.display());
     }
     ExitCode::SUCCESS
+}
+
+/// Whether the plot can be written to `path`: its directory exists, it is not a directory, and
+/// it opens for writing (without losing what it holds yet). `Ok(true)` when it did not exist and
+/// was created empty.
+fn plot_target(path: &Path) -> Result<bool, String> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(format!(
+            "{shown} is a directory; give a file name such as {shown}/simulate.svg"
+        ));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "cannot write {shown}: the directory {} does not exist",
+            parent.display()
+        ));
+    }
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("cannot write {shown}: {e}"))?;
+    Ok(!existed)
 }
 
 /// The requests of the modelled fleet: what agents, installers, dashboards and CLI clients send.
@@ -138,5 +179,20 @@ mod tests {
         assert_eq!(fmt_secs(900.0), "15m");
         assert_eq!(fmt_secs(7500.0), "2h5m");
         assert_eq!(fmt_secs(f64::INFINITY), "unbounded");
+    }
+
+    #[test]
+    fn plot_target_is_checked_before_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = super::plot_target(dir.path()).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        let missing = dir.path().join("nope").join("x.svg");
+        let e = super::plot_target(&missing).unwrap_err();
+        assert!(e.contains("does not exist"), "{e}");
+        let fresh = dir.path().join("x.svg");
+        assert_eq!(super::plot_target(&fresh), Ok(true));
+        std::fs::write(&fresh, "kept").unwrap();
+        assert_eq!(super::plot_target(&fresh), Ok(false));
+        assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "kept");
     }
 }

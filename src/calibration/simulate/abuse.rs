@@ -24,6 +24,9 @@ pub struct Attacker {
     pub requests: u64,
     pub refused: u64,
     pub admitted_per_minute: f64,
+    /// This client's requests alone, admitted and refused, per bin.
+    #[serde(skip)]
+    pub series: Series,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,6 +58,13 @@ pub async fn run(cfg: &Config, seed: u64) -> AbuseReport {
     let mut q = Queue::default();
     let gap = NS / RATE_PER_SECOND;
     let mut counts = [(0u64, 0u64); ATTACKERS.len()];
+    let mut per_client: Vec<Series> = vec![
+        Series {
+            bin_seconds: super::BIN_SECONDS,
+            ..Series::default()
+        };
+        ATTACKERS.len()
+    ];
     for k in 0..ATTACKERS.len() {
         q.push(rng.within(secs(gap)), Ev(k));
     }
@@ -73,7 +83,9 @@ pub async fn run(cfg: &Config, seed: u64) -> AbuseReport {
             bearer: bearer.as_deref(),
         };
         counts[k].0 += 1;
-        if let Answer::Refused { .. } = sim.send(t, &req).await {
+        let answer = sim.send(t, &req).await;
+        per_client[k].record(t, answer == Answer::Admitted);
+        if let Answer::Refused { .. } = answer {
             counts[k].1 += 1;
         }
         q.push(t + gap, Ev(k));
@@ -82,13 +94,20 @@ pub async fn run(cfg: &Config, seed: u64) -> AbuseReport {
     let attackers: Vec<Attacker> = ATTACKERS
         .iter()
         .zip(counts)
-        .map(|((name, _, route), (requests, refused))| Attacker {
-            name,
-            route: format!("{} {}", route.0, route.1),
-            requests,
-            refused,
-            admitted_per_minute: ((requests - refused) as f64 / minutes * 10.0).round() / 10.0,
-        })
+        .zip(per_client)
+        .map(
+            |(((name, _, route), (requests, refused)), mut series)| Attacker {
+                name,
+                route: format!("{} {}", route.0, route.1),
+                requests,
+                refused,
+                admitted_per_minute: ((requests - refused) as f64 / minutes * 10.0).round() / 10.0,
+                series: {
+                    series.pad_to(DURATION_SECONDS);
+                    series
+                },
+            },
+        )
         .collect();
     sim.series.pad_to(DURATION_SECONDS);
     AbuseReport {

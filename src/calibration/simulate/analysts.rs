@@ -37,9 +37,12 @@ pub struct AnalystsReport {
     pub max_refused_per_analyst: u64,
     /// The same dashboards without verified tokens: all of them keyed on the NAT's IP.
     pub without_verified_tokens: AnalystsRun,
-    /// Both runs, one after the other.
+    /// The run with verified tokens, per bin.
     #[serde(skip)]
     pub series: Series,
+    /// The run without verified tokens, per bin, on the same clock from zero.
+    #[serde(skip)]
+    pub series_without_verified_tokens: Series,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,11 +83,8 @@ async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
 }
 
 pub async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
-    let (with, mut series) = one(cfg, seed, true).await;
-    let (without, second) = one(cfg, seed, false).await;
-    // The plot shows the run without tokens after the one with them.
-    series.admitted.extend(second.admitted);
-    series.refused.extend(second.refused);
+    let (with, series) = one(cfg, seed, true).await;
+    let (without, series_without_verified_tokens) = one(cfg, seed, false).await;
     AnalystsReport {
         scenario: "analysts",
         analysts: cfg.fleet.analysts_per_nat,
@@ -96,5 +96,6 @@ pub async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
         max_refused_per_analyst: with.max_refused_per_analyst,
         without_verified_tokens: without,
         series,
+        series_without_verified_tokens,
     }
 }

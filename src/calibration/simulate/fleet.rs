@@ -45,6 +45,74 @@ pub struct FleetReport {
     pub results_backlog: u64,
     #[serde(skip)]
     pub series: Series,
+    /// Heartbeats alone, admitted and refused, per bin.
+    #[serde(skip)]
+    pub heartbeat_series: Series,
+    /// How long the agents went without an admitted heartbeat, per bin.
+    #[serde(skip)]
+    pub heartbeat_ages: HeartbeatAges,
+}
+
+/// The time since each agent's last admitted heartbeat, followed through the run in bins of
+/// [`super::BIN_SECONDS`]. The start of the run counts as a heartbeat, as in the report.
+#[derive(Debug, Clone, Default)]
+pub struct HeartbeatAges {
+    pub bin_seconds: u64,
+    /// `heartbeat_timeout_seconds`: the backend marks an agent offline at this age.
+    pub timeout_seconds: u64,
+    /// Per bin, the oldest any agent's last admitted heartbeat was at some instant of the bin, in
+    /// seconds: the worst agent. Its maximum is the run's longest heartbeat gap.
+    pub worst: Vec<f64>,
+    /// Per bin, the median over the agents of each agent's oldest age within the bin.
+    pub median: Vec<f64>,
+    /// Per bin, the agents offline at some instant of the bin (age at or past the timeout).
+    pub offline: Vec<u64>,
+}
+
+impl HeartbeatAges {
+    /// From each agent's admitted heartbeats (in order, nanoseconds) over a run of `end`.
+    pub fn from_heartbeats(
+        admitted: &[Vec<Nanos>],
+        end: Nanos,
+        bin_seconds: u64,
+        timeout: Nanos,
+    ) -> Self {
+        let bin = bin_seconds.max(1) * NS;
+        let bins = end.div_ceil(bin) as usize;
+        // ages[b][agent]: the agent's oldest age within bin b.
+        let mut ages = vec![Vec::with_capacity(admitted.len()); bins];
+        for hbs in admitted {
+            let (mut j, mut last) = (0, 0);
+            for (b, row) in ages.iter_mut().enumerate() {
+                let t1 = ((b as Nanos + 1) * bin).min(end);
+                let mut oldest = 0;
+                while j < hbs.len() && hbs[j] <= t1 {
+                    oldest = oldest.max(hbs[j] - last);
+                    last = hbs[j];
+                    j += 1;
+                }
+                row.push(oldest.max(t1 - last));
+            }
+        }
+        let round = |ns: Nanos| (secs(ns) * 10.0).round() / 10.0;
+        let mut out = Self {
+            bin_seconds,
+            timeout_seconds: timeout / NS,
+            ..Self::default()
+        };
+        for mut row in ages {
+            row.sort_unstable();
+            out.worst.push(row.last().map_or(0.0, |&a| round(a)));
+            out.median.push(if row.is_empty() {
+                0.0
+            } else {
+                round(row[row.len() / 2])
+            });
+            out.offline
+                .push(row.iter().filter(|&&a| a >= timeout).count() as u64);
+        }
+        out
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,6 +145,11 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();
     let mut agents: Vec<Agent> = vec![Agent::default(); n];
+    let mut admitted_heartbeats: Vec<Vec<Nanos>> = vec![Vec::new(); n];
+    let mut heartbeat_series = Series {
+        bin_seconds: super::BIN_SECONDS,
+        ..Series::default()
+    };
     // An agent's id is made when it sends, like any request header: the simulator keeps none.
     let id = |i: usize| format!("agent-{:04}", i + 1);
     for i in 0..n {
@@ -101,8 +174,11 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
                     bearer: None,
                 };
                 heartbeats += 1;
-                match sim.send(t, &req).await {
+                let answer = sim.send(t, &req).await;
+                heartbeat_series.record(t, answer == Answer::Admitted);
+                match answer {
                     Answer::Admitted => {
+                        admitted_heartbeats[i].push(t);
                         let a = &mut agents[i];
                         let gap = t - a.last_heartbeat;
                         longest_gap = longest_gap.max(gap);
@@ -181,6 +257,9 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
         }
     }
     sim.series.pad_to(DURATION_SECONDS);
+    heartbeat_series.pad_to(DURATION_SECONDS);
+    let heartbeat_ages =
+        HeartbeatAges::from_heartbeats(&admitted_heartbeats, end, super::BIN_SECONDS, timeout);
     FleetReport {
         scenario: "fleet",
         agents: n as u64,
@@ -196,5 +275,24 @@ pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
         result_posts_refused: posts_refused,
         results_backlog: agents.iter().map(|a| a.pending).sum(),
         series: sim.series,
+        heartbeat_series,
+        heartbeat_ages,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_ages_follow_each_agent_through_the_bins() {
+        // Agent 0 beats at 5 s and 25 s; agent 1 never; a 30 s run in 10 s bins, offline at 20 s.
+        let a =
+            HeartbeatAges::from_heartbeats(&[vec![5 * NS, 25 * NS], vec![]], 30 * NS, 10, 20 * NS);
+        assert_eq!(a.worst, vec![10.0, 20.0, 30.0]);
+        // Agent 0's oldest: 5 s, 15 s (at 20 s), 20 s (just before 25 s); agent 1's: 10, 20, 30 s.
+        assert_eq!(a.offline, vec![0, 1, 2]);
+        assert_eq!(a.median, vec![10.0, 20.0, 30.0]);
+        assert_eq!(a.timeout_seconds, 20);
     }
 }

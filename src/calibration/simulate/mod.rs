@@ -103,17 +103,6 @@ impl ScenarioReport {
         }
     }
 
-    /// Labelled instants of the series, in seconds: where each part of a scenario begins.
-    pub fn marks(&self) -> Vec<(u64, &'static str)> {
-        match self {
-            ScenarioReport::Analysts(a) => vec![
-                (0, "verified tokens"),
-                (a.duration_seconds, "no verified tokens"),
-            ],
-            _ => Vec::new(),
-        }
-    }
-
     /// Admitted and refused requests per [`BIN_SECONDS`] of virtual time.
     pub fn series(&self) -> &Series {
         match self {
@@ -260,7 +249,7 @@ impl Series {
         }
     }
 
-    fn record(&mut self, at: Nanos, admitted: bool) {
+    pub(crate) fn record(&mut self, at: Nanos, admitted: bool) {
         let bin = (at / (self.bin_seconds * NS)) as usize;
         if self.admitted.len() <= bin {
             self.admitted.resize(bin + 1, 0);

@@ -30,6 +30,9 @@ pub struct RolloutReport {
     pub last_downloaded_after_seconds: Option<f64>,
     #[serde(skip)]
     pub series: Series,
+    /// Endpoints enrolled by the end of each bin of the series.
+    #[serde(skip)]
+    pub enrolled_by_bin: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,6 +52,7 @@ pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
         q.push(rng.within(START_SPREAD_SECONDS as f64), Ev::Download(i));
     }
     let (mut enrolled, mut downloaded) = (0u64, 0u64);
+    let mut enrolled_by_bin: Vec<u64> = Vec::new();
     let (mut last_enrolled, mut last_downloaded): (Nanos, Nanos) = (0, 0);
     while let Some((t, ev)) = q.pop_until(end) {
         let route = match ev {
@@ -68,6 +72,11 @@ pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
                 q.push(t + 5 * NS + rng.within(25.0), Ev::Enroll(i));
             }
             (Answer::Admitted, Ev::Enroll(_)) => {
+                let bin = (t / (super::BIN_SECONDS * NS)) as usize;
+                if enrolled_by_bin.len() <= bin {
+                    enrolled_by_bin.resize(bin + 1, 0);
+                }
+                enrolled_by_bin[bin] += 1;
                 enrolled += 1;
                 last_enrolled = t;
             }
@@ -77,6 +86,13 @@ pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
         }
     }
     let all = n as u64;
+    // Counts per bin to running totals, over the whole series.
+    enrolled_by_bin.resize(sim.series.admitted.len().max(enrolled_by_bin.len()), 0);
+    let mut total = 0;
+    for e in &mut enrolled_by_bin {
+        total += *e;
+        *e = total;
+    }
     let round = |ns: Nanos| (secs(ns) * 10.0).round() / 10.0;
     RolloutReport {
         scenario: "rollout",
@@ -87,5 +103,6 @@ pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
         last_enrolled_after_seconds: (enrolled == all).then(|| round(last_enrolled)),
         last_downloaded_after_seconds: (downloaded == all).then(|| round(last_downloaded)),
         series: sim.series,
+        enrolled_by_bin,
     }
 }
