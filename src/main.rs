@@ -180,7 +180,10 @@ fn init_logging(format: LogFormat) {
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        // A log line that cannot be written (its reader is gone) is dropped and counted; it
+        // never panics the thread that logged it.
+        .with_writer(fleet_limiter::log_sink::Stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => fmt.init(),
         LogFormat::Json => fmt
@@ -199,15 +202,15 @@ fn main() -> ExitCode {
             let cfg = match load_serve(&args) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("fleet-limiter: configuration error: {e}");
+                    fleet_limiter::log_sink::eprint_line(format!(
+                        "fleet-limiter: configuration error: {e}"
+                    ));
                     return ExitCode::from(2);
                 }
             };
             init_logging(cfg.ops.log_format);
             if cfg.server.upstream.is_none() {
-                eprintln!(
-                    "fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
-                );
+                fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file");
                 return ExitCode::from(2);
             }
             if let Err(code) =
@@ -218,10 +221,10 @@ fn main() -> ExitCode {
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
                 Err(e) => {
-                    eprintln!(
+                    fleet_limiter::log_sink::eprint_line(format!(
                         "fleet-limiter: {}",
                         fleet_limiter::redact::urls_in(&e.to_string())
-                    );
+                    ));
                     return ExitCode::from(2);
                 }
             };
@@ -244,10 +247,10 @@ fn main() -> ExitCode {
             match run {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!(
+                    fleet_limiter::log_sink::eprint_line(format!(
                         "fleet-limiter: {}",
                         fleet_limiter::redact::urls_in(&e.to_string())
-                    );
+                    ));
                     ExitCode::FAILURE
                 }
             }

@@ -559,3 +559,52 @@ async fn the_grace_period_bounds_the_drain() {
         "the request still running after the grace period is dropped: {res:?}"
     );
 }
+
+const LOG_LINES_DROPPED: &str = "fleet_limiter_log_lines_dropped_total";
+
+/// A gateway whose log reader has gone away keeps refusing with full answers, keeps its admin
+/// listener, and still stops on SIGTERM with exit code 0.
+async fn serves_and_stops_without_a_log_reader(mut gw: Gateway) {
+    for i in 0..2 {
+        assert_eq!(get(&gw, "/t/a/x").await.status(), 200, "request {i}");
+    }
+    // Each refusal writes a log line into the closed pipe.
+    for i in 0..5 {
+        let res = get(&gw, "/t/a/x").await;
+        assert_eq!(res.status(), 429, "refusal {i}");
+        assert_eq!(header(&res, "content-type"), "application/problem+json");
+        assert!(!header(&res, "retry-after").is_empty(), "refusal {i}");
+        let body: serde_json::Value = res.json().await.expect("problem body");
+        assert_eq!(body["type"], "urn:fleet-limiter:problem:rate-limited");
+        assert_eq!(body["status"], 429);
+    }
+    assert_eq!(admin_get(&gw, "/healthz").await.status(), 200);
+    gw.wait_metric(LOG_LINES_DROPPED, |v| v >= 5.0).await;
+    assert_eq!(
+        get(&gw, "/t/b/x").await.status(),
+        200,
+        "traffic still passes"
+    );
+    gw.signal("TERM");
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "SIGTERM exits 0");
+}
+
+#[tokio::test]
+async fn a_log_reader_that_goes_away_never_stops_refusals_admin_or_shutdown() {
+    let up = upstream().await;
+    let mut gw = launch(&config(&up.uri(), 2, "enforce", 5))
+        .piped_output()
+        .spawn();
+    assert_eq!(get(&gw, "/t/b/x").await.status(), 200);
+    gw.close_output();
+    serves_and_stops_without_a_log_reader(gw).await;
+}
+
+#[tokio::test]
+async fn a_log_pipe_closed_from_the_start_still_serves() {
+    let up = upstream().await;
+    let gw = launch(&config(&up.uri(), 2, "enforce", 5))
+        .closed_output()
+        .spawn();
+    serves_and_stops_without_a_log_reader(gw).await;
+}

@@ -361,13 +361,13 @@ pub fn at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), u8> {
         }
         return Ok(());
     }
-    eprintln!("fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet");
-    for p in &problems {
-        eprintln!("  unsafe: {p}");
-    }
-    eprintln!(
-        "Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway."
+    crate::log_sink::eprint_line(
+        "fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet",
     );
+    for p in &problems {
+        crate::log_sink::eprint_line(format!("  unsafe: {p}"));
+    }
+    crate::log_sink::eprint_line("Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway.");
     Err(2)
 }
 
