@@ -111,7 +111,7 @@ struct ServeArgs {
     /// Start even when `fleet-limiter check` finds the calibration unsafe.
     #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", value_parser = clap::builder::BoolishValueParser::new())]
     allow_unsafe_calibration: bool,
-    /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:9090].
+    /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:7391].
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<String>,
     /// How long in-flight requests may finish after SIGTERM/SIGINT [default: 30s].
@@ -246,6 +246,12 @@ fn main() -> ExitCode {
             );
             match run {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.is::<fleet_limiter::http::ListenError>() => {
+                    fleet_limiter::log_sink::eprint_line(format!(
+                        "fleet-limiter: configuration error: {e}"
+                    ));
+                    ExitCode::from(2)
+                }
                 Err(e) => {
                     fleet_limiter::log_sink::eprint_line(format!(
                         "fleet-limiter: {}",

@@ -608,3 +608,72 @@ async fn a_log_pipe_closed_from_the_start_still_serves() {
         .spawn();
     serves_and_stops_without_a_log_reader(gw).await;
 }
+
+/// A listening socket on a free loopback port, held for the test (as Prometheus holds 9090).
+fn occupied_port() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port to occupy")
+}
+
+/// A start-up that cannot listen: exit code 2, one message naming the origin, the setting,
+/// the address and the way out, and no "gateway started" before it.
+fn assert_cannot_listen(out: &common::Exited, origin: &str, setting: &str, addr: &str) {
+    assert_eq!(out.code, Some(2), "stderr:\n{}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("configuration error"))
+        .unwrap_or_else(|| panic!("no configuration error in:\n{}", out.stderr));
+    assert!(
+        line.contains(&format!("{origin}: {setting}: cannot listen on {addr}")),
+        "{line}"
+    );
+    assert!(line.contains("port 0"), "says how to fix it: {line}");
+    assert!(
+        !out.stderr.contains("gateway started"),
+        "nothing may claim the gateway started:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_admin_address_in_use_is_a_configuration_error_before_start() {
+    let taken = occupied_port();
+    let addr = taken.local_addr().expect("addr").to_string();
+    let limit = Duration::from_secs(30);
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .env("FLEET_LIMITER_ADMIN_LISTEN", &addr)
+        .run(limit);
+    assert_cannot_listen(
+        &out,
+        "environment variable FLEET_LIMITER_ADMIN_LISTEN",
+        "ops.admin_listen",
+        &addr,
+    );
+    assert!(out.stderr.contains("--admin-listen"), "{}", out.stderr);
+
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .args(["--admin-listen", &addr])
+        .run(limit);
+    assert_cannot_listen(&out, "flag --admin-listen", "ops.admin_listen", &addr);
+}
+
+#[test]
+fn a_traffic_address_in_use_is_a_configuration_error_before_start() {
+    let taken = occupied_port();
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = Launch::command(["serve"])
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .config_toml(format!("[server]\nlisten = \"{addr}\"\n"))
+        .run(Duration::from_secs(30));
+    assert_cannot_listen(&out, "fleet-limiter.toml", "server.listen", &addr);
+    assert!(
+        out.stderr.contains("--listen") && out.stderr.contains("FLEET_LIMITER_LISTEN"),
+        "{}",
+        out.stderr
+    );
+}

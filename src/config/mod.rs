@@ -126,6 +126,28 @@ pub struct Config {
     pub cors: ops::CorsConfig,
     /// Which spellings of a path are refused (`[path]`; all of them by default).
     pub path: crate::path::PathRules,
+    /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
+    pub(crate) origins: HashMap<String, String>,
+}
+
+impl Config {
+    /// Where the value of the setting at `path` came from, as configuration errors name it: the
+    /// file's path, `environment variable FLEET_LIMITER_…`, `flag --…`, or `built-in default`.
+    pub fn origin(&self, path: &str) -> String {
+        self.origins
+            .get(path)
+            .cloned()
+            .unwrap_or_else(|| "built-in default".to_owned())
+    }
+}
+
+/// The environment variable of the scalar setting at `path` (e.g. `FLEET_LIMITER_LISTEN` for
+/// `server.listen`).
+pub fn variable_of(path: &str) -> Option<&'static str> {
+    SETTINGS
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, v, _)| *v)
 }
 
 impl Default for Config {
@@ -724,7 +746,7 @@ struct RawLimiter {
 }
 
 struct Ctx {
-    origins: HashMap<String, String>,
+    pub(crate) origins: HashMap<String, String>,
     file: Option<String>,
 }
 
@@ -911,6 +933,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         ops: ops::build_ops(raw.ops, ctx)?,
         cors: ops::build_cors(raw.cors, ctx)?,
         path: path::build_path(raw.path, ctx)?,
+        origins: ctx.origins.clone(),
     })
 }
 
