@@ -142,6 +142,9 @@ pub struct CheckReport {
     pub config: Option<PathBuf>,
     /// `false` when limiting is switched off (`enabled = false`): nothing is enforced.
     pub enabled: bool,
+    /// The store the buckets live in, as `serve` would use it (`memory`: each instance counts on
+    /// its own; `redis redis://host:6379`: instances share one budget), password hidden.
+    pub store: String,
     #[serde(serialize_with = "fleet_json")]
     pub fleet: FleetConfig,
     pub limiters: Vec<LimiterCheck>,
@@ -332,6 +335,7 @@ pub fn check(cfg: &Config) -> CheckReport {
     CheckReport {
         config: cfg.source.clone(),
         enabled: cfg.enabled,
+        store: cfg.store.describe(),
         fleet,
         limiters,
         unsafe_limiters,

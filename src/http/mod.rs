@@ -64,6 +64,7 @@ pub async fn serve_gateway_with(
         listen = %cfg.server.listen,
         admin_listen = %admin.addrs(),
         upstream = %crate::redact::url(&upstream.base),
+        store = %cfg.store.describe(),
         limiters = cfg.limiters.len(),
         enabled = cfg.enabled,
         "fleet-limiter gateway started"
