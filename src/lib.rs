@@ -29,6 +29,7 @@ pub mod http;
 pub mod identity;
 pub mod keys;
 pub mod limiter;
+pub mod log_sink;
 pub mod metrics;
 pub mod observe;
 pub mod path;

@@ -111,7 +111,7 @@ struct ServeArgs {
     /// Start even when `fleet-limiter check` finds the calibration unsafe.
     #[arg(long, env = "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", value_parser = clap::builder::BoolishValueParser::new())]
     allow_unsafe_calibration: bool,
-    /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:9090].
+    /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:7391].
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<String>,
     /// How long in-flight requests may finish after SIGTERM/SIGINT [default: 30s].
@@ -180,7 +180,10 @@ fn init_logging(format: LogFormat) {
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        // A log line that cannot be written (its reader is gone) is dropped and counted; it
+        // never panics the thread that logged it.
+        .with_writer(fleet_limiter::log_sink::Stderr)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => fmt.init(),
         LogFormat::Json => fmt
@@ -199,15 +202,15 @@ fn main() -> ExitCode {
             let cfg = match load_serve(&args) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("fleet-limiter: configuration error: {e}");
+                    fleet_limiter::log_sink::eprint_line(format!(
+                        "fleet-limiter: configuration error: {e}"
+                    ));
                     return ExitCode::from(2);
                 }
             };
             init_logging(cfg.ops.log_format);
             if cfg.server.upstream.is_none() {
-                eprintln!(
-                    "fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
-                );
+                fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file");
                 return ExitCode::from(2);
             }
             if let Err(code) =
@@ -218,10 +221,10 @@ fn main() -> ExitCode {
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
                 Err(e) => {
-                    eprintln!(
+                    fleet_limiter::log_sink::eprint_line(format!(
                         "fleet-limiter: {}",
                         fleet_limiter::redact::urls_in(&e.to_string())
-                    );
+                    ));
                     return ExitCode::from(2);
                 }
             };
@@ -243,11 +246,17 @@ fn main() -> ExitCode {
             );
             match run {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.is::<fleet_limiter::http::ListenError>() => {
+                    fleet_limiter::log_sink::eprint_line(format!(
+                        "fleet-limiter: configuration error: {e}"
+                    ));
+                    ExitCode::from(2)
+                }
                 Err(e) => {
-                    eprintln!(
+                    fleet_limiter::log_sink::eprint_line(format!(
                         "fleet-limiter: {}",
                         fleet_limiter::redact::urls_in(&e.to_string())
-                    );
+                    ));
                     ExitCode::FAILURE
                 }
             }

@@ -202,6 +202,8 @@ pub struct Metrics {
     last_reload_ok: AtomicBool,
     /// Requests refused with 400 for their path's spelling, by class (index: `Class::ALL`).
     paths_rejected: [AtomicU64; crate::path::Class::ALL.len()],
+    /// Log lines dropped because the log output could not be written (its reader is gone).
+    log_lines_dropped: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -228,6 +230,7 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             paths_rejected: Default::default(),
+            log_lines_dropped: AtomicU64::new(0),
         }
     }
 
@@ -337,6 +340,16 @@ impl Metrics {
     /// A client's request body was cut off because it broke `rule`.
     pub fn client_body_timeout(&self, rule: Trip) {
         self.client_body_timeouts[rule as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A log line could not be written and was dropped.
+    pub fn log_line_dropped(&self) {
+        self.log_lines_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many log lines were dropped so far.
+    pub fn log_lines_dropped(&self) -> u64 {
+        self.log_lines_dropped.load(Ordering::Relaxed)
     }
 
     pub fn reloaded(&self, ok: bool) {
@@ -573,6 +586,13 @@ impl Metrics {
             "fleet_limiter_config_last_reload_successful",
             "",
             ok,
+        );
+
+        counters(
+            &mut out,
+            "fleet_limiter_log_lines_dropped_total",
+            "Log lines dropped because the log output (stderr) could not be written, e.g. its reader has exited.",
+            &[("", &self.log_lines_dropped)],
         );
 
         if let Some(s) = settings {

@@ -559,3 +559,121 @@ async fn the_grace_period_bounds_the_drain() {
         "the request still running after the grace period is dropped: {res:?}"
     );
 }
+
+const LOG_LINES_DROPPED: &str = "fleet_limiter_log_lines_dropped_total";
+
+/// A gateway whose log reader has gone away keeps refusing with full answers, keeps its admin
+/// listener, and still stops on SIGTERM with exit code 0.
+async fn serves_and_stops_without_a_log_reader(mut gw: Gateway) {
+    for i in 0..2 {
+        assert_eq!(get(&gw, "/t/a/x").await.status(), 200, "request {i}");
+    }
+    // Each refusal writes a log line into the closed pipe.
+    for i in 0..5 {
+        let res = get(&gw, "/t/a/x").await;
+        assert_eq!(res.status(), 429, "refusal {i}");
+        assert_eq!(header(&res, "content-type"), "application/problem+json");
+        assert!(!header(&res, "retry-after").is_empty(), "refusal {i}");
+        let body: serde_json::Value = res.json().await.expect("problem body");
+        assert_eq!(body["type"], "urn:fleet-limiter:problem:rate-limited");
+        assert_eq!(body["status"], 429);
+    }
+    assert_eq!(admin_get(&gw, "/healthz").await.status(), 200);
+    gw.wait_metric(LOG_LINES_DROPPED, |v| v >= 5.0).await;
+    assert_eq!(
+        get(&gw, "/t/b/x").await.status(),
+        200,
+        "traffic still passes"
+    );
+    gw.signal("TERM");
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "SIGTERM exits 0");
+}
+
+#[tokio::test]
+async fn a_log_reader_that_goes_away_never_stops_refusals_admin_or_shutdown() {
+    let up = upstream().await;
+    let mut gw = launch(&config(&up.uri(), 2, "enforce", 5))
+        .piped_output()
+        .spawn();
+    assert_eq!(get(&gw, "/t/b/x").await.status(), 200);
+    gw.close_output();
+    serves_and_stops_without_a_log_reader(gw).await;
+}
+
+#[tokio::test]
+async fn a_log_pipe_closed_from_the_start_still_serves() {
+    let up = upstream().await;
+    let gw = launch(&config(&up.uri(), 2, "enforce", 5))
+        .closed_output()
+        .spawn();
+    serves_and_stops_without_a_log_reader(gw).await;
+}
+
+/// A listening socket on a free loopback port, held for the test (as Prometheus holds 9090).
+fn occupied_port() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind a port to occupy")
+}
+
+/// A start-up that cannot listen: exit code 2, one message naming the origin, the setting,
+/// the address and the way out, and no "gateway started" before it.
+fn assert_cannot_listen(out: &common::Exited, origin: &str, setting: &str, addr: &str) {
+    assert_eq!(out.code, Some(2), "stderr:\n{}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("configuration error"))
+        .unwrap_or_else(|| panic!("no configuration error in:\n{}", out.stderr));
+    assert!(
+        line.contains(&format!("{origin}: {setting}: cannot listen on {addr}")),
+        "{line}"
+    );
+    assert!(line.contains("port 0"), "says how to fix it: {line}");
+    assert!(
+        !out.stderr.contains("gateway started"),
+        "nothing may claim the gateway started:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn an_admin_address_in_use_is_a_configuration_error_before_start() {
+    let taken = occupied_port();
+    let addr = taken.local_addr().expect("addr").to_string();
+    let limit = Duration::from_secs(30);
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .env("FLEET_LIMITER_ADMIN_LISTEN", &addr)
+        .run(limit);
+    assert_cannot_listen(
+        &out,
+        "environment variable FLEET_LIMITER_ADMIN_LISTEN",
+        "ops.admin_listen",
+        &addr,
+    );
+    assert!(out.stderr.contains("--admin-listen"), "{}", out.stderr);
+
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .args(["--admin-listen", &addr])
+        .run(limit);
+    assert_cannot_listen(&out, "flag --admin-listen", "ops.admin_listen", &addr);
+}
+
+#[test]
+fn a_traffic_address_in_use_is_a_configuration_error_before_start() {
+    let taken = occupied_port();
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = Launch::command(["serve"])
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .config_toml(format!("[server]\nlisten = \"{addr}\"\n"))
+        .run(Duration::from_secs(30));
+    assert_cannot_listen(&out, "fleet-limiter.toml", "server.listen", &addr);
+    assert!(
+        out.stderr.contains("--listen") && out.stderr.contains("FLEET_LIMITER_LISTEN"),
+        "{}",
+        out.stderr
+    );
+}

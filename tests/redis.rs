@@ -4,7 +4,7 @@
 mod common;
 mod redis_support;
 
-use common::Gateway;
+use common::{Gateway, Launch};
 use fleet_limiter::clock::ManualClock;
 use fleet_limiter::keys::BucketKey;
 use fleet_limiter::limiter::{Algorithm, Quota};
@@ -933,4 +933,110 @@ async fn a_restarted_cluster_is_used_again_without_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(store.errors() >= errors);
+}
+
+/// `/readyz` of a gateway: which store it runs on, and whether that store answers.
+async fn readyz(gw: &Gateway) -> serde_json::Value {
+    reqwest::Client::new()
+        .get(gw.admin("/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz")
+        .json()
+        .await
+        .expect("readyz JSON")
+}
+
+/// The start-up line of a gateway's log.
+fn started_line(gw: &Gateway) -> String {
+    let log = strip_ansi(&gw.stderr());
+    log.lines()
+        .find(|l| l.contains("fleet-limiter gateway started"))
+        .unwrap_or_else(|| panic!("no start-up line in:\n{log}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_url_alone_selects_the_redis_store() {
+    let Some(redis) = redis_support::standalone() else {
+        return;
+    };
+    let url = redis.url();
+    let up = redis_support::upstream();
+
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .env("FLEET_LIMITER_STORE_URL", &url)
+        .spawn();
+    let ready = readyz(&gw).await;
+    assert_eq!(ready["store"], "redis", "{ready}");
+    assert_eq!(ready["ready"], true, "{ready}");
+    let line = started_line(&gw);
+    assert!(line.contains(&format!("store=redis {url}")), "{line}");
+    drop(gw);
+
+    let gw = gateway(&format!("[store]\nurl = \"{url}\"\n"), &up, &[], &[]);
+    assert_eq!(readyz(&gw).await["store"], "redis");
+    drop(gw);
+
+    let out = Launch::command(["check"])
+        .env("FLEET_LIMITER_STORE_URL", &url)
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(&format!("Store: redis {url}")),
+        "check names the store:\n{}",
+        out.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_up_line_names_the_memory_store_and_hides_a_redis_password() {
+    let up = redis_support::upstream();
+    let gw = Launch::serve().upstream(&up).admin().log("info").spawn();
+    assert!(
+        started_line(&gw).contains("store=memory"),
+        "{}",
+        started_line(&gw)
+    );
+    drop(gw);
+    // Redis need not answer for the line to be written; its password never is.
+    let dead = common::dead_addr();
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .env(
+            "FLEET_LIMITER_STORE_URL",
+            format!("redis://default:S3cretPassw0rd@{dead}"),
+        )
+        .spawn();
+    let line = started_line(&gw);
+    assert!(
+        line.contains(&format!("store=redis redis://default:***@{dead}")),
+        "{line}"
+    );
+    assert!(!gw.stderr().contains("S3cretPassw0rd"), "{}", gw.stderr());
+}
+
+#[test]
+fn the_memory_backend_with_a_redis_url_stops_start_up_with_the_fix() {
+    let out = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .log("info")
+        .env("FLEET_LIMITER_STORE_BACKEND", "memory")
+        .env("FLEET_LIMITER_STORE_URL", "redis://127.0.0.1:6379")
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "configuration error: environment variable FLEET_LIMITER_STORE_BACKEND: store.backend:"
+        ) && out.stderr.contains("FLEET_LIMITER_STORE_URL")
+            && out.stderr.contains("backend = \"redis\""),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("gateway started"), "{}", out.stderr);
 }

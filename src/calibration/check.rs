@@ -142,6 +142,9 @@ pub struct CheckReport {
     pub config: Option<PathBuf>,
     /// `false` when limiting is switched off (`enabled = false`): nothing is enforced.
     pub enabled: bool,
+    /// The store the buckets live in, as `serve` would use it (`memory`: each instance counts on
+    /// its own; `redis redis://host:6379`: instances share one budget), password hidden.
+    pub store: String,
     #[serde(serialize_with = "fleet_json")]
     pub fleet: FleetConfig,
     pub limiters: Vec<LimiterCheck>,
@@ -332,6 +335,7 @@ pub fn check(cfg: &Config) -> CheckReport {
     CheckReport {
         config: cfg.source.clone(),
         enabled: cfg.enabled,
+        store: cfg.store.describe(),
         fleet,
         limiters,
         unsafe_limiters,
@@ -361,13 +365,13 @@ pub fn at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), u8> {
         }
         return Ok(());
     }
-    eprintln!("fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet");
-    for p in &problems {
-        eprintln!("  unsafe: {p}");
-    }
-    eprintln!(
-        "Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway."
+    crate::log_sink::eprint_line(
+        "fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet",
     );
+    for p in &problems {
+        crate::log_sink::eprint_line(format!("  unsafe: {p}"));
+    }
+    crate::log_sink::eprint_line("Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway.");
     Err(2)
 }
 

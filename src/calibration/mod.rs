@@ -22,20 +22,20 @@ pub fn run_check(loader: Loader, format: Format) -> ExitCode {
     let cfg = match loader.load() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("fleet-limiter: configuration error: {e}");
+            crate::log_sink::eprint_line(format!("fleet-limiter: configuration error: {e}"));
             return ExitCode::from(2);
         }
     };
     let r = check::check(&cfg);
     match format {
-        Format::Table => print!("{}", report::check_table(&r)),
-        Format::Json => print!("{}", report::json(&r)),
+        Format::Table => crate::log_sink::print(&report::check_table(&r)),
+        Format::Json => crate::log_sink::print(&report::json(&r)),
     }
     if r.is_safe() {
         ExitCode::SUCCESS
     } else {
         for p in r.problems() {
-            eprintln!("unsafe: {p}");
+            crate::log_sink::eprint_line(format!("unsafe: {p}"));
         }
         ExitCode::from(1)
     }
@@ -52,14 +52,14 @@ pub fn run_simulate(
     let scenarios = match simulate::Scenario::parse_list(scenario) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("fleet-limiter: --scenario: {e}");
+            crate::log_sink::eprint_line(format!("fleet-limiter: --scenario: {e}"));
             return ExitCode::from(2);
         }
     };
     let cfg = match loader.load() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("fleet-limiter: configuration error: {e}");
+            crate::log_sink::eprint_line(format!("fleet-limiter: configuration error: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -67,14 +67,14 @@ pub fn run_simulate(
     let created = match plot.map(plot_target).transpose() {
         Ok(c) => c.unwrap_or(false),
         Err(e) => {
-            eprintln!("fleet-limiter: --plot: {e}");
+            crate::log_sink::eprint_line(format!("fleet-limiter: --plot: {e}"));
             return ExitCode::from(2);
         }
     };
     let r = match simulate::run(&cfg, &scenarios, seed) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("fleet-limiter: {e}");
+            crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
             if let (Some(path), true) = (plot, created) {
                 let _ = std::fs::remove_file(path);
             }
@@ -82,18 +82,18 @@ pub fn run_simulate(
         }
     };
     match format {
-        Format::Table => print!("{}", report::simulate_table(&r)),
-        Format::Json => print!("{}", report::json(&r)),
+        Format::Table => crate::log_sink::print(&report::simulate_table(&r)),
+        Format::Json => crate::log_sink::print(&report::json(&r)),
     }
     if let Some(path) = plot {
         if let Err(e) = std::fs::write(path, plot::svg(&r)) {
-            eprintln!(
+            crate::log_sink::eprint_line(format!(
                 "fleet-limiter: cannot write the plot to {}: {e}",
                 path.display()
-            );
+            ));
             return ExitCode::FAILURE;
         }
-        eprintln!("fleet-limiter: plot written to {}", path.display());
+        crate::log_sink::eprint_line(format!("fleet-limiter: plot written to {}", path.display()));
     }
     ExitCode::SUCCESS
 }

@@ -39,6 +39,12 @@ pub fn check_table(r: &CheckReport) -> String {
     let f = &r.fleet;
     let mut o = String::new();
     let _ = writeln!(o, "Calibration check: {}", source(&r.config));
+    let shared = if r.store == "memory" {
+        " (each instance counts on its own)"
+    } else {
+        " (instances share one budget)"
+    };
+    let _ = writeln!(o, "Store: {}{shared}", r.store);
     let _ = writeln!(
         o,
         "Fleet: heartbeat every {}s (offline after {}s without one), task poll every {}s, {} endpoints per site,",

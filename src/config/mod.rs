@@ -84,6 +84,28 @@ pub struct StoreConfig {
     pub calls_in_flight: usize,
 }
 
+impl StoreConfig {
+    /// The store in use, for logs and reports, with any password hidden: `memory`,
+    /// `redis redis://host:6379`, or `redis cluster redis://a:6379,redis://b:6379`.
+    pub fn describe(&self) -> String {
+        match self.backend {
+            StoreBackend::Memory => "memory".to_owned(),
+            StoreBackend::Redis if !self.cluster.is_empty() => {
+                let nodes: Vec<String> = self
+                    .cluster
+                    .iter()
+                    .map(|u| crate::redact::url(u).into_owned())
+                    .collect();
+                format!("redis cluster {}", nodes.join(","))
+            }
+            StoreBackend::Redis => format!(
+                "redis {}",
+                crate::redact::url(self.url.as_deref().unwrap_or_default())
+            ),
+        }
+    }
+}
+
 /// What a healthy fleet looks like; the calibration is checked against it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -126,6 +148,28 @@ pub struct Config {
     pub cors: ops::CorsConfig,
     /// Which spellings of a path are refused (`[path]`; all of them by default).
     pub path: crate::path::PathRules,
+    /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
+    pub(crate) origins: HashMap<String, String>,
+}
+
+impl Config {
+    /// Where the value of the setting at `path` came from, as configuration errors name it: the
+    /// file's path, `environment variable FLEET_LIMITER_…`, `flag --…`, or `built-in default`.
+    pub fn origin(&self, path: &str) -> String {
+        self.origins
+            .get(path)
+            .cloned()
+            .unwrap_or_else(|| "built-in default".to_owned())
+    }
+}
+
+/// The environment variable of the scalar setting at `path` (e.g. `FLEET_LIMITER_LISTEN` for
+/// `server.listen`).
+pub fn variable_of(path: &str) -> Option<&'static str> {
+    SETTINGS
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, v, _)| *v)
 }
 
 impl Default for Config {
@@ -588,7 +632,14 @@ fn apply_store_shorthand(
 ) -> Result<(), ConfigError> {
     let raw = raw.trim();
     if raw.eq_ignore_ascii_case("memory") {
+        // The shorthand chooses the store whole: a URL or cluster from a lower layer is set aside.
         set_path(doc, "store.backend", Value::String("memory".into()));
+        if let Some(Value::Table(t)) = doc.get_mut("store") {
+            t.remove("url");
+            t.remove("cluster");
+        }
+        origins.remove("store.url");
+        origins.remove("store.cluster");
     } else if raw.starts_with("redis://") || raw.starts_with("rediss://") {
         // `rediss://` is accepted here so that the store check below names it with its fix.
         set_path(doc, "store.backend", Value::String("redis".into()));
@@ -724,7 +775,7 @@ struct RawLimiter {
 }
 
 struct Ctx {
-    origins: HashMap<String, String>,
+    pub(crate) origins: HashMap<String, String>,
     file: Option<String>,
 }
 
@@ -857,8 +908,31 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             format!("{calls} is out of range; use 1 to 16 (default 1)"),
         ));
     }
+    // A URL or a cluster list means Redis; saying `memory` as well is a contradiction, not a
+    // choice to make silently (each instance would count on its own).
+    let redis_given = if raw.store.url.is_some() {
+        Some("store.url")
+    } else if raw.store.cluster.as_ref().is_some_and(|c| !c.is_empty()) {
+        Some("store.cluster")
+    } else {
+        None
+    };
+    let backend = match (raw.store.backend, redis_given) {
+        (Some(StoreBackend::Memory), Some(given)) => {
+            return Err(ctx.err(
+                "store.backend",
+                format!(
+                    "`memory` keeps every bucket in this process, but {given} is set ({}), so instances would not share one budget; drop {given} for the memory store, or set backend = \"redis\" (FLEET_LIMITER_STORE_BACKEND=redis, or leave backend unset: a URL alone selects Redis)",
+                    ctx.origin(given)
+                ),
+            ))
+        }
+        (Some(b), _) => b,
+        (None, Some(_)) => StoreBackend::Redis,
+        (None, None) => StoreBackend::Memory,
+    };
     let store = StoreConfig {
-        backend: raw.store.backend.unwrap_or_default(),
+        backend,
         url: raw.store.url,
         cluster: raw.store.cluster.unwrap_or_default(),
         max_keys: max_keys as usize,
@@ -911,6 +985,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         ops: ops::build_ops(raw.ops, ctx)?,
         cors: ops::build_cors(raw.cors, ctx)?,
         path: path::build_path(raw.path, ctx)?,
+        origins: ctx.origins.clone(),
     })
 }
 

@@ -7,7 +7,12 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub const ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// The admin listener's default address. Not 9090 (Prometheus's own port: on a host that runs
+/// Prometheus the gateway could not start) nor anything in 9091-9999 (Alertmanager, the
+/// Pushgateway and the exporters' allocated range, 9100-9999), 9464 (OpenTelemetry's
+/// Prometheus exporter), 4317/4318 (OTLP), 9901 (Envoy's admin), or the ports apps and dev
+/// servers take by default (3000, 5000, 8000, 8080, 8081, 8443, 8888, 9000); loopback only.
+pub const ADMIN_LISTEN: &str = "127.0.0.1:7391";
 pub const NEAR_LIMIT_PERCENT: u8 = 20;
 
 /// How log lines are written.
@@ -64,7 +69,7 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
     let admin_listen = listen_raw.parse::<SocketAddr>().map_err(|_| {
         ctx.err(
             "ops.admin_listen",
-            format!("`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:9090\")"),
+            format!("`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:7391\")"),
         )
     })?;
     // Zero is allowed here: stop at once, dropping in-flight requests.
@@ -148,7 +153,7 @@ mod tests {
     #[test]
     fn defaults() {
         let c = Loader::new().load().expect("defaults load");
-        assert_eq!(c.ops.admin_listen.to_string(), "127.0.0.1:9090");
+        assert_eq!(c.ops.admin_listen.to_string(), "127.0.0.1:7391");
         assert_eq!(c.ops.shutdown_grace.as_secs(), 30);
         assert_eq!(c.ops.near_limit_percent, 20);
         assert!(c.cors.allowed_origins.is_empty());

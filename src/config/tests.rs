@@ -529,3 +529,67 @@ fn errors_in_body_timeout_and_min_rate() {
         .unwrap_err();
     snap!("config_error_flag_body_min_rate", err.to_string());
 }
+
+#[test]
+fn a_redis_url_or_cluster_alone_selects_redis() {
+    let cfg = Loader::new()
+        .env([(
+            "FLEET_LIMITER_STORE_URL".to_owned(),
+            "redis://10.0.0.5:6379".to_owned(),
+        )])
+        .load()
+        .expect("valid");
+    assert_eq!(cfg.store.backend, StoreBackend::Redis);
+    let f = file("[store]\ncluster = [\"redis://10.0.0.11:6379\"]\n");
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    assert_eq!(cfg.store.backend, StoreBackend::Redis);
+    assert_eq!(cfg.store.describe(), "redis cluster redis://10.0.0.11:6379");
+    let cfg = Loader::new().load().expect("valid");
+    assert_eq!(cfg.store.backend, StoreBackend::Memory);
+    assert_eq!(cfg.store.describe(), "memory");
+}
+
+#[test]
+fn the_memory_backend_with_a_redis_url_is_refused_with_the_fix() {
+    snap!(
+        "config_error_store_memory_with_url",
+        file_error(
+            "[store]\nbackend = \"memory\"\nurl = \"redis://default:S3cretPassw0rd@10.0.0.5:6379\"\n",
+            &[]
+        )
+    );
+    let e = env_error(&[
+        ("FLEET_LIMITER_STORE_BACKEND", "memory"),
+        ("FLEET_LIMITER_STORE_CLUSTER", "redis://10.0.0.11:6379"),
+    ]);
+    assert!(
+        e.starts_with("environment variable FLEET_LIMITER_STORE_BACKEND: store.backend:")
+            && e.contains("environment variable FLEET_LIMITER_STORE_CLUSTER"),
+        "{e}"
+    );
+    // `--store memory` chooses the store whole: it sets aside a URL from a lower layer.
+    let f = file("[store]\nurl = \"redis://10.0.0.5:6379\"\n");
+    let cfg = Loader::new()
+        .file(&f.path)
+        .flag("store", "memory", "--store")
+        .load()
+        .expect("the flag picks the memory store");
+    assert_eq!(cfg.store.backend, StoreBackend::Memory);
+    assert_eq!(cfg.store.url, None);
+}
+
+#[test]
+fn the_store_in_use_is_described_without_its_password() {
+    let cfg = Loader::new()
+        .flag(
+            "store",
+            "redis://default:S3cretPassw0rd@10.0.0.5:6379/2",
+            "--store",
+        )
+        .load()
+        .expect("valid");
+    assert_eq!(
+        cfg.store.describe(),
+        "redis redis://default:***@10.0.0.5:6379/2"
+    );
+}

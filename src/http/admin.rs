@@ -1,6 +1,6 @@
 //! The admin listener and the process's life cycle.
 //!
-//! - A listener separate from traffic (default `127.0.0.1:9090`): `GET /metrics` (Prometheus
+//! - A listener separate from traffic (default `127.0.0.1:7391`): `GET /metrics` (Prometheus
 //!   text), `GET /healthz` (the process answers), `GET /readyz` (the store answers and a
 //!   configuration is loaded), `POST /reload`.
 //! - `SIGHUP` and `POST /reload` re-read the configuration the way the process read it at
@@ -266,50 +266,82 @@ async fn reload(control: web::Data<Control>) -> HttpResponse {
         .body(body.unwrap_or_default())
 }
 
-/// The admin server, bound and ready to run.
-pub fn admin_server(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Server> {
-    let data = web::Data::from(control);
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(data.clone())
-            .route("/metrics", web::get().to(metrics_page))
-            .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz))
-            .route("/reload", web::post().to(reload))
-    })
-    .workers(1)
-    .disable_signals()
-    .shutdown_timeout(1)
-    .bind(cfg.ops.admin_listen)
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "cannot listen on {} (ops.admin_listen): {e}",
-            cfg.ops.admin_listen
-        )
-    })?;
-    for addr in server.addrs() {
-        tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /reload");
-    }
-    Ok(server.run())
+/// The admin listener, bound (and answering) with the signal handlers installed; the
+/// gateway's own listener runs under it with [`Admin::run`].
+pub struct Admin {
+    server: Server,
+    addrs: Vec<std::net::SocketAddr>,
+    signals: Signals,
+    control: Arc<Control>,
 }
 
-/// Run the gateway server and the admin server until SIGTERM/SIGINT, reloading on SIGHUP.
-pub async fn run(gateway: Server, control: Arc<Control>, cfg: &Config) -> anyhow::Result<()> {
-    // Handlers go in before either listener answers, so a SIGHUP sent once the process looks
-    // ready reloads instead of ending it.
-    let signals = Signals::install()?;
-    let admin = admin_server(control.clone(), cfg)?;
-    let admin_handle = admin.handle();
-    let admin_task = actix_web::rt::spawn(admin);
-    let gateway_handle = gateway.handle();
-    let grace = cfg.ops.shutdown_grace;
-    let watcher = actix_web::rt::spawn(signals.watch(control, gateway_handle, grace));
-    let result = gateway.await;
-    watcher.abort();
-    admin_handle.stop(false).await;
-    let _ = admin_task.await;
-    tracing::info!("fleet-limiter stopped");
-    result.map_err(Into::into)
+impl Admin {
+    /// Install the signal handlers, then bind the admin listener (`ops.admin_listen`). An
+    /// address that cannot be taken is a [`ListenError`](crate::http::ListenError).
+    pub fn bind(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Self> {
+        // Handlers go in before either listener answers, so a SIGHUP sent once the process
+        // looks ready reloads instead of ending it.
+        let signals = Signals::install()?;
+        let data = web::Data::from(control.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .route("/metrics", web::get().to(metrics_page))
+                .route("/healthz", web::get().to(healthz))
+                .route("/readyz", web::get().to(readyz))
+                .route("/reload", web::post().to(reload))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(cfg.ops.admin_listen)
+        .map_err(|e| {
+            crate::http::ListenError::new(
+                cfg,
+                "ops.admin_listen",
+                "--admin-listen",
+                cfg.ops.admin_listen,
+                &e,
+            )
+        })?;
+        let addrs = server.addrs();
+        Ok(Self {
+            server: server.run(),
+            addrs,
+            signals,
+            control,
+        })
+    }
+
+    /// The addresses the admin listener took (port 0 resolved), for the start-up log line.
+    pub fn addrs(&self) -> String {
+        let shown: Vec<String> = self.addrs.iter().map(ToString::to_string).collect();
+        shown.join(",")
+    }
+
+    /// Run the gateway server and the admin server until SIGTERM/SIGINT, reloading on SIGHUP.
+    pub async fn run(self, gateway: Server, cfg: &Config) -> anyhow::Result<()> {
+        let Self {
+            server: admin,
+            addrs,
+            signals,
+            control,
+        } = self;
+        for addr in addrs {
+            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /reload");
+        }
+        let admin_handle = admin.handle();
+        let admin_task = actix_web::rt::spawn(admin);
+        let gateway_handle = gateway.handle();
+        let grace = cfg.ops.shutdown_grace;
+        let watcher = actix_web::rt::spawn(signals.watch(control, gateway_handle, grace));
+        let result = gateway.await;
+        watcher.abort();
+        admin_handle.stop(false).await;
+        let _ = admin_task.await;
+        tracing::info!("fleet-limiter stopped");
+        result.map_err(Into::into)
+    }
 }
 
 #[cfg(unix)]

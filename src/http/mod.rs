@@ -44,6 +44,8 @@ pub async fn serve_gateway_with(
     let cors = cors::Cors::new(&cfg.cors);
     let control = Arc::new(admin::Control::new(cfg, decider, cors.clone(), reloader));
     let up = upstream.clone();
+    // Both listeners are bound before anything says the gateway started: an address that
+    // cannot be taken is a configuration error (exit code 2), not a start followed by a stop.
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(up.client()))
@@ -56,13 +58,53 @@ pub async fn serve_gateway_with(
     .disable_signals()
     .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64)
     .bind(cfg.server.listen)
-    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", cfg.server.listen))?;
+    .map_err(|e| ListenError::new(cfg, "server.listen", "--listen", cfg.server.listen, &e))?;
+    let admin = admin::Admin::bind(control, cfg)?;
     tracing::info!(
         listen = %cfg.server.listen,
+        admin_listen = %admin.addrs(),
         upstream = %crate::redact::url(&upstream.base),
+        store = %cfg.store.describe(),
         limiters = cfg.limiters.len(),
         enabled = cfg.enabled,
         "fleet-limiter gateway started"
     );
-    admin::run(server.run(), control, cfg).await
+    admin.run(server.run(), cfg).await
 }
+
+/// A listener whose address cannot be taken (in use, not an address of this host, not
+/// permitted): a configuration error, naming the setting, where its value came from and how
+/// to choose another. `serve` exits with code 2 on it, as on any configuration error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenError(pub String);
+
+impl ListenError {
+    /// `setting` (`server.listen` or `ops.admin_listen`), set with `flag`, could not listen on
+    /// `addr`.
+    pub fn new(
+        cfg: &Config,
+        setting: &str,
+        flag: &str,
+        addr: std::net::SocketAddr,
+        e: &std::io::Error,
+    ) -> Self {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "another process listens there; stop it, or ",
+            std::io::ErrorKind::AddrNotAvailable => "this host has no such address; ",
+            _ => "",
+        };
+        let variable = crate::config::variable_of(setting).unwrap_or("its variable");
+        Self(format!(
+            "{}: {setting}: cannot listen on {addr}: {e}; {why}choose another address with {flag}, {variable} or {setting} in the config file (port 0 picks a free one and logs it)",
+            cfg.origin(setting)
+        ))
+    }
+}
+
+impl std::fmt::Display for ListenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ListenError {}

@@ -78,6 +78,21 @@ pub struct Launch {
     current_dir: Option<PathBuf>,
     /// Add `--admin-listen 127.0.0.1:<free port>` and wait until its `/healthz` answers 200.
     admin: bool,
+    /// Where stdout and stderr go: files (the default) or pipes.
+    output: Output,
+}
+
+/// Where the process's stdout and stderr go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Output {
+    /// Files in the run's temporary directory ([`Gateway::stderr`] reads them).
+    #[default]
+    Files,
+    /// Pipes the test holds until [`Gateway::close_output`] closes their read ends.
+    Pipes,
+    /// Pipes whose read ends are closed as soon as the process is started: every write to
+    /// stdout or stderr fails (EPIPE), as behind `| head -c 1` once `head` has exited.
+    Closed,
 }
 
 impl Launch {
@@ -154,6 +169,19 @@ impl Launch {
         self
     }
 
+    /// Send stdout and stderr into pipes that the test holds open until
+    /// [`Gateway::close_output`] closes them (a log reader that goes away while the gateway runs).
+    pub fn piped_output(mut self) -> Self {
+        self.output = Output::Pipes;
+        self
+    }
+
+    /// Send stdout and stderr into pipes whose readers are gone from the start.
+    pub fn closed_output(mut self) -> Self {
+        self.output = Output::Closed;
+        self
+    }
+
     /// Run in this directory (relative paths in arguments are resolved from it).
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.current_dir = Some(dir.into());
@@ -213,9 +241,14 @@ impl Launch {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let out = std::fs::File::create(dir.join("stdout.log")).expect("stdout file");
-        let err = std::fs::File::create(dir.join("stderr.log")).expect("stderr file");
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        cmd.stdin(Stdio::null());
+        if self.output == Output::Files {
+            let out = std::fs::File::create(dir.join("stdout.log")).expect("stdout file");
+            let err = std::fs::File::create(dir.join("stderr.log")).expect("stderr file");
+            cmd.stdout(out).stderr(err);
+        } else {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
         (cmd, config)
     }
 
@@ -243,6 +276,9 @@ impl Launch {
                 config,
                 dir,
             };
+            if self.output == Output::Closed {
+                gw.close_output();
+            }
             match gw.wait_ready() {
                 Ok(()) => return gw,
                 Err(e) => {
@@ -267,6 +303,9 @@ impl Launch {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+        // Piped output is never read here: close it, as `closed_output` asks.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
         let read = |name: &str| read_lossy(&dir.path().join(name));
         let deadline = Instant::now() + limit;
         let status = loop {
@@ -377,7 +416,14 @@ impl Gateway {
         format!("http://{addr}{path}")
     }
 
-    /// Everything the process wrote to stderr so far (its log).
+    /// Close the read ends of the pipes stdout and stderr go to (with
+    /// [`Launch::piped_output`]): from now on every write to either fails with EPIPE.
+    pub fn close_output(&mut self) {
+        drop(self.child.stdout.take());
+        drop(self.child.stderr.take());
+    }
+
+    /// Everything the process wrote to stderr so far (its log; empty when it goes to a pipe).
     pub fn stderr(&self) -> String {
         read_lossy(&self.stderr_path())
     }
