@@ -19,6 +19,7 @@
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
 //! [`clock`] injects time so every limiter can run in virtual time.
 //! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
+//! [`tls`] builds the TLS client configuration every outgoing connection (JWKS, Redis) uses.
 
 pub mod calibration;
 pub mod client_ip;
@@ -36,6 +37,7 @@ pub mod path;
 pub mod policy;
 pub mod redact;
 pub mod store;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -69,7 +71,14 @@ pub fn build_verifier(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::
     let wall = Arc::new(identity::jwt::SystemWallClock);
     Ok(
         match identity::jwt::JwtVerifier::from_config(&cfg.identity, clock, wall)? {
-            Some(v) => Arc::new(v),
+            Some(v) => {
+                // An https:// key set is fetched once at start: a certificate that does not
+                // verify is a configuration error, found now rather than at the first token.
+                if let Some(jwks) = v.jwks().filter(|j| j.is_https()) {
+                    jwks.check_at_start()?;
+                }
+                Arc::new(v)
+            }
             None => Arc::new(identity::NoVerifier),
         },
     )

@@ -90,7 +90,7 @@ struct ServeArgs {
     /// IPv6 prefix length that counts as one client (32-64) [default: 56].
     #[arg(long, value_name = "BITS")]
     ipv6_prefix: Option<String>,
-    /// Where buckets live: `memory` or a redis:// URL [default: memory].
+    /// Where buckets live: `memory`, or a redis:// or rediss:// (TLS) URL [default: memory].
     #[arg(long, value_name = "STORE")]
     store: Option<String>,
     /// Most buckets the memory store tracks [default: 100000].

@@ -71,8 +71,13 @@ impl fmt::Debug for Secret {
 /// The validated `[identity]` section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IdentityConfig {
-    /// `http://` URL of a JSON Web Key Set.
+    /// `http://` or `https://` URL of a JSON Web Key Set.
     pub jwks_url: Option<String>,
+    /// A PEM bundle of CA certificates trusted for an `https://` JWKS URL, in addition to the
+    /// system roots.
+    pub jwks_ca_file: Option<std::path::PathBuf>,
+    /// Accept any certificate from an `https://` JWKS URL (development only; warns on every start).
+    pub jwks_insecure_skip_verify: bool,
     /// A PEM public key (RSA, EC or Ed25519): the text itself, read from a file if a path was given.
     pub jwt_public_key_pem: Option<String>,
     pub jwt_hs256_secret: Option<Secret>,
@@ -101,6 +106,8 @@ impl Default for IdentityConfig {
     fn default() -> Self {
         Self {
             jwks_url: None,
+            jwks_ca_file: None,
+            jwks_insecure_skip_verify: false,
             jwt_public_key_pem: None,
             jwt_hs256_secret: None,
             jwt_issuer: Vec::new(),
@@ -309,6 +316,8 @@ fn estimated_bits(chars: &[char]) -> f64 {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawIdentity {
     jwks_url: Option<String>,
+    jwks_ca_file: Option<String>,
+    jwks_insecure_skip_verify: Option<bool>,
     jwt_public_key_pem: Option<String>,
     jwt_hs256_secret: Option<String>,
     jwt_issuer: Option<OneOrMany>,
@@ -354,6 +363,11 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
         Some(u) => Some(validate_jwks_url(ctx, &u)?),
         None => None,
     };
+    let jwks_ca_file = match raw.jwks_ca_file.filter(|p| !p.trim().is_empty()) {
+        Some(p) => Some(super::ca_file(ctx, "identity.jwks_ca_file", &p)?),
+        None => None,
+    };
+    let jwks_insecure_skip_verify = raw.jwks_insecure_skip_verify.unwrap_or(false);
     let jwt_public_key_pem = match raw.jwt_public_key_pem.filter(|p| !p.trim().is_empty()) {
         Some(p) => Some(read_pem(ctx, p)?),
         None => None,
@@ -391,6 +405,8 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
     }
     let cfg = IdentityConfig {
         jwks_url,
+        jwks_ca_file,
+        jwks_insecure_skip_verify,
         jwt_public_key_pem,
         jwt_hs256_secret: raw.jwt_hs256_secret.map(Secret::new),
         jwt_issuer: raw.jwt_issuer.map(OneOrMany::into_vec).unwrap_or_default(),
@@ -439,17 +455,11 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
 }
 
 fn validate_jwks_url(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
-    if u.starts_with("https://") {
-        return Err(ctx.err(
-            "identity.jwks_url",
-            format!("`{u}`: this build fetches JWKS over plain http:// only; point it at a local http:// mirror or egress proxy, or set identity.jwt_public_key_pem to the issuer's PEM public key instead"),
-        ));
-    }
-    match u.strip_prefix("http://") {
+    match u.strip_prefix("https://").or_else(|| u.strip_prefix("http://")) {
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(u.to_owned()),
         _ => Err(ctx.err(
             "identity.jwks_url",
-            format!("`{u}` is not an http:// URL of a JSON Web Key Set (e.g. \"http://127.0.0.1:9000/.well-known/jwks.json\")"),
+            format!("`{u}` is not an http:// or https:// URL of a JSON Web Key Set (e.g. \"https://issuer.example/.well-known/jwks.json\")"),
         )),
     }
 }
@@ -648,13 +658,18 @@ mod tests {
 
     #[test]
     fn bad_values_say_how_to_fix_them() {
-        let e = load(&[("FLEET_LIMITER_JWKS_URL", "https://x.test/jwks")]).unwrap_err();
+        let c = load(&[("FLEET_LIMITER_JWKS_URL", "https://x.test/jwks")]).unwrap();
+        assert_eq!(c.jwks_url.as_deref(), Some("https://x.test/jwks"));
+        assert!(!c.jwks_insecure_skip_verify);
+        let e = load(&[("FLEET_LIMITER_JWKS_URL", "ftp://x")]).unwrap_err();
+        assert!(e.contains("not an http:// or https:// URL"), "{e}");
+        let e = load(&[("FLEET_LIMITER_JWKS_URL", "https:///jwks")]).unwrap_err();
+        assert!(e.contains("not an http:// or https:// URL"), "{e}");
+        let e = load(&[("FLEET_LIMITER_JWKS_CA_FILE", "/nonexistent/ca.pem")]).unwrap_err();
         assert!(
-            e.contains("plain http://") && e.contains("jwt_public_key_pem"),
+            e.starts_with("environment variable FLEET_LIMITER_JWKS_CA_FILE: identity.jwks_ca_file: `/nonexistent/ca.pem` cannot be read"),
             "{e}"
         );
-        let e = load(&[("FLEET_LIMITER_JWKS_URL", "ftp://x")]).unwrap_err();
-        assert!(e.contains("not an http:// URL"), "{e}");
         let e = load(&[("FLEET_LIMITER_SESSION_COOKIE", "a;b")]).unwrap_err();
         assert!(e.contains("not a cookie name"), "{e}");
         let e = load(&[("FLEET_LIMITER_JWT_PUBLIC_KEY_PEM", "/nonexistent/key.pem")]).unwrap_err();

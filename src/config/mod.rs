@@ -82,6 +82,10 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Redis standalone: script calls out at once; requests arriving meanwhile share the next.
     pub calls_in_flight: usize,
+    /// `rediss://`: a PEM bundle of CA certificates trusted in addition to the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// `rediss://`: accept any certificate (development only; warns on every start).
+    pub insecure_skip_verify: bool,
 }
 
 impl StoreConfig {
@@ -246,6 +250,12 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_STORE_CALLS_IN_FLIGHT",
         Kind::Int,
     ),
+    ("store.ca_file", "FLEET_LIMITER_STORE_CA_FILE", Kind::Str),
+    (
+        "store.insecure_skip_verify",
+        "FLEET_LIMITER_STORE_INSECURE_SKIP_VERIFY",
+        Kind::Bool,
+    ),
     (
         "fleet.heartbeat_interval_seconds",
         "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS",
@@ -277,6 +287,16 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
         Kind::Int,
     ),
     ("identity.jwks_url", "FLEET_LIMITER_JWKS_URL", Kind::Str),
+    (
+        "identity.jwks_ca_file",
+        "FLEET_LIMITER_JWKS_CA_FILE",
+        Kind::Str,
+    ),
+    (
+        "identity.jwks_insecure_skip_verify",
+        "FLEET_LIMITER_JWKS_INSECURE_SKIP_VERIFY",
+        Kind::Bool,
+    ),
     (
         "identity.jwt_public_key_pem",
         "FLEET_LIMITER_JWT_PUBLIC_KEY_PEM",
@@ -641,13 +661,12 @@ fn apply_store_shorthand(
         origins.remove("store.url");
         origins.remove("store.cluster");
     } else if raw.starts_with("redis://") || raw.starts_with("rediss://") {
-        // `rediss://` is accepted here so that the store check below names it with its fix.
         set_path(doc, "store.backend", Value::String("redis".into()));
         set_path(doc, "store.url", Value::String(raw.to_owned()));
         origins.insert("store.url".into(), origin.to_owned());
     } else {
         return Err(ConfigError(format!(
-            "{origin}: store: `{}` is neither `memory` nor a redis:// URL",
+            "{origin}: store: `{}` is neither `memory` nor a redis:// or rediss:// URL",
             crate::redact::url(raw)
         )));
     }
@@ -757,6 +776,8 @@ struct RawStore {
     max_keys: Option<i64>,
     timeout: Option<DurationValue>,
     calls_in_flight: Option<i64>,
+    ca_file: Option<String>,
+    insecure_skip_verify: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -943,23 +964,41 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             defaults::STORE_TIMEOUT,
         )?,
         calls_in_flight: calls as usize,
+        ca_file: match raw.store.ca_file.filter(|p| !p.trim().is_empty()) {
+            Some(p) => Some(ca_file(ctx, "store.ca_file", &p)?),
+            None => None,
+        },
+        insecure_skip_verify: raw.store.insecure_skip_verify.unwrap_or(false),
     };
-    // The Redis client is built without TLS: refuse `rediss://` here, with the fix, rather than
-    // when the store first connects.
+    let path_of = |u: &String| {
+        if store.url.as_ref() == Some(u) {
+            "store.url"
+        } else {
+            "store.cluster"
+        }
+    };
     if let Some(u) = store
         .url
         .iter()
         .chain(&store.cluster)
-        .find(|u| !u.starts_with("redis://"))
+        .find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://")))
     {
-        let path = if store.url.as_deref() == Some(u.as_str()) {
-            "store.url"
-        } else {
-            "store.cluster"
-        };
         return Err(ctx.err(
-            path,
-            format!("`{u}` is not a redis:// URL; this build speaks plain redis:// only (no TLS): reach Redis over a private network or a local TLS tunnel"),
+            path_of(u),
+            format!("`{u}` is not a redis:// or rediss:// (TLS) URL"),
+        ));
+    }
+    // One client speaks to every node: TLS for all of them or for none.
+    let tls_urls = store
+        .url
+        .iter()
+        .chain(&store.cluster)
+        .filter(|u| u.starts_with("rediss://"))
+        .count();
+    if !store.cluster.is_empty() && tls_urls != 0 && tls_urls != store.cluster.len() {
+        return Err(ctx.err(
+            "store.cluster",
+            "mixes redis:// and rediss:// node URLs; a Cluster is reached over TLS on every node or on none",
         ));
     }
     if store.backend == StoreBackend::Redis && store.url.is_none() && store.cluster.is_empty() {
@@ -987,6 +1026,26 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         path: path::build_path(raw.path, ctx)?,
         origins: ctx.origins.clone(),
     })
+}
+
+/// A CA bundle setting: the path of a readable file (its certificates are read when the client
+/// is built).
+fn ca_file(ctx: &Ctx, path: &str, value: &str) -> Result<PathBuf, ConfigError> {
+    let p = PathBuf::from(value.trim());
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_file() => Ok(p),
+        Ok(_) => Err(ctx.err(
+            path,
+            format!("`{}` is not a file; name a PEM bundle of CA certificates", p.display()),
+        )),
+        Err(e) => Err(ctx.err(
+            path,
+            format!(
+                "`{}` cannot be read ({e}); name a PEM bundle of CA certificates",
+                p.display()
+            ),
+        )),
+    }
 }
 
 fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {

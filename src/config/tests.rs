@@ -192,14 +192,46 @@ fn store_shorthand() {
         .load()
         .unwrap_err();
     snap!("config_error_store_shorthand", err.to_string());
-    // No TLS client in this build: refused at load time with the fix, not at first connect.
-    let err = Loader::new()
+    // TLS: `rediss://` selects Redis too.
+    let cfg = Loader::new()
         .flag("store", "rediss://cache:6380", "--store")
+        .load()
+        .expect("valid");
+    assert_eq!(cfg.store.url.as_deref(), Some("rediss://cache:6380"));
+    assert_eq!(cfg.store.ca_file, None);
+    assert!(!cfg.store.insecure_skip_verify);
+    let err = Loader::new()
+        .env([(
+            "FLEET_LIMITER_STORE_URL".to_owned(),
+            "http://cache:6380".to_owned(),
+        )])
         .load()
         .unwrap_err()
         .to_string();
     assert!(
-        err.starts_with("flag --store: store.url: `rediss://cache:6380` is not a redis:// URL"),
+        err.starts_with("environment variable FLEET_LIMITER_STORE_URL: store.url: `http://cache:6380` is not a redis:// or rediss:// (TLS) URL"),
+        "{err}"
+    );
+    let err = Loader::new()
+        .env([(
+            "FLEET_LIMITER_STORE_CLUSTER".to_owned(),
+            "rediss://a:1,redis://b:1".to_owned(),
+        )])
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("store.cluster: mixes redis:// and rediss://"), "{err}");
+    let err = Loader::new()
+        .flag("store", "rediss://cache:6380", "--store")
+        .env([(
+            "FLEET_LIMITER_STORE_CA_FILE".to_owned(),
+            "/nonexistent/ca.pem".to_owned(),
+        )])
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("environment variable FLEET_LIMITER_STORE_CA_FILE: store.ca_file: `/nonexistent/ca.pem` cannot be read"),
         "{err}"
     );
 }

@@ -175,7 +175,24 @@ pub struct Jwks {
     background: AtomicBool,
 }
 
+/// The setting a JWKS problem is reported under.
+pub const SERVICE: &str = "identity.jwks_url";
+
+/// Why a fetch failed; `tls` when the server's certificate did not verify (a configuration
+/// problem: the trusted roots or the URL's host are wrong, and retrying will not help).
+struct FetchError {
+    msg: String,
+    tls: bool,
+}
+
+impl From<String> for FetchError {
+    fn from(msg: String) -> Self {
+        Self { msg, tls: false }
+    }
+}
+
 impl Jwks {
+    /// A key set fetched from `url`; an `https://` URL is verified against the system roots.
     pub fn new(
         url: impl Into<String>,
         timeout: Duration,
@@ -183,16 +200,38 @@ impl Jwks {
         max_age: Duration,
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
+        Self::new_with_tls(url, timeout, refresh_interval, max_age, clock, None)
+    }
+
+    /// The same, with the TLS client configuration of an `https://` URL (see [`crate::tls`]);
+    /// `None` trusts the system roots.
+    pub fn new_with_tls(
+        url: impl Into<String>,
+        timeout: Duration,
+        refresh_interval: Duration,
+        max_age: Duration,
+        clock: Arc<dyn Clock>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> anyhow::Result<Self> {
+        let url = url.into();
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             // Fetches are rare and may come from any worker's runtime: no pooled connections.
             .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
+            .redirect(reqwest::redirect::Policy::none());
+        if url.starts_with("https://") {
+            let tls = match tls {
+                Some(t) => t,
+                None => crate::tls::client_config(SERVICE, None, false)?,
+            };
+            builder = builder.use_preconfigured_tls((*tls).clone());
+        }
+        let client = builder
             .build()
             .map_err(|e| anyhow::anyhow!("cannot build the JWKS HTTP client: {e}"))?;
         Ok(Self {
-            url: url.into(),
+            url,
             client,
             timeout,
             refresh_interval: refresh_interval.as_nanos() as Nanos,
@@ -275,9 +314,13 @@ impl Jwks {
                 self.fetched_at
                     .store(self.clock.now().max(1), Ordering::Relaxed);
             }
+            Ok(Err(e)) if e.tls => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e.msg), "{SERVICE}: JWKS fetch failed: the TLS certificate does not verify; keeping the keys already held. Trust the issuer's CA with identity.jwks_ca_file");
+            }
             Ok(Err(e)) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e), "JWKS fetch failed; keeping the keys already held");
+                tracing::warn!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e.msg), "{SERVICE}: JWKS fetch failed; keeping the keys already held");
             }
             Err(_) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
@@ -286,22 +329,77 @@ impl Jwks {
         }
     }
 
-    async fn fetch(&self) -> Result<KeySet, String> {
+    /// Whether the key set is fetched over TLS.
+    pub fn is_https(&self) -> bool {
+        self.url.starts_with("https://")
+    }
+
+    /// Fetch the key set once, now, on a thread of its own (callable with or without a
+    /// runtime): the start-up check of an `https://` URL. A certificate that does not verify is
+    /// an error naming the setting; any other failure is only logged (the keys are fetched again
+    /// when a token needs them, as with a plain `http://` URL).
+    pub fn check_at_start(&self) -> anyhow::Result<()> {
+        let result = std::thread::scope(|s| {
+            s.spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| FetchError::from(format!("cannot start a runtime: {e}")))?;
+                rt.block_on(async {
+                    match tokio::time::timeout(self.timeout, self.fetch()).await {
+                        Ok(r) => r,
+                        Err(_) => Err(FetchError::from(format!(
+                            "no answer within {:?}",
+                            self.timeout
+                        ))),
+                    }
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(FetchError::from("the check stopped".to_owned())))
+        });
+        match result {
+            Ok(set) => {
+                tracing::info!(keys = set.len(), url = %crate::redact::url(&self.url), "JWKS fetched at start");
+                *self.keys.write() = Arc::new(set);
+                let now = self.clock.now().max(1);
+                self.fetched_at.store(now, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) if e.tls => Err(anyhow::anyhow!(
+                "{SERVICE}: `{}`: {}; trust the issuer's CA with identity.jwks_ca_file (FLEET_LIMITER_JWKS_CA_FILE), or fix the URL's host",
+                crate::redact::url(&self.url),
+                crate::redact::urls_in(&e.msg)
+            )),
+            Err(e) => {
+                tracing::warn!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e.msg), "{SERVICE}: JWKS not fetched at start; it is fetched again when a token needs it");
+                Ok(())
+            }
+        }
+    }
+
+    async fn fetch(&self) -> Result<KeySet, FetchError> {
         let mut resp = self
             .client
             .get(&self.url)
             .header("accept", "application/json")
             .send()
             .await
-            .map_err(|e| format!("request failed: {e}"))?;
+            .map_err(|e| match crate::tls::certificate_problem(&e) {
+                Some(why) => FetchError {
+                    msg: format!("TLS: {why}"),
+                    tls: true,
+                },
+                None => FetchError::from(format!("request failed: {e}")),
+            })?;
         if !resp.status().is_success() {
-            return Err(format!("answered HTTP {}", resp.status().as_u16()));
+            return Err(format!("answered HTTP {}", resp.status().as_u16()).into());
         }
         if resp
             .content_length()
             .is_some_and(|n| n > MAX_JWKS_BYTES as u64)
         {
-            return Err(format!("document larger than {MAX_JWKS_BYTES} bytes"));
+            return Err(format!("document larger than {MAX_JWKS_BYTES} bytes").into());
         }
         let mut body = Vec::new();
         while let Some(chunk) = resp
@@ -310,11 +408,11 @@ impl Jwks {
             .map_err(|e| format!("reading the body: {e}"))?
         {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
-                return Err(format!("document larger than {MAX_JWKS_BYTES} bytes"));
+                return Err(format!("document larger than {MAX_JWKS_BYTES} bytes").into());
             }
             body.extend_from_slice(&chunk);
         }
-        KeySet::parse(&body)
+        Ok(KeySet::parse(&body)?)
     }
 }
 

@@ -131,13 +131,25 @@ impl JwtVerifier {
             return Ok(None);
         }
         let jwks = match &cfg.jwks_url {
-            Some(url) => Some(Arc::new(Jwks::new(
-                url.clone(),
-                cfg.jwks_timeout,
-                cfg.jwks_refresh_interval,
-                cfg.jwks_max_age,
-                clock,
-            )?)),
+            Some(url) => {
+                let tls = if url.starts_with("https://") {
+                    Some(crate::tls::client_config(
+                        super::jwks::SERVICE,
+                        cfg.jwks_ca_file.as_deref(),
+                        cfg.jwks_insecure_skip_verify,
+                    )?)
+                } else {
+                    None
+                };
+                Some(Arc::new(Jwks::new_with_tls(
+                    url.clone(),
+                    cfg.jwks_timeout,
+                    cfg.jwks_refresh_interval,
+                    cfg.jwks_max_age,
+                    clock,
+                    tls,
+                )?))
+            }
             None => None,
         };
         let pem = match &cfg.jwt_public_key_pem {

@@ -23,6 +23,10 @@
 //! - **Failure.** Every decision is bounded by the configured timeout; an error or a timeout is
 //!   returned at once (each limiter's `on_store_error` then answers), counted, and logged once
 //!   per burst. A lost connection is rebuilt in the background while requests keep failing fast.
+//! - **TLS.** `rediss://` URLs are reached over TLS (rustls): the server's certificate must chain
+//!   to a system root or to `store.ca_file` and name the URL's host (sent as SNI), unless
+//!   `store.insecure_skip_verify` is set. A certificate that does not verify is logged as such,
+//!   naming the setting, and `/readyz` reports it, like any other unreachable Redis.
 //! - **Local over-limit cache.** A request refused until T is answered in-process until T when
 //!   it names exactly the same buckets, so hammering a refused key costs Redis nothing.
 
@@ -81,6 +85,23 @@ pub enum RedisTarget {
     Cluster(Vec<String>),
 }
 
+impl RedisTarget {
+    /// The setting it comes from, as messages name it.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            RedisTarget::Standalone(_) => "store.url",
+            RedisTarget::Cluster(_) => "store.cluster",
+        }
+    }
+
+    fn urls(&self) -> Vec<&String> {
+        match self {
+            RedisTarget::Standalone(u) => vec![u],
+            RedisTarget::Cluster(nodes) => nodes.iter().collect(),
+        }
+    }
+}
+
 impl std::fmt::Display for RedisTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -126,6 +147,76 @@ pub struct RedisOptions {
     /// Standalone: script calls out at once (at least one); requests arriving meanwhile wait and
     /// share the next call.
     pub calls_in_flight: usize,
+    /// How `rediss://` URLs are verified (`None`: system roots).
+    pub tls: Option<RedisTls>,
+}
+
+/// How a `rediss://` server's certificate is verified.
+#[derive(Clone)]
+pub struct RedisTls {
+    /// The trusted CA certificates (system roots and `store.ca_file`), PEM.
+    roots_pem: Vec<u8>,
+    /// Accept any certificate (`store.insecure_skip_verify`).
+    insecure: bool,
+}
+
+impl RedisTls {
+    /// The verification `store.ca_file` and `store.insecure_skip_verify` describe; `service`
+    /// names the setting in errors and in the insecure warning.
+    pub fn new(
+        service: &str,
+        ca_file: Option<&std::path::Path>,
+        insecure_skip_verify: bool,
+    ) -> Result<Self, StoreError> {
+        crate::tls::install_provider();
+        if insecure_skip_verify {
+            tracing::warn!(
+                service,
+                "{service}: TLS certificate verification is OFF (store.insecure_skip_verify): anyone on the network path can impersonate Redis; development only"
+            );
+            return Ok(Self {
+                roots_pem: Vec::new(),
+                insecure: true,
+            });
+        }
+        let certs = crate::tls::trusted_certificates(service, ca_file)
+            .map_err(|e| StoreError(e.to_string()))?;
+        Ok(Self {
+            roots_pem: to_pem(&certs),
+            insecure: false,
+        })
+    }
+
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(self.roots_pem.clone()),
+        }
+    }
+}
+
+/// Certificates as a PEM bundle (redis-rs takes its roots in that form).
+fn to_pem(certs: &[rustls::pki_types::CertificateDer<'_>]) -> Vec<u8> {
+    use base64::Engine;
+    let mut out = String::new();
+    for c in certs {
+        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        let b64 = base64::engine::general_purpose::STANDARD.encode(c.as_ref());
+        for line in b64.as_bytes().chunks(64) {
+            out.push_str(&String::from_utf8_lossy(line));
+            out.push('\n');
+        }
+        out.push_str("-----END CERTIFICATE-----\n");
+    }
+    out.into_bytes()
+}
+
+/// `url` with redis-rs's `#insecure` mark (no certificate verification).
+fn insecure_url(url: &str) -> String {
+    match url.split_once('#') {
+        Some((base, _)) => format!("{base}#insecure"),
+        None => format!("{url}#insecure"),
+    }
 }
 
 impl RedisOptions {
@@ -138,6 +229,7 @@ impl RedisOptions {
             time_from_clock: false,
             ttl_pad: Duration::ZERO,
             calls_in_flight: crate::config::defaults::STORE_CALLS_IN_FLIGHT,
+            tls: None,
         }
     }
 }
@@ -222,6 +314,8 @@ struct Inner {
     round_trips: AtomicU64,
     refunds: AtomicU64,
     keys: AtomicU64,
+    /// Why the last connection attempt failed, until one succeeds (for `/readyz` and logs).
+    connect_error: Mutex<Option<String>>,
 }
 
 impl RedisStore {
@@ -244,11 +338,21 @@ impl RedisStore {
         let mut opts = RedisOptions::new(cfg.timeout);
         opts.cache_capacity = cfg.max_keys;
         opts.calls_in_flight = cfg.calls_in_flight;
+        let service = target.setting();
+        if target.urls().iter().any(|u| u.starts_with("rediss://")) {
+            opts.tls = Some(RedisTls::new(
+                service,
+                cfg.ca_file.as_deref(),
+                cfg.insecure_skip_verify,
+            )?);
+        }
         let store = Self::new(target.clone(), opts)?;
         if !store.wait_connected(Duration::from_secs(2)) {
+            let why = store.inner.connect_error.lock().clone();
             tracing::warn!(
                 target = %target,
-                "redis store not reachable yet; limiters answer with on_store_error until it is"
+                error = why.as_deref().unwrap_or("no answer yet"),
+                "{service}: redis store not reachable yet; limiters answer with on_store_error until it is"
             );
         }
         Ok(store)
@@ -308,6 +412,7 @@ impl RedisStore {
             round_trips: AtomicU64::new(0),
             refunds: AtomicU64::new(0),
             keys: AtomicU64::new(0),
+            connect_error: Mutex::new(None),
             opts,
         });
         inner.reconnect();
@@ -402,7 +507,10 @@ impl Store for RedisStore {
         Box::pin(async move {
             let conn = self.inner.conn.read().clone();
             let Some(conn) = conn else {
-                return Err(StoreError("redis: not connected".into()));
+                return Err(StoreError(match self.inner.connect_error.lock().as_deref() {
+                    Some(why) => format!("redis: not connected: {why}"),
+                    None => "redis: not connected".into(),
+                }));
             };
             match tokio::time::timeout(self.inner.opts.timeout, conn.query(&redis::cmd("PING")))
                 .await
@@ -714,6 +822,7 @@ impl Inner {
                 match attempt {
                     Ok(Ok(conn)) => {
                         *inner.conn.write() = Some(Arc::new(conn));
+                        *inner.connect_error.lock() = None;
                         inner.failures_in_row.store(0, Ordering::Relaxed);
                         inner.reconnecting.store(false, Ordering::Release);
                         if let Some(tx) = inner.first_connect.lock().take() {
@@ -723,10 +832,29 @@ impl Inner {
                         return;
                     }
                     Ok(Err(e)) => {
-                        let e = e.to_string();
-                        tracing::debug!(error = %crate::redact::urls_in(&e), "redis store: connection attempt failed")
+                        let e = crate::redact::urls_in(&e.to_string()).into_owned();
+                        let service = inner.target.setting();
+                        let why = match crate::tls::certificate_problem_in(&e) {
+                            Some(why) => format!("{service}: TLS: {why}; trust the server's CA with store.ca_file (FLEET_LIMITER_STORE_CA_FILE)"),
+                            None => format!("{service}: {e}"),
+                        };
+                        let mut last = inner.connect_error.lock();
+                        // A certificate problem is a configuration error: say it once per
+                        // distinct reason, at warning level (retrying will not fix it).
+                        if why.contains(": TLS: ") && last.as_deref() != Some(why.as_str()) {
+                            tracing::warn!(error = %why, "redis store: the TLS handshake failed");
+                        } else {
+                            tracing::debug!(error = %why, "redis store: connection attempt failed");
+                        }
+                        *last = Some(why);
                     }
-                    Err(_) => tracing::debug!("redis store: connection attempt timed out"),
+                    Err(_) => {
+                        tracing::debug!("redis store: connection attempt timed out");
+                        *inner.connect_error.lock() = Some(format!(
+                            "{}: connection attempt timed out",
+                            inner.target.setting()
+                        ));
+                    }
                 }
                 drop(inner);
                 tokio::time::sleep(delay).await;
@@ -739,7 +867,15 @@ impl Inner {
         let ct = self.opts.connect_timeout;
         match &self.target {
             RedisTarget::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = match &self.opts.tls {
+                    Some(t) if url.starts_with("rediss://") && t.insecure => {
+                        redis::Client::open(insecure_url(url).as_str())?
+                    }
+                    Some(t) if url.starts_with("rediss://") => {
+                        redis::Client::build_with_tls(url.as_str(), t.certificates())?
+                    }
+                    _ => redis::Client::open(url.as_str())?,
+                };
                 let cfg = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(ct)
                     .set_response_timeout(ct);
@@ -750,11 +886,23 @@ impl Inner {
                 ))
             }
             RedisTarget::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                let tls = self
+                    .opts
+                    .tls
+                    .as_ref()
+                    .filter(|_| nodes.iter().all(|u| u.starts_with("rediss://")));
+                let nodes: Vec<String> = match tls {
+                    Some(t) if t.insecure => nodes.iter().map(|u| insecure_url(u)).collect(),
+                    _ => nodes.clone(),
+                };
+                let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
                     .connection_timeout(ct)
                     .response_timeout(ct)
-                    .retries(2)
-                    .build()?;
+                    .retries(2);
+                if let Some(t) = tls.filter(|t| !t.insecure) {
+                    builder = builder.certs(t.certificates());
+                }
+                let client = builder.build()?;
                 Ok(Conn::Cluster(client.get_async_connection().await?))
             }
         }

@@ -1,0 +1,311 @@
+//! TLS for the gateway's outgoing connections (the JWKS endpoint, Redis, the upstream).
+//!
+//! One builder, [`client_config`], so every client trusts the same way:
+//!
+//! - **Roots.** The system's certificate store (`/etc/ssl/certs` and the like, read with
+//!   `rustls-native-certs`). With a `ca_file`, the certificates of that PEM bundle are trusted
+//!   *in addition* (a private CA for a managed Redis or an internal identity provider); the
+//!   system roots stay trusted. No root at all (an empty system store and no CA file) is a
+//!   start-up error naming the service.
+//! - **Verification.** The server's chain must lead to one of those roots, and its certificate
+//!   must name the host of the URL (the same host is sent as SNI). There is no insecure default.
+//! - **`insecure_skip_verify`** accepts any certificate (development only): a warning naming the
+//!   service is logged every time such a configuration is built, i.e. on every start.
+//! - **Crypto.** rustls with the `ring` provider, installed as the process default once
+//!   ([`install_provider`]).
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why a TLS client configuration could not be built; the message names the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError(pub String);
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+/// Install rustls's `ring` provider as the process default (once; later calls, and a provider
+/// installed by the embedding application, are left alone).
+pub fn install_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// The TLS client configuration for `service` (a setting's name, e.g. `identity.jwks_url`, used
+/// in every message): system roots, plus the PEM certificates of `ca_file` when given; or, with
+/// `insecure_skip_verify`, no verification at all (and a warning naming the service).
+pub fn client_config(
+    service: &str,
+    ca_file: Option<&Path>,
+    insecure_skip_verify: bool,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    install_provider();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(format!("{service}: cannot set up TLS: {e}")))?;
+    if insecure_skip_verify {
+        tracing::warn!(
+            service,
+            "{service}: TLS certificate verification is OFF (insecure_skip_verify): anyone on the network path can impersonate this server; development only"
+        );
+        let verifier = Arc::new(NoVerification(provider));
+        return Ok(Arc::new(
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_no_client_auth(),
+        ));
+    }
+    let mut roots = RootCertStore::empty();
+    roots.add_parsable_certificates(trusted_certificates(service, ca_file)?);
+    Ok(Arc::new(
+        builder.with_root_certificates(roots).with_no_client_auth(),
+    ))
+}
+
+/// The certificates [`client_config`] trusts: the system's, then those of `ca_file`. Only
+/// certificates usable as trust anchors are returned. An unreadable or empty CA file, or no
+/// certificate at all, is an error naming the service.
+pub(crate) fn trusted_certificates(
+    service: &str,
+    ca_file: Option<&Path>,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let usable = |c: &CertificateDer<'static>| RootCertStore::empty().add(c.clone()).is_ok();
+    let native = rustls_native_certs::load_native_certs();
+    let mut certs: Vec<CertificateDer<'static>> =
+        native.certs.into_iter().filter(|c| usable(c)).collect();
+    if let Some(path) = ca_file {
+        let own = read_ca_file(service, path)?;
+        if let Some(bad) = own.iter().position(|c| !usable(c)) {
+            return Err(TlsError(format!(
+                "{service}: certificate {} of the CA file `{}` is not a usable CA certificate",
+                bad + 1,
+                path.display()
+            )));
+        }
+        certs.extend(own);
+    }
+    if certs.is_empty() {
+        let why: Vec<String> = native.errors.iter().map(|e| e.to_string()).collect();
+        return Err(TlsError(format!(
+            "{service}: no trusted root certificate: the system certificate store is empty or unreadable{}; install the system CA certificates (Debian: ca-certificates) or name a PEM bundle in the service's ca_file setting",
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
+            }
+        )));
+    }
+    Ok(certs)
+}
+
+/// The certificates of a PEM bundle; none, or a file that cannot be read, is an error.
+fn read_ca_file(service: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        TlsError(format!(
+            "{service}: cannot read the CA file `{}`: {e}",
+            path.display()
+        ))
+    })?;
+    let certs = rustls_pemfile::certs(&mut bytes.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            TlsError(format!(
+                "{service}: the CA file `{}` is not a PEM bundle: {e}",
+                path.display()
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError(format!(
+            "{service}: the CA file `{}` holds no certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+/// Whether an error (or any error it wraps) says the server's certificate did not verify;
+/// the reason rustls gave when it did.
+pub fn certificate_problem(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            if let Some(why) = describe(r) {
+                return Some(why);
+            }
+        }
+        // `io::Error::source` skips the error it wraps: look inside it too.
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if let Some(why) = certificate_problem(inner) {
+                return Some(why);
+            }
+        }
+        next = err.source();
+    }
+    certificate_problem_in(&e.to_string())
+}
+
+/// The same, from an error's text (for clients that keep only a message).
+pub fn certificate_problem_in(message: &str) -> Option<String> {
+    const MARK: &str = "invalid peer certificate: ";
+    let at = message.find(MARK)?;
+    let rest = &message[at + MARK.len()..];
+    let reason = rest
+        .split(|c: char| c == ',' || c == ';' || c == ')' || c == '\n')
+        .next()
+        .unwrap_or(rest)
+        .trim();
+    Some(explain(reason))
+}
+
+fn describe(e: &rustls::Error) -> Option<String> {
+    match e {
+        rustls::Error::InvalidCertificate(c) => Some(explain(&format!("{c:?}"))),
+        _ => None,
+    }
+}
+
+/// A rustls certificate error in words an operator can act on.
+fn explain(reason: &str) -> String {
+    let what = if reason.starts_with("UnknownIssuer") {
+        "the server's certificate is not trusted: it is not signed by a system root certificate nor by the CA file"
+    } else if reason.starts_with("NotValidForName") {
+        "the server's certificate does not name the host of the URL"
+    } else if reason.starts_with("Expired") {
+        "the server's certificate has expired"
+    } else if reason.starts_with("NotValidYet") {
+        "the server's certificate is not valid yet"
+    } else if reason.starts_with("Revoked") {
+        "the server's certificate is revoked"
+    } else {
+        "the server's certificate does not verify"
+    };
+    format!("{what} ({reason})")
+}
+
+/// Accepts every certificate: only behind `insecure_skip_verify`. Signatures are still checked,
+/// so the handshake is with whoever holds the presented key.
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_ca_file_names_the_service_and_the_file() {
+        let e = client_config("store.url", Some(Path::new("/nonexistent/ca.pem")), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("store.url: cannot read the CA file `/nonexistent/ca.pem`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, "not a certificate\n").unwrap();
+        let e = client_config("identity.jwks_url", Some(&path), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("identity.jwks_url: the CA file") && e.contains("holds no certificate"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_ca_file_is_trusted_in_addition_to_the_system_roots() {
+        let ca = rcgen::generate_simple_self_signed(vec!["ca.test".to_owned()]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.pem");
+        std::fs::write(&path, ca.cert.pem()).unwrap();
+        let system = trusted_certificates("store.url", None).map(|c| c.len());
+        let with_file = trusted_certificates("store.url", Some(&path)).unwrap();
+        assert!(with_file.contains(&CertificateDer::from(ca.cert.der().to_vec())));
+        // Without system roots the file alone is the store; with them, both are.
+        assert_eq!(with_file.len(), system.unwrap_or(0) + 1);
+    }
+
+    #[test]
+    fn certificate_errors_are_explained() {
+        let e = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+        let why = certificate_problem(&io).unwrap();
+        assert!(why.starts_with("the server's certificate is not trusted"), "{why}");
+        let why = certificate_problem_in(
+            "Connection refused - invalid peer certificate: NotValidForName",
+        )
+        .unwrap();
+        assert!(why.contains("does not name the host"), "{why}");
+        assert_eq!(certificate_problem_in("Connection refused (os error 111)"), None);
+        let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(certificate_problem(&plain), None);
+    }
+
+    #[test]
+    fn skip_verify_builds_without_roots() {
+        assert!(client_config("identity.jwks_url", None, true).is_ok());
+    }
+}
