@@ -151,18 +151,18 @@ fn redis_urls_in_configuration_errors_are_redacted() {
     let flag = Launch::serve()
         .upstream("http://127.0.0.1:9")
         .arg("--store")
-        .arg(format!("rediss://default:{REDIS_PASSWORD}@127.0.0.1:1/"))
+        .arg(format!("redis+tcp://default:{REDIS_PASSWORD}@127.0.0.1:1/"))
         .run(PATIENCE);
     assert_eq!(flag.code, Some(2), "{}", flag.stderr);
     assert!(
-        flag.stderr.contains("rediss://default:***@127.0.0.1:1"),
+        flag.stderr.contains("redis+tcp://default:***@127.0.0.1:1"),
         "{}",
         flag.stderr
     );
     assert_exit_hidden(&flag, &[REDIS_PASSWORD]);
 
     let cluster = serve_with(&format!(
-        "[store]\nbackend = \"redis\"\ncluster = [\"rediss://default:{REDIS_PASSWORD}@127.0.0.1:1\"]\n"
+        "[store]\nbackend = \"redis\"\ncluster = [\"http://default:{REDIS_PASSWORD}@127.0.0.1:1\"]\n"
     ))
     .run(PATIENCE);
     assert_eq!(cluster.code, Some(2), "{}", cluster.stderr);
@@ -189,7 +189,7 @@ fn redis_urls_in_configuration_errors_are_redacted() {
         .upstream("http://127.0.0.1:9")
         .env(
             "FLEET_LIMITER_JWKS_URL",
-            format!("https://issuer:{REDIS_PASSWORD}@127.0.0.1:1/jwks.json"),
+            format!("ftp://issuer:{REDIS_PASSWORD}@127.0.0.1:1/jwks.json"),
         )
         .run(PATIENCE);
     assert_eq!(jwks.code, Some(2), "{}", jwks.stderr);
