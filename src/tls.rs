@@ -164,7 +164,7 @@ pub fn certificate_problem_in(message: &str) -> Option<String> {
     let at = message.find(MARK)?;
     let rest = &message[at + MARK.len()..];
     let reason = rest
-        .split(|c: char| c == ',' || c == ';' || c == ')' || c == '\n')
+        .split([',', ';', ')', '\n'])
         .next()
         .unwrap_or(rest)
         .trim();
@@ -293,13 +293,19 @@ mod tests {
         let e = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         let io = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
         let why = certificate_problem(&io).unwrap();
-        assert!(why.starts_with("the server's certificate is not trusted"), "{why}");
+        assert!(
+            why.starts_with("the server's certificate is not trusted"),
+            "{why}"
+        );
         let why = certificate_problem_in(
             "Connection refused - invalid peer certificate: NotValidForName",
         )
         .unwrap();
         assert!(why.contains("does not name the host"), "{why}");
-        assert_eq!(certificate_problem_in("Connection refused (os error 111)"), None);
+        assert_eq!(
+            certificate_problem_in("Connection refused (os error 111)"),
+            None
+        );
         let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         assert_eq!(certificate_problem(&plain), None);
     }

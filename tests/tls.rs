@@ -45,7 +45,8 @@ impl Pki {
         let key = KeyPair::generate().expect("server key");
         let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
             .expect("server params");
-        leaf.distinguished_name.push(DnType::CommonName, "localhost");
+        leaf.distinguished_name
+            .push(DnType::CommonName, "localhost");
         let cert = leaf
             .signed_by(&key, &ca_cert, &ca_key)
             .expect("server certificate");
@@ -139,7 +140,9 @@ fn tls_redis(pki: &Pki) -> Option<TlsRedis> {
 
 /// `/readyz` of a gateway, as JSON, with its status code.
 async fn readyz(gw: &common::Gateway) -> (u16, serde_json::Value) {
-    let r = reqwest::get(gw.admin("/readyz")).await.expect("GET /readyz");
+    let r = reqwest::get(gw.admin("/readyz"))
+        .await
+        .expect("GET /readyz");
     let status = r.status().as_u16();
     (status, r.json().await.expect("readyz JSON"))
 }
@@ -176,7 +179,11 @@ async fn rediss_with_a_ca_file_meters_requests_in_redis() {
     let url = gw.url(UI);
     assert_eq!(status(&client, &url, None).await, 200);
     assert_eq!(status(&client, &url, None).await, 200);
-    assert_eq!(status(&client, &url, None).await, 429, "the third request of 2");
+    assert_eq!(
+        status(&client, &url, None).await,
+        429,
+        "the third request of 2"
+    );
     // The bucket lives in that Redis, reached over TLS.
     let scan = Command::new("redis-cli")
         .args(["--tls", "--cacert", &ca, "-h", "127.0.0.1"])
@@ -191,7 +198,9 @@ async fn rediss_with_a_ca_file_meters_requests_in_redis() {
 async fn rediss_from_an_unknown_ca_is_not_ready_and_says_why() {
     let server = Pki::new("redis");
     let other = Pki::new("other");
-    let Some(redis) = tls_redis(&server) else { return };
+    let Some(redis) = tls_redis(&server) else {
+        return;
+    };
     let up = upstream();
     let store = format!("rediss://127.0.0.1:{}", redis.port);
     let ca = other.ca_file();
@@ -335,7 +344,11 @@ fn an_https_jwks_from_an_unknown_ca_stops_the_start() {
         "{}",
         exited.stderr
     );
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "no request after the refused handshake");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "no request after the refused handshake"
+    );
 
     // Without the CA file the system roots alone do not trust it either.
     let exited = Launch::serve()

@@ -1036,7 +1036,10 @@ fn ca_file(ctx: &Ctx, path: &str, value: &str) -> Result<PathBuf, ConfigError> {
         Ok(m) if m.is_file() => Ok(p),
         Ok(_) => Err(ctx.err(
             path,
-            format!("`{}` is not a file; name a PEM bundle of CA certificates", p.display()),
+            format!(
+                "`{}` is not a file; name a PEM bundle of CA certificates",
+                p.display()
+            ),
         )),
         Err(e) => Err(ctx.err(
             path,

@@ -220,7 +220,10 @@ fn store_shorthand() {
         .load()
         .unwrap_err()
         .to_string();
-    assert!(err.contains("store.cluster: mixes redis:// and rediss://"), "{err}");
+    assert!(
+        err.contains("store.cluster: mixes redis:// and rediss://"),
+        "{err}"
+    );
     let err = Loader::new()
         .flag("store", "rediss://cache:6380", "--store")
         .env([(

@@ -507,10 +507,12 @@ impl Store for RedisStore {
         Box::pin(async move {
             let conn = self.inner.conn.read().clone();
             let Some(conn) = conn else {
-                return Err(StoreError(match self.inner.connect_error.lock().as_deref() {
-                    Some(why) => format!("redis: not connected: {why}"),
-                    None => "redis: not connected".into(),
-                }));
+                return Err(StoreError(
+                    match self.inner.connect_error.lock().as_deref() {
+                        Some(why) => format!("redis: not connected: {why}"),
+                        None => "redis: not connected".into(),
+                    },
+                ));
             };
             match tokio::time::timeout(self.inner.opts.timeout, conn.query(&redis::cmd("PING")))
                 .await
