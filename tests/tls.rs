@@ -88,9 +88,20 @@ impl Drop for TlsRedis {
 /// `redis-server --port 0 --tls-port <free>` with the PKI's server certificate, or `None` (the
 /// test is skipped, or fails under `CI`) when no TLS-capable `redis-server` can be started.
 fn tls_redis(pki: &Pki) -> Option<TlsRedis> {
+    tls_redis_node(pki, false)
+}
+
+/// The same; with `cluster`, a Cluster node whose bus speaks TLS too.
+fn tls_redis_node(pki: &Pki, cluster: bool) -> Option<TlsRedis> {
     let port = redis_support::free_port();
     let dir = tempfile::tempdir().expect("temp dir");
-    let spawned = Command::new("redis-server")
+    let mut cmd = Command::new("redis-server");
+    if cluster {
+        cmd.args(["--cluster-enabled", "yes", "--tls-cluster", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "5000"]);
+    }
+    let spawned = cmd
         .args(["--port", "0", "--tls-port", &port.to_string()])
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .arg("--tls-cert-file")
@@ -224,6 +235,96 @@ async fn rediss_from_an_unknown_ca_is_not_ready_and_says_why() {
         log.contains("store.url") && log.contains("certificate is not trusted"),
         "{log}"
     );
+}
+
+/// `redis-cli` over TLS, trusting the PKI's CA.
+fn redis_cli(pki: &Pki) -> Command {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["--tls", "--cacert", &pki.ca_file(), "-h", "127.0.0.1"]);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_cluster_over_tls_meters_requests() {
+    let pki = Pki::new("cluster");
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        let Some(n) = tls_redis_node(&pki, true) else {
+            return;
+        };
+        nodes.push(n);
+    }
+    let addrs: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let out = redis_cli(&pki)
+        .args(["--cluster", "create"])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create over TLS failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    'wait: loop {
+        assert!(Instant::now() < deadline, "the TLS Cluster never became ok");
+        for n in &nodes {
+            let info = redis_cli(&pki)
+                .args(["-p", &n.port.to_string(), "cluster", "info"])
+                .output()
+                .expect("redis-cli cluster info");
+            if !String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                std::thread::sleep(Duration::from_millis(100));
+                continue 'wait;
+            }
+        }
+        break;
+    }
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("\"rediss://127.0.0.1:{}\"", n.port))
+        .collect();
+    let config = format!(
+        "[store]\ncluster = [{}]\ntimeout = \"2s\"\n",
+        urls.join(", ")
+    );
+    let up = upstream();
+    let ca = pki.ca_file();
+    let gw = gateway(
+        &config,
+        &up,
+        &[],
+        &[
+            ("FLEET_LIMITER_STORE_CA_FILE", ca.as_str()),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "2"),
+            ("FLEET_LIMITER_LIMITER_UI_ALGORITHM", "fixed-window"),
+        ],
+    );
+    let (code, ready) = readyz(&gw).await;
+    assert_eq!(code, 200, "{ready}\n{}", gw.stderr());
+    let client = reqwest::Client::new();
+    let url = gw.url(UI);
+    assert_eq!(status(&client, &url, None).await, 200);
+    assert_eq!(status(&client, &url, None).await, 200);
+    assert_eq!(
+        status(&client, &url, None).await,
+        429,
+        "the third request of 2"
+    );
+    let mut keys = String::new();
+    for n in &nodes {
+        let scan = redis_cli(&pki)
+            .args(["-p", &n.port.to_string(), "--scan", "--pattern", "fl:*"])
+            .output()
+            .expect("redis-cli --scan");
+        keys.push_str(&String::from_utf8_lossy(&scan.stdout));
+    }
+    assert!(keys.contains("fl:{ui:"), "keys over TLS: {keys:?}");
 }
 
 /// An HTTPS server publishing the fixture JWKS (key-a) at any path, on its own thread; counts
