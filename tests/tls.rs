@@ -481,3 +481,26 @@ fn skipping_verification_warns_naming_the_setting() {
         "{log}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_without_verification_connects_and_warns() {
+    let server = Pki::new("redis");
+    let Some(redis) = tls_redis(&server) else {
+        return;
+    };
+    let up = upstream();
+    let store = format!("rediss://127.0.0.1:{}", redis.port);
+    let gw = gateway(
+        "",
+        &up,
+        &["--store", &store],
+        &[("FLEET_LIMITER_STORE_INSECURE_SKIP_VERIFY", "true")],
+    );
+    let (code, ready) = readyz(&gw).await;
+    assert_eq!(code, 200, "{ready}");
+    let log = gw.stderr();
+    assert!(
+        log.contains("store.url") && log.contains("verification is OFF"),
+        "{log}"
+    );
+}
