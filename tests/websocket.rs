@@ -380,3 +380,70 @@ async fn sigterm_closes_open_websockets_after_the_grace_period_and_exits_0() {
     })
     .await;
 }
+
+/// An upstream that switches protocols on every handshake and then neither reads, writes nor
+/// closes: a peer that ignores the close. Says how many handshakes it switched.
+async fn deaf_upstream() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let switched = Arc::new(AtomicUsize::new(0));
+    let s = switched.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if stream.read_exact(&mut byte).await.is_err() {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+                )
+                .await;
+            s.fetch_add(1, SeqCst);
+            held.push(stream);
+        }
+    });
+    (format!("http://{addr}"), switched)
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_frees_its_connection_even_when_the_upstream_never_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (up, switched) = deaf_upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up)
+        .args(["--read-timeout", "1s"])
+        .admin()
+        .spawn();
+    let mut client = TcpStream::connect(gw.addr).await.expect("connect");
+    let handshake = format!(
+        "GET /ws/live HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        gw.addr
+    );
+    client
+        .write_all(handshake.as_bytes())
+        .await
+        .expect("handshake");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        tokio::time::timeout(PATIENCE, client.read_exact(&mut byte))
+            .await
+            .expect("an answer in time")
+            .expect("the answer's head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert_eq!(switched.load(SeqCst), 1);
+    gw.wait_metric(GAUGE, |v| v == 1.0).await;
+    // The client goes away; the upstream keeps its side open and says nothing.
+    drop(client);
+    gw.wait_metric(GAUGE, |v| v == 0.0).await;
+}

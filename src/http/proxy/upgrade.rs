@@ -119,8 +119,37 @@ pub(super) async fn forward(
     metrics.upgrade(true);
     let open = Rc::new(Open::new(req.peer_addr().map(|a| a.ip())));
     let (from_upstream, to_upstream) = tokio::io::split(TokioIo::new(upstream));
-    actix_web::rt::spawn(client_to_upstream(payload, to_upstream, open.clone()));
-    switching_protocols(&res).streaming(upstream_to_client(from_upstream, open))
+    let client_gone = Rc::new(ClientGone::default());
+    actix_web::rt::spawn(client_to_upstream(
+        payload,
+        to_upstream,
+        client_gone.clone(),
+        open.clone(),
+    ));
+    let back = upstream_to_client(from_upstream, client_gone, read_timeout, open);
+    switching_protocols(&res).streaming(back)
+}
+
+/// Set when the client's side has ended; the upstream then has the read timeout to close its own.
+#[derive(Default)]
+struct ClientGone {
+    gone: std::cell::Cell<bool>,
+    notify: tokio::sync::Notify,
+}
+
+impl ClientGone {
+    fn set(&self) {
+        self.gone.set(true);
+        self.notify.notify_one();
+    }
+
+    /// Resolves once the client's side has ended and `linger` has passed since.
+    async fn and_then(&self, linger: Duration) {
+        if !self.gone.get() {
+            self.notify.notified().await;
+        }
+        tokio::time::sleep(linger).await;
+    }
 }
 
 /// Open a connection for this handshake alone (never pooled) and send it.
@@ -198,6 +227,7 @@ fn switching_protocols(
 async fn client_to_upstream(
     mut payload: web::Payload,
     mut upstream: WriteHalf<Spliced>,
+    client_gone: Rc<ClientGone>,
     _open: Rc<Open>,
 ) {
     while let Some(chunk) = payload.next().await {
@@ -205,7 +235,7 @@ async fn client_to_upstream(
             Ok(bytes) => {
                 if let Err(e) = upstream.write_all(&bytes).await {
                     tracing::debug!(error = %e, "upstream side of an upgraded connection closed");
-                    return;
+                    break;
                 }
             }
             Err(e) => {
@@ -214,22 +244,34 @@ async fn client_to_upstream(
             }
         }
     }
+    client_gone.set();
     let _ = upstream.shutdown().await;
 }
 
 /// What the upstream sends after the switch, to the client as it arrives; it ends when the
-/// upstream closes (or fails), and the client's connection closes with it.
+/// upstream closes (or fails), and the client's connection closes with it. Once the client's
+/// side has ended, an upstream that keeps its side open but silent for `linger` is closed: a
+/// peer that ignores the close never holds the connection.
 fn upstream_to_client(
     upstream: ReadHalf<Spliced>,
+    client_gone: Rc<ClientGone>,
+    linger: Duration,
     open: Rc<Open>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> {
     futures_util::stream::unfold(
-        (upstream, BytesMut::new(), open),
-        |(mut upstream, mut buf, open)| async move {
+        (upstream, BytesMut::new(), client_gone, open),
+        move |(mut upstream, mut buf, client_gone, open)| async move {
             buf.reserve(READ_CHUNK);
-            match upstream.read_buf(&mut buf).await {
+            let read = tokio::select! {
+                read = upstream.read_buf(&mut buf) => read,
+                () = client_gone.and_then(linger) => {
+                    tracing::debug!("the client left an upgraded connection and the upstream did not close it; closing");
+                    return None;
+                }
+            };
+            match read {
                 Ok(0) => None,
-                Ok(_) => Some((Ok(buf.split().freeze()), (upstream, buf, open))),
+                Ok(_) => Some((Ok(buf.split().freeze()), (upstream, buf, client_gone, open))),
                 Err(e) => {
                     tracing::debug!(error = %e, "upstream side of an upgraded connection failed");
                     None
