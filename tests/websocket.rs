@@ -280,12 +280,17 @@ routes = ["/api/live/**"]
         ws.close(None).await.expect("close");
         until_closed(&mut ws).await;
     }
+    let asked = Instant::now();
     let refused = tokio::time::timeout(
         PATIENCE,
         tokio_tungstenite::connect_async(ws_url(&gw, "/api/live/feed")),
     )
     .await
     .expect("an answer in time");
+    // At once: a refused request's body is drained for up to 1 s so its connection can be
+    // reused, but a handshake has no body to wait for and its connection is not reused.
+    let waited = asked.elapsed();
+    assert!(waited < Duration::from_secs(1), "the 429 took {waited:?}");
     match refused {
         Err(WsError::Http(res)) => {
             assert_eq!(res.status(), 429);
