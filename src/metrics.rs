@@ -204,6 +204,10 @@ pub struct Metrics {
     paths_rejected: [AtomicU64; crate::path::Class::ALL.len()],
     /// Log lines dropped because the log output could not be written (its reader is gone).
     log_lines_dropped: AtomicU64,
+    /// WebSocket handshakes the upstream answered: switched (101) and declined (anything else).
+    upgrades: [AtomicU64; 2],
+    /// Upgraded connections spliced to the upstream now.
+    upgraded_open: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -231,6 +235,8 @@ impl Metrics {
             last_reload_ok: AtomicBool::new(true),
             paths_rejected: Default::default(),
             log_lines_dropped: AtomicU64::new(0),
+            upgrades: Default::default(),
+            upgraded_open: AtomicU64::new(0),
         }
     }
 
@@ -340,6 +346,23 @@ impl Metrics {
     /// A client's request body was cut off because it broke `rule`.
     pub fn client_body_timeout(&self, rule: Trip) {
         self.client_body_timeouts[rule as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The upstream answered a WebSocket handshake: switched protocols (`101`) or not.
+    pub fn upgrade(&self, switched: bool) {
+        self.upgrades[usize::from(!switched)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An upgraded connection was spliced to the upstream.
+    pub fn upgraded_opened(&self) {
+        self.upgraded_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An upgraded connection closed (each one opened closes once).
+    pub fn upgraded_closed(&self) {
+        let _ = self
+            .upgraded_open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// A log line could not be written and was dropped.
@@ -547,6 +570,26 @@ impl Metrics {
             "fleet_limiter_client_body_timeouts_total",
             "Requests cut off because the client sent the body too slowly: silence (server.body_timeout) or rate (server.body_min_rate).",
             &[("rule=\"silence\"", silence), ("rule=\"rate\"", rate)],
+        );
+
+        let [switched, declined] = &self.upgrades;
+        counters(
+            &mut out,
+            "fleet_limiter_upgrades_total",
+            "WebSocket handshakes forwarded, by the upstream's answer: switched (101, connections spliced) or declined (any other answer, passed through).",
+            &[("result=\"switched\"", switched), ("result=\"declined\"", declined)],
+        );
+        header(
+            &mut out,
+            "fleet_limiter_upgraded_connections",
+            "gauge",
+            "Upgraded (WebSocket) connections spliced to the upstream now.",
+        );
+        sample(
+            &mut out,
+            "fleet_limiter_upgraded_connections",
+            "",
+            self.upgraded_open.load(Ordering::Relaxed),
         );
 
         let labels: Vec<String> = crate::path::Class::ALL
@@ -825,6 +868,11 @@ mod tests {
         m.upstream_response(200, Duration::from_millis(12));
         m.upstream_failed(true);
         m.client_body_timeout(Trip::Rate);
+        m.upgrade(true);
+        m.upgrade(false);
+        m.upgraded_opened();
+        m.upgraded_opened();
+        m.upgraded_closed();
         m.reloaded(false);
         insta::with_settings!({snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"), prepend_module_to_snapshot => false}, {
             insta::assert_snapshot!("metrics_page", m.render(None, Some(&settings)));

@@ -150,9 +150,16 @@ where
             let outcome = decide(&limiter, &settings, &req, path).await;
             crate::observe::decision(&outcome, started.elapsed());
             if outcome.refused() {
-                let res = response::too_many_requests(&outcome);
+                let mut res = response::too_many_requests(&outcome);
                 let (http_req, mut payload) = req.into_parts();
-                drain_small_body(&mut payload).await;
+                if http_req.head().upgrade() {
+                    // A refused upgrade (a WebSocket handshake): nothing to drain, and what the
+                    // client sends next on this connection would not be HTTP. It closes.
+                    res.head_mut()
+                        .set_connection_type(actix_web::http::ConnectionType::Close);
+                } else {
+                    drain_small_body(&mut payload).await;
+                }
                 return Ok(ServiceResponse::new(http_req, res).map_into_right_body());
             }
             let shared: Arc<Outcome>;

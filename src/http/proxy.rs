@@ -15,8 +15,12 @@
 //! pooled) and the client gets a 408, or, when the upstream has already answered, the end of
 //! that answer. Time spent waiting on the upstream to take the body never counts against the
 //! client, and time spent waiting on the client never counts against the upstream.
+//!
+//! A WebSocket handshake (`Connection: upgrade`, `Upgrade: websocket`) goes its own way
+//! (the `upgrade` module): a fresh upstream connection, and on `101` the two connections spliced.
 
 pub mod pace;
+mod upgrade;
 
 use crate::http::response::Problem;
 use actix_web::body::{BodyStream, SizedStream};
@@ -351,6 +355,9 @@ pub async fn forward(
     if !path.starts_with('/') {
         // `OPTIONS *` and other non-origin forms name no upstream resource.
         return bad_request("The request target must be a path starting with `/`.");
+    }
+    if upgrade::requested(&req) {
+        return upgrade::forward(&req, path, payload, &client, upstream.read_timeout).await;
     }
     let chunked = req
         .headers()
