@@ -353,10 +353,13 @@ async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
         .unwrap_or_default()
         .to_owned();
     // The fresh agent id's own bucket would allow it, and is not charged for the refused
-    // request (all 3 left, its window never opened); the ceiling refuses.
+    // request (all 3 left, its window never opened: no `t`, no more quota can come); the
+    // ceiling refuses, and its `t` is the `Retry-After`.
+    let retry = r.headers()["retry-after"].to_str().unwrap_or_default();
     assert!(
-        state.starts_with("\"agent-device\";r=3;t=0") && state.contains("\"agent-ip\";r=0;"),
-        "{state}"
+        state.starts_with("\"agent-device\";r=3, ")
+            && state.ends_with(&format!("\"agent-ip\";r=0;t={retry}")),
+        "{state} (Retry-After {retry})"
     );
     // Enrollment is a lifecycle endpoint with its own IP budget, outside the ceiling.
     let r = post("/api/agent/enroll", "rotated-2".into()).await.unwrap();
