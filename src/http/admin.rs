@@ -266,6 +266,19 @@ async fn reload(control: web::Data<Control>) -> HttpResponse {
         .body(body.unwrap_or_default())
 }
 
+/// `/reload` with any method but POST: 405, `Allow: POST`, a problem document.
+async fn reload_method_not_allowed() -> HttpResponse {
+    let mut res = crate::http::response::Problem::method_not_allowed(
+        "/reload reloads the configuration on POST only (curl -X POST http://<admin_listen>/reload)",
+    )
+    .into_response();
+    res.headers_mut().insert(
+        actix_web::http::header::ALLOW,
+        actix_web::http::header::HeaderValue::from_static("POST"),
+    );
+    res
+}
+
 /// The admin server, bound and ready to run.
 pub fn admin_server(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Server> {
     let data = web::Data::from(control);
@@ -275,7 +288,11 @@ pub fn admin_server(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Serve
             .route("/metrics", web::get().to(metrics_page))
             .route("/healthz", web::get().to(healthz))
             .route("/readyz", web::get().to(readyz))
-            .route("/reload", web::post().to(reload))
+            .service(
+                web::resource("/reload")
+                    .route(web::post().to(reload))
+                    .default_service(web::to(reload_method_not_allowed)),
+            )
     })
     .workers(1)
     .disable_signals()

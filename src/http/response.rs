@@ -74,6 +74,17 @@ impl Problem {
         }
     }
 
+    /// A method the resource does not take; the caller adds `Allow`.
+    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
+        Self {
+            kind: "urn:fleet-limiter:problem:method-not-allowed",
+            title: "Method Not Allowed",
+            status: 405,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
     pub fn gateway_timeout(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-timeout",
