@@ -155,7 +155,9 @@ fn sf_list(value: &str, allowed: &[&str]) -> Vec<SfItem> {
 fn one<'a>(res: &'a reqwest::Response, name: &str) -> &'a str {
     let all: Vec<_> = res.headers().get_all(name).iter().collect();
     assert_eq!(all.len(), 1, "one {name} field");
-    all[0].to_str().unwrap_or_else(|_| panic!("{name} is ASCII"))
+    all[0]
+        .to_str()
+        .unwrap_or_else(|_| panic!("{name} is ASCII"))
 }
 
 /// Every item of `RateLimit` and `RateLimit-Policy`, checked against draft-10: the same
@@ -183,7 +185,10 @@ fn checked_items(res: &reqwest::Response) -> Vec<(String, i64, Option<i64>)> {
             match t {
                 None => assert_eq!(r, q, "{s:?}: t left out only when the quota is whole"),
                 Some(t) => {
-                    assert!(r < q, "{s:?}: no additional quota can come to a whole quota");
+                    assert!(
+                        r < q,
+                        "{s:?}: no additional quota can come to a whole quota"
+                    );
                     // GCRA gives back one request every w/q seconds.
                     let interval = ((w + q - 1) / q).max(1);
                     assert!(

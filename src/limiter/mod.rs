@@ -181,10 +181,20 @@ mod tests {
         // Refused half a unit later: t is the refusal's own wait.
         let (refused, _) = decide(&q, st, 100 * S + S / 2);
         assert!(!refused.allowed);
-        assert_eq!(more_quota_after_ns(&q, &refused), Some(refused.retry_after_ns));
+        assert_eq!(
+            more_quota_after_ns(&q, &refused),
+            Some(refused.retry_after_ns)
+        );
         assert_eq!(more_quota_after_secs(&q, &refused), Some(2));
         // A partial unit pending: t is what is left of it.
-        let (v, _) = decide(&q, Some(State { a: 100 * S + S / 2, b: 0 }), 100 * S);
+        let (v, _) = decide(
+            &q,
+            Some(State {
+                a: 100 * S + S / 2,
+                b: 0,
+            }),
+            100 * S,
+        );
         assert_eq!(v.remaining, 28);
         assert_eq!(more_quota_after_ns(&q, &v), Some(S / 2));
         // A whole quota (an uncharged fresh bucket): nothing more can come.
