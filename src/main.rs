@@ -131,6 +131,10 @@ fn loader(args: &ConfigArgs) -> Loader {
 }
 
 fn load_serve(args: &ServeArgs) -> Result<Config, String> {
+    serve_loader(args).load().map_err(|e| e.to_string())
+}
+
+fn serve_loader(args: &ServeArgs) -> Loader {
     let mut l = loader(&args.cfg);
     let single = [
         ("server.listen", &args.listen, "--listen"),
@@ -171,7 +175,14 @@ fn load_serve(args: &ServeArgs) -> Result<Config, String> {
     for t in &args.trust_proxy {
         l = l.flag("client_ip.trust_proxy", t.clone(), "--trust-proxy");
     }
-    l.load().map_err(|e| e.to_string())
+    l
+}
+
+/// `check` and `simulate` log nothing: unknown variables are named on stderr.
+fn warn_unknown(l: &Loader) {
+    for w in l.warnings() {
+        eprintln!("fleet-limiter: warning: {w}");
+    }
 }
 
 fn init_logging(format: LogFormat) {
@@ -209,6 +220,9 @@ fn main() -> ExitCode {
                 }
             };
             init_logging(cfg.ops.log_format);
+            for w in serve_loader(&args).warnings() {
+                tracing::warn!("{w}");
+            }
             if cfg.server.upstream.is_none() {
                 fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file");
                 return ExitCode::from(2);
@@ -262,10 +276,16 @@ fn main() -> ExitCode {
             }
         }
         Command::Check(args) => {
-            fleet_limiter::calibration::run_check(loader(&args.cfg), args.format)
+            let l = loader(&args.cfg);
+            warn_unknown(&l);
+            fleet_limiter::calibration::run_check(l, args.format)
         }
         Command::Simulate(args) => fleet_limiter::calibration::run_simulate(
-            loader(&args.cfg),
+            {
+                let l = loader(&args.cfg);
+                warn_unknown(&l);
+                l
+            },
             &args.scenario,
             args.format,
             args.seed,

@@ -88,7 +88,7 @@ fn check_default_calibration_passes() {
 fn check_replaced_calibration_fails_naming_limiter_and_reason() {
     let table = run(&["check", "--config", REPLACED]);
     assert_eq!(table.code, Some(1));
-    let err = table.stderr;
+    let err = table.stdout.clone();
     assert!(
         err.contains("unsafe: agent-device: refills 6.7/min per bucket, slower than the agents' idle cadence of 750/min"),
         "{err}"
@@ -122,7 +122,7 @@ fn check_flags_a_lockout_longer_than_the_heartbeat_timeout() {
         )
         .run(LIMIT);
     assert_eq!(o.code, Some(1));
-    let err = o.stderr;
+    let err = o.stdout;
     assert!(
         err.contains("agent-device: a refused agent can wait 15m for its heartbeat, so 16m can pass between heartbeats, not under heartbeat_timeout_seconds = 180"),
         "{err}"
@@ -150,8 +150,8 @@ fn check_reads_the_fleet_settings() {
         .env("FLEET_LIMITER_LIMITER_UI_LIMIT", "600")
         .run(LIMIT);
     assert_eq!(o.code, Some(1));
-    let err = o.stderr;
-    assert!(!err.contains("enrollment"), "{err}");
+    let err = o.stdout;
+    assert!(!err.contains("unsafe: enrollment"), "{err}");
     assert!(
         err.contains(
             "unsafe: ui: refills 40/min per bucket, slower than the declared cadence of 60/min"
@@ -495,4 +495,19 @@ fn simulate_plot_to_an_unwritable_path_fails_before_simulating() {
         assert!(o.stderr.contains(why), "{}", o.stderr);
     }
     assert!(!missing.exists());
+}
+
+#[test]
+fn check_prints_each_unsafe_reason_once() {
+    // What a terminal shows is stdout and stderr together.
+    let out = run(&["check", "--config", REPLACED]);
+    assert_eq!(out.code, Some(1));
+    let shown = format!("{}{}", out.stdout, out.stderr);
+    for reason in [
+        "agent-device: refills 6.7/min per bucket",
+        "enrollment: cannot admit max_site_endpoints = 250 in one burst",
+        "download: cannot admit max_site_endpoints = 250 in one burst",
+    ] {
+        assert_eq!(shown.matches(reason).count(), 1, "{reason}:\n{shown}");
+    }
 }

@@ -1265,3 +1265,28 @@ async fn an_upstream_path_prefix_is_put_in_front_of_every_path() {
     assert_eq!(got[0].url.path(), "/v1/api/tasks");
     assert_eq!(got[0].url.query(), Some("x=1"));
 }
+
+#[tokio::test]
+async fn an_unknown_variable_is_named_with_the_nearest_setting_and_start_up_goes_on() {
+    let up = upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up.uri())
+        .env("FLEET_LIMITER_UPSTREM", "http://value-not-to-print:1")
+        .env("FLEET_LIMITER_ZZZZZZZZZZZZ", "another-value-not-to-print")
+        .spawn();
+    let res = send(&gw, "GET", "/api/agent/heartbeat", &[("x-agent-id", "a")]).await;
+    assert_eq!(res.status(), 200, "start-up went on");
+    let err = gw.stderr();
+    let line = |name: &str| {
+        err.lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no log line names {name}:\n{err}"))
+            .to_owned()
+    };
+    let typo = line("FLEET_LIMITER_UPSTREM");
+    assert!(typo.contains("WARN"), "{typo}");
+    assert!(typo.contains("FLEET_LIMITER_UPSTREAM"), "{typo}");
+    let far = line("FLEET_LIMITER_ZZZZZZZZZZZZ");
+    assert!(!far.contains("did you mean"), "{far}");
+    assert!(!err.contains("value-not-to-print"), "{err}");
+}

@@ -256,6 +256,44 @@ async fn hs256_secret_and_a_custom_cookie_name() {
     assert!(!gw.stderr().contains(secret));
 }
 
+/// `check` validates the secret as `serve` does, and says so without claiming to start anything.
+#[test]
+fn check_names_a_weak_hs256_secret_without_starting_anything() {
+    let out = Launch::command(["check"])
+        .env("FLEET_LIMITER_JWT_HS256_SECRET", "changeme")
+        .run(common::PATIENCE);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(!out.stderr.contains("refusing to start"), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("identity.jwt_hs256_secret: the HS256 secret is weak"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("`serve` does not start with it"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// One character repeated is not a placeholder anyone ships: it has a reason of its own.
+#[test]
+fn a_repeated_character_secret_has_its_own_reason() {
+    let secret = "x".repeat(48);
+    let out = Launch::command(["check"])
+        .env("FLEET_LIMITER_JWT_HS256_SECRET", &secret)
+        .run(common::PATIENCE);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("one character repeated"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("placeholder"), "{}", out.stderr);
+    assert!(!out.stderr.contains(&secret), "{}", out.stderr);
+}
+
 #[test]
 fn a_weak_hs256_secret_stops_the_start() {
     for (secret, why) in [
@@ -272,7 +310,7 @@ fn a_weak_hs256_secret_stops_the_start() {
         assert_eq!(code, Some(2), "{stderr}");
         assert!(stderr.contains("configuration error"), "{stderr}");
         assert!(
-            stderr.contains("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"),
+            stderr.contains("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: the HS256 secret is weak"),
             "{stderr}"
         );
         assert!(stderr.contains(why), "{stderr}");
@@ -353,10 +391,13 @@ async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
         .unwrap_or_default()
         .to_owned();
     // The fresh agent id's own bucket would allow it, and is not charged for the refused
-    // request (all 3 left, its window never opened); the ceiling refuses.
+    // request (all 3 left, its window never opened: no `t`, no more quota can come); the
+    // ceiling refuses, and its `t` is the `Retry-After`.
+    let retry = r.headers()["retry-after"].to_str().unwrap_or_default();
     assert!(
-        state.starts_with("\"agent-device\";r=3;t=0") && state.contains("\"agent-ip\";r=0;"),
-        "{state}"
+        state.starts_with("\"agent-device\";r=3, ")
+            && state.ends_with(&format!("\"agent-ip\";r=0;t={retry}")),
+        "{state} (Retry-After {retry})"
     );
     // Enrollment is a lifecycle endpoint with its own IP budget, outside the ceiling.
     let r = post("/api/agent/enroll", "rotated-2".into()).await.unwrap();

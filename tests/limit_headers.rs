@@ -1,4 +1,7 @@
-//! The exact limit headers rendered for an outcome with two limiters, one of them the tightest.
+//! The limit headers: the exact rendering for an outcome with two limiters, one of them the
+//! tightest, and the real binary's headers read with a structured-field parser (RFC 9651).
+
+mod common;
 
 use fleet_limiter::config::Config;
 use fleet_limiter::decision::{LimitResult, Outcome};
@@ -49,9 +52,10 @@ fn policy_state_and_tightest_headers() {
         rendered,
         [
             r#"ratelimit-policy: "agent-device";q=30;w=60, "ui";q=1000;w=900"#,
-            r#"ratelimit: "agent-device";r=29;t=2, "ui";r=5;t=2"#,
+            r#"ratelimit: "agent-device";r=29;t=2, "ui";r=5;t=1"#,
             "x-ratelimit-limit: 1000",
             "x-ratelimit-remaining: 5",
+            // Seconds until the tightest quota is whole again, not until the next unit.
             "x-ratelimit-reset: 2",
         ]
     );
@@ -100,4 +104,173 @@ fn the_upstreams_own_limit_headers_are_replaced_and_others_kept() {
     assert_eq!(all("ratelimit-policy"), [r#""agent-device";q=30;w=60"#]);
     assert_eq!(all("content-type"), ["application/json"]);
     assert_eq!(headers.len(), 6);
+}
+
+/// One parsed list item: its name (an SF string) and its integer parameters.
+#[derive(Debug)]
+struct SfItem {
+    name: String,
+    params: Vec<(String, i64)>,
+}
+
+impl SfItem {
+    fn param(&self, key: &str) -> Option<i64> {
+        self.params.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+/// Parse a `RateLimit` or `RateLimit-Policy` value as an SF list of string items whose
+/// parameters are all integers among `allowed`; anything else fails the test.
+fn sf_list(value: &str, allowed: &[&str]) -> Vec<SfItem> {
+    let list: sfv::List = sfv::Parser::new(value)
+        .parse()
+        .unwrap_or_else(|e| panic!("{value:?} is not an SF list: {e}"));
+    list.into_iter()
+        .map(|entry| {
+            let sfv::ListEntry::Item(item) = entry else {
+                panic!("{value:?}: an inner list")
+            };
+            let name = item
+                .bare_item
+                .as_string()
+                .unwrap_or_else(|| panic!("{value:?}: an item that is not a string"))
+                .as_str()
+                .to_owned();
+            let params = item
+                .params
+                .iter()
+                .map(|(k, v)| {
+                    assert!(allowed.contains(&k.as_str()), "{value:?}: parameter {k}");
+                    let n = v
+                        .as_integer()
+                        .unwrap_or_else(|| panic!("{value:?}: {k} is not an integer"));
+                    (k.as_str().to_owned(), i64::from(n))
+                })
+                .collect();
+            SfItem { name, params }
+        })
+        .collect()
+}
+
+fn one<'a>(res: &'a reqwest::Response, name: &str) -> &'a str {
+    let all: Vec<_> = res.headers().get_all(name).iter().collect();
+    assert_eq!(all.len(), 1, "one {name} field");
+    all[0]
+        .to_str()
+        .unwrap_or_else(|_| panic!("{name} is ASCII"))
+}
+
+/// Every item of `RateLimit` and `RateLimit-Policy`, checked against draft-10: the same
+/// policies in both, `q` and `w` positive, `r` within `q`, and `t` (seconds until additional
+/// quota is made available) present unless the quota is whole, never longer than the time one
+/// request's worth of budget takes to come back. Returns `(name, r, t)` per policy.
+fn checked_items(res: &reqwest::Response) -> Vec<(String, i64, Option<i64>)> {
+    let policy = sf_list(one(res, "ratelimit-policy"), &["q", "w"]);
+    let state = sf_list(one(res, "ratelimit"), &["r", "t"]);
+    assert_eq!(
+        policy.iter().map(|p| &p.name).collect::<Vec<_>>(),
+        state.iter().map(|s| &s.name).collect::<Vec<_>>(),
+        "the same policies, in the same order"
+    );
+    policy
+        .iter()
+        .zip(&state)
+        .map(|(p, s)| {
+            let q = p.param("q").expect("q");
+            let w = p.param("w").expect("w");
+            assert!(q > 0 && w > 0, "{p:?}");
+            let r = s.param("r").expect("r");
+            assert!((0..=q).contains(&r), "{s:?} within {p:?}");
+            let t = s.param("t");
+            match t {
+                None => assert_eq!(r, q, "{s:?}: t left out only when the quota is whole"),
+                Some(t) => {
+                    assert!(
+                        r < q,
+                        "{s:?}: no additional quota can come to a whole quota"
+                    );
+                    // GCRA gives back one request every w/q seconds.
+                    let interval = ((w + q - 1) / q).max(1);
+                    assert!(
+                        (1..=interval).contains(&t),
+                        "{s:?}: the next request's worth comes within {interval} s ({p:?})"
+                    );
+                }
+            }
+            (s.name.clone(), r, t)
+        })
+        .collect()
+}
+
+async fn post_until_refused(
+    gw: &common::Gateway,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    budget: usize,
+) -> reqwest::Response {
+    for n in 1..=budget + 1 {
+        let mut req = common::client().request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            gw.url(path),
+        );
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let res = req.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        checked_items(&res);
+        if n <= budget {
+            assert_eq!(res.status(), 200, "request {n} of {budget} to {path}");
+        } else {
+            return res;
+        }
+    }
+    unreachable!()
+}
+
+/// On a refusal, the refusing limiter's `t` is `Retry-After`: both from the bucket that
+/// refused, rounded up, never 0.
+fn assert_t_is_retry_after(res: &reqwest::Response, limiter: &str, at_most: i64) -> i64 {
+    assert_eq!(res.status(), 429);
+    let retry: i64 = one(res, "retry-after").parse().expect("delay-seconds");
+    let items = checked_items(res);
+    let (_, r, t) = items
+        .iter()
+        .find(|(n, ..)| n == limiter)
+        .unwrap_or_else(|| panic!("{limiter} in {items:?}"));
+    assert_eq!(*r, 0, "{limiter} refused");
+    assert_eq!(*t, Some(retry), "{limiter}: t is Retry-After ({items:?})");
+    assert!(
+        (1..=at_most).contains(&retry),
+        "{limiter}: Retry-After {retry}"
+    );
+    retry
+}
+
+#[tokio::test]
+async fn agent_device_refusal_t_is_the_wait_for_the_next_request() {
+    let up = common::upstream().await;
+    let gw = common::Gateway::serve().upstream(&up.uri()).spawn();
+    let headers = [("x-agent-id", "agent-1")];
+    let res = post_until_refused(&gw, "GET", "/api/agent/heartbeat", &headers, 30).await;
+    // 30 a minute: one comes back every 2 s.
+    assert_t_is_retry_after(&res, "agent-device", 2);
+    // X-RateLimit-Reset: seconds (not a timestamp) until the tightest limiter's quota is whole
+    // again, here the full minute the 30 requests took from agent-device.
+    assert_eq!(one(&res, "x-ratelimit-limit"), "30");
+    assert_eq!(one(&res, "x-ratelimit-remaining"), "0");
+    let reset: u64 = one(&res, "x-ratelimit-reset").parse().expect("seconds");
+    assert!((58..=60).contains(&reset), "X-RateLimit-Reset {reset}");
+}
+
+#[tokio::test]
+async fn key_rotation_refusal_t_is_the_wait_for_the_next_request() {
+    let up = common::upstream().await;
+    let gw = common::Gateway::serve().upstream(&up.uri()).spawn();
+    let res = post_until_refused(&gw, "POST", "/api/agent/rotate-key", &[], 3).await;
+    // 3 per 15 minutes: one comes back every 300 s.
+    let retry = assert_t_is_retry_after(&res, "key-rotation", 300);
+    assert!(retry > 240, "Retry-After {retry}");
+    let reset: u64 = one(&res, "x-ratelimit-reset").parse().expect("seconds");
+    assert!((840..=900).contains(&reset), "X-RateLimit-Reset {reset}");
 }

@@ -677,3 +677,31 @@ fn a_traffic_address_in_use_is_a_configuration_error_before_start() {
         out.stderr
     );
 }
+
+#[tokio::test]
+async fn get_reload_is_405_with_allow_post() {
+    let up = common::upstream().await;
+    let gw = start(&up, 5, "enforce", 5, &[]);
+    let res = admin_get(&gw, "/reload").await;
+    assert_eq!(res.status().as_u16(), 405);
+    let header = |n: &str| {
+        res.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(header("allow").as_deref(), Some("POST"));
+    assert_eq!(
+        header("content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    let body: serde_json::Value = res.json().await.expect("problem+json");
+    assert_eq!(body["status"], 405);
+    assert_eq!(body["title"], "Method Not Allowed");
+    assert!(
+        body["detail"].as_str().is_some_and(|d| d.contains("POST")),
+        "{body}"
+    );
+    // The configuration was not reloaded by the GET.
+    assert_metrics(&gw, &[(RELOADS_OK, 0.0), (RELOADS_ERR, 0.0)]).await;
+}

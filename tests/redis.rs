@@ -1040,3 +1040,48 @@ fn the_memory_backend_with_a_redis_url_stops_start_up_with_the_fix() {
     );
     assert!(!out.stderr.contains("gateway started"), "{}", out.stderr);
 }
+
+/// `tracked_keys{store="redis"}` counts the limiter's buckets, not whatever else the database
+/// holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracked_keys_counts_only_the_limiters_buckets() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let mut con = connection(&server.url()).await;
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("someone-else:{i}"))
+            .arg("x")
+            .query_async(&mut con)
+            .await
+            .expect("SET");
+    }
+    let _: () = redis::cmd("SET")
+        .arg("fl:not-a-bucket")
+        .arg("x")
+        .query_async(&mut con)
+        .await
+        .expect("SET");
+    // One limiter whose buckets live an hour (the built-in ones on /api/agent/heartbeat empty
+    // within seconds, before a count could see them).
+    let config = format!(
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\n\n[limiters.long-lived]\nlimit = 2\nwindow = \"1h\"\nkey = \"ip+agent\"\nroutes = [\"/t/**\"]\n",
+        server.url()
+    );
+    let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
+    for agent in ["agent-1", "agent-2", "agent-3"] {
+        let res = common::client()
+            .get(gw.url("/t/x"))
+            .header("x-agent-id", agent)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(res.status(), 200);
+    }
+    // Three buckets, beside 51 keys of others.
+    let n = gw
+        .wait_metric(r#"fleet_limiter_tracked_keys{store="redis"}"#, |v| v > 0.0)
+        .await;
+    assert_eq!(n, 3.0);
+}

@@ -302,7 +302,7 @@ fn weak_secrets_stop_the_start_without_being_echoed() {
         assert_eq!(out.code, Some(2), "{secret}: {}", out.stderr);
         assert!(
             out.stderr.contains(
-                "environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"
+                "environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: the HS256 secret is weak"
             ),
             "{}",
             out.stderr

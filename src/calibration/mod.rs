@@ -34,8 +34,12 @@ pub fn run_check(loader: Loader, format: Format) -> ExitCode {
     if r.is_safe() {
         ExitCode::SUCCESS
     } else {
-        for p in r.problems() {
-            crate::log_sink::eprint_line(format!("unsafe: {p}"));
+        // The table already lists every finding; JSON on stdout is for programs, so a person
+        // reading the terminal gets the reasons on stderr.
+        if format == Format::Json {
+            for p in r.problems() {
+                crate::log_sink::eprint_line(format!("unsafe: {p}"));
+            }
         }
         ExitCode::from(1)
     }

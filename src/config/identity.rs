@@ -219,7 +219,8 @@ const MIN_ESTIMATED_BITS: f64 = 80.0;
 
 /// Why a shared secret is unfit to sign tokens, or `None` when it is fit.
 ///
-/// Surrounding whitespace does not count. Refused: blank; a well-known placeholder; shorter
+/// Surrounding whitespace does not count. Refused: blank; a well-known placeholder; one
+/// character repeated; shorter
 /// than 32 bytes; a run of consecutive characters (`1234567890…`, `abcdef…`); a short pattern
 /// repeated (`changemechangeme…`); mostly placeholder words (`your-256-bit-secret-your-…`);
 /// fewer than 8 distinct characters; too little randomness for its length. A random secret of
@@ -231,8 +232,11 @@ pub fn weakness(secret: &str) -> Option<&'static str> {
     }
     let lower = trimmed.to_ascii_lowercase();
     let first = lower.chars().next();
-    if PLACEHOLDER_SECRETS.contains(&lower.as_str()) || lower.chars().all(|c| Some(c) == first) {
+    if PLACEHOLDER_SECRETS.contains(&lower.as_str()) {
         return Some("it is a well-known placeholder, so anyone can sign tokens with it");
+    }
+    if lower.chars().all(|c| Some(c) == first) {
+        return Some("it is one character repeated, so anyone can guess it");
     }
     if trimmed.len() < MIN_SECRET_BYTES {
         return Some("it is shorter than 32 bytes");
@@ -446,7 +450,7 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
             return Err(ctx.err(
                 "identity.jwt_hs256_secret",
                 format!(
-                    "refusing to start: the HS256 secret is weak ({why}); a token signed with a guessable secret is forgeable by anyone. Set a random secret of at least 32 bytes (e.g. `openssl rand -base64 48`), or for local development only set identity.allow_weak_secret = true (FLEET_LIMITER_ALLOW_WEAK_SECRET=true)"
+                    "the HS256 secret is weak ({why}); a token signed with a guessable secret is forgeable by anyone, so `serve` does not start with it. Set a random secret of at least 32 bytes (e.g. `openssl rand -base64 48`), or for local development only set identity.allow_weak_secret = true (FLEET_LIMITER_ALLOW_WEAK_SECRET=true)"
                 ),
             ));
         }
@@ -497,7 +501,10 @@ mod tests {
         assert!(weakness("Your-256-Bit-Secret")
             .unwrap()
             .contains("placeholder"));
-        assert!(weakness(&"a".repeat(64)).unwrap().contains("placeholder"));
+        assert_eq!(
+            weakness(&"a".repeat(64)),
+            Some("it is one character repeated, so anyone can guess it")
+        );
         assert_eq!(
             weakness("0123456789abcdef0123456789abcde"),
             Some("it is shorter than 32 bytes")
@@ -637,7 +644,7 @@ mod tests {
     #[test]
     fn weak_secret_refused_unless_allowed() {
         let e = load(&[("FLEET_LIMITER_JWT_HS256_SECRET", "changeme")]).unwrap_err();
-        assert!(e.starts_with("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: refusing to start"), "{e}");
+        assert!(e.starts_with("environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: the HS256 secret is weak"), "{e}");
         assert!(
             e.contains("placeholder") && e.contains("allow_weak_secret"),
             "{e}"

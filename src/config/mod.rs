@@ -456,6 +456,24 @@ impl Loader {
         self
     }
 
+    /// One line per `FLEET_LIMITER_*` variable that names no setting (it is ignored), with the
+    /// nearest known name when one is close. Names only: a value may be a secret.
+    pub fn warnings(&self) -> Vec<String> {
+        self.env
+            .iter()
+            .map(|(var, _)| var.as_str())
+            .filter(|var| !is_known_variable(var))
+            .map(|var| match nearest_variable(var) {
+                Some(near) => format!(
+                    "environment variable {var} is not a setting and is ignored; did you mean {near}?"
+                ),
+                None => format!(
+                    "environment variable {var} is not a setting and is ignored (docs/configuration.md lists them)"
+                ),
+            })
+            .collect()
+    }
+
     pub fn load(&self) -> Result<Config, ConfigError> {
         let mut origins: HashMap<String, String> = HashMap::new();
         let file_name = self.file.as_ref().map(|p| p.display().to_string());
@@ -641,6 +659,55 @@ fn apply_env(
     // Variables the configuration does not own (FLEET_LIMITER_CONFIG names the file;
     // others belong to other parts of the program) are left alone.
     Ok(())
+}
+
+/// Variables other parts of the program read (the configuration file, the log filter, the
+/// calibration override) and the store shorthand.
+const OTHER_VARIABLES: &[&str] = &[
+    "FLEET_LIMITER_CONFIG",
+    "FLEET_LIMITER_LOG",
+    "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION",
+    "FLEET_LIMITER_STORE",
+];
+
+/// Whether some part of the program reads this variable. `FLEET_LIMITER_LIMITER_*` counts as
+/// known: a wrong field there is already a configuration error.
+fn is_known_variable(var: &str) -> bool {
+    var.starts_with("FLEET_LIMITER_LIMITER_")
+        || OTHER_VARIABLES.contains(&var)
+        || SETTINGS.iter().any(|(_, v, _)| *v == var)
+}
+
+/// The known variable nearest to `var` by edit distance, when it is close (at most a third of
+/// the name after the prefix, and at most 3 edits).
+fn nearest_variable(var: &str) -> Option<&'static str> {
+    let tail = var.strip_prefix("FLEET_LIMITER_").unwrap_or(var);
+    let known = SETTINGS
+        .iter()
+        .map(|(_, v, _)| *v)
+        .chain(OTHER_VARIABLES.iter().copied());
+    let (distance, best) = known
+        .map(|k| {
+            let k_tail = k.strip_prefix("FLEET_LIMITER_").unwrap_or(k);
+            (edit_distance(tail, k_tail), k)
+        })
+        .min_by_key(|(d, _)| *d)?;
+    (distance <= 3 && distance * 3 <= tail.len().max(1)).then_some(best)
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions) between two ASCII names.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// `--store memory` or `--store redis://host:6379`.

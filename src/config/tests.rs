@@ -628,3 +628,43 @@ fn the_store_in_use_is_described_without_its_password() {
         "redis redis://default:***@10.0.0.5:6379/2"
     );
 }
+
+#[test]
+fn unknown_variables_are_named_with_the_nearest_setting_and_never_their_value() {
+    let l = Loader::new().env([
+        (
+            "FLEET_LIMITER_UPSTREM".to_owned(),
+            "hunter2-secret".to_owned(),
+        ),
+        ("FLEET_LIMITER_JWT_HS256_SECRT".to_owned(), "x".to_owned()),
+        (
+            "FLEET_LIMITER_SOMETHING_ELSE_ENTIRELY".to_owned(),
+            "y".to_owned(),
+        ),
+        (
+            "FLEET_LIMITER_UPSTREAM".to_owned(),
+            "http://127.0.0.1:3000".to_owned(),
+        ),
+        ("FLEET_LIMITER_LOG".to_owned(), "info".to_owned()),
+        ("FLEET_LIMITER_CONFIG".to_owned(), "x.toml".to_owned()),
+        ("FLEET_LIMITER_STORE".to_owned(), "memory".to_owned()),
+        (
+            "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION".to_owned(),
+            "1".to_owned(),
+        ),
+    ]);
+    assert!(l.load().is_ok(), "unknown variables do not fail the load");
+    let w = l.warnings();
+    assert_eq!(w.len(), 3, "{w:?}");
+    assert!(
+        w[0].contains("FLEET_LIMITER_UPSTREM")
+            && w[0].contains("did you mean FLEET_LIMITER_UPSTREAM?"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("did you mean FLEET_LIMITER_JWT_HS256_SECRET?"),
+        "{w:?}"
+    );
+    assert!(!w[2].contains("did you mean"), "{w:?}");
+    assert!(w.iter().all(|l| !l.contains("hunter2")), "{w:?}");
+}

@@ -266,6 +266,19 @@ async fn reload(control: web::Data<Control>) -> HttpResponse {
         .body(body.unwrap_or_default())
 }
 
+/// `/reload` with any method but POST: 405, `Allow: POST`, a problem document.
+async fn reload_method_not_allowed() -> HttpResponse {
+    let mut res = crate::http::response::Problem::method_not_allowed(
+        "/reload reloads the configuration on POST only (curl -X POST http://<admin_listen>/reload)",
+    )
+    .into_response();
+    res.headers_mut().insert(
+        actix_web::http::header::ALLOW,
+        actix_web::http::header::HeaderValue::from_static("POST"),
+    );
+    res
+}
+
 /// The admin listener, bound (and answering) with the signal handlers installed; the
 /// gateway's own listener runs under it with [`Admin::run`].
 pub struct Admin {
@@ -289,7 +302,11 @@ impl Admin {
                 .route("/metrics", web::get().to(metrics_page))
                 .route("/healthz", web::get().to(healthz))
                 .route("/readyz", web::get().to(readyz))
-                .route("/reload", web::post().to(reload))
+                .service(
+                    web::resource("/reload")
+                        .route(web::post().to(reload))
+                        .default_service(web::to(reload_method_not_allowed)),
+                )
         })
         .workers(1)
         .disable_signals()

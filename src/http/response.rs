@@ -2,7 +2,7 @@
 //! RFC 9457 problem documents. Every number is read from the [`Outcome`] that made the decision.
 
 use crate::decision::{LimitResult, Outcome};
-use crate::limiter::ceil_secs;
+use crate::limiter::{ceil_secs, more_quota_after_secs};
 use crate::policy::LimiterSpec;
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use actix_web::http::StatusCode;
@@ -74,6 +74,17 @@ impl Problem {
         }
     }
 
+    /// A method the resource does not take; the caller adds `Allow`.
+    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
+        Self {
+            kind: "urn:fleet-limiter:problem:method-not-allowed",
+            title: "Method Not Allowed",
+            status: 405,
+            detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
     pub fn gateway_timeout(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-timeout",
@@ -118,8 +129,10 @@ static LIMIT_HEADER_NAMES: [HeaderName; 5] = [
 /// The limit headers for an outcome, as `(name, value)` pairs.
 ///
 /// - `RateLimit-Policy: "agent-device";q=30;w=60, ...` for each limiter that decided.
-/// - `RateLimit: "agent-device";r=29;t=2, ...`: remaining, and seconds until the bucket is full.
-/// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the tightest limiter.
+/// - `RateLimit: "agent-device";r=29;t=2, ...`: remaining, and seconds until additional quota is
+///   made available (draft-ietf-httpapi-ratelimit-headers-10); no `t` when the quota is whole.
+/// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the tightest limiter,
+///   the last as seconds until its quota is whole again.
 pub fn limit_headers(outcome: &Outcome) -> Vec<(HeaderName, String)> {
     let mut out = Vec::new();
     render(outcome, |name, v| {
@@ -143,8 +156,8 @@ fn render(outcome: &Outcome, mut out: impl FnMut(HeaderName, HeaderValue)) {
     let mut num = itoa::Buffer::new();
     write_items(&mut buf, decided(), [b";r=", b";t="], |r| {
         [
-            u64::from(r.verdict.remaining),
-            ceil_secs(r.verdict.reset_after_ns),
+            Some(u64::from(r.verdict.remaining)),
+            more_quota_after_secs(&r.spec.quota, &r.verdict),
         ]
     });
     ends[0] = buf.len();
@@ -197,8 +210,8 @@ fn policy_value(outcome: &Outcome) -> HeaderValue {
     let mut buf = BytesMut::with_capacity(40 * outcome.results.len());
     write_items(&mut buf, decided(), [b";q=", b";w="], |r| {
         [
-            u64::from(r.spec.quota.limit),
-            r.spec.quota.window.as_secs().max(1),
+            Some(u64::from(r.spec.quota.limit)),
+            Some(r.spec.quota.window.as_secs().max(1)),
         ]
     });
     let value = HeaderValue::from_maybe_shared(buf.freeze())
@@ -208,12 +221,13 @@ fn policy_value(outcome: &Outcome) -> HeaderValue {
     value
 }
 
-/// `"name";k1=v1;k2=v2` for each result, comma-separated (the IETF headers' list form).
+/// `"name";k1=v1;k2=v2` for each result, comma-separated (the IETF headers' list form); a
+/// parameter without a value is left out.
 fn write_items<'a>(
     buf: &mut BytesMut,
     results: impl Iterator<Item = &'a LimitResult>,
     keys: [&[u8]; 2],
-    values: impl Fn(&LimitResult) -> [u64; 2],
+    values: impl Fn(&LimitResult) -> [Option<u64>; 2],
 ) {
     let mut num = itoa::Buffer::new();
     for (i, r) in results.enumerate() {
@@ -224,6 +238,7 @@ fn write_items<'a>(
         buf.extend_from_slice(r.spec.name.as_bytes());
         buf.extend_from_slice(b"\"");
         for (key, value) in keys.iter().zip(values(r)) {
+            let Some(value) = value else { continue };
             buf.extend_from_slice(key);
             buf.extend_from_slice(num.format(value).as_bytes());
         }

@@ -120,6 +120,39 @@ pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
     }
 }
 
+/// Nanoseconds until additional quota is made available: the `t` of the `RateLimit` header
+/// (draft-ietf-httpapi-ratelimit-headers-10, section 4.1.2), read from the same verdict that
+/// decided. GCRA: until the remaining count next goes up by one (the next request's worth, at
+/// most one emission interval away). Fixed window: until the window ends. On a refusal, the
+/// refused request's wait (`retry_after_ns`). `None` when the quota is whole: no additional
+/// quota can come.
+pub fn more_quota_after_ns(quota: &Quota, v: &Verdict) -> Option<Nanos> {
+    if !v.allowed {
+        return Some(v.retry_after_ns);
+    }
+    if v.reset_after_ns == 0 || v.remaining >= v.limit {
+        return None;
+    }
+    match quota.algorithm {
+        Algorithm::Gcra => {
+            // `remaining` is the whole emission intervals in the slack (burst - reset_after); the
+            // next one is complete when the partial one is.
+            let t = quota.emission_interval_ns();
+            let burst = t.saturating_mul(quota.limit.max(1) as u64);
+            let slack = burst.saturating_sub(v.reset_after_ns);
+            Some(t - slack % t)
+        }
+        Algorithm::FixedWindow => Some(v.reset_after_ns),
+    }
+}
+
+/// [`more_quota_after_ns`] in whole seconds, rounded up, and never 0 on a refusal (the same
+/// figure `Retry-After` gives for that limiter).
+pub fn more_quota_after_secs(quota: &Quota, v: &Verdict) -> Option<u64> {
+    let secs = ceil_secs(more_quota_after_ns(quota, v)?);
+    Some(if v.allowed { secs } else { secs.max(1) })
+}
+
 /// Whole seconds, rounded up: how headers speak of a wait. Never 0 for a positive wait.
 pub fn ceil_secs(ns: Nanos) -> u64 {
     ns.div_ceil(1_000_000_000)
@@ -128,6 +161,54 @@ pub fn ceil_secs(ns: Nanos) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn more_quota_comes_with_the_next_unit_not_the_whole_bucket() {
+        // 30 a minute: one every 2 s.
+        let q = Quota::gcra(30, Duration::from_secs(60));
+        let mut st = None;
+        let mut last = None;
+        for _ in 0..30 {
+            let (v, s) = decide(&q, st, 100 * S);
+            st = s;
+            last = Some(v);
+        }
+        let spent = last.unwrap();
+        assert_eq!((spent.remaining, spent.reset_after_ns), (0, 60 * S));
+        assert_eq!(more_quota_after_ns(&q, &spent), Some(2 * S));
+        // Refused half a unit later: t is the refusal's own wait.
+        let (refused, _) = decide(&q, st, 100 * S + S / 2);
+        assert!(!refused.allowed);
+        assert_eq!(
+            more_quota_after_ns(&q, &refused),
+            Some(refused.retry_after_ns)
+        );
+        assert_eq!(more_quota_after_secs(&q, &refused), Some(2));
+        // A partial unit pending: t is what is left of it.
+        let (v, _) = decide(
+            &q,
+            Some(State {
+                a: 100 * S + S / 2,
+                b: 0,
+            }),
+            100 * S,
+        );
+        assert_eq!(v.remaining, 28);
+        assert_eq!(more_quota_after_ns(&q, &v), Some(S / 2));
+        // A whole quota (an uncharged fresh bucket): nothing more can come.
+        let (fresh, _) = decide(&q, None, 0);
+        assert_eq!(more_quota_after_ns(&q, &unconsumed(&q, fresh)), None);
+        // Fixed window: the window's end.
+        let fw = Quota::new(5, Duration::from_secs(900), Algorithm::FixedWindow);
+        let (v, _) = decide(&fw, None, 0);
+        assert_eq!(more_quota_after_ns(&fw, &v), Some(900 * S));
+        assert_eq!(more_quota_after_ns(&fw, &unconsumed(&fw, v)), None);
+        let (v, _) = decide(&fw, Some(State { a: 900 * S, b: 5 }), 100 * S);
+        assert!(!v.allowed);
+        assert_eq!(more_quota_after_secs(&fw, &v), Some(800));
+    }
 
     #[test]
     fn unconsumed_is_the_state_before_the_request() {

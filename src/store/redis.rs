@@ -67,7 +67,7 @@ const FAILURES_BEFORE_REBUILD: u64 = 3;
 const REBUILD_EVERY: Duration = Duration::from_secs(2);
 /// Cache shards; a power of two.
 const CACHE_SHARDS: usize = 16;
-/// How often the approximate key count is refreshed.
+/// How often the count of bucket keys is refreshed.
 const KEY_COUNT_EVERY: Duration = Duration::from_secs(10);
 /// Most checks one shared call carries (Redis runs nothing else while a script runs: about
 /// 0.4 ms for this many on the machine of docs/benchmarks.md).
@@ -490,7 +490,8 @@ impl Store for RedisStore {
         "redis"
     }
 
-    /// Keys in the Redis database (every master's, on Cluster), refreshed every ten seconds.
+    /// Bucket keys (`fl:{...}`) in the Redis database (every master's, on Cluster), counted by a
+    /// bounded SCAN every ten seconds; other keys the database holds are not counted.
     fn tracked_keys(&self) -> u64 {
         self.inner.keys.load(Ordering::Relaxed)
     }
@@ -1102,25 +1103,105 @@ fn parse_answer<'q>(
     })
 }
 
-/// Refresh the approximate key count until the store is dropped.
+/// Keys of the limiter's buckets (`fl:{<limiter>:<hex digest>}`); nothing else matches.
+const BUCKET_PATTERN: &str = "fl:{*";
+/// Keys one SCAN step examines.
+const SCAN_COUNT: usize = 1000;
+/// Most SCAN steps one refresh takes per node (a million keys examined). Beyond that the count
+/// is of the part examined: a lower bound.
+const MAX_SCAN_STEPS: usize = 1000;
+
+/// Refresh the count of bucket keys until the store is dropped: off the request path, one
+/// bounded SCAN pass per node every [`KEY_COUNT_EVERY`], each step bounded by the connect timeout.
 async fn count_keys(weak: Weak<Inner>) {
     loop {
         tokio::time::sleep(KEY_COUNT_EVERY).await;
         let Some(inner) = weak.upgrade() else { return };
         let conn = inner.conn.read().clone();
         if let Some(conn) = conn {
-            let n = tokio::time::timeout(
-                inner.opts.connect_timeout,
-                conn.query(&redis::cmd("DBSIZE")),
-            )
-            .await;
-            if let Ok(Ok(v)) = n {
-                if let Ok(n) = redis::from_redis_value::<u64>(&v) {
-                    inner.keys.store(n, Ordering::Relaxed);
-                }
+            if let Some(n) = count_buckets(&inner, &conn).await {
+                inner.keys.store(n, Ordering::Relaxed);
             }
         }
     }
+}
+
+/// Bucket keys on a standalone server, or on every master of a Cluster.
+async fn count_buckets(inner: &Inner, conn: &Conn) -> Option<u64> {
+    match conn {
+        Conn::Single(_) => scan_node(inner, conn, None).await,
+        Conn::Cluster(_) => {
+            let mut total = 0;
+            for node in masters(inner, conn).await? {
+                total += scan_node(inner, conn, Some(node)).await?;
+            }
+            Some(total)
+        }
+    }
+}
+
+/// `host:port` of each Cluster master that is not failing, from `CLUSTER NODES`.
+async fn masters(inner: &Inner, conn: &Conn) -> Option<Vec<(String, u16)>> {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("NODES");
+    let v = tokio::time::timeout(inner.opts.connect_timeout, conn.query(&cmd))
+        .await
+        .ok()?
+        .ok()?;
+    let text: String = redis::from_redis_value(&v).ok()?;
+    let nodes = text
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let addr = fields.nth(1)?;
+            let flags = fields.next()?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            let hostport = addr.split('@').next()?;
+            let (host, port) = hostport.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect();
+    Some(nodes)
+}
+
+/// Bucket keys on one node (`None`: the standalone server), by `SCAN ... MATCH fl:{*`.
+async fn scan_node(inner: &Inner, conn: &Conn, node: Option<(String, u16)>) -> Option<u64> {
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    let mut cursor: u64 = 0;
+    let mut found = 0u64;
+    for _ in 0..MAX_SCAN_STEPS {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(BUCKET_PATTERN)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let step = async {
+            match (conn, &node) {
+                (Conn::Cluster(c), Some((host, port))) => {
+                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port: *port,
+                    });
+                    c.clone().route_command(&cmd, routing).await
+                }
+                _ => conn.query(&cmd).await,
+            }
+        };
+        let v = tokio::time::timeout(inner.opts.connect_timeout, step)
+            .await
+            .ok()?
+            .ok()?;
+        let (next, keys): (u64, Vec<Value>) = redis::from_redis_value(&v).ok()?;
+        found += keys.len() as u64;
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    Some(found)
 }
 
 /// What a refused request looked like, so an identical one can be answered without Redis.
