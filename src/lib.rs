@@ -17,7 +17,8 @@
 //! `/metrics`, health and reload, and handles signals; [`http::cors`] lets browsers read refusals.
 //!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
-//! [`clock`] injects time so every limiter can run in virtual time.
+//! [`clock`] injects time so every limiter can run in virtual time. [`tls`] builds the TLS
+//! client and listener configurations.
 //! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
 
 pub mod calibration;
@@ -36,6 +37,7 @@ pub mod path;
 pub mod policy;
 pub mod redact;
 pub mod store;
+pub mod tls;
 
 use std::sync::Arc;
 
