@@ -925,3 +925,66 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls_give_address_host_header_and_tls_name() {
+        let up = |base: &str| Upstream {
+            base: base.to_owned(),
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            body: BodyRules::new(Duration::from_secs(1), 0),
+            tls: None,
+        };
+        for (base, addr, host, prefix) in [
+            ("http://api.internal", "api.internal:80", "api.internal", ""),
+            (
+                "https://api.internal",
+                "api.internal:443",
+                "api.internal",
+                "",
+            ),
+            (
+                "https://127.0.0.1:8443/v1",
+                "127.0.0.1:8443",
+                "127.0.0.1:8443",
+                "/v1",
+            ),
+            ("https://[::1]/p", "[::1]:443", "[::1]", "/p"),
+        ] {
+            let c = up(base).client();
+            assert_eq!(
+                (c.addr.as_str(), c.host.as_str(), c.prefix.as_str()),
+                (addr, host, prefix),
+                "{base}"
+            );
+        }
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let name = |base: &str| {
+            UpstreamTls::new(base, &client).map(|t| {
+                (
+                    t.name.to_str().into_owned(),
+                    t.config.alpn_protocols.clone(),
+                )
+            })
+        };
+        assert_eq!(
+            name("https://api.internal:8443/v1"),
+            Ok(("api.internal".to_owned(), vec![b"http/1.1".to_vec()]))
+        );
+        // An IP address is checked against the certificate's IP addresses (no SNI is sent).
+        let ip = UpstreamTls::new("https://[::1]:8443", &client).expect("an IP host");
+        assert!(matches!(ip.name, ServerName::IpAddress(_)), "{:?}", ip.name);
+        let ip = UpstreamTls::new("https://10.0.0.5", &client).expect("an IP host");
+        assert!(matches!(ip.name, ServerName::IpAddress(_)), "{:?}", ip.name);
+    }
+}
