@@ -444,3 +444,46 @@ async fn the_listener_serves_tls_and_takes_a_new_certificate_on_sighup() {
     assert_eq!(res.status(), 200);
     assert_eq!(peer_certificate(&res), second.der);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_that_cannot_be_used_stop_start_up_naming_the_setting() {
+    let files = Files::new();
+    let ca = Ca::new("gateway test CA");
+    let leaf = ca.leaf("gateway-one", 1);
+    let other = ca.leaf("gateway-other", 2);
+    let cert = files.write("cert.pem", &leaf.cert_pem);
+    let wrong_key = files.write("other-key.pem", &other.key_pem);
+    let missing = files.0.path().join("missing-ca.pem");
+    let cases = [
+        (
+            vec![(
+                "FLEET_LIMITER_UPSTREAM_CA_FILE",
+                missing.display().to_string(),
+            )],
+            "https://127.0.0.1:9",
+            "environment variable FLEET_LIMITER_UPSTREAM_CA_FILE: server.upstream_ca_file:",
+        ),
+        (
+            vec![("FLEET_LIMITER_TLS_CERT_FILE", cert.display().to_string())],
+            "http://127.0.0.1:9",
+            "environment variable FLEET_LIMITER_TLS_CERT_FILE: server.tls_cert_file: is set but server.tls_key_file is not",
+        ),
+        (
+            vec![
+                ("FLEET_LIMITER_TLS_CERT_FILE", cert.display().to_string()),
+                ("FLEET_LIMITER_TLS_KEY_FILE", wrong_key.display().to_string()),
+            ],
+            "http://127.0.0.1:9",
+            "does not belong to the certificate",
+        ),
+    ];
+    for (env, upstream, expected) in cases {
+        let out = Launch::serve().upstream(upstream).envs(env).run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("configuration error") && out.stderr.contains(expected),
+            "expected {expected:?} in:\n{}",
+            out.stderr
+        );
+    }
+}
