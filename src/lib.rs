@@ -17,7 +17,8 @@
 //! `/metrics`, health and reload, and handles signals; [`http::cors`] lets browsers read refusals.
 //!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
-//! [`clock`] injects time so every limiter can run in virtual time.
+//! [`clock`] injects time so every limiter can run in virtual time. [`tls`] builds the TLS
+//! client and listener configurations.
 //! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
 //! [`tls`] builds the TLS client configuration every outgoing connection (JWKS, Redis) uses.
 

@@ -78,7 +78,7 @@ struct ServeArgs {
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// The upstream API, e.g. http://127.0.0.1:3000.
+    /// The upstream API, e.g. http://127.0.0.1:3000 or https://api.internal.
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
     /// A proxy range whose forwarding headers are trusted (repeatable; none by default).
@@ -260,7 +260,10 @@ fn main() -> ExitCode {
             );
             match run {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) if e.is::<fleet_limiter::http::ListenError>() => {
+                Err(e)
+                    if e.is::<fleet_limiter::http::ListenError>()
+                        || e.is::<fleet_limiter::http::TlsSetupError>() =>
+                {
                     fleet_limiter::log_sink::eprint_line(format!(
                         "fleet-limiter: configuration error: {e}"
                     ));

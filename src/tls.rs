@@ -1,4 +1,5 @@
-//! TLS for the gateway's outgoing connections (the JWKS endpoint, Redis, the upstream).
+//! TLS for the gateway's connections: outgoing (the JWKS endpoint, Redis, the upstream) and the
+//! traffic listener's own.
 //!
 //! One builder, [`client_config`], so every client trusts the same way:
 //!
@@ -11,12 +12,17 @@
 //!   must name the host of the URL (the same host is sent as SNI). There is no insecure default.
 //! - **`insecure_skip_verify`** accepts any certificate (development only): a warning naming the
 //!   service is logged every time such a configuration is built, i.e. on every start.
+//! - **The traffic listener.** [`CertStore`] holds its certificate and key, read from PEM files;
+//!   every new connection gets the pair current at its handshake, and a reload replaces it.
 //! - **Crypto.** rustls with the `ring` provider, installed as the process default once
 //!   ([`install_provider`]).
 
+use anyhow::{anyhow, bail, Context as _};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use std::fmt;
 use std::path::Path;
@@ -244,6 +250,99 @@ impl ServerCertVerifier for NoVerification {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Every certificate in a PEM file; none is an error.
+fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let pem = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let certs = rustls_pemfile::certs(&mut pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: not a PEM file", path.display()))?;
+    if certs.is_empty() {
+        bail!("{}: holds no PEM CERTIFICATE block", path.display());
+    }
+    Ok(certs)
+}
+
+// ------------------------------------------------------------------ the traffic listener
+
+/// The listener's certificate chain and key, replaced in place on reload.
+#[derive(Debug)]
+pub struct CertStore {
+    current: parking_lot::RwLock<Arc<CertifiedKey>>,
+}
+
+impl CertStore {
+    /// Read `cert_file` (the chain, leaf first) and `key_file` (its private key), both PEM.
+    pub fn load(cert_file: &Path, key_file: &Path) -> anyhow::Result<Arc<Self>> {
+        let key = read_certified_key(cert_file, key_file)?;
+        Ok(Arc::new(Self {
+            current: parking_lot::RwLock::new(key),
+        }))
+    }
+
+    /// Serve `key` to every connection from now on (those already open keep theirs).
+    pub fn set(&self, key: Arc<CertifiedKey>) {
+        *self.current.write() = key;
+    }
+
+    /// The pair served now.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current.read().clone()
+    }
+}
+
+impl ResolvesServerCert for CertStore {
+    fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// A certificate chain and its private key from PEM files, checked to belong together.
+pub fn read_certified_key(cert_file: &Path, key_file: &Path) -> anyhow::Result<Arc<CertifiedKey>> {
+    install_provider();
+    let certs = read_certs(cert_file)?;
+    let pem =
+        std::fs::read(key_file).with_context(|| format!("{}: cannot read", key_file.display()))?;
+    let key = rustls_pemfile::private_key(&mut pem.as_slice())
+        .with_context(|| format!("{}: not a PEM file", key_file.display()))?
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
+                key_file.display()
+            )
+        })?;
+    let signing = provider().key_provider.load_private_key(key).map_err(|e| {
+        anyhow!(
+            "{}: the private key cannot be used: {e}",
+            key_file.display()
+        )
+    })?;
+    let pair = CertifiedKey::new(certs, signing);
+    pair.keys_match().map_err(|e| {
+        anyhow!(
+            "{} does not belong to the certificate in {} ({e})",
+            key_file.display(),
+            cert_file.display()
+        )
+    })?;
+    Ok(Arc::new(pair))
+}
+
+/// The listener's TLS configuration: certificates from `certs`, ALPN `http/1.1`.
+pub fn server_config(certs: Arc<CertStore>) -> anyhow::Result<rustls::ServerConfig> {
+    install_provider();
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .context("the TLS provider offers no protocol version")?
+        .with_no_client_auth()
+        .with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -63,6 +63,13 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// The least average bytes per second of a request body after the grace period; 0: none.
     pub body_min_rate: u64,
+    /// PEM certificates trusted for an `https://` upstream, besides the system's roots.
+    pub upstream_ca_file: Option<PathBuf>,
+    /// Accept any certificate from an `https://` upstream (testing only; warned at every start).
+    pub upstream_insecure_skip_verify: bool,
+    /// The traffic listener's certificate chain and private key (PEM): both or neither.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -218,6 +225,26 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     (
         "server.body_min_rate",
         "FLEET_LIMITER_BODY_MIN_RATE",
+        Kind::Str,
+    ),
+    (
+        "server.upstream_ca_file",
+        "FLEET_LIMITER_UPSTREAM_CA_FILE",
+        Kind::Str,
+    ),
+    (
+        "server.upstream_insecure_skip_verify",
+        "FLEET_LIMITER_UPSTREAM_INSECURE_SKIP_VERIFY",
+        Kind::Bool,
+    ),
+    (
+        "server.tls_cert_file",
+        "FLEET_LIMITER_TLS_CERT_FILE",
+        Kind::Str,
+    ),
+    (
+        "server.tls_key_file",
+        "FLEET_LIMITER_TLS_KEY_FILE",
         Kind::Str,
     ),
     (
@@ -823,6 +850,10 @@ struct RawServer {
     read_timeout: Option<DurationValue>,
     body_timeout: Option<DurationValue>,
     body_min_rate: Option<rate::RateValue>,
+    upstream_ca_file: Option<String>,
+    upstream_insecure_skip_verify: Option<bool>,
+    tls_cert_file: Option<String>,
+    tls_key_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -922,6 +953,24 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         Some(u) => Some(validate_upstream(ctx, &u)?),
         None => None,
     };
+    let path_of = |v: Option<String>| v.filter(|p| !p.trim().is_empty()).map(PathBuf::from);
+    let tls_cert_file = path_of(raw.server.tls_cert_file);
+    let tls_key_file = path_of(raw.server.tls_key_file);
+    match (&tls_cert_file, &tls_key_file) {
+        (Some(_), None) => {
+            return Err(ctx.err(
+                "server.tls_cert_file",
+                "is set but server.tls_key_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE), or drop server.tls_cert_file to serve plain HTTP",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ctx.err(
+                "server.tls_key_file",
+                "is set but server.tls_cert_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE), or drop server.tls_key_file to serve plain HTTP",
+            ))
+        }
+        _ => {}
+    }
     let server = ServerConfig {
         listen,
         upstream,
@@ -949,6 +998,10 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
             raw.server.body_min_rate,
             defaults::BODY_MIN_RATE,
         )?,
+        upstream_ca_file: path_of(raw.server.upstream_ca_file),
+        upstream_insecure_skip_verify: raw.server.upstream_insecure_skip_verify.unwrap_or(false),
+        tls_cert_file,
+        tls_key_file,
     };
 
     let mut ranges = Vec::new();
@@ -1120,14 +1173,17 @@ fn ca_file(ctx: &Ctx, path: &str, value: &str) -> Result<PathBuf, ConfigError> {
 
 fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
     let trimmed = u.trim().trim_end_matches('/');
-    let rest = trimmed.strip_prefix("http://").ok_or_else(|| {
-        ctx.err(
-            "server.upstream",
-            format!(
-                "`{u}` must be an http:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\")"
-            ),
-        )
-    })?;
+    let rest = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(|| {
+            ctx.err(
+                "server.upstream",
+                format!(
+                    "`{u}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")"
+                ),
+            )
+        })?;
     if rest.is_empty() || rest.contains(['?', '#']) {
         return Err(ctx.err(
             "server.upstream",

@@ -384,7 +384,57 @@ fn store_calls_in_flight_from_the_environment_and_its_range() {
 fn error_bad_upstream() {
     snap!(
         "config_error_upstream",
-        file_error("[server]\nupstream = \"https://api.example\"\n", &[])
+        file_error("[server]\nupstream = \"ftp://api.example\"\n", &[])
+    );
+}
+
+#[test]
+fn https_upstream_and_tls_settings() {
+    let vars = [
+        ("FLEET_LIMITER_UPSTREAM", "https://api.internal:8443/v1/"),
+        ("FLEET_LIMITER_UPSTREAM_CA_FILE", "/etc/ssl/api-ca.pem"),
+        ("FLEET_LIMITER_UPSTREAM_INSECURE_SKIP_VERIFY", "no"),
+        ("FLEET_LIMITER_TLS_CERT_FILE", "/etc/fleet/cert.pem"),
+        ("FLEET_LIMITER_TLS_KEY_FILE", "/etc/fleet/key.pem"),
+    ];
+    let cfg = Loader::new()
+        .env(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())))
+        .load()
+        .expect("valid");
+    assert_eq!(
+        cfg.server.upstream.as_deref(),
+        Some("https://api.internal:8443/v1")
+    );
+    assert_eq!(
+        cfg.server.upstream_ca_file.as_deref(),
+        Some(Path::new("/etc/ssl/api-ca.pem"))
+    );
+    assert!(!cfg.server.upstream_insecure_skip_verify);
+    assert_eq!(
+        cfg.server.tls_key_file.as_deref(),
+        Some(Path::new("/etc/fleet/key.pem"))
+    );
+    // Credentials are refused after https:// as after http://.
+    let e = file_error(
+        "[server]\nupstream = \"https://admin:S3cretPassw0rd@api.internal\"\n",
+        &[],
+    );
+    assert!(
+        e.contains("credentials") && !e.contains("S3cretPassw0rd"),
+        "{e}"
+    );
+    // One of the listener's pair alone is an error naming the one that was set and its origin.
+    let e = env_error(&[("FLEET_LIMITER_TLS_CERT_FILE", "/etc/fleet/cert.pem")]);
+    assert!(
+        e.starts_with("environment variable FLEET_LIMITER_TLS_CERT_FILE: server.tls_cert_file: is set but server.tls_key_file is not"),
+        "{e}"
+    );
+    let e = file_error("[server]\ntls_key_file = \"key.pem\"\n", &[]);
+    assert!(
+        e.starts_with(
+            "<dir>/fleet-limiter.toml: server.tls_key_file: is set but server.tls_cert_file is not"
+        ),
+        "{e}"
     );
 }
 

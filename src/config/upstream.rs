@@ -1,10 +1,11 @@
-//! `server.upstream`: an `http://host[:port][/prefix]` URL the gateway can forward to as is.
+//! `server.upstream`: an `http://` or `https://host[:port][/prefix]` URL the gateway can forward
+//! to as is.
 //!
 //! Credentials (`user:password@`) are refused: the gateway never sends them, and a URL holding
 //! them would otherwise be printed in logs. So is any character a URL may not hold there (a
 //! space, a quote, ...), which would otherwise start the gateway and fail every request.
 
-/// What is wrong with the part of an upstream URL after `http://`, if anything.
+/// What is wrong with the part of an upstream URL after `http://` or `https://`, if anything.
 pub(super) fn problem(rest: &str) -> Option<String> {
     const CREDENTIALS: &str = "carries credentials (user:password@); the gateway does not send them upstream, and a password here would end up in logs: remove them (clients send their own Authorization header)";
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));

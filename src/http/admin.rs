@@ -55,6 +55,8 @@ pub struct Control {
     cors: Cors,
     reloader: Reloader,
     current: Mutex<Config>,
+    /// The traffic listener's certificate, when it serves TLS: read again on every reload.
+    certs: Option<Arc<crate::tls::CertStore>>,
 }
 
 impl Control {
@@ -66,7 +68,14 @@ impl Control {
             cors,
             reloader,
             current: Mutex::new(cfg.clone()),
+            certs: None,
         }
+    }
+
+    /// Reload the traffic listener's certificate with the configuration.
+    pub fn with_certificates(mut self, certs: Option<Arc<crate::tls::CertStore>>) -> Self {
+        self.certs = certs;
+        self
     }
 
     pub fn decider(&self) -> &Arc<Decider> {
@@ -86,7 +95,35 @@ impl Control {
                 return Err(e);
             }
         };
+        // The listener's certificate is read before anything is swapped: files that cannot be
+        // used reject the whole reload, and the certificate in use stays.
+        let cert = match (
+            &self.certs,
+            &new.server.tls_cert_file,
+            &new.server.tls_key_file,
+        ) {
+            (Some(_), Some(c), Some(k)) => match crate::tls::read_certified_key(c, k) {
+                Ok(pair) => Some(pair),
+                Err(e) => {
+                    let e = format!(
+                        "{}: server.tls_cert_file: {e:#}",
+                        new.origin("server.tls_cert_file")
+                    );
+                    metrics::global().reloaded(false);
+                    tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration and certificate stay in effect");
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let report = diff(&current, &new);
+        if let (Some(store), Some(pair)) = (&self.certs, cert) {
+            store.set(pair);
+            tracing::info!(
+                trigger,
+                "listener certificate reloaded: new connections get it, open ones keep theirs"
+            );
+        }
         self.decider.reload(&new);
         self.cors.set(&new.cors);
         let names: Vec<Arc<str>> = new.limiters.iter().map(|l| l.name.clone()).collect();
@@ -153,6 +190,19 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
         (
             "server.body_min_rate",
             old.server.body_min_rate != new.server.body_min_rate,
+        ),
+        (
+            "server.upstream_ca_file",
+            old.server.upstream_ca_file != new.server.upstream_ca_file,
+        ),
+        (
+            "server.upstream_insecure_skip_verify",
+            old.server.upstream_insecure_skip_verify != new.server.upstream_insecure_skip_verify,
+        ),
+        // Turning TLS on or off changes the listener; a new pair of files is read live.
+        (
+            "server.tls_cert_file",
+            old.server.tls_cert_file.is_some() != new.server.tls_cert_file.is_some(),
         ),
         ("store", old.store != new.store),
         (

@@ -31,18 +31,62 @@ pub async fn serve_gateway_with(
             "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
         )
     })?;
+    let tls = if base.starts_with("https://") {
+        let client = crate::tls::client_config(
+            "upstream",
+            cfg.server.upstream_ca_file.as_deref(),
+            cfg.server.upstream_insecure_skip_verify,
+        )
+        .map_err(|e| {
+            TlsSetupError(format!(
+                "{}: server.upstream_ca_file: {e:#}; point it (FLEET_LIMITER_UPSTREAM_CA_FILE) at a PEM file of the CA certificates that sign the upstream's certificate",
+                cfg.origin("server.upstream_ca_file")
+            ))
+        })?;
+        Some(proxy::UpstreamTls::new(&base, &client).map_err(|e| {
+            TlsSetupError(format!(
+                "{}: server.upstream: {e}",
+                cfg.origin("server.upstream")
+            ))
+        })?)
+    } else {
+        None
+    };
     let upstream = Upstream {
         base,
         connect_timeout: cfg.server.connect_timeout,
         read_timeout: cfg.server.read_timeout,
         body: proxy::pace::BodyRules::new(cfg.server.body_timeout, cfg.server.body_min_rate),
+        tls,
+    };
+    // An https:// upstream whose certificate does not verify would fail every request: refuse
+    // to start. One that cannot be reached starts anyway, as a plain one does.
+    if let Err(why) = upstream.client().check_certificate().await {
+        return Err(TlsSetupError(format!(
+            "{}: server.upstream: {}: the upstream's TLS certificate does not verify: {why}; trust the CA that signed it with server.upstream_ca_file (FLEET_LIMITER_UPSTREAM_CA_FILE), or give the upstream a certificate valid for this host name",
+            cfg.origin("server.upstream"),
+            crate::redact::url(&upstream.base)
+        ))
+        .into());
+    }
+    // TLS on the traffic listener: the certificate is read now, and again on every reload.
+    let certs = match (&cfg.server.tls_cert_file, &cfg.server.tls_key_file) {
+        (Some(cert), Some(key)) => Some(crate::tls::CertStore::load(cert, key).map_err(|e| {
+            TlsSetupError(format!(
+                "{}: server.tls_cert_file: {e:#}; fix the files, or point server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE) and server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE) at a PEM certificate chain and its private key",
+                cfg.origin("server.tls_cert_file")
+            ))
+        })?),
+        _ => None,
     };
     // The proxy reads nothing from the outcome: no extension to allocate per request.
     let limiter = FleetLimiter::new(decider.clone())
         .with_session_cookie(cfg.identity.session_cookie.clone())
         .with_outcome_extension(false);
     let cors = cors::Cors::new(&cfg.cors);
-    let control = Arc::new(admin::Control::new(cfg, decider, cors.clone(), reloader));
+    let control = Arc::new(
+        admin::Control::new(cfg, decider, cors.clone(), reloader).with_certificates(certs.clone()),
+    );
     let up = upstream.clone();
     // Both listeners are bound before anything says the gateway started: an address that
     // cannot be taken is a configuration error (exit code 2), not a start followed by a stop.
@@ -56,12 +100,20 @@ pub async fn serve_gateway_with(
             .default_service(web::to(proxy::forward))
     })
     .disable_signals()
-    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64)
-    .bind(cfg.server.listen)
+    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64);
+    let server = match &certs {
+        Some(store) => {
+            let tls = crate::tls::server_config(store.clone())
+                .map_err(|e| TlsSetupError(format!("server.tls_cert_file: {e:#}")))?;
+            server.bind_rustls_0_23(cfg.server.listen, tls)
+        }
+        None => server.bind(cfg.server.listen),
+    }
     .map_err(|e| ListenError::new(cfg, "server.listen", "--listen", cfg.server.listen, &e))?;
     let admin = admin::Admin::bind(control, cfg)?;
     tracing::info!(
         listen = %cfg.server.listen,
+        tls = certs.is_some(),
         admin_listen = %admin.addrs(),
         upstream = %crate::redact::url(&upstream.base),
         store = %cfg.store.describe(),
@@ -108,3 +160,17 @@ impl std::fmt::Display for ListenError {
 }
 
 impl std::error::Error for ListenError {}
+
+/// TLS that cannot be set up at start: a CA bundle or listener certificate that cannot be read,
+/// or an upstream whose certificate does not verify. A configuration error (exit code 2); the
+/// message names the origin, the setting and the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSetupError(pub String);
+
+impl std::fmt::Display for TlsSetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TlsSetupError {}

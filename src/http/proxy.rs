@@ -34,50 +34,99 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use pace::{BodyPace, BodyRules, Trip};
+use rustls::pki_types::ServerName;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Where allowed requests go.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// `http://host:port` plus an optional path prefix, without a trailing slash.
+    /// `http://host:port` or `https://host:port`, plus an optional path prefix, without a
+    /// trailing slash.
     pub base: String,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     /// The pace the client's request body must keep.
     pub body: BodyRules,
+    /// For an `https://` base: how its certificate is checked.
+    pub tls: Option<UpstreamTls>,
+}
+
+/// TLS to an `https://` upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamTls {
+    /// Certificate verification ([`crate::tls::client_config`]) and ALPN `http/1.1` only.
+    config: Arc<rustls::ClientConfig>,
+    /// The name the certificate must hold: a DNS name, also sent as SNI; or an IP address,
+    /// which is sent no SNI and must be one of the certificate's IP addresses.
+    name: ServerName<'static>,
+}
+
+impl UpstreamTls {
+    /// TLS for the `https://` URL `base`, verified by `client` (whose ALPN is replaced by
+    /// `http/1.1`: the connection speaks HTTP/1.1 only).
+    pub fn new(base: &str, client: &rustls::ClientConfig) -> Result<Self, String> {
+        let (authority, _, _) = split_base(base);
+        let host = host_of(authority);
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| format!("`{host}` is not a host name TLS can verify: {e}"))?;
+        let mut config = client.clone();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            config: Arc::new(config),
+            name,
+        })
+    }
+}
+
+/// `(authority, path prefix, default port)` of an upstream base URL.
+fn split_base(base: &str) -> (&str, &str, u16) {
+    let (rest, port) = match base.strip_prefix("https://") {
+        Some(rest) => (rest, 443),
+        None => (base.strip_prefix("http://").unwrap_or(base), 80),
+    };
+    match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..], port),
+        None => (rest, "", port),
+    }
+}
+
+/// The host of `host[:port]` or `[v6][:port]`, without brackets.
+fn host_of(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    }
 }
 
 impl Upstream {
     /// The connection pool of one worker thread (connections are driven by that thread).
     pub fn client(&self) -> UpstreamClient {
-        let rest = self.base.strip_prefix("http://").unwrap_or(&self.base);
-        let (authority, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
+        let (authority, prefix, port) = split_base(&self.base);
         let addr = if authority.starts_with('[') {
             // `[v6]` or `[v6]:port`
             if authority.contains("]:") {
                 authority.to_owned()
             } else {
-                format!("{authority}:80")
+                format!("{authority}:{port}")
             }
         } else if authority.contains(':') {
             authority.to_owned()
         } else {
-            format!("{authority}:80")
+            format!("{authority}:{port}")
         };
         UpstreamClient {
             addr,
             host: authority.to_owned(),
             prefix: prefix.to_owned(),
             connect_timeout: self.connect_timeout,
+            tls: self.tls.clone(),
             idle: Rc::new(Pool::default()),
         }
     }
@@ -97,6 +146,7 @@ pub struct UpstreamClient {
     /// The upstream's path prefix (may be empty).
     prefix: String,
     connect_timeout: Duration,
+    tls: Option<UpstreamTls>,
     idle: Rc<Pool>,
 }
 
@@ -137,6 +187,8 @@ impl Pool {
 enum UpstreamError {
     Connect(std::io::Error),
     ConnectTimeout,
+    /// The TLS handshake failed (a certificate that does not verify, among others).
+    Tls(std::io::Error),
     Http(hyper::Error),
     /// Nothing moved for the read timeout.
     Silent,
@@ -153,6 +205,7 @@ impl std::fmt::Display for UpstreamError {
         match self {
             UpstreamError::Connect(e) => write!(f, "cannot connect: {e}"),
             UpstreamError::ConnectTimeout => f.write_str("connect timed out"),
+            UpstreamError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             UpstreamError::Http(e) => match std::error::Error::source(e) {
                 Some(cause) => write!(f, "{e}: {cause}"),
                 None => write!(f, "{e}"),
@@ -163,27 +216,79 @@ impl std::fmt::Display for UpstreamError {
 }
 
 impl UpstreamClient {
-    async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
-        let stream = match tokio::time::timeout(
+    async fn tcp(&self) -> Result<tokio::net::TcpStream, UpstreamError> {
+        match tokio::time::timeout(
             self.connect_timeout,
             tokio::net::TcpStream::connect(&self.addr),
         )
         .await
         {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(UpstreamError::Connect(e)),
-            Err(_) => return Err(UpstreamError::ConnectTimeout),
-        };
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(UpstreamError::Http)?;
-        actix_web::rt::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream connection ended");
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                Ok(s)
             }
-        });
-        Ok(sender)
+            Ok(Err(e)) => Err(UpstreamError::Connect(e)),
+            Err(_) => Err(UpstreamError::ConnectTimeout),
+        }
+    }
+
+    /// TLS over `stream`, the handshake bounded by the connect timeout.
+    async fn tls(
+        &self,
+        tls: &UpstreamTls,
+        stream: tokio::net::TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, UpstreamError> {
+        let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+        match tokio::time::timeout(
+            self.connect_timeout,
+            connector.connect(tls.name.clone(), stream),
+        )
+        .await
+        {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(UpstreamError::Tls(e)),
+            Err(_) => Err(UpstreamError::ConnectTimeout),
+        }
+    }
+
+    async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+        let stream = self.tcp().await?;
+        match &self.tls {
+            None => handshake(TokioIo::new(stream)).await,
+            Some(tls) => match self.tls(tls, stream).await {
+                Ok(s) => handshake(TokioIo::new(s)).await,
+                Err(e) => {
+                    if let UpstreamError::Tls(why) = &e {
+                        tracing::warn!(service = "upstream", reason = %why, "TLS handshake with the upstream failed");
+                    }
+                    Err(e)
+                }
+            },
+        }
+    }
+
+    /// For an `https://` upstream: connect and shake hands once, nothing sent. `Ok` when the
+    /// upstream was not reached (that is for requests to find out), `Err` with the reason when
+    /// it was and its certificate does not verify.
+    pub async fn check_certificate(&self) -> Result<(), String> {
+        let Some(tls) = &self.tls else {
+            return Ok(());
+        };
+        let stream = match self.tcp().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(upstream = %self.addr, error = %e, "the upstream cannot be reached at start; starting anyway (requests get 502 until it answers)");
+                return Ok(());
+            }
+        };
+        match self.tls(tls, stream).await {
+            Ok(_) => Ok(()),
+            Err(UpstreamError::Tls(e)) if certificate_refused(&e) => Err(e.to_string()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the TLS handshake with the upstream failed at start; starting anyway");
+                Ok(())
+            }
+        }
     }
 
     /// Send on a pooled connection; when it turns out closed before the request was written,
@@ -209,6 +314,32 @@ impl UpstreamClient {
         let res = conn.send_request(req).await.map_err(UpstreamError::Http)?;
         Ok((res, Lease::new(&self.idle, conn)))
     }
+}
+
+/// Whether a failed TLS handshake failed on the peer's certificate.
+fn certificate_refused(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        })
+}
+
+/// HTTP/1.1 over a connected stream (plain or TLS); the connection runs as a task of this worker.
+async fn handshake<T>(io: T) -> Result<SendRequest<ProxyBody>, UpstreamError>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+{
+    let (sender, conn) = http1::handshake(io).await.map_err(UpstreamError::Http)?;
+    actix_web::rt::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 type Answer = (hyper::Response<hyper::body::Incoming>, Lease);
@@ -799,5 +930,68 @@ where
                 Poll::Pending => Poll::Pending,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls_give_address_host_header_and_tls_name() {
+        let up = |base: &str| Upstream {
+            base: base.to_owned(),
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            body: BodyRules::new(Duration::from_secs(1), 0),
+            tls: None,
+        };
+        for (base, addr, host, prefix) in [
+            ("http://api.internal", "api.internal:80", "api.internal", ""),
+            (
+                "https://api.internal",
+                "api.internal:443",
+                "api.internal",
+                "",
+            ),
+            (
+                "https://127.0.0.1:8443/v1",
+                "127.0.0.1:8443",
+                "127.0.0.1:8443",
+                "/v1",
+            ),
+            ("https://[::1]/p", "[::1]:443", "[::1]", "/p"),
+        ] {
+            let c = up(base).client();
+            assert_eq!(
+                (c.addr.as_str(), c.host.as_str(), c.prefix.as_str()),
+                (addr, host, prefix),
+                "{base}"
+            );
+        }
+        let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        let name = |base: &str| {
+            UpstreamTls::new(base, &client).map(|t| {
+                (
+                    t.name.to_str().into_owned(),
+                    t.config.alpn_protocols.clone(),
+                )
+            })
+        };
+        assert_eq!(
+            name("https://api.internal:8443/v1"),
+            Ok(("api.internal".to_owned(), vec![b"http/1.1".to_vec()]))
+        );
+        // An IP address is checked against the certificate's IP addresses (no SNI is sent).
+        let ip = UpstreamTls::new("https://[::1]:8443", &client).expect("an IP host");
+        assert!(matches!(ip.name, ServerName::IpAddress(_)), "{:?}", ip.name);
+        let ip = UpstreamTls::new("https://10.0.0.5", &client).expect("an IP host");
+        assert!(matches!(ip.name, ServerName::IpAddress(_)), "{:?}", ip.name);
     }
 }

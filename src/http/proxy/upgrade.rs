@@ -163,20 +163,33 @@ async fn handshake(
     ),
     UpstreamError,
 > {
-    let stream = match tokio::time::timeout(
-        client.connect_timeout,
-        tokio::net::TcpStream::connect(&client.addr),
-    )
-    .await
-    {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(UpstreamError::Connect(e)),
-        Err(_) => return Err(UpstreamError::ConnectTimeout),
-    };
-    let _ = stream.set_nodelay(true);
-    let (mut sender, conn) = http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(UpstreamError::Http)?;
+    // The same connection setup as the pool's (TLS for an `https://` upstream), but this
+    // connection is never pooled: after a `101` it belongs to the splice.
+    let stream = client.tcp().await?;
+    match &client.tls {
+        None => send_on(TokioIo::new(stream), req).await,
+        Some(tls) => {
+            let stream = client.tls(tls, stream).await?;
+            send_on(TokioIo::new(stream), req).await
+        }
+    }
+}
+
+/// Send the handshake on a fresh connection whose driver keeps it open for an upgrade.
+async fn send_on<T>(
+    io: T,
+    req: hyper::Request<ProxyBody>,
+) -> Result<
+    (
+        SendRequest<ProxyBody>,
+        hyper::Response<hyper::body::Incoming>,
+    ),
+    UpstreamError,
+>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = http1::handshake(io).await.map_err(UpstreamError::Http)?;
     actix_web::rt::spawn(async move {
         // Ends once the connection is handed over to the splice (or closed).
         if let Err(e) = conn.with_upgrades().await {
