@@ -17,7 +17,7 @@
 //! - **Crypto.** rustls with the `ring` provider, installed as the process default once
 //!   ([`install_provider`]).
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, Context as _};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
@@ -55,8 +55,8 @@ pub fn client_config(
     insecure_skip_verify: bool,
 ) -> Result<Arc<ClientConfig>, TlsError> {
     install_provider();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
+    let crypto = provider();
+    let builder = ClientConfig::builder_with_provider(crypto.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError(format!("{service}: cannot set up TLS: {e}")))?;
     if insecure_skip_verify {
@@ -64,7 +64,7 @@ pub fn client_config(
             service,
             "{service}: TLS certificate verification is OFF (insecure_skip_verify): anyone on the network path can impersonate this server; development only"
         );
-        let verifier = Arc::new(NoVerification(provider));
+        let verifier = Arc::new(NoVerification(crypto));
         return Ok(Arc::new(
             builder
                 .dangerous()
@@ -117,25 +117,39 @@ pub(crate) fn trusted_certificates(
 
 /// The certificates of a PEM bundle; none, or a file that cannot be read, is an error.
 fn read_ca_file(service: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        TlsError(format!(
-            "{service}: cannot read the CA file `{}`: {e}",
-            path.display()
-        ))
-    })?;
-    let certs = rustls_pemfile::certs(&mut bytes.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            TlsError(format!(
+    pem_certificates(path).map_err(|e| {
+        TlsError(match e {
+            PemError::Read(e) => format!(
+                "{service}: cannot read the CA file `{}`: {e}",
+                path.display()
+            ),
+            PemError::Parse(e) => format!(
                 "{service}: the CA file `{}` is not a PEM bundle: {e}",
                 path.display()
-            ))
-        })?;
+            ),
+            PemError::Empty => format!(
+                "{service}: the CA file `{}` holds no certificate (-----BEGIN CERTIFICATE-----)",
+                path.display()
+            ),
+        })
+    })
+}
+
+/// Why a PEM file gave no certificates.
+enum PemError {
+    Read(std::io::Error),
+    Parse(std::io::Error),
+    Empty,
+}
+
+/// Every certificate of a PEM file, for the CA bundles and the listener's chain alike.
+fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let bytes = std::fs::read(path).map_err(PemError::Read)?;
+    let certs = rustls_pemfile::certs(&mut bytes.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(PemError::Parse)?;
     if certs.is_empty() {
-        return Err(TlsError(format!(
-            "{service}: the CA file `{}` holds no certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        )));
+        return Err(PemError::Empty);
     }
     Ok(certs)
 }
@@ -258,14 +272,15 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// Every certificate in a PEM file; none is an error.
 fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let pem = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let certs = rustls_pemfile::certs(&mut pem.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("{}: not a PEM file", path.display()))?;
-    if certs.is_empty() {
-        bail!("{}: holds no PEM CERTIFICATE block", path.display());
-    }
-    Ok(certs)
+    pem_certificates(path).map_err(|e| match e {
+        PemError::Read(e) => {
+            anyhow::Error::new(e).context(format!("{}: cannot read", path.display()))
+        }
+        PemError::Parse(e) => {
+            anyhow::Error::new(e).context(format!("{}: not a PEM file", path.display()))
+        }
+        PemError::Empty => anyhow!("{}: holds no PEM CERTIFICATE block", path.display()),
+    })
 }
 
 // ------------------------------------------------------------------ the traffic listener
