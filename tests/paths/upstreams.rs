@@ -270,24 +270,8 @@ fn temp_dir() -> tempfile::TempDir {
         .expect("temp dir")
 }
 
-/// One answer, as read off the wire.
-#[derive(Debug)]
-pub struct Answer {
-    pub status: u16,
-    /// Lower-cased names, in order.
-    pub headers: Vec<(String, String)>,
-    /// The body, de-chunked.
-    pub body: Vec<u8>,
-}
-
-impl Answer {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+/// One answer, as read off the wire (its body de-chunked).
+pub use crate::common::RawResponse as Answer;
 
 /// `METHOD TARGET HTTP/1.1` with the target's bytes exactly as given, no body, then the whole
 /// answer (the connection is closed after it). An error when nothing that parses comes back.
