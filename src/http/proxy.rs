@@ -1,5 +1,7 @@
-//! Streaming forwarding to the upstream API: method, path, query, headers and body go through
-//! unchanged (less hop-by-hop headers, plus `X-Forwarded-For`); the response streams back.
+//! Streaming forwarding to the upstream API: method, query, headers and body go through
+//! unchanged (less hop-by-hop headers, plus `X-Forwarded-For`), and the path is the canonical
+//! one the limiter decided on (the middleware rewrote the request to it); the response streams
+//! back.
 //! Bodies are never buffered, so a large download passes with flat memory.
 //!
 //! The read timeout bounds silence, not size: the upstream must take a chunk of the request
