@@ -26,7 +26,26 @@ const CRAWL_PAUSE: Duration = Duration::from_millis(150);
 /// - `POST /upload` (Content-Length or chunked): stalls, then reads and discards the body;
 ///   answers with the number of bytes it read.
 fn spawn_upstream() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+    serve_upstream(TcpListener::bind("127.0.0.1:0").expect("bind upstream"))
+}
+
+/// [`spawn_upstream`] with a small receive buffer on its connections, so that what the gateway
+/// has written but the upstream has not read yet stays small. A slow reader behind the kernel's
+/// default (auto-tuned, megabytes) buffers would still be draining them long after the gateway
+/// sent its last byte, and the time that takes would count as the upstream's silence.
+fn spawn_upstream_with_small_buffers() -> String {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    socket
+        .set_recv_buffer_size(64 * 1024)
+        .expect("set SO_RCVBUF");
+    let addr: std::net::SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    socket.bind(&addr.into()).expect("bind upstream");
+    socket.listen(128).expect("listen");
+    serve_upstream(socket.into())
+}
+
+fn serve_upstream(listener: TcpListener) -> String {
     let addr = listener.local_addr().expect("addr");
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
@@ -292,7 +311,7 @@ async fn post_generated(gw: &Gateway, path: &str, len: u64) -> reqwest::Response
 
 #[tokio::test]
 async fn the_read_timeout_does_not_cut_off_a_slow_upload_that_keeps_moving() {
-    let upstream = spawn_upstream();
+    let upstream = spawn_upstream_with_small_buffers();
     let gw = Gateway::serve()
         .upstream(&upstream)
         .args(["--read-timeout", "2s"])
