@@ -45,7 +45,7 @@ impl TrustedProxies {
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = crate::keys::canonical_ip(ip);
+        let ip = ip.to_canonical();
         self.ranges.iter().any(|n| n.contains(&ip))
     }
 }

@@ -6,7 +6,7 @@
 use crate::client_ip::{self, TrustedProxies};
 use crate::config::Config;
 use crate::identity::{self, Identity, TokenVerifier};
-use crate::keys::{self, BucketKey};
+use crate::keys::{self, BucketKey, KeyDigest};
 use crate::limiter::{ceil_secs, Verdict};
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
@@ -35,6 +35,9 @@ pub struct RequestFacts<'a> {
 #[derive(Debug, Clone)]
 pub struct LimitResult {
     pub spec: Arc<LimiterSpec>,
+    /// The bucket. For a limiter that said no (the ones logs name), always its shared
+    /// (SHA-256) name, which every instance computes alike, even when the store keeps it
+    /// under a name private to this process.
     pub key: BucketKey,
     pub verdict: Verdict,
     /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
@@ -84,6 +87,8 @@ impl Outcome {
 pub struct Decider {
     state: RwLock<Arc<Settings>>,
     store: Arc<dyn Store>,
+    /// How the store wants its bucket names digested.
+    digest: KeyDigest,
     verifier: Arc<dyn TokenVerifier>,
 }
 
@@ -114,6 +119,7 @@ impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
         Self {
             state: RwLock::new(Arc::new(Settings::from_config(cfg))),
+            digest: store.key_digest(),
             store,
             verifier,
         }
@@ -161,7 +167,7 @@ impl Decider {
             };
         }
         let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
-        let checks = build_checks(&limiters, &ip_key, &id);
+        let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
         crate::metrics::global().store_round_trip(started.elapsed(), answer.is_ok());
@@ -198,11 +204,24 @@ impl Decider {
             .into_iter()
             .zip(checks)
             .zip(verdicts)
-            .map(|((spec, check), verdict)| LimitResult {
-                spec,
-                key: check.key,
-                verdict,
-                store_error: errored,
+            .map(|((spec, check), verdict)| {
+                let key = if verdict.allowed || self.digest == KeyDigest::Shared {
+                    check.key
+                } else {
+                    KeyDigest::Shared.bucket(
+                        check.key.limiter,
+                        spec.key,
+                        &ip_key,
+                        id.agent_id.as_deref(),
+                        id.user.as_deref(),
+                    )
+                };
+                LimitResult {
+                    spec,
+                    key,
+                    verdict,
+                    store_error: errored,
+                }
             })
             .collect();
         Outcome {
@@ -216,6 +235,7 @@ impl Decider {
 /// One check per limiter, keyed on the principal that limiter meters (on the stack for the
 /// usual handful of limiters).
 pub fn build_checks(
+    digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
     ip_key: &str,
     id: &Identity,
@@ -223,7 +243,7 @@ pub fn build_checks(
     limiters
         .iter()
         .map(|l| Check {
-            key: BucketKey::of_principal(
+            key: digest.bucket(
                 l.name.clone(),
                 l.key,
                 ip_key,

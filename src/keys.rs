@@ -2,7 +2,11 @@
 //! of each key kind, and the digest under which a bucket is stored.
 //!
 //! Raw agent ids, user ids and tokens never reach a store: a bucket is named by its limiter
-//! and the first 16 bytes of SHA-256 over `limiter NUL principal-key`.
+//! and a 16-byte digest of `limiter NUL principal-key`. Which digest is a [`KeyDigest`]:
+//! SHA-256 (first 16 bytes) wherever the name leaves the process (Redis, logs), so every
+//! instance computes the same one; SipHash-1-3 (128-bit) under a per-process random key for
+//! buckets that never leave it (the memory store), which a client cannot aim collisions at
+//! either and which costs a fraction of SHA-256's rounds.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -42,7 +46,7 @@ impl KeyKind {
 /// IPv4 is unchanged; IPv4-mapped IPv6 becomes the IPv4 address; any other IPv6 becomes its
 /// network of `v6_prefix` bits (clamped to 32..=64) in CIDR form, e.g. `2001:db8:abcd:1200::/56`.
 pub fn normalize_ip(ip: IpAddr, v6_prefix: u8) -> String {
-    match canonical_ip(ip) {
+    match ip.to_canonical() {
         IpAddr::V4(v4) => dotted_quad(v4),
         IpAddr::V6(v6) => {
             let prefix = v6_prefix.clamp(32, 64);
@@ -69,17 +73,6 @@ fn dotted_quad(v4: Ipv4Addr) -> String {
         s.push(char::from(b'0' + o % 10));
     }
     s
-}
-
-/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it carries; anything else unchanged.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        },
-        v4 => v4,
-    }
 }
 
 /// `X-Agent-ID` counts only when it is 1–128 characters of `[A-Za-z0-9._:-]`.
@@ -132,6 +125,65 @@ fn digest_parts(limiter: &str, parts: &[&str]) -> [u8; 16] {
     out
 }
 
+/// How bucket names are digested: the same on every instance, or private to this process.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum KeyDigest {
+    /// SHA-256, first 16 bytes: the name every instance computes for the same principal.
+    Shared,
+    /// SipHash-1-3, 128-bit, under this process's random key: for buckets that never leave it.
+    Local { k0: u64, k1: u64 },
+}
+
+impl fmt::Debug for KeyDigest {
+    /// The key stays out of debug output.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyDigest::Shared => f.write_str("Shared"),
+            KeyDigest::Local { .. } => f.write_str("Local"),
+        }
+    }
+}
+
+impl KeyDigest {
+    /// A [`KeyDigest::Local`] under a key drawn from the operating system's randomness.
+    pub fn local() -> Self {
+        use rand::RngCore;
+        let mut rng = rand::rngs::OsRng;
+        KeyDigest::Local {
+            k0: rng.next_u64(),
+            k1: rng.next_u64(),
+        }
+    }
+
+    /// The bucket one limiter keeps for the principal [`principal_key`] names, digested from
+    /// its parts without building the string.
+    pub fn bucket(
+        &self,
+        limiter: Arc<str>,
+        kind: KeyKind,
+        ip: &str,
+        agent_id: Option<&str>,
+        user: Option<&str>,
+    ) -> BucketKey {
+        let (parts, n) = principal_parts(kind, ip, agent_id, user);
+        let digest = match *self {
+            KeyDigest::Shared => digest_parts(&limiter, &parts[..n]),
+            KeyDigest::Local { k0, k1 } => {
+                use siphasher::sip128::{Hasher128, SipHasher13};
+                use std::hash::Hasher;
+                let mut h = SipHasher13::new_with_keys(k0, k1);
+                h.write(limiter.as_bytes());
+                h.write(&[0]);
+                for p in &parts[..n] {
+                    h.write(p.as_bytes());
+                }
+                h.finish128().as_bytes()
+            }
+        };
+        BucketKey { limiter, digest }
+    }
+}
+
 /// The pieces of [`principal_key`]'s string, in order (their concatenation is the key).
 fn principal_parts<'a>(
     kind: KeyKind,
@@ -171,9 +223,7 @@ impl BucketKey {
         agent_id: Option<&str>,
         user: Option<&str>,
     ) -> Self {
-        let (parts, n) = principal_parts(kind, ip, agent_id, user);
-        let digest = digest_parts(&limiter, &parts[..n]);
-        Self { limiter, digest }
+        KeyDigest::Shared.bucket(limiter, kind, ip, agent_id, user)
     }
 
     pub fn digest_hex(&self) -> String {
@@ -318,6 +368,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_local_digest_is_keyed_and_separates_what_the_shared_one_does() {
+        let a = KeyDigest::local();
+        let b = KeyDigest::local();
+        let name: Arc<str> = Arc::from("agent-device");
+        let key = |d: &KeyDigest, ip: &str, agent: Option<&str>| {
+            d.bucket(name.clone(), KeyKind::IpAgent, ip, agent, None)
+        };
+        let one = key(&a, "192.0.2.7", Some("agent-1"));
+        assert_eq!(
+            one,
+            key(&a, "192.0.2.7", Some("agent-1")),
+            "stable in one process"
+        );
+        assert_ne!(
+            one,
+            key(&b, "192.0.2.7", Some("agent-1")),
+            "keyed per process"
+        );
+        assert_ne!(one, key(&a, "192.0.2.7", Some("agent-2")));
+        assert_ne!(one, key(&a, "192.0.2.8", Some("agent-1")));
+        assert_ne!(
+            one,
+            key(&KeyDigest::Shared, "192.0.2.7", Some("agent-1")),
+            "not the shared name"
+        );
+        assert_ne!(
+            a.bucket(
+                name.clone(),
+                KeyKind::UserOrIp,
+                "192.0.2.7",
+                None,
+                Some("u")
+            ),
+            a.bucket(
+                Arc::from("ui"),
+                KeyKind::UserOrIp,
+                "192.0.2.7",
+                None,
+                Some("u")
+            ),
+            "the limiter is part of the name"
+        );
+        assert_eq!(format!("{a:?}"), "Local", "the key never prints");
     }
 
     #[test]

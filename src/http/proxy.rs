@@ -420,7 +420,7 @@ fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<
         if !out.is_empty() {
             out.extend_from_slice(b", ");
         }
-        let _ = write!(out, "{}", crate::keys::canonical_ip(ip));
+        let _ = write!(out, "{}", ip.to_canonical());
     }
     (!out.is_empty()).then_some(out)
 }

@@ -42,6 +42,8 @@ pub struct MemoryStore {
     per_shard_cap: usize,
     clock: Arc<dyn Clock>,
     evicted: AtomicU64,
+    /// Bucket names are private to this store: keyed SipHash, not SHA-256.
+    digest: crate::keys::KeyDigest,
 }
 
 impl MemoryStore {
@@ -66,6 +68,7 @@ impl MemoryStore {
             per_shard_cap,
             clock,
             evicted: AtomicU64::new(0),
+            digest: crate::keys::KeyDigest::local(),
         }
     }
 
@@ -194,10 +197,11 @@ impl MemoryStore {
     }
 }
 
-/// Hashes a bucket's digest for its shard's table. The digest is SHA-256 output already, so
-/// SipHash over it again only costs time; instead each store draws a random key and folds
-/// the digest's two halves with it in one 128-bit multiply. Without the key, whoever picks
-/// principals (and can compute their digests) could aim many at one probe sequence.
+/// Hashes a bucket's digest for its shard's table. The digest is a uniform 16-byte hash
+/// already (SHA-256 or keyed SipHash), so SipHash over it again only costs time; instead each
+/// store draws a random key and folds the digest's two halves with it in one 128-bit multiply.
+/// Without the key, whoever picks principals (and can compute their digests) could aim many at
+/// one probe sequence.
 #[derive(Clone, Copy)]
 struct DigestHashBuilder {
     k0: u64,
@@ -285,6 +289,10 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
         let out = self.decide_now(checks);
         Box::pin(async move { Ok(out) })
+    }
+
+    fn key_digest(&self) -> crate::keys::KeyDigest {
+        self.digest
     }
 
     fn kind(&self) -> &'static str {

@@ -4,7 +4,7 @@
 pub mod memory;
 pub mod redis;
 
-use crate::keys::BucketKey;
+use crate::keys::{BucketKey, KeyDigest};
 use crate::limiter::{Quota, Verdict};
 use futures_util::future::BoxFuture;
 
@@ -30,6 +30,13 @@ pub trait Store: Send + Sync + 'static {
     /// consume (a refused request costs its principal nothing). Verdicts come back in order.
     fn decide<'a>(&'a self, checks: &'a [Check])
         -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
+
+    /// How this store wants bucket names digested: [`KeyDigest::Shared`] (the default) for a
+    /// store other instances read, a [`KeyDigest::Local`] one for a store private to this
+    /// process.
+    fn key_digest(&self) -> KeyDigest {
+        KeyDigest::Shared
+    }
 
     /// A short name for logs and metrics: `memory`, `redis`.
     fn kind(&self) -> &'static str;
