@@ -3,8 +3,9 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use fleet_limiter::config::Config;
+use fleet_limiter::identity::Credential;
 use fleet_limiter::path::{CanonicalPath, PathRules};
-use fleet_limiter::policy::{Credential, Policy};
+use fleet_limiter::policy::Policy;
 
 fn path(c: &mut Criterion) {
     let mut g = c.benchmark_group("path");

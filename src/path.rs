@@ -619,7 +619,8 @@ mod tests {
 #[cfg(test)]
 mod properties {
     use super::*;
-    use crate::policy::{Credential, Policy};
+    use crate::identity::Credential;
+    use crate::policy::Policy;
     use proptest::prelude::*;
 
     fn all_allowed() -> PathRules {

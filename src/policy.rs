@@ -4,6 +4,7 @@
 //! `group` are alternatives (the most specific matching route wins); limiters in different
 //! groups stack (all must allow).
 
+use crate::identity::Credential;
 use crate::keys::KeyKind;
 use crate::limiter::Quota;
 use crate::path::{CanonicalPath, PathRules};
@@ -15,19 +16,6 @@ use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::str::FromStr;
 use std::sync::Arc;
-
-/// What kind of credential a request carries, as far as limiting cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Credential {
-    /// No `Authorization: Bearer`.
-    None,
-    /// `Bearer pa_…`.
-    ApiKey,
-    /// A Bearer token that is neither an API key nor a verified dashboard token.
-    CliToken,
-    /// A dashboard session token that verified.
-    VerifiedUser,
-}
 
 /// Which credentials a limiter applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

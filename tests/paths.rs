@@ -44,8 +44,9 @@ mod common;
 mod upstreams;
 
 use fleet_limiter::config::Loader;
+use fleet_limiter::identity::Credential;
 use fleet_limiter::path::{CanonicalPath, PathRules};
-use fleet_limiter::policy::{Credential, Policy};
+use fleet_limiter::policy::Policy;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -19,10 +19,11 @@
 
 use super::traffic;
 use crate::config::{Config, FleetConfig};
+use crate::identity::Credential;
 use crate::keys::KeyKind;
 use crate::limiter::Algorithm;
 use crate::path::CanonicalPath;
-use crate::policy::{Credential, LimiterSpec, Mode, Policy};
+use crate::policy::{LimiterSpec, Mode, Policy};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

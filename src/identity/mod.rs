@@ -9,7 +9,6 @@ pub mod jwt;
 mod verify_tests;
 
 use crate::keys;
-use crate::policy::Credential;
 use futures_util::future::BoxFuture;
 
 /// The prefix that marks an API key in `Authorization: Bearer`.
@@ -28,6 +27,19 @@ impl TokenVerifier for NoVerifier {
     fn verify<'a>(&'a self, _token: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async { None })
     }
+}
+
+/// What kind of credential a request carries, as far as limiting cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Credential {
+    /// No `Authorization: Bearer`.
+    None,
+    /// `Bearer pa_…`.
+    ApiKey,
+    /// A Bearer token that is neither an API key nor a verified dashboard token.
+    CliToken,
+    /// A dashboard session token that verified.
+    VerifiedUser,
 }
 
 /// The request's principal facts.
