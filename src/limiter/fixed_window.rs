@@ -1,7 +1,7 @@
 //! express-rate-limit's fixed window: `limit` hits per window, the window opening at a key's
 //! first hit and closing `window` later, when the count starts again from zero.
 //!
-//! State: `a` is the instant the window closes, `b` the hits counted in it.
+//! State: [`State::FixedWindow`], the instant the window closes and the hits counted in it.
 
 use super::{Quota, State, Verdict};
 use crate::clock::Nanos;
@@ -10,11 +10,11 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
     let window = quota.window_ns();
     let limit = quota.limit.max(1);
     let (end, count) = match state {
-        Some(s) if now < s.a => (s.a, s.b),
+        Some(State::FixedWindow { ends_at, count }) if now < ends_at => (ends_at, count),
         _ => (now.saturating_add(window), 0),
     };
     let ends_in = end - now;
-    if count >= limit as u64 {
+    if count >= limit {
         let verdict = Verdict {
             allowed: false,
             limit,
@@ -28,11 +28,17 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
     let verdict = Verdict {
         allowed: true,
         limit,
-        remaining: (limit as u64 - count) as u32,
+        remaining: limit - count,
         reset_after_ns: ends_in,
         retry_after_ns: 0,
     };
-    (verdict, Some(State { a: end, b: count }))
+    (
+        verdict,
+        Some(State::FixedWindow {
+            ends_at: end,
+            count,
+        }),
+    )
 }
 
 #[cfg(test)]

@@ -10,7 +10,10 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
     let t = quota.emission_interval_ns();
     let limit = quota.limit.max(1);
     let burst = t.saturating_mul(limit as u64);
-    let tat = state.map(|s| s.a).unwrap_or(0).max(now);
+    let tat = match state {
+        Some(State::Gcra { tat }) => tat.max(now),
+        _ => now,
+    };
     let new_tat = tat.saturating_add(t);
     let used = new_tat - now;
     if used > burst {
@@ -31,7 +34,7 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
         reset_after_ns: used,
         retry_after_ns: 0,
     };
-    (verdict, Some(State { a: new_tat, b: 0 }))
+    (verdict, Some(State::Gcra { tat: new_tat }))
 }
 
 #[cfg(test)]
@@ -80,7 +83,7 @@ mod tests {
         assert!(v.allowed);
         assert_eq!(v.remaining, 29);
         assert_eq!(v.reset_after_ns, 2 * S);
-        assert_eq!(s, Some(State { a: 12 * S, b: 0 }));
+        assert_eq!(s, Some(State::Gcra { tat: 12 * S }));
     }
 
     #[test]
@@ -113,7 +116,7 @@ mod tests {
     #[test]
     fn stale_state_is_a_full_bucket() {
         let q = Quota::gcra(5, Duration::from_secs(5));
-        let (v, _) = decide(&q, Some(State { a: 3 * S, b: 0 }), 1000 * S);
+        let (v, _) = decide(&q, Some(State::Gcra { tat: 3 * S }), 1000 * S);
         assert!(v.allowed);
         assert_eq!(v.remaining, 4);
     }

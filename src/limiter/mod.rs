@@ -60,13 +60,16 @@ impl Quota {
     }
 }
 
-/// What a store keeps for one key: two words, whose meaning depends on the algorithm.
-/// GCRA: `a` is the theoretical arrival time. Fixed window: `a` is the window's end, `b` the count.
-/// Either way `a` is when the key stops mattering: from then on, a missing key decides the same.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct State {
-    pub a: u64,
-    pub b: u64,
+/// What a store keeps for one key, named by the algorithm that wrote it (16 bytes either way).
+/// Either way the state stops mattering at [`State::expires_at`]: from then on, a missing key
+/// decides the same. A state the other algorithm wrote (a limiter whose algorithm changed on
+/// reload) counts as missing: the bucket starts again full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// GCRA: the theoretical arrival time of the next request.
+    Gcra { tat: Nanos },
+    /// Fixed window: the instant the window closes, and the hits counted in it.
+    FixedWindow { ends_at: Nanos, count: u32 },
 }
 
 /// The outcome of one limiter for one request, with everything the headers need.
@@ -93,7 +96,30 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
 impl State {
     /// When this state stops mattering: from this instant on, a missing key decides the same.
     pub fn expires_at(&self) -> Nanos {
-        self.a
+        match *self {
+            State::Gcra { tat } => tat,
+            State::FixedWindow { ends_at, .. } => ends_at,
+        }
+    }
+}
+
+/// The state after giving back `units` that an allowed request consumed, when a later request
+/// may have built on its write: GCRA moves the arrival time back by `units` emission intervals;
+/// a fixed window counts them back (never below zero). The Redis store's `refund.lua` does the
+/// same on its stored form.
+pub fn give_back(quota: &Quota, state: State, units: u32) -> State {
+    match state {
+        State::Gcra { tat } => State::Gcra {
+            tat: tat.saturating_sub(
+                quota
+                    .emission_interval_ns()
+                    .saturating_mul(u64::from(units)),
+            ),
+        },
+        State::FixedWindow { ends_at, count } => State::FixedWindow {
+            ends_at,
+            count: count.saturating_sub(units),
+        },
     }
 }
 
@@ -162,6 +188,94 @@ pub fn ceil_secs(ns: Nanos) -> u64 {
 mod tests {
     use super::*;
 
+    use proptest::prelude::*;
+
+    fn quota() -> impl Strategy<Value = Quota> {
+        (
+            1u32..=2_000,
+            1u64..=7_200,
+            prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::FixedWindow)],
+        )
+            .prop_map(|(limit, secs, alg)| Quota::new(limit, Duration::from_secs(secs), alg))
+    }
+
+    /// A bucket after `hits` requests at the given offsets (in ms) from 0.
+    fn run(q: &Quota, hits: &[u64]) -> (Option<State>, Nanos) {
+        let mut st = None;
+        let mut now = 0;
+        for dt in hits {
+            now += dt * 1_000_000;
+            if let (_, Some(s)) = decide(q, st, now) {
+                st = Some(s);
+            }
+        }
+        (st, now)
+    }
+
+    proptest! {
+        #[test]
+        fn remaining_never_exceeds_the_limit_and_waits_are_honest(
+            q in quota(),
+            hits in proptest::collection::vec(0u64..5_000, 0..300),
+            dt in 0u64..10_000,
+        ) {
+            let (st, now) = run(&q, &hits);
+            let now = now + dt * 1_000_000;
+            let (v, new) = decide(&q, st, now);
+            prop_assert!(v.remaining <= v.limit);
+            prop_assert_eq!(v.limit, q.limit.max(1));
+            prop_assert!(v.reset_after_ns <= q.window_ns().max(q.emission_interval_ns()) * 2);
+            if v.allowed {
+                prop_assert_eq!(v.retry_after_ns, 0);
+                prop_assert!(new.is_some(), "an allowed request consumes");
+            } else {
+                prop_assert!(v.retry_after_ns > 0, "a refusal always has a wait");
+                prop_assert_eq!(v.remaining, 0);
+                // Waiting exactly the refusal's wait is enough.
+                let (later, _) = decide(&q, st, now + v.retry_after_ns);
+                prop_assert!(later.allowed);
+            }
+        }
+
+        #[test]
+        fn a_refusal_leaves_the_state_unchanged(
+            q in quota(),
+            hits in proptest::collection::vec(0u64..50, 0..300),
+        ) {
+            let (st, now) = run(&q, &hits);
+            let (v, new) = decide(&q, st, now);
+            if !v.allowed {
+                prop_assert_eq!(new, None);
+            }
+        }
+
+        #[test]
+        fn giving_back_undoes_an_allow(
+            q in quota(),
+            hits in proptest::collection::vec(0u64..2_000, 0..200),
+            later in 0u64..20_000,
+        ) {
+            let (before, now) = run(&q, &hits);
+            let (v, after) = decide(&q, before, now);
+            prop_assume!(v.allowed);
+            let after = after.expect("an allowed request writes a state");
+            let back = give_back(&q, after, 1);
+            // From now on the given-back bucket decides exactly as if the request never came.
+            let t = now + later * 1_000_000;
+            let (a, _) = decide(&q, Some(back), t);
+            let (b, _) = decide(&q, before, t);
+            prop_assert_eq!((a.allowed, a.remaining), (b.allowed, b.remaining));
+            if q.algorithm == Algorithm::Gcra {
+                prop_assert_eq!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn a_state_is_two_words() {
+        assert_eq!(std::mem::size_of::<State>(), 16);
+    }
+
     const S: u64 = 1_000_000_000;
 
     #[test]
@@ -189,9 +303,8 @@ mod tests {
         // A partial unit pending: t is what is left of it.
         let (v, _) = decide(
             &q,
-            Some(State {
-                a: 100 * S + S / 2,
-                b: 0,
+            Some(State::Gcra {
+                tat: 100 * S + S / 2,
             }),
             100 * S,
         );
@@ -205,7 +318,14 @@ mod tests {
         let (v, _) = decide(&fw, None, 0);
         assert_eq!(more_quota_after_ns(&fw, &v), Some(900 * S));
         assert_eq!(more_quota_after_ns(&fw, &unconsumed(&fw, v)), None);
-        let (v, _) = decide(&fw, Some(State { a: 900 * S, b: 5 }), 100 * S);
+        let (v, _) = decide(
+            &fw,
+            Some(State::FixedWindow {
+                ends_at: 900 * S,
+                count: 5,
+            }),
+            100 * S,
+        );
         assert!(!v.allowed);
         assert_eq!(more_quota_after_secs(&fw, &v), Some(800));
     }
@@ -213,9 +333,8 @@ mod tests {
     #[test]
     fn unconsumed_is_the_state_before_the_request() {
         let q = Quota::gcra(30, Duration::from_secs(60));
-        let before = State {
-            a: 10_000_000_000,
-            b: 0,
+        let before = State::Gcra {
+            tat: 10_000_000_000,
         };
         let now = 5_000_000_000;
         let (consumed, _) = decide(&q, Some(before), now);
@@ -235,9 +354,9 @@ mod tests {
         assert_eq!(unconsumed(&fw, v).reset_after_ns, 0);
         let (v2, _) = decide(
             &fw,
-            Some(State {
-                a: 60_000_000_000,
-                b: 1,
+            Some(State::FixedWindow {
+                ends_at: 60_000_000_000,
+                count: 1,
             }),
             0,
         );
