@@ -58,6 +58,17 @@ pub enum Mode {
     Off,
 }
 
+impl Mode {
+    /// The name configuration, metrics and reports use: `enforce`, `shadow`, `off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+            Mode::Off => "off",
+        }
+    }
+}
+
 /// The answer when the store cannot decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]

@@ -523,11 +523,7 @@ fn judge(
             });
         }
     }
-    let mode = match l.mode {
-        Mode::Enforce => "enforce",
-        Mode::Shadow => "shadow",
-        Mode::Off => "off",
-    };
+    let mode = l.mode.as_str();
     match l.mode {
         Mode::Off => status = Status::Off,
         Mode::Shadow if status == Status::Unsafe => {
