@@ -212,7 +212,7 @@ impl Decider {
                         check.key.limiter,
                         spec.key,
                         &ip_key,
-                        id.agent_id.as_deref(),
+                        id.agent_id,
                         id.user.as_deref(),
                     )
                 };
@@ -238,7 +238,7 @@ pub fn build_checks(
     digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
     ip_key: &str,
-    id: &Identity,
+    id: &Identity<'_>,
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
@@ -247,7 +247,7 @@ pub fn build_checks(
                 l.name.clone(),
                 l.key,
                 ip_key,
-                id.agent_id.as_deref(),
+                id.agent_id,
                 id.user.as_deref(),
             ),
             quota: l.quota,

@@ -22,6 +22,11 @@
 //! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
 //! [`tls`] builds the TLS client configuration every outgoing connection (JWKS, Redis) uses.
 
+#[cfg(test)]
+#[macro_use]
+#[path = "../tests/support/macros.rs"]
+mod test_macros;
+
 pub mod calibration;
 pub mod client_ip;
 pub mod clock;

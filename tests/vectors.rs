@@ -3,6 +3,10 @@
 //! derivation, and the exact 429 and allowed responses for a decision taken in virtual time.
 //! Another implementation can check byte equality against these files.
 
+#[macro_use]
+#[path = "support/macros.rs"]
+mod macros;
+
 use fleet_limiter::client_ip::{client_ip, ForwardedHeader, TrustedProxies};
 use fleet_limiter::clock::ManualClock;
 use fleet_limiter::config::Config;
@@ -15,17 +19,6 @@ use fleet_limiter::store::memory::MemoryStore;
 use std::fmt::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
-
-macro_rules! snap {
-    ($name:expr, $value:expr) => {
-        insta::with_settings!({
-            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
-            prepend_module_to_snapshot => false,
-        }, {
-            insta::assert_snapshot!($name, $value);
-        })
-    };
-}
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

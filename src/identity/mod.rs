@@ -42,11 +42,11 @@ pub enum Credential {
     VerifiedUser,
 }
 
-/// The request's principal facts.
+/// The request's principal facts, borrowed from the request where they can be.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub struct Identity<'a> {
     /// A valid `X-Agent-ID`, else `None`.
-    pub agent_id: Option<String>,
+    pub agent_id: Option<&'a str>,
     /// The verified subject of a dashboard token.
     pub user: Option<String>,
     pub credential: Credential,
@@ -66,13 +66,13 @@ pub fn bearer_token(authorization: &[u8]) -> Option<&str> {
 /// Work out the identity from the raw header values.
 ///
 /// `session_token` is a dashboard token found outside the Authorization header (a cookie).
-pub async fn identify(
+pub async fn identify<'a>(
     verifier: &dyn TokenVerifier,
-    agent_id: Option<&[u8]>,
+    agent_id: Option<&'a [u8]>,
     authorization: Option<&[u8]>,
     session_token: Option<&str>,
-) -> Identity {
-    let agent_id = agent_id.and_then(keys::valid_agent_id).map(str::to_owned);
+) -> Identity<'a> {
+    let agent_id = agent_id.and_then(keys::valid_agent_id);
     let bearer = authorization.and_then(bearer_token);
     let (user, credential) = match bearer {
         Some(t) if t.starts_with(API_KEY_PREFIX) => (None, Credential::ApiKey),
@@ -127,7 +127,7 @@ mod tests {
         let v = Only("good");
         let id = identify(&v, Some(b"agent-1"), Some(b"Bearer pa_123"), None).await;
         assert_eq!(id.credential, Credential::ApiKey);
-        assert_eq!(id.agent_id.as_deref(), Some("agent-1"));
+        assert_eq!(id.agent_id, Some("agent-1"));
         let id = identify(&v, None, Some(b"Bearer good"), None).await;
         assert_eq!(
             (id.credential, id.user.as_deref()),

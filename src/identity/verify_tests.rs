@@ -16,16 +16,6 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const NOW: u64 = 1_800_000_000;
 
-macro_rules! fixture {
-    ($name:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/keys/",
-            $name
-        ))
-    };
-}
-
 const RSA_A: &str = fixture!("rsa_a.pem");
 const RSA_B: &str = fixture!("rsa_b.pem");
 const FORGER: &str = fixture!("rsa_forger.pem");

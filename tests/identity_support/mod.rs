@@ -3,21 +3,15 @@
 
 #![allow(dead_code)]
 
+#[macro_use]
+#[path = "../support/macros.rs"]
+mod macros;
+
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use std::time::{SystemTime, UNIX_EPOCH};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-macro_rules! fixture {
-    ($name:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/keys/",
-            $name
-        ))
-    };
-}
 
 pub const RSA_A: &str = fixture!("rsa_a.pem");
 pub const RSA_B: &str = fixture!("rsa_b.pem");
