@@ -114,6 +114,10 @@ struct ServeArgs {
     /// Address of the admin listener (/metrics, /healthz, /readyz, /reload) [default: 127.0.0.1:7391].
     #[arg(long, value_name = "ADDR")]
     admin_listen: Option<String>,
+    /// Address of the forward-auth decision listener for nginx, Caddy, Traefik and Envoy
+    /// (needs decision.allow_from) [default: off].
+    #[arg(long, value_name = "ADDR")]
+    decision_listen: Option<String>,
     /// How long in-flight requests may finish after SIGTERM/SIGINT [default: 30s].
     #[arg(long, value_name = "DURATION")]
     shutdown_grace: Option<String>,
@@ -160,6 +164,11 @@ fn serve_loader(args: &ServeArgs) -> Loader {
             "--body-min-rate",
         ),
         ("ops.admin_listen", &args.admin_listen, "--admin-listen"),
+        (
+            "decision.listen",
+            &args.decision_listen,
+            "--decision-listen",
+        ),
         (
             "ops.shutdown_grace",
             &args.shutdown_grace,
@@ -223,8 +232,8 @@ fn main() -> ExitCode {
             for w in serve_loader(&args).warnings() {
                 tracing::warn!("{w}");
             }
-            if cfg.server.upstream.is_none() {
-                fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file");
+            if cfg.server.upstream.is_none() && cfg.decision.listen.is_none() {
+                fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
                 return ExitCode::from(2);
             }
             if let Err(code) =

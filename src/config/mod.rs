@@ -5,6 +5,7 @@
 //! and what is allowed.
 
 mod ceiling;
+pub mod decision;
 pub mod defaults;
 mod duration;
 pub mod identity;
@@ -159,6 +160,8 @@ pub struct Config {
     pub cors: ops::CorsConfig,
     /// Which spellings of a path are refused (`[path]`; all of them by default).
     pub path: crate::path::PathRules,
+    /// The forward-auth decision listener (`[decision]`; off by default).
+    pub decision: decision::DecisionConfig,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }
@@ -382,6 +385,16 @@ const SETTINGS: &[(&str, &str, Kind)] = &[
     ),
     ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
     (
+        "decision.listen",
+        "FLEET_LIMITER_DECISION_LISTEN",
+        Kind::Str,
+    ),
+    (
+        "decision.allow_from",
+        "FLEET_LIMITER_DECISION_ALLOW_FROM",
+        Kind::List,
+    ),
+    (
         "ops.shutdown_grace",
         "FLEET_LIMITER_SHUTDOWN_GRACE",
         Kind::Str,
@@ -549,6 +562,7 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
             ("store", Some(t)) => culprit::<RawStore>(t),
             ("fleet", Some(t)) => culprit::<FleetConfig>(t),
             ("path", Some(t)) => culprit::<path::RawPath>(t),
+            ("decision", Some(t)) => culprit::<decision::RawDecision>(t),
             ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {
                 Some(lt) => culprit::<RawLimiter>(lt).map(|(f, m)| (format!("{name}.{f}"), m)),
                 None => Some((name.clone(), "must be a table of limiter fields".to_owned())),
@@ -839,6 +853,8 @@ struct RawConfig {
     cors: ops::RawCors,
     #[serde(default)]
     path: path::RawPath,
+    #[serde(default)]
+    decision: decision::RawDecision,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1132,6 +1148,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
     let mut limiters = build_limiters(raw.limiters, ctx)?;
     ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
+    let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     Ok(Config {
         source,
         enabled: raw.enabled.unwrap_or(true),
@@ -1144,6 +1161,7 @@ fn build(raw: RawConfig, ctx: &Ctx, source: Option<PathBuf>) -> Result<Config, C
         ops: ops::build_ops(raw.ops, ctx)?,
         cors: ops::build_cors(raw.cors, ctx)?,
         path: path::build_path(raw.path, ctx)?,
+        decision,
         origins: ctx.origins.clone(),
     })
 }

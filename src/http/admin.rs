@@ -215,6 +215,7 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
         ),
         ("ops.log_format", old.ops.log_format != new.ops.log_format),
         ("identity", old.identity != new.identity),
+        ("decision", old.decision != new.decision),
     ];
     r.restart_required = restart
         .iter()
@@ -386,8 +387,9 @@ impl Admin {
         shown.join(",")
     }
 
-    /// Run the gateway server and the admin server until SIGTERM/SIGINT, reloading on SIGHUP.
-    pub async fn run(self, gateway: Server, cfg: &Config) -> anyhow::Result<()> {
+    /// Run the traffic servers (the gateway, the decision endpoint, or both) and the admin
+    /// server until SIGTERM/SIGINT, reloading on SIGHUP. A signal to stop drains them all.
+    pub async fn run(self, servers: Vec<Server>, cfg: &Config) -> anyhow::Result<()> {
         let Self {
             server: admin,
             addrs,
@@ -399,10 +401,17 @@ impl Admin {
         }
         let admin_handle = admin.handle();
         let admin_task = actix_web::rt::spawn(admin);
-        let gateway_handle = gateway.handle();
+        let handles: Vec<ServerHandle> = servers.iter().map(Server::handle).collect();
         let grace = cfg.ops.shutdown_grace;
-        let watcher = actix_web::rt::spawn(signals.watch(control, gateway_handle, grace));
-        let result = gateway.await;
+        let watcher = actix_web::rt::spawn(signals.watch(control, handles.clone(), grace));
+        // The first server to end (stopped by a signal, or failed) ends them all.
+        let (result, _, rest) = futures_util::future::select_all(servers).await;
+        for h in &handles {
+            h.stop(true).await;
+        }
+        for s in rest {
+            let _ = s.await;
+        }
         watcher.abort();
         admin_handle.stop(false).await;
         let _ = admin_task.await;
@@ -430,7 +439,7 @@ impl Signals {
         })
     }
 
-    async fn watch(mut self, control: Arc<Control>, gateway: ServerHandle, grace: Duration) {
+    async fn watch(mut self, control: Arc<Control>, servers: Vec<ServerHandle>, grace: Duration) {
         loop {
             let name = tokio::select! {
                 _ = self.hup.recv() => {
@@ -446,7 +455,9 @@ impl Signals {
                 grace_seconds = grace.as_secs(),
                 "stopping: no new connections; finishing in-flight requests"
             );
-            gateway.stop(true).await;
+            for s in &servers {
+                s.stop(true).await;
+            }
             return;
         }
     }
@@ -461,9 +472,11 @@ impl Signals {
         Ok(Self)
     }
 
-    async fn watch(self, _control: Arc<Control>, gateway: ServerHandle, _grace: Duration) {
+    async fn watch(self, _control: Arc<Control>, servers: Vec<ServerHandle>, _grace: Duration) {
         if tokio::signal::ctrl_c().await.is_ok() {
-            gateway.stop(true).await;
+            for s in &servers {
+                s.stop(true).await;
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod cors;
+pub mod forward_auth;
 #[cfg(feature = "actix-governor")]
 pub mod governor;
 pub mod middleware;
@@ -26,11 +27,26 @@ pub async fn serve_gateway_with(
     decider: Arc<Decider>,
     reloader: admin::Reloader,
 ) -> anyhow::Result<()> {
-    let base = cfg.server.upstream.clone().ok_or_else(|| {
-        anyhow::anyhow!(
-            "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file"
-        )
-    })?;
+    let decision = forward_auth::bind(cfg, decider.clone())?;
+    let Some(base) = cfg.server.upstream.clone() else {
+        // Only the decision endpoint: the proxy in front forwards, this only decides.
+        let Some(decision) = decision else {
+            anyhow::bail!(
+                "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen)"
+            );
+        };
+        let cors = cors::Cors::new(&cfg.cors);
+        let control = Arc::new(admin::Control::new(cfg, decider, cors, reloader));
+        let admin = admin::Admin::bind(control, cfg)?;
+        tracing::info!(
+            admin_listen = %admin.addrs(),
+            store = %cfg.store.describe(),
+            limiters = cfg.limiters.len(),
+            enabled = cfg.enabled,
+            "fleet-limiter decision endpoint started (no upstream: answering a proxy's questions only)"
+        );
+        return admin.run(vec![decision], cfg).await;
+    };
     let tls = if base.starts_with("https://") {
         let client = crate::tls::client_config(
             "upstream",
@@ -121,7 +137,9 @@ pub async fn serve_gateway_with(
         enabled = cfg.enabled,
         "fleet-limiter gateway started"
     );
-    admin.run(server.run(), cfg).await
+    let mut servers = vec![server.run()];
+    servers.extend(decision);
+    admin.run(servers, cfg).await
 }
 
 /// A listener whose address cannot be taken (in use, not an address of this host, not

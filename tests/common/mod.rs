@@ -80,6 +80,9 @@ pub struct Launch {
     admin: bool,
     /// Where stdout and stderr go: files (the default) or pipes.
     output: Output,
+    /// Add `--decision-listen 127.0.0.1:<free port>` and wait for that port too; with
+    /// `Some(true)`, that is the only traffic listener (no `--listen`, no upstream).
+    decision: Option<bool>,
 }
 
 /// Where the process's stdout and stderr go.
@@ -162,6 +165,18 @@ impl Launch {
         self
     }
 
+    /// Also serve the forward-auth decision endpoint ([`Gateway::decision_addr`] is its address).
+    pub fn decision(mut self) -> Self {
+        self.decision = Some(false);
+        self
+    }
+
+    /// Serve only the decision endpoint: no traffic listener and no upstream.
+    pub fn decision_only(mut self) -> Self {
+        self.decision = Some(true);
+        self
+    }
+
     /// Run the admin listener on its own free port (`--admin-listen`) and wait for its
     /// `/healthz`; without this it takes any free port (`127.0.0.1:0`) and nobody asks it.
     pub fn admin(mut self) -> Self {
@@ -201,6 +216,7 @@ impl Launch {
         dir: &Path,
         listen: Option<SocketAddr>,
         admin: Option<SocketAddr>,
+        decision: Option<SocketAddr>,
     ) -> (Command, Option<PathBuf>) {
         let mut cmd = Command::new(BIN);
         cmd.args(&self.args);
@@ -209,6 +225,9 @@ impl Launch {
         }
         if let Some(addr) = listen {
             cmd.arg("--listen").arg(addr.to_string());
+        }
+        if let Some(addr) = decision {
+            cmd.arg("--decision-listen").arg(addr.to_string());
         }
         if let Some(addr) = admin {
             cmd.arg("--admin-listen").arg(addr.to_string());
@@ -265,13 +284,16 @@ impl Launch {
             let dir = temp_dir();
             let addr = free_addr();
             let admin = self.admin.then(free_addr);
-            let (mut cmd, config) = self.command_for(dir.path(), Some(addr), admin);
+            let decision = self.decision.map(|_| free_addr());
+            let listen = (self.decision != Some(true)).then_some(addr);
+            let (mut cmd, config) = self.command_for(dir.path(), listen, admin, decision);
             let child = cmd
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
             let mut gw = Gateway {
                 child,
-                addr,
+                addr: listen.or(decision).unwrap_or(addr),
+                decision_addr: decision,
                 admin_addr: admin,
                 config,
                 dir,
@@ -299,7 +321,7 @@ impl Launch {
     pub fn run(self, limit: Duration) -> Exited {
         let dir = temp_dir();
         let listen = self.serve.then(free_addr);
-        let (mut cmd, _config) = self.command_for(dir.path(), listen, None);
+        let (mut cmd, _config) = self.command_for(dir.path(), listen, None, None);
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
@@ -360,7 +382,10 @@ fn answers_ok(addr: SocketAddr, path: &str) -> bool {
 /// A running `fleet-limiter serve`, killed on drop.
 pub struct Gateway {
     child: Child,
+    /// The traffic listener (the decision listener when it is the only one).
     pub addr: SocketAddr,
+    /// The decision listener, with [`Launch::decision`] or [`Launch::decision_only`].
+    pub decision_addr: Option<SocketAddr>,
     admin_addr: Option<SocketAddr>,
     config: Option<PathBuf>,
     /// Holds the configuration file and the output files.
@@ -382,8 +407,9 @@ impl Gateway {
                     self.stderr()
                 ));
             }
-            let traffic =
-                TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok();
+            let up =
+                |a: &SocketAddr| TcpStream::connect_timeout(a, Duration::from_millis(200)).is_ok();
+            let traffic = up(&self.addr) && self.decision_addr.is_none_or(|a| up(&a));
             if traffic && self.admin_addr.is_none_or(|a| answers_ok(a, "/healthz")) {
                 return Ok(());
             }

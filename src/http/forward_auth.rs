@@ -1,0 +1,268 @@
+//! The forward-auth decision endpoint: the limiter for a proxy that stays in front (nginx
+//! `auth_request`, Caddy `forward_auth`, Traefik `ForwardAuth`, Envoy `ext_authz`).
+//!
+//! The proxy asks before it forwards, and this answers from the same canonical path, trust
+//! rules, identity, policy, keys and store as the gateway. Each proxy passes the original
+//! request its own way, so each has its own path here:
+//!
+//! | path | original method and URI | refusal |
+//! |---|---|---|
+//! | `/nginx` | `X-Original-Method`, `X-Original-URI` | `403` (nginx passes only 401 and 403 on), with `X-FleetLimiter-Status: 429` and the problem document in `X-FleetLimiter-Problem` for the proxy to answer with |
+//! | `/caddy`, `/traefik` | `X-Forwarded-Method`, `X-Forwarded-Uri` | `429` problem+json with `Retry-After`, which the proxy sends to the client as it is |
+//! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above |
+//!
+//! Allowed: `200`, empty, with the `RateLimit*` headers for the proxy to copy onto its answer.
+//! A path with no canonical form: `400` (`401` on `/nginx`, with `X-FleetLimiter-Status: 400`).
+//! The client's address is read from the forwarding header exactly as the gateway reads it
+//! (`client_ip.trust_proxy`); the other headers (`X-Agent-ID`, `Authorization`, the session
+//! cookie) are the original request's, which every one of these proxies passes along.
+//! Only the proxies in `decision.allow_from` are answered: anyone else gets `403`, so the
+//! endpoint cannot be used to spend other clients' budgets.
+
+use crate::client_ip::ForwardedHeader;
+use crate::config::Config;
+use crate::decision::{Decider, Outcome, RequestFacts};
+use crate::http::middleware::cookie_value;
+use crate::http::response::{self, Problem};
+use crate::path::CanonicalPath;
+use actix_web::body::MessageBody;
+use actix_web::http::header::{
+    HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, COOKIE, FORWARDED,
+};
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use ipnet::IpNet;
+use smallvec::SmallVec;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// The status the client should get, where the proxy cannot pass it on itself (`/nginx`).
+pub const STATUS_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-status");
+/// The problem document the client should get, where the proxy drops the answer's body.
+pub const PROBLEM_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-problem");
+/// The longest original URI read; a longer one is refused as a bad request.
+const MAX_URI_LEN: usize = 8 * 1024;
+
+/// How a proxy passes the original request, and what it can pass back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavour {
+    /// nginx `auth_request`: only 2xx, 401 and 403 mean anything to it.
+    Nginx,
+    /// Caddy `forward_auth` and Traefik `ForwardAuth`: `X-Forwarded-Method`/`-Uri`.
+    Forwarded,
+    /// Envoy `ext_authz`: the check request is the original, its path behind a prefix.
+    Envoy,
+}
+
+/// The endpoint's state: the shared decider, who may ask, and where session tokens live.
+#[derive(Clone)]
+pub struct Endpoint {
+    decider: Arc<Decider>,
+    allow_from: Arc<[IpNet]>,
+    session_cookie: Option<Arc<str>>,
+}
+
+impl Endpoint {
+    pub fn new(cfg: &Config, decider: Arc<Decider>) -> Self {
+        Self {
+            decider,
+            allow_from: cfg.decision.allow_from.clone().into(),
+            session_cookie: Some(cfg.identity.session_cookie.clone().into()),
+        }
+    }
+
+    fn allows(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.allow_from.iter().any(|n| n.contains(&peer))
+    }
+}
+
+/// The decision server on `decision.listen`, bound (its addresses logged) and ready to run.
+pub fn bind(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<actix_web::dev::Server>> {
+    let Some(listen) = cfg.decision.listen else {
+        return Ok(None);
+    };
+    let endpoint = Endpoint::new(cfg, decider);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(endpoint.clone()))
+            .default_service(web::to(answer))
+    })
+    .disable_signals()
+    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64)
+    .bind(listen)
+    .map_err(|e| {
+        crate::http::ListenError::new(cfg, "decision.listen", "--decision-listen", listen, &e)
+    })?;
+    for addr in server.addrs() {
+        tracing::info!(decision_listen = %addr, "decision listener started: /nginx /caddy /traefik /envoy/<path>");
+    }
+    Ok(Some(server.run()))
+}
+
+/// Answer one proxy's question.
+pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResponse {
+    let peer = req
+        .peer_addr()
+        .map(|a| a.ip())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    if !endpoint.allows(peer) {
+        tracing::warn!(peer = %peer, "decision asked by an address not in decision.allow_from; refused");
+        return Problem {
+            kind: "urn:fleet-limiter:problem:not-an-allowed-proxy",
+            title: "Forbidden",
+            status: 403,
+            detail: "This address may not ask for decisions; add it to decision.allow_from."
+                .to_owned(),
+            retry_after: None,
+        }
+        .into_response();
+    }
+    let own_path = req.path();
+    let (flavour, envoy_path) = if own_path == "/nginx" {
+        (Flavour::Nginx, None)
+    } else if own_path == "/caddy" || own_path == "/traefik" {
+        (Flavour::Forwarded, None)
+    } else if let Some(rest) = own_path.strip_prefix("/envoy") {
+        if !rest.starts_with('/') {
+            return bad_request(Flavour::Envoy, "The Envoy path prefix is `/envoy`: set `path_prefix: /envoy` in the ext_authz http_service.".to_owned());
+        }
+        (Flavour::Envoy, Some(rest))
+    } else {
+        return Problem {
+            kind: "urn:fleet-limiter:problem:unknown-decision-path",
+            title: "Not Found",
+            status: 404,
+            detail: "Ask at /nginx, /caddy, /traefik or /envoy/<path>.".to_owned(),
+            retry_after: None,
+        }
+        .into_response();
+    };
+    let headers = req.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (method, uri): (&str, &str) = match flavour {
+        Flavour::Nginx => match (text("x-original-method"), text("x-original-uri")) {
+            (Some(m), Some(u)) => (m, u),
+            _ => {
+                return bad_request(flavour, "X-Original-Method or X-Original-URI is missing: in the auth_request location set `proxy_set_header X-Original-Method $request_method;` and `proxy_set_header X-Original-URI $request_uri;`.".to_owned())
+            }
+        },
+        Flavour::Forwarded => match (text("x-forwarded-method"), text("x-forwarded-uri")) {
+            (Some(m), Some(u)) => (m, u),
+            _ => {
+                return bad_request(flavour, "X-Forwarded-Method or X-Forwarded-Uri is missing: Caddy's forward_auth and Traefik's ForwardAuth set both.".to_owned())
+            }
+        },
+        Flavour::Envoy => (req.method().as_str(), envoy_path.unwrap_or("/")),
+    };
+    if uri.len() > MAX_URI_LEN {
+        return bad_request(
+            flavour,
+            format!("The original URI is longer than {MAX_URI_LEN} bytes."),
+        );
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return bad_request(
+            flavour,
+            "The original method is not an HTTP method.".to_owned(),
+        );
+    }
+    let path = uri.split(['?', '#']).next().unwrap_or("");
+    if !path.starts_with('/') {
+        return bad_request(
+            flavour,
+            "The original URI must be a path starting with `/`.".to_owned(),
+        );
+    }
+    let settings = endpoint.decider.settings();
+    let path = match CanonicalPath::parse(path, settings.paths) {
+        Ok(p) => p,
+        Err(rejected) => {
+            crate::metrics::global().path_rejected(rejected.class);
+            let problem = Problem::non_canonical_path(&rejected);
+            return for_proxy(flavour, problem.into_response());
+        }
+    };
+    let trusted = settings.trusted.contains(peer);
+    let forwarded: SmallVec<[&[u8]; 2]> = if trusted {
+        let name = match settings.trusted.header {
+            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
+            ForwardedHeader::Forwarded => FORWARDED,
+        };
+        headers.get_all(name).map(|v| v.as_bytes()).collect()
+    } else {
+        SmallVec::new()
+    };
+    let cookie = endpoint
+        .session_cookie
+        .as_deref()
+        .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name));
+    let facts = RequestFacts {
+        peer,
+        method,
+        path,
+        forwarded: &forwarded,
+        agent_id: headers.get(X_AGENT_ID).map(|v| v.as_bytes()),
+        authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
+        session_token: cookie,
+    };
+    let started = std::time::Instant::now();
+    let outcome = endpoint.decider.decide_with(&settings, &facts).await;
+    crate::observe::decision(&outcome, started.elapsed());
+    render(flavour, &outcome)
+}
+
+/// The proxy's answer for an outcome.
+fn render(flavour: Flavour, outcome: &Outcome) -> HttpResponse {
+    if outcome.refused() {
+        return for_proxy(flavour, response::too_many_requests(outcome));
+    }
+    let mut res = HttpResponse::Ok().finish();
+    response::apply_headers(res.headers_mut(), outcome);
+    res
+}
+
+fn bad_request(flavour: Flavour, detail: String) -> HttpResponse {
+    let problem = Problem {
+        kind: "urn:fleet-limiter:problem:bad-decision-request",
+        title: "Bad Request",
+        status: 400,
+        detail,
+        retry_after: None,
+    };
+    for_proxy(flavour, problem.into_response())
+}
+
+/// `res` as this proxy can pass it on. nginx treats anything but 2xx, 401 and 403 from an
+/// `auth_request` as its own error (a 500 to the client), and drops the body: a refusal goes
+/// back as 403 (a bad request as 401) with the client's status and problem document in
+/// headers, for the nginx configuration to answer with.
+fn for_proxy(flavour: Flavour, res: HttpResponse) -> HttpResponse {
+    if flavour != Flavour::Nginx {
+        return res;
+    }
+    let status = res.status();
+    let mut headers = res.headers().clone();
+    let body = match res.into_body().try_into_bytes() {
+        Ok(b) => b,
+        Err(_) => bytes::Bytes::new(),
+    };
+    let carried = if status == StatusCode::TOO_MANY_REQUESTS {
+        StatusCode::FORBIDDEN
+    } else {
+        StatusCode::UNAUTHORIZED
+    };
+    let mut out = HttpResponse::build(carried).finish();
+    headers.remove(CONTENT_TYPE);
+    for (name, value) in headers.iter() {
+        out.headers_mut().append(name.clone(), value.clone());
+    }
+    out.headers_mut()
+        .insert(STATUS_HEADER, HeaderValue::from(status.as_u16()));
+    if let Ok(v) = HeaderValue::from_maybe_shared(body) {
+        out.headers_mut().insert(PROBLEM_HEADER, v);
+    }
+    out
+}
