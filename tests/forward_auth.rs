@@ -489,7 +489,7 @@ async fn the_endpoint_answers_only_its_proxies_and_says_what_is_missing() {
         .text()
         .await
         .expect("body")
-        .contains("/nginx, /caddy, /traefik or /envoy"));
+        .contains("/nginx, /caddy, /traefik, /forward or /envoy"));
 
     // nginx without its headers: 401 (what nginx passes on), the real status in a header.
     let res = ask([127, 0, 0, 1], d, get.clone(), "/nginx", &[]).await;

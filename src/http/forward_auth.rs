@@ -8,7 +8,7 @@
 //! | path | original method and URI | refusal |
 //! |---|---|---|
 //! | `/nginx` | `X-Original-Method`, `X-Original-URI` | `403` (nginx passes only 401 and 403 on), with `X-FleetLimiter-Status: 429` and the problem document in `X-FleetLimiter-Problem` for the proxy to answer with |
-//! | `/caddy`, `/traefik` | `X-Forwarded-Method`, `X-Forwarded-Uri` | `429` problem+json with `Retry-After`, which the proxy sends to the client as it is |
+//! | `/caddy`, `/traefik`, `/forward` | `X-Forwarded-Method`, `X-Forwarded-Uri` | `429` problem+json with `Retry-After`, which the proxy sends to the client as it is |
 //! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above |
 //!
 //! Allowed: `200`, empty, with the `RateLimit*` headers for the proxy to copy onto its answer.
@@ -50,7 +50,8 @@ const MAX_URI_LEN: usize = 8 * 1024;
 enum Flavour {
     /// nginx `auth_request`: only 2xx, 401 and 403 mean anything to it.
     Nginx,
-    /// Caddy `forward_auth` and Traefik `ForwardAuth`: `X-Forwarded-Method`/`-Uri`.
+    /// Caddy `forward_auth`, Traefik `ForwardAuth` and the Express client
+    /// (`clients/express`): `X-Forwarded-Method`/`-Uri`.
     Forwarded,
     /// Envoy `ext_authz`: the check request is the original, its path behind a prefix.
     Envoy,
@@ -97,7 +98,7 @@ pub fn bind(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<actix_
         crate::http::ListenError::new(cfg, "decision.listen", "--decision-listen", listen, &e)
     })?;
     for addr in server.addrs() {
-        tracing::info!(decision_listen = %addr, "decision listener started: /nginx /caddy /traefik /envoy/<path>");
+        tracing::info!(decision_listen = %addr, "decision listener started: /nginx /caddy /traefik /forward /envoy/<path>");
     }
     Ok(Some(server.run()))
 }
@@ -123,7 +124,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
     let own_path = req.path();
     let (flavour, envoy_path) = if own_path == "/nginx" {
         (Flavour::Nginx, None)
-    } else if own_path == "/caddy" || own_path == "/traefik" {
+    } else if own_path == "/caddy" || own_path == "/traefik" || own_path == "/forward" {
         (Flavour::Forwarded, None)
     } else if let Some(rest) = own_path.strip_prefix("/envoy") {
         if !rest.starts_with('/') {
@@ -135,7 +136,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
             kind: "urn:fleet-limiter:problem:unknown-decision-path",
             title: "Not Found",
             status: 404,
-            detail: "Ask at /nginx, /caddy, /traefik or /envoy/<path>.".to_owned(),
+            detail: "Ask at /nginx, /caddy, /traefik, /forward or /envoy/<path>.".to_owned(),
             retry_after: None,
         }
         .into_response();

@@ -1,0 +1,46 @@
+/** Where the decision endpoint is and what to do when it cannot be reached. */
+export interface Options {
+  /** The decision listener, e.g. "http://127.0.0.1:7392" (`decision.listen`). */
+  url: string;
+  /** How long to wait for a decision, in milliseconds (default 250). */
+  timeoutMs?: number;
+  /** The answer when the limiter cannot be reached: "allow" (default) or "deny" (503). */
+  onError?: 'allow' | 'deny';
+  /** The fetch to use (default: the global one). */
+  fetch?: typeof fetch;
+}
+
+export interface MiddlewareOptions extends Options {
+  /** Told when the limiter cannot be reached (default: a console warning). */
+  onLimiterError?: (error: Error) => void;
+}
+
+/** The request to decide on. Header names are lower-case. */
+export interface Question {
+  method: string;
+  /** Path and query, as the client sent them. */
+  url: string;
+  /** The client's address. */
+  ip?: string;
+  headers?: Record<string, string | string[] | undefined>;
+}
+
+export interface Decision {
+  allowed: boolean;
+  /** 200 when allowed; otherwise the status to answer with (429, 400, or 503 with onError "deny"). */
+  status: number;
+  /** RateLimit, RateLimit-Policy, X-RateLimit-*, and Retry-After on a refusal. */
+  headers: Record<string, string>;
+  /** The problem document to answer with when refused. */
+  body: string;
+  /** Why the limiter could not be reached, when it could not. */
+  error?: Error;
+}
+
+/** Ask whether one request may pass (plain fetch: serverless functions, any framework). */
+export function check(opts: Options, req: Question): Promise<Decision>;
+
+/** Express 4/5 middleware. */
+export function fleetLimiter(
+  opts: MiddlewareOptions,
+): (req: any, res: any, next: (err?: unknown) => void) => Promise<void>;

@@ -1,0 +1,125 @@
+'use strict';
+// fleet-limiter's client: asks the decision endpoint (`decision.listen`, path `/forward`)
+// whether a request may pass, with the same keys and budgets as the gateway and every other
+// client of the same store. `check()` is plain `fetch` (serverless functions, any framework);
+// `fleetLimiter()` is Express middleware built on it.
+
+/** The headers the decision endpoint reads from the original request. */
+const PASSED = ['x-agent-id', 'authorization', 'cookie'];
+/** The headers of its answer that belong on the client's answer. */
+const LIMIT_HEADERS = [
+  'ratelimit-policy',
+  'ratelimit',
+  'x-ratelimit-limit',
+  'x-ratelimit-remaining',
+  'x-ratelimit-reset',
+  'retry-after',
+];
+const UNREACHABLE = {
+  type: 'urn:fleet-limiter:problem:limiter-unreachable',
+  title: 'Service Unavailable',
+  status: 503,
+  detail: 'The rate limiter could not be reached; try again shortly.',
+};
+
+function options(opts) {
+  if (!opts || typeof opts.url !== 'string') {
+    throw new TypeError('fleet-limiter: `url` is required: the decision endpoint, e.g. "http://127.0.0.1:7392"');
+  }
+  const url = new URL('/forward', opts.url).toString();
+  const timeoutMs = opts.timeoutMs ?? 250;
+  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+    throw new TypeError('fleet-limiter: `timeoutMs` must be a positive number of milliseconds');
+  }
+  const onError = opts.onError ?? 'allow';
+  if (onError !== 'allow' && onError !== 'deny') {
+    throw new TypeError('fleet-limiter: `onError` is "allow" (the default) or "deny"');
+  }
+  return { url, timeoutMs, onError, fetch: opts.fetch ?? globalThis.fetch };
+}
+
+/**
+ * Ask whether one request may pass.
+ * @param {object} opts `{ url, timeoutMs = 250, onError = 'allow', fetch }`
+ * @param {object} req `{ method, url (path and query), ip, headers }`; header names lower-case
+ * @returns {Promise<{allowed: boolean, status: number, headers: Record<string,string>, body: string, error?: Error}>}
+ */
+async function check(opts, req) {
+  const o = options(opts);
+  return ask(o, req);
+}
+
+async function ask(o, req) {
+  const headers = {
+    'x-forwarded-method': String(req.method || 'GET'),
+    'x-forwarded-uri': String(req.url || '/'),
+  };
+  if (req.ip) headers['x-forwarded-for'] = String(req.ip);
+  for (const name of PASSED) {
+    const v = req.headers && req.headers[name];
+    if (typeof v === 'string') headers[name] = v;
+    else if (Array.isArray(v)) headers[name] = v.join(name === 'cookie' ? '; ' : ', ');
+  }
+  try {
+    const res = await o.fetch(o.url, {
+      method: 'GET',
+      headers,
+      signal: AbortSignal.timeout(o.timeoutMs),
+    });
+    const out = {};
+    for (const name of LIMIT_HEADERS) {
+      const v = res.headers.get(name);
+      if (v !== null) out[name] = v;
+    }
+    const body = await res.text();
+    if (res.status >= 500) throw new Error(`the limiter answered ${res.status}`);
+    if (res.status === 403 && body.includes('not-an-allowed-proxy')) {
+      throw new Error('this address is not in the limiter\'s decision.allow_from');
+    }
+    if (res.status === 404) throw new Error('the url does not point at a decision endpoint');
+    const allowed = res.status >= 200 && res.status < 300;
+    return { allowed, status: res.status, headers: out, body };
+  } catch (error) {
+    const allowed = o.onError === 'allow';
+    return {
+      allowed,
+      status: allowed ? 200 : 503,
+      headers: allowed ? {} : { 'retry-after': '1' },
+      body: allowed ? '' : JSON.stringify(UNREACHABLE),
+      error,
+    };
+  }
+}
+
+/**
+ * Express middleware: `app.use(fleetLimiter({ url: 'http://127.0.0.1:7392' }))`.
+ * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's 429.
+ * `req.ip` is the client address: set Express's `trust proxy` as for any other use of it.
+ */
+function fleetLimiter(opts) {
+  const o = options(opts);
+  const onLimiterError = opts.onLimiterError ?? ((error) => console.warn(`fleet-limiter: ${error.message}`));
+  return async function fleetLimiterMiddleware(req, res, next) {
+    let answer;
+    try {
+      answer = await ask(o, {
+        method: req.method,
+        url: req.originalUrl || req.url,
+        ip: req.ip,
+        headers: req.headers,
+      });
+    } catch (error) {
+      return next(error);
+    }
+    if (answer.error) onLimiterError(answer.error);
+    for (const [k, v] of Object.entries(answer.headers)) {
+      if (k !== 'retry-after' || !answer.allowed) res.setHeader(k, v);
+    }
+    if (answer.allowed) return next();
+    res.status(answer.status);
+    res.setHeader('content-type', 'application/problem+json');
+    return res.send(answer.body);
+  };
+}
+
+module.exports = { fleetLimiter, check };
