@@ -6,10 +6,12 @@
 #   MODES="mw-fleet mw-governor mw-bare" bench/callgrind.sh   # the three middleware apps
 #   GATEWAY=path/to/other/fleet-limiter bench/callgrind.sh    # the gateway of another build
 #   MODES=on TOP=60 bench/callgrind.sh      # one mode, a longer list of functions
+#   MODES=decision bench/callgrind.sh       # the forward-auth decision endpoint alone
 #
 # Modes: `on` and `off` are the gateway (rows 2 and 3 of bench/run.sh) in front of nginx
 # `return 200`; `mw-fleet`, `mw-governor` and `mw-bare` are the actix-web apps of rows 6a-6c
-# (bench/middleware). Budgets are so large that every request is allowed.
+# (bench/middleware); `decision` is the decision endpoint with no upstream, asked by
+# bench/decision.lua as a proxy asks it. Budgets are so large that every request is allowed.
 #
 # For each mode the server starts under `valgrind --tool=callgrind`; `wrk -c4` with
 # bench/heartbeat.lua warms it up for WARMUP seconds, the counters are zeroed
@@ -50,9 +52,9 @@ done
 gateway_modes=false middleware_modes=false
 for mode in $MODES; do
   case $mode in
-    on | off) gateway_modes=true ;;
+    on | off | decision) gateway_modes=true ;;
     mw-fleet | mw-governor | mw-bare) middleware_modes=true ;;
-    *) log "unknown mode $mode (on, off, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
+    *) log "unknown mode $mode (on, off, decision, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
   esac
 done
 
@@ -121,6 +123,10 @@ server_command() {
       CMD=("$GATEWAY" serve
         --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
         --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    decision)
+      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_TRUST_PROXY=127.0.0.1 FLEET_LIMITER_DECISION_ALLOW_FROM=127.0.0.1)
+      CMD=("$GATEWAY" serve --config "$TMP/limits.toml" --decision-listen "$listen"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
     mw-fleet) ENVS=(FLEET_LIMITER_LOG=warn) CMD=("$MW" fleet "$TMP/limits.toml" "$listen") ;;
     mw-governor) ENVS=() CMD=("$MW" governor allowed "$listen") ;;
     mw-bare) ENVS=() CMD=("$MW" bare - "$listen") ;;
@@ -137,9 +143,11 @@ for mode in $MODES; do
   pid=$!
   PIDS+=("$pid")
   wait_up "$P_SERVER" || { log "$mode did not start: $(tail -5 "$TMP/server-$mode.log")"; exit 1; }
-  wrk -t1 -c4 -d"${WARMUP}s" -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$P_SERVER" >/dev/null
+  script="$BENCH/heartbeat.lua"
+  [ "$mode" = decision ] && script="$BENCH/decision.lua"
+  wrk -t1 -c4 -d"${WARMUP}s" -s "$script" "http://127.0.0.1:$P_SERVER" >/dev/null
   callgrind_control -z "$pid" >/dev/null 2>&1
-  requests=$(wrk -t1 -c4 -d"${MEASURE}s" -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$P_SERVER" |
+  requests=$(wrk -t1 -c4 -d"${MEASURE}s" -s "$script" "http://127.0.0.1:$P_SERVER" |
     awk '/requests in/ {print $1}')
   callgrind_control -d "$pid" >/dev/null 2>&1
   kill "$pid" 2>/dev/null || true
