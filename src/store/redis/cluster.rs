@@ -1,9 +1,10 @@
 //! Redis Cluster: a request's checks grouped by slot, one call per slot sent at once, and the
 //! refund of what one slot consumed when another refused.
 
+use super::connection::classify;
 use super::connection::Conn;
 use super::scripts::{key_name, parse_answer, push_check, GroupAnswer};
-use super::{Inner, StoreError};
+use super::{Inner, StoreError, StoreErrorKind};
 use crate::limiter::{Algorithm, Verdict};
 use crate::store::Check;
 use futures_util::future::join_all;
@@ -32,7 +33,10 @@ impl Inner {
             Ok(a) => a,
             Err(_) => {
                 self.failed_in_row();
-                return Err(self.failed(format!("no answer within {:?}", self.opts.timeout)));
+                return Err(self.failed(
+                    StoreErrorKind::Timeout,
+                    format!("no answer within {:?}", self.opts.timeout),
+                ));
             }
         };
         let mut verdicts: Vec<Option<Verdict>> = vec![None; checks.len()];
@@ -58,11 +62,14 @@ impl Inner {
         }
         if let Some(e) = error {
             self.failed_in_row();
-            return Err(self.failed(e.to_string()));
+            return Err(self.failed(classify(&e), e.to_string()));
         }
         match verdicts.into_iter().collect::<Option<Vec<_>>>() {
             Some(v) => Ok(v),
-            None => Err(self.failed("the script left a check unanswered".into())),
+            None => Err(self.failed(
+                StoreErrorKind::Script,
+                "the script left a check unanswered".into(),
+            )),
         }
     }
 

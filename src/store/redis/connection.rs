@@ -1,10 +1,10 @@
 //! Connections: building one (standalone or Cluster, over TLS for `rediss://`), rebuilding it
 //! in the background after failures, and the certificates it trusts.
 
-use super::{Inner, RedisTarget, StoreError};
+use super::{Inner, RedisTarget, StoreError, StoreErrorKind};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, RedisError, RedisResult, Value};
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +43,7 @@ impl RedisTls {
             });
         }
         let certs = crate::tls::trusted_certificates(service, ca_file)
-            .map_err(|e| StoreError(e.to_string()))?;
+            .map_err(|e| StoreError::new(StoreErrorKind::Config, e.to_string()))?;
         Ok(Self {
             roots_pem: to_pem(&certs),
             insecure: false,
@@ -100,6 +100,30 @@ impl Conn {
 
 pub(super) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+/// The kind of a redis-rs error: a timeout, a connection that failed or a server that cannot
+/// serve right now, settings that cannot work, or else a script that failed or answered wrong.
+pub(super) fn classify(e: &RedisError) -> StoreErrorKind {
+    if e.is_timeout() {
+        return StoreErrorKind::Timeout;
+    }
+    if e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error() {
+        return StoreErrorKind::Connection;
+    }
+    match e.kind() {
+        ErrorKind::AuthenticationFailed
+        | ErrorKind::BusyLoadingError
+        | ErrorKind::TryAgain
+        | ErrorKind::ClusterDown
+        | ErrorKind::MasterDown
+        | ErrorKind::ReadOnly
+        | ErrorKind::Moved
+        | ErrorKind::Ask
+        | ErrorKind::ClusterConnectionNotFound => StoreErrorKind::Connection,
+        ErrorKind::InvalidClientConfig => StoreErrorKind::Config,
+        _ => StoreErrorKind::Script,
+    }
 }
 
 impl Inner {
@@ -219,5 +243,48 @@ impl Inner {
             *last = Some(std::time::Instant::now());
         }
         self.reconnect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_errors_are_classified_by_what_failed() {
+        let io = |kind| RedisError::from(std::io::Error::new(kind, "socket"));
+        assert_eq!(
+            classify(&io(std::io::ErrorKind::TimedOut)),
+            StoreErrorKind::Timeout
+        );
+        assert_eq!(
+            classify(&io(std::io::ErrorKind::ConnectionRefused)),
+            StoreErrorKind::Connection
+        );
+        assert_eq!(
+            classify(&io(std::io::ErrorKind::BrokenPipe)),
+            StoreErrorKind::Connection
+        );
+        let answer = |kind, text| RedisError::from((kind, text));
+        assert_eq!(
+            classify(&answer(ErrorKind::ClusterDown, "CLUSTERDOWN")),
+            StoreErrorKind::Connection
+        );
+        assert_eq!(
+            classify(&answer(ErrorKind::BusyLoadingError, "LOADING")),
+            StoreErrorKind::Connection
+        );
+        assert_eq!(
+            classify(&answer(ErrorKind::InvalidClientConfig, "bad URL")),
+            StoreErrorKind::Config
+        );
+        assert_eq!(
+            classify(&answer(ErrorKind::ResponseError, "ERR in the script")),
+            StoreErrorKind::Script
+        );
+        assert_eq!(
+            classify(&answer(ErrorKind::TypeError, "unexpected answer")),
+            StoreErrorKind::Script
+        );
     }
 }

@@ -46,9 +46,8 @@ use self::connection::Conn;
 use self::keys_count::count_keys;
 use self::scripts::{Script, BATCH_LUA, REFUND_LUA, SLOT_LUA};
 use self::shared_calls::{share_calls, Job};
-use super::{Check, Store, StoreError};
+use super::{Check, Store, StoreError, StoreErrorKind};
 use crate::clock::{Clock, SystemClock};
-use crate::config::StoreConfig;
 use crate::limiter::Verdict;
 use futures_util::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
@@ -58,6 +57,9 @@ use std::time::Duration;
 
 /// The longest window the script computes exactly (2^53 ns, about 104 days): Lua numbers are doubles.
 pub const MAX_WINDOW_NS: u64 = 1 << 53;
+
+/// Standalone script calls out at once unless [`RedisOptions::calls_in_flight`] says otherwise.
+pub const DEFAULT_CALLS_IN_FLIGHT: usize = 1;
 
 /// Where the Redis store connects. Its `Debug` and `Display` forms hide URL passwords.
 #[derive(Clone, PartialEq, Eq)]
@@ -75,6 +77,11 @@ impl RedisTarget {
             RedisTarget::Standalone(_) => "store.url",
             RedisTarget::Cluster(_) => "store.cluster",
         }
+    }
+
+    /// Whether any of its URLs is `rediss://` (reached over TLS).
+    pub fn uses_tls(&self) -> bool {
+        self.urls().iter().any(|u| u.starts_with("rediss://"))
     }
 
     fn urls(&self) -> Vec<&String> {
@@ -143,7 +150,7 @@ impl RedisOptions {
             clock: Arc::new(SystemClock::new()),
             time_from_clock: false,
             ttl_pad: Duration::ZERO,
-            calls_in_flight: crate::config::defaults::STORE_CALLS_IN_FLIGHT,
+            calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
             tls: None,
         }
     }
@@ -170,6 +177,7 @@ struct Inner {
     jobs: Option<tokio::sync::mpsc::Sender<Job>>,
     cache: OverLimitCache,
     errors: AtomicU64,
+    errors_by_kind: [AtomicU64; StoreErrorKind::ALL.len()],
     failing: AtomicBool,
     errors_at_burst_start: AtomicU64,
     failures_in_row: AtomicU64,
@@ -182,33 +190,10 @@ struct Inner {
 }
 
 impl RedisStore {
-    /// The store a configuration describes: `store.cluster` when given, else `store.url`.
-    /// Waits up to two seconds for a first connection; without one the gateway still starts,
-    /// answering with each limiter's `on_store_error` until Redis can be reached.
-    pub fn from_config(cfg: &StoreConfig) -> Result<Self, StoreError> {
-        let target = if !cfg.cluster.is_empty() {
-            RedisTarget::Cluster(cfg.cluster.clone())
-        } else {
-            match &cfg.url {
-                Some(u) => RedisTarget::Standalone(u.clone()),
-                None => {
-                    return Err(StoreError(
-                        "the redis store needs store.url or store.cluster".into(),
-                    ))
-                }
-            }
-        };
-        let mut opts = RedisOptions::new(cfg.timeout);
-        opts.cache_capacity = cfg.max_keys;
-        opts.calls_in_flight = cfg.calls_in_flight;
+    /// A store on `target` that waits up to two seconds for a first connection; without one it
+    /// still returns, and limiters answer with their `on_store_error` until Redis can be reached.
+    pub fn start(target: RedisTarget, opts: RedisOptions) -> Result<Self, StoreError> {
         let service = target.setting();
-        if target.urls().iter().any(|u| u.starts_with("rediss://")) {
-            opts.tls = Some(RedisTls::new(
-                service,
-                cfg.ca_file.as_deref(),
-                cfg.insecure_skip_verify,
-            )?);
-        }
         let store = Self::new(target.clone(), opts)?;
         if !store.wait_connected(Duration::from_secs(2)) {
             let why = store.inner.connect_error.lock().clone();
@@ -226,18 +211,24 @@ impl RedisStore {
         let urls: Vec<&String> = match &target {
             RedisTarget::Standalone(u) => vec![u],
             RedisTarget::Cluster(nodes) if nodes.is_empty() => {
-                return Err(StoreError("store.cluster lists no node".into()))
+                return Err(StoreError::new(
+                    StoreErrorKind::Config,
+                    "store.cluster lists no node",
+                ))
             }
             RedisTarget::Cluster(nodes) => nodes.iter().collect(),
         };
         for u in urls {
             redis::Client::open(u.as_str()).map_err(|e| {
                 let e = e.to_string();
-                StoreError(format!(
-                    "redis URL `{}`: {}",
-                    crate::redact::url(u),
-                    crate::redact::urls_in(&e)
-                ))
+                StoreError::new(
+                    StoreErrorKind::Config,
+                    format!(
+                        "redis URL `{}`: {}",
+                        crate::redact::url(u),
+                        crate::redact::urls_in(&e)
+                    ),
+                )
             })?;
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -245,7 +236,12 @@ impl RedisStore {
             .thread_name("fleet-limiter-redis")
             .enable_all()
             .build()
-            .map_err(|e| StoreError(format!("cannot start the redis store's runtime: {e}")))?;
+            .map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Internal,
+                    format!("cannot start the redis store's runtime: {e}"),
+                )
+            })?;
         let (tx, rx) = mpsc::channel();
         let cache = OverLimitCache::new(opts.cache_capacity);
         let (jobs, waiting) = match target {
@@ -268,6 +264,7 @@ impl RedisStore {
             jobs,
             cache,
             errors: AtomicU64::new(0),
+            errors_by_kind: Default::default(),
             failing: AtomicBool::new(false),
             errors_at_burst_start: AtomicU64::new(0),
             failures_in_row: AtomicU64::new(0),
@@ -363,6 +360,15 @@ impl Store for RedisStore {
         RedisStore::errors(self)
     }
 
+    fn errors_by_kind(&self) -> [(StoreErrorKind, u64); StoreErrorKind::ALL.len()] {
+        StoreErrorKind::ALL.map(|k| {
+            (
+                k,
+                self.inner.errors_by_kind[k.index()].load(Ordering::Relaxed),
+            )
+        })
+    }
+
     fn calls(&self) -> Option<u64> {
         Some(self.round_trips())
     }
@@ -371,7 +377,8 @@ impl Store for RedisStore {
         Box::pin(async move {
             let conn = self.inner.conn.read().clone();
             let Some(conn) = conn else {
-                return Err(StoreError(
+                return Err(StoreError::new(
+                    StoreErrorKind::Connection,
                     match self.inner.connect_error.lock().as_deref() {
                         Some(why) => format!("redis: not connected: {why}"),
                         None => "redis: not connected".into(),
@@ -382,11 +389,14 @@ impl Store for RedisStore {
                 .await
             {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(StoreError(format!(
-                    "redis: {}",
-                    crate::redact::urls_in(&e.to_string())
-                ))),
-                Err(_) => Err(StoreError("redis: ping timed out".into())),
+                Ok(Err(e)) => Err(StoreError::new(
+                    connection::classify(&e),
+                    format!("redis: {}", crate::redact::urls_in(&e.to_string())),
+                )),
+                Err(_) => Err(StoreError::new(
+                    StoreErrorKind::Timeout,
+                    "redis: ping timed out",
+                )),
             }
         })
     }
@@ -398,10 +408,13 @@ impl Inner {
             return Ok(Vec::new());
         }
         if let Some(c) = checks.iter().find(|c| c.quota.window_ns() >= MAX_WINDOW_NS) {
-            return Err(StoreError(format!(
-                "limiter `{}`: the redis store computes windows up to 104 days",
-                c.key.limiter
-            )));
+            return Err(StoreError::new(
+                StoreErrorKind::Config,
+                format!(
+                    "limiter `{}`: the redis store computes windows up to 104 days",
+                    c.key.limiter
+                ),
+            ));
         }
         let local_now = self.opts.clock.now();
         if let Some(v) = self.cache.answer(checks, local_now) {
@@ -410,7 +423,10 @@ impl Inner {
         let conn = self.conn.read().clone();
         let Some(conn) = conn else {
             self.reconnect();
-            return Err(self.failed("not connected; reconnecting in the background".into()));
+            return Err(self.failed(
+                StoreErrorKind::Connection,
+                "not connected; reconnecting in the background".into(),
+            ));
         };
         let verdicts = match &self.jobs {
             Some(jobs) => self.decide_shared(jobs, checks).await?,
@@ -422,8 +438,9 @@ impl Inner {
     }
 
     /// Count an error; log only the first of a burst.
-    fn failed(&self, msg: String) -> StoreError {
+    fn failed(&self, kind: StoreErrorKind, msg: String) -> StoreError {
         let msg = crate::redact::urls_in(&msg).into_owned();
+        self.errors_by_kind[kind.index()].fetch_add(1, Ordering::Relaxed);
         let total = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
         if !self.failing.swap(true, Ordering::AcqRel) {
             self.errors_at_burst_start
@@ -433,7 +450,7 @@ impl Inner {
                 "redis store failing: limiters answer with their on_store_error until it recovers"
             );
         }
-        StoreError(format!("redis: {msg}"))
+        StoreError::new(kind, format!("redis: {msg}"))
     }
 
     fn succeeded(&self) {

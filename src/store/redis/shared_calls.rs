@@ -1,9 +1,9 @@
 //! Standalone: concurrent requests share script calls. They wait in a bounded queue, and the
 //! batching loop sends what waits as one `batch.lua` call whenever a call slot is free.
 
-use super::connection::is_connection_error;
+use super::connection::{classify, is_connection_error};
 use super::scripts::{key_name, parse_shared, push_check};
-use super::{Inner, StoreError};
+use super::{Inner, StoreError, StoreErrorKind};
 use crate::limiter::{Quota, Verdict};
 use crate::store::Check;
 use redis::Cmd;
@@ -33,19 +33,27 @@ impl Inner {
             reply,
         };
         if let Err(e) = jobs.try_send(job) {
-            let msg = match e {
-                TrySendError::Full(_) => format!("{MAX_WAITING} decisions already wait for redis"),
-                TrySendError::Closed(_) => "the store stopped".to_owned(),
+            let (kind, msg) = match e {
+                TrySendError::Full(_) => (
+                    StoreErrorKind::Overload,
+                    format!("{MAX_WAITING} decisions already wait for redis"),
+                ),
+                TrySendError::Closed(_) => {
+                    (StoreErrorKind::Internal, "the store stopped".to_owned())
+                }
             };
-            return Err(self.failed(msg));
+            return Err(self.failed(kind, msg));
         }
         match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(Ok(verdicts))) => Ok(verdicts),
-            Ok(Ok(Err(msg))) => Err(self.failed(msg)),
-            Ok(Err(_)) => Err(self.failed("the store stopped".into())),
+            Ok(Ok(Err((kind, msg)))) => Err(self.failed(kind, msg)),
+            Ok(Err(_)) => Err(self.failed(StoreErrorKind::Internal, "the store stopped".into())),
             Err(_) => {
                 self.failed_in_row();
-                Err(self.failed(format!("no answer within {:?}", self.opts.timeout)))
+                Err(self.failed(
+                    StoreErrorKind::Timeout,
+                    format!("no answer within {:?}", self.opts.timeout),
+                ))
             }
         }
     }
@@ -56,9 +64,10 @@ impl Inner {
         let Some(conn) = conn else {
             self.reconnect();
             for job in jobs {
-                let _ = job
-                    .reply
-                    .send(Err("not connected; reconnecting in the background".into()));
+                let _ = job.reply.send(Err((
+                    StoreErrorKind::Connection,
+                    "not connected; reconnecting in the background".into(),
+                )));
             }
             return;
         };
@@ -96,9 +105,9 @@ impl Inner {
                 } else {
                     self.failed_in_row();
                 }
-                let msg = e.to_string();
+                let (kind, msg) = (classify(&e), e.to_string());
                 for job in jobs {
-                    let _ = job.reply.send(Err(msg.clone()));
+                    let _ = job.reply.send(Err((kind, msg.clone())));
                 }
             }
         }
@@ -109,7 +118,7 @@ impl Inner {
 pub(super) struct Job {
     pub(super) keys: Vec<String>,
     pub(super) checks: Vec<(Quota, bool)>,
-    pub(super) reply: tokio::sync::oneshot::Sender<Result<Vec<Verdict>, String>>,
+    pub(super) reply: tokio::sync::oneshot::Sender<Result<Vec<Verdict>, (StoreErrorKind, String)>>,
 }
 
 /// The store's batching loop (standalone): while fewer than `calls_in_flight` calls are out,
