@@ -174,11 +174,14 @@ impl Decider {
         let (verdicts, store_error) = match answer {
             Ok(v) if v.len() == checks.len() => (v, None),
             Ok(v) => {
-                let e = StoreError(format!(
-                    "store answered {} verdicts for {} checks",
-                    v.len(),
-                    checks.len()
-                ));
+                let e = StoreError::new(
+                    crate::store::StoreErrorKind::Script,
+                    format!(
+                        "store answered {} verdicts for {} checks",
+                        v.len(),
+                        checks.len()
+                    ),
+                );
                 (fallback_verdicts(&limiters), Some(e))
             }
             Err(e) => (fallback_verdicts(&limiters), Some(e)),

@@ -60,9 +60,44 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
             cfg.store.max_keys,
             Arc::new(clock::SystemClock::new()),
         )),
-        config::StoreBackend::Redis => Arc::new(store::redis::RedisStore::from_config(&cfg.store)?),
+        config::StoreBackend::Redis => {
+            let (target, opts) = redis_settings(&cfg.store)?;
+            Arc::new(store::redis::RedisStore::start(target, opts)?)
+        }
     };
     Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
+}
+
+/// Where and how the Redis store connects, from `[store]`: `store.cluster` when given, else
+/// `store.url`; TLS for `rediss://` with `store.ca_file` and `store.insecure_skip_verify`.
+pub fn redis_settings(
+    cfg: &config::StoreConfig,
+) -> Result<(store::redis::RedisTarget, store::redis::RedisOptions), store::StoreError> {
+    use store::redis::{RedisOptions, RedisTarget, RedisTls};
+    let target = if !cfg.cluster.is_empty() {
+        RedisTarget::Cluster(cfg.cluster.clone())
+    } else {
+        match &cfg.url {
+            Some(u) => RedisTarget::Standalone(u.clone()),
+            None => {
+                return Err(store::StoreError::new(
+                    store::StoreErrorKind::Config,
+                    "the redis store needs store.url or store.cluster",
+                ))
+            }
+        }
+    };
+    let mut opts = RedisOptions::new(cfg.timeout);
+    opts.cache_capacity = cfg.max_keys;
+    opts.calls_in_flight = cfg.calls_in_flight;
+    if target.uses_tls() {
+        opts.tls = Some(RedisTls::new(
+            target.setting(),
+            cfg.ca_file.as_deref(),
+            cfg.insecure_skip_verify,
+        )?);
+    }
+    Ok((target, opts))
 }
 
 /// The token verifier `[identity]` describes; with no key source no token verifies.

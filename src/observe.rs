@@ -20,7 +20,7 @@ pub const STORE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 pub fn decision(outcome: &Outcome, elapsed: Duration) {
     crate::metrics::global().observe(outcome, elapsed);
     log_decision(outcome);
-    let error = outcome.store_error.as_ref().map(|e| e.0.as_str());
+    let error = outcome.store_error.as_ref().map(|e| e.message());
     if error.is_some() || STORE_LOG.is_failing() {
         STORE_LOG.observe(error, Instant::now());
     }

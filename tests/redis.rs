@@ -12,7 +12,7 @@ use fleet_limiter::store::memory::MemoryStore;
 use fleet_limiter::store::redis::{
     self as redis_store, key_name, RedisOptions, RedisStore, RedisTarget,
 };
-use fleet_limiter::store::{Check, Store};
+use fleet_limiter::store::{Check, Store, StoreErrorKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis_support::gateway;
@@ -254,7 +254,15 @@ async fn requests_beyond_the_waiting_cap_fail_at_once() {
         "{:?}",
         refused.first()
     );
+    assert!(answers
+        .iter()
+        .filter_map(|a| a.as_ref().err())
+        .all(|e| e.kind() == StoreErrorKind::Overload));
     assert_eq!(store.errors(), refused.len() as u64);
+    assert_eq!(
+        errors_of(&store, StoreErrorKind::Overload),
+        refused.len() as u64
+    );
     assert!(answers.iter().filter(|a| a.is_ok()).count() >= redis_store::MAX_WAITING);
 }
 
@@ -926,14 +934,75 @@ async fn a_restarted_cluster_is_used_again_without_a_restart() {
     }
     cluster.wait_ok();
     let deadline = Instant::now() + Duration::from_secs(20);
+    let mut failed = 0;
     while store.decide(&checks).await.is_err() {
+        failed += 1;
         assert!(
             Instant::now() < deadline,
             "the store never used the cluster again"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(store.errors() >= errors);
+    // Every failed decision was counted once, and as the cluster being away or slow.
+    assert_eq!(store.errors(), errors + failed);
+    let away =
+        errors_of(&store, StoreErrorKind::Connection) + errors_of(&store, StoreErrorKind::Timeout);
+    assert_eq!(away, store.errors(), "{:?}", store.errors_by_kind());
+}
+
+/// Failed decisions of `kind` the store counted.
+fn errors_of(store: &RedisStore, kind: StoreErrorKind) -> u64 {
+    store
+        .errors_by_kind()
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_fails_decisions_as_connection_errors() {
+    let Some(mut server) = redis_support::own_server() else {
+        return;
+    };
+    let mut o = RedisOptions::new(Duration::from_secs(2));
+    o.cache_capacity = 0;
+    let store = connected(RedisTarget::Standalone(server.url()), o);
+    let checks = [check(
+        &unique("stopped"),
+        "p",
+        Quota::gcra(1000, Duration::from_secs(60)),
+    )];
+    assert!(store.decide(&checks).await.is_ok());
+    server.stop();
+    for _ in 0..3 {
+        let e = store.decide(&checks).await.expect_err("the server is gone");
+        assert_eq!(e.kind(), StoreErrorKind::Connection, "{e}");
+    }
+    assert_eq!(store.errors(), 3);
+    assert_eq!(errors_of(&store, StoreErrorKind::Connection), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_fails_decisions_as_timeouts() {
+    let Some(server) = redis_support::own_server() else {
+        return;
+    };
+    let mut o = RedisOptions::new(Duration::from_millis(200));
+    o.cache_capacity = 0;
+    let store = connected(RedisTarget::Standalone(server.url()), o);
+    let checks = [check(
+        &unique("frozen"),
+        "p",
+        Quota::gcra(1000, Duration::from_secs(60)),
+    )];
+    assert!(store.decide(&checks).await.is_ok());
+    server.pause();
+    let answer = store.decide(&checks).await;
+    server.resume();
+    let e = answer.expect_err("a frozen server does not answer");
+    assert_eq!(e.kind(), StoreErrorKind::Timeout, "{e}");
+    assert_eq!(store.errors(), 1);
+    assert_eq!(errors_of(&store, StoreErrorKind::Timeout), 1);
 }
 
 /// `/readyz` of a gateway: which store it runs on, and whether that store answers.

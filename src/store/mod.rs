@@ -17,11 +17,88 @@ pub struct Check {
     pub advisory: bool,
 }
 
+/// Why a store could not answer, coarse enough to label a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StoreErrorKind {
+    /// No answer within the store's timeout.
+    Timeout,
+    /// No connection, or the connection broke (refused, dropped, I/O error, a server or Cluster
+    /// that cannot serve right now).
+    Connection,
+    /// Too many decisions already wait for the store; this one failed at once.
+    Overload,
+    /// The script failed, or answered something other than what it should.
+    Script,
+    /// The settings cannot work: an invalid URL, no Cluster node, a window too long, a CA file
+    /// that does not load.
+    Config,
+    /// The store itself could not run: its runtime did not start, or it has stopped.
+    Internal,
+}
+
+impl StoreErrorKind {
+    /// Every kind, in the order [`Store::errors_by_kind`] lists them.
+    pub const ALL: [StoreErrorKind; 6] = [
+        StoreErrorKind::Timeout,
+        StoreErrorKind::Connection,
+        StoreErrorKind::Overload,
+        StoreErrorKind::Script,
+        StoreErrorKind::Config,
+        StoreErrorKind::Internal,
+    ];
+
+    /// The metric label: `timeout`, `connection`, `overload`, `script`, `config`, `internal`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreErrorKind::Timeout => "timeout",
+            StoreErrorKind::Connection => "connection",
+            StoreErrorKind::Overload => "overload",
+            StoreErrorKind::Script => "script",
+            StoreErrorKind::Config => "config",
+            StoreErrorKind::Internal => "internal",
+        }
+    }
+
+    /// Its position in [`StoreErrorKind::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl std::fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The store could not answer; each limiter's `on_store_error` decides what happens next.
 /// A URL in the message prints without its password.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("store error: {}", crate::redact::urls_in(.0))]
-pub struct StoreError(pub String);
+#[error("store error: {}", crate::redact::urls_in(&self.message))]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    message: String,
+}
+
+impl StoreError {
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Why the store could not answer.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// What went wrong, in words (URLs as the store wrote them: the Redis store hides their
+    /// passwords; `Display` hides them whatever the source).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
 
 /// A place that decides requests against buckets.
 pub trait Store: Send + Sync + 'static {
@@ -54,6 +131,12 @@ pub trait Store: Send + Sync + 'static {
         0
     }
 
+    /// Failed decisions since start by kind, one entry per [`StoreErrorKind::ALL`] in that
+    /// order; they add up to [`Store::errors`].
+    fn errors_by_kind(&self) -> [(StoreErrorKind, u64); StoreErrorKind::ALL.len()] {
+        StoreErrorKind::ALL.map(|k| (k, 0))
+    }
+
     /// Calls sent to a remote store since start (`None` for a store that makes none). On a
     /// standalone Redis concurrent requests share calls, so decisions / calls is the sharing.
     fn calls(&self) -> Option<u64> {
@@ -63,5 +146,40 @@ pub trait Store: Send + Sync + 'static {
     /// Whether the store answers right now (readiness).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_kinds_have_one_label_each_in_order() {
+        let labels: Vec<&str> = StoreErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "timeout",
+                "connection",
+                "overload",
+                "script",
+                "config",
+                "internal"
+            ]
+        );
+        for (i, k) in StoreErrorKind::ALL.iter().enumerate() {
+            assert_eq!(k.index(), i);
+        }
+    }
+
+    #[test]
+    fn an_error_keeps_its_kind_and_hides_url_passwords() {
+        let e = StoreError::new(
+            StoreErrorKind::Connection,
+            "redis: redis://:hunter2@db:6379 refused",
+        );
+        assert_eq!(e.kind(), StoreErrorKind::Connection);
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert!(e.to_string().starts_with("store error: "), "{e}");
     }
 }

@@ -1,0 +1,464 @@
+//! The Redis store: every gateway instance shares each bucket, with the same decisions as
+//! [`super::memory::MemoryStore`].
+//!
+//! - **One script call per request, or fewer.** The checks of a request are decided together in
+//!   one `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`, after a restart or a failover), with the
+//!   math of [`crate::limiter`] (`gcra.lua`) and the all-or-nothing rule of
+//!   [`super::Store::decide`]. The clock is Redis `TIME`, so instance clocks never matter. A
+//!   bucket expires when it is full again.
+//! - **Standalone: requests share calls.** At most `store.calls_in_flight` calls (one by
+//!   default) are out at once; requests that arrive meanwhile wait (never longer than the
+//!   timeout) and go together in the next call (`batch.lua`), each decided atomically and in
+//!   arrival order, as if alone. Under load this divides Redis's per-call cost (command
+//!   parsing, the script call, the reply, the socket reads and writes on both sides) among the
+//!   requests of a call; an idle store sends each request at once.
+//! - **Keys** are `fl:{<limiter>:<hex digest>}`: the whole name is the hash tag, so a bucket is
+//!   one key on one Cluster slot, and nothing but digests ever reaches Redis.
+//! - **Cluster.** Keys of one request usually sit on different slots. The checks are grouped by
+//!   slot and every group's script (`slot.lua`) is sent at once (one round trip of latency). Each
+//!   group is atomic. When one group refuses while another consumed, the consumed units are given
+//!   back by `refund.lua` before the decision returns (within the same timeout): exactly when
+//!   nothing touched the bucket in between, otherwise by moving it back by the units consumed.
+//!   Between the two, a concurrent request of the same principal may see those units spent.
+//! - **Failure.** Every decision is bounded by the configured timeout; an error or a timeout is
+//!   returned at once (each limiter's `on_store_error` then answers), counted, and logged once
+//!   per burst. A lost connection is rebuilt in the background while requests keep failing fast.
+//! - **TLS.** `rediss://` URLs are reached over TLS (rustls): the server's certificate must chain
+//!   to a system root or to `store.ca_file` and name the URL's host (sent as SNI), unless
+//!   `store.insecure_skip_verify` is set. A certificate that does not verify is logged as such,
+//!   naming the setting, and `/readyz` reports it, like any other unreachable Redis.
+//! - **Local over-limit cache.** A request refused until T is answered in-process until T when
+//!   it names exactly the same buckets, so hammering a refused key costs Redis nothing.
+
+mod cache;
+mod cluster;
+mod connection;
+mod keys_count;
+mod scripts;
+mod shared_calls;
+
+pub use connection::RedisTls;
+pub use scripts::key_name;
+pub use shared_calls::{MAX_CALL_CHECKS, MAX_WAITING};
+
+use self::cache::OverLimitCache;
+use self::connection::Conn;
+use self::keys_count::count_keys;
+use self::scripts::{Script, BATCH_LUA, REFUND_LUA, SLOT_LUA};
+use self::shared_calls::{share_calls, Job};
+use super::{Check, Store, StoreError, StoreErrorKind};
+use crate::clock::{Clock, SystemClock};
+use crate::limiter::Verdict;
+use futures_util::future::BoxFuture;
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+/// The longest window the script computes exactly (2^53 ns, about 104 days): Lua numbers are doubles.
+pub const MAX_WINDOW_NS: u64 = 1 << 53;
+
+/// Standalone script calls out at once unless [`RedisOptions::calls_in_flight`] says otherwise.
+pub const DEFAULT_CALLS_IN_FLIGHT: usize = 1;
+
+/// Where the Redis store connects. Its `Debug` and `Display` forms hide URL passwords.
+#[derive(Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server (or a proxy in front of a primary): `redis://host:6379`.
+    Standalone(String),
+    /// A Redis Cluster, given by some of its nodes' URLs.
+    Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// The setting it comes from, as messages name it.
+    pub fn setting(&self) -> &'static str {
+        match self {
+            RedisTarget::Standalone(_) => "store.url",
+            RedisTarget::Cluster(_) => "store.cluster",
+        }
+    }
+
+    /// Whether any of its URLs is `rediss://` (reached over TLS).
+    pub fn uses_tls(&self) -> bool {
+        self.urls().iter().any(|u| u.starts_with("rediss://"))
+    }
+
+    fn urls(&self) -> Vec<&String> {
+        match self {
+            RedisTarget::Standalone(u) => vec![u],
+            RedisTarget::Cluster(nodes) => nodes.iter().collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Standalone(u) => f.write_str(&crate::redact::url(u)),
+            RedisTarget::Cluster(nodes) => {
+                let shown: Vec<_> = nodes.iter().map(|u| crate::redact::url(u)).collect();
+                write!(f, "cluster {}", shown.join(", "))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Standalone(u) => f
+                .debug_tuple("Standalone")
+                .field(&crate::redact::url(u))
+                .finish(),
+            RedisTarget::Cluster(nodes) => {
+                let shown: Vec<_> = nodes.iter().map(|u| crate::redact::url(u)).collect();
+                f.debug_tuple("Cluster").field(&shown).finish()
+            }
+        }
+    }
+}
+
+/// How the Redis store behaves; [`RedisOptions::new`] gives the production settings.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// Longest a decision waits for Redis.
+    pub timeout: Duration,
+    /// Longest a background connection attempt waits.
+    pub connect_timeout: Duration,
+    /// Most refused buckets the local over-limit cache remembers (0 turns it off).
+    pub cache_capacity: usize,
+    /// The local clock: the over-limit cache's time line, and the script's when `time_from_clock`.
+    pub clock: Arc<dyn Clock>,
+    /// Pass `clock` to the script instead of reading Redis `TIME` (tests and simulations).
+    pub time_from_clock: bool,
+    /// Added to every key's expiry (zero in production; virtual-time tests may outrun real time).
+    pub ttl_pad: Duration,
+    /// Standalone: script calls out at once (at least one); requests arriving meanwhile wait and
+    /// share the next call.
+    pub calls_in_flight: usize,
+    /// How `rediss://` URLs are verified (`None`: system roots).
+    pub tls: Option<RedisTls>,
+}
+
+impl RedisOptions {
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            connect_timeout: Duration::from_secs(1),
+            cache_capacity: 100_000,
+            clock: Arc::new(SystemClock::new()),
+            time_from_clock: false,
+            ttl_pad: Duration::ZERO,
+            calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
+            tls: None,
+        }
+    }
+}
+
+/// The Redis store. Cheap to share; owns a small runtime for its background work.
+pub struct RedisStore {
+    inner: Arc<Inner>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+struct Inner {
+    target: RedisTarget,
+    opts: RedisOptions,
+    handle: tokio::runtime::Handle,
+    conn: RwLock<Option<Arc<Conn>>>,
+    reconnecting: AtomicBool,
+    first_connect: Mutex<Option<mpsc::Sender<()>>>,
+    first_wait: Mutex<Option<mpsc::Receiver<()>>>,
+    slot: Script,
+    batch: Script,
+    refund: Script,
+    /// Requests waiting for a shared call (standalone only).
+    jobs: Option<tokio::sync::mpsc::Sender<Job>>,
+    cache: OverLimitCache,
+    errors: AtomicU64,
+    errors_by_kind: [AtomicU64; StoreErrorKind::ALL.len()],
+    failing: AtomicBool,
+    errors_at_burst_start: AtomicU64,
+    failures_in_row: AtomicU64,
+    last_rebuild: Mutex<Option<std::time::Instant>>,
+    round_trips: AtomicU64,
+    refunds: AtomicU64,
+    keys: AtomicU64,
+    /// Why the last connection attempt failed, until one succeeds (for `/readyz` and logs).
+    connect_error: Mutex<Option<String>>,
+}
+
+impl RedisStore {
+    /// A store on `target` that waits up to two seconds for a first connection; without one it
+    /// still returns, and limiters answer with their `on_store_error` until Redis can be reached.
+    pub fn start(target: RedisTarget, opts: RedisOptions) -> Result<Self, StoreError> {
+        let service = target.setting();
+        let store = Self::new(target.clone(), opts)?;
+        if !store.wait_connected(Duration::from_secs(2)) {
+            let why = store.inner.connect_error.lock().clone();
+            tracing::warn!(
+                target = %target,
+                error = why.as_deref().unwrap_or("no answer yet"),
+                "{service}: redis store not reachable yet; limiters answer with on_store_error until it is"
+            );
+        }
+        Ok(store)
+    }
+
+    /// A store on `target`; connects in the background at once.
+    pub fn new(target: RedisTarget, opts: RedisOptions) -> Result<Self, StoreError> {
+        let urls: Vec<&String> = match &target {
+            RedisTarget::Standalone(u) => vec![u],
+            RedisTarget::Cluster(nodes) if nodes.is_empty() => {
+                return Err(StoreError::new(
+                    StoreErrorKind::Config,
+                    "store.cluster lists no node",
+                ))
+            }
+            RedisTarget::Cluster(nodes) => nodes.iter().collect(),
+        };
+        for u in urls {
+            redis::Client::open(u.as_str()).map_err(|e| {
+                let e = e.to_string();
+                StoreError::new(
+                    StoreErrorKind::Config,
+                    format!(
+                        "redis URL `{}`: {}",
+                        crate::redact::url(u),
+                        crate::redact::urls_in(&e)
+                    ),
+                )
+            })?;
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fleet-limiter-redis")
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                StoreError::new(
+                    StoreErrorKind::Internal,
+                    format!("cannot start the redis store's runtime: {e}"),
+                )
+            })?;
+        let (tx, rx) = mpsc::channel();
+        let cache = OverLimitCache::new(opts.cache_capacity);
+        let (jobs, waiting) = match target {
+            RedisTarget::Standalone(_) => {
+                let (jobs, waiting) = tokio::sync::mpsc::channel(MAX_WAITING);
+                (Some(jobs), Some(waiting))
+            }
+            RedisTarget::Cluster(_) => (None, None),
+        };
+        let inner = Arc::new(Inner {
+            target,
+            handle: runtime.handle().clone(),
+            conn: RwLock::new(None),
+            reconnecting: AtomicBool::new(false),
+            first_connect: Mutex::new(Some(tx)),
+            first_wait: Mutex::new(Some(rx)),
+            slot: Script::new(SLOT_LUA),
+            batch: Script::new(BATCH_LUA),
+            refund: Script::new(REFUND_LUA),
+            jobs,
+            cache,
+            errors: AtomicU64::new(0),
+            errors_by_kind: Default::default(),
+            failing: AtomicBool::new(false),
+            errors_at_burst_start: AtomicU64::new(0),
+            failures_in_row: AtomicU64::new(0),
+            last_rebuild: Mutex::new(None),
+            round_trips: AtomicU64::new(0),
+            refunds: AtomicU64::new(0),
+            keys: AtomicU64::new(0),
+            connect_error: Mutex::new(None),
+            opts,
+        });
+        inner.reconnect();
+        let weak = Arc::downgrade(&inner);
+        runtime.spawn(count_keys(weak.clone()));
+        if let Some(waiting) = waiting {
+            runtime.spawn(share_calls(
+                weak,
+                waiting,
+                inner.opts.calls_in_flight.max(1),
+            ));
+        }
+        Ok(Self {
+            inner,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// Block the calling thread until the first connection is up, at most `within`.
+    pub fn wait_connected(&self, within: Duration) -> bool {
+        if self.is_connected() {
+            return true;
+        }
+        let rx = self.inner.first_wait.lock().take();
+        match rx {
+            Some(rx) => rx.recv_timeout(within).is_ok() || self.is_connected(),
+            None => self.is_connected(),
+        }
+    }
+
+    /// Whether a connection is up right now.
+    pub fn is_connected(&self) -> bool {
+        self.inner.conn.read().is_some()
+    }
+
+    /// Decisions that failed (error or timeout) since start.
+    pub fn errors(&self) -> u64 {
+        self.inner.errors.load(Ordering::Relaxed)
+    }
+
+    /// Requests answered by the local over-limit cache without asking Redis.
+    pub fn cache_hits(&self) -> u64 {
+        self.inner.cache.hits.load(Ordering::Relaxed)
+    }
+
+    /// Script calls sent to Redis to decide requests (one round trip each, whatever its number of
+    /// keys; on a standalone server, concurrent requests share calls).
+    pub fn round_trips(&self) -> u64 {
+        self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Cluster requests whose consumption was given back because a different slot refused.
+    pub fn refunds(&self) -> u64 {
+        self.inner.refunds.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn decide<'a>(
+        &'a self,
+        checks: &'a [Check],
+    ) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
+        Box::pin(self.inner.decide(checks))
+    }
+
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    /// Bucket keys (`fl:{...}`) in the Redis database (every master's, on Cluster), counted by a
+    /// bounded SCAN every ten seconds; other keys the database holds are not counted.
+    fn tracked_keys(&self) -> u64 {
+        self.inner.keys.load(Ordering::Relaxed)
+    }
+
+    fn errors(&self) -> u64 {
+        RedisStore::errors(self)
+    }
+
+    fn errors_by_kind(&self) -> [(StoreErrorKind, u64); StoreErrorKind::ALL.len()] {
+        StoreErrorKind::ALL.map(|k| {
+            (
+                k,
+                self.inner.errors_by_kind[k.index()].load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    fn calls(&self) -> Option<u64> {
+        Some(self.round_trips())
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let conn = self.inner.conn.read().clone();
+            let Some(conn) = conn else {
+                return Err(StoreError::new(
+                    StoreErrorKind::Connection,
+                    match self.inner.connect_error.lock().as_deref() {
+                        Some(why) => format!("redis: not connected: {why}"),
+                        None => "redis: not connected".into(),
+                    },
+                ));
+            };
+            match tokio::time::timeout(self.inner.opts.timeout, conn.query(&redis::cmd("PING")))
+                .await
+            {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(e)) => Err(StoreError::new(
+                    connection::classify(&e),
+                    format!("redis: {}", crate::redact::urls_in(&e.to_string())),
+                )),
+                Err(_) => Err(StoreError::new(
+                    StoreErrorKind::Timeout,
+                    "redis: ping timed out",
+                )),
+            }
+        })
+    }
+}
+
+impl Inner {
+    async fn decide(self: &Arc<Self>, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(c) = checks.iter().find(|c| c.quota.window_ns() >= MAX_WINDOW_NS) {
+            return Err(StoreError::new(
+                StoreErrorKind::Config,
+                format!(
+                    "limiter `{}`: the redis store computes windows up to 104 days",
+                    c.key.limiter
+                ),
+            ));
+        }
+        let local_now = self.opts.clock.now();
+        if let Some(v) = self.cache.answer(checks, local_now) {
+            return Ok(v);
+        }
+        let conn = self.conn.read().clone();
+        let Some(conn) = conn else {
+            self.reconnect();
+            return Err(self.failed(
+                StoreErrorKind::Connection,
+                "not connected; reconnecting in the background".into(),
+            ));
+        };
+        let verdicts = match &self.jobs {
+            Some(jobs) => self.decide_shared(jobs, checks).await?,
+            None => self.decide_by_slot(&conn, checks).await?,
+        };
+        self.succeeded();
+        self.cache.remember(checks, &verdicts, local_now);
+        Ok(verdicts)
+    }
+
+    /// Count an error; log only the first of a burst.
+    fn failed(&self, kind: StoreErrorKind, msg: String) -> StoreError {
+        let msg = crate::redact::urls_in(&msg).into_owned();
+        self.errors_by_kind[kind.index()].fetch_add(1, Ordering::Relaxed);
+        let total = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if !self.failing.swap(true, Ordering::AcqRel) {
+            self.errors_at_burst_start
+                .store(total - 1, Ordering::Relaxed);
+            tracing::warn!(
+                error = %msg,
+                "redis store failing: limiters answer with their on_store_error until it recovers"
+            );
+        }
+        StoreError::new(kind, format!("redis: {msg}"))
+    }
+
+    fn succeeded(&self) {
+        self.failures_in_row.store(0, Ordering::Relaxed);
+        if self.failing.swap(false, Ordering::AcqRel) {
+            let since = self.errors.load(Ordering::Relaxed)
+                - self.errors_at_burst_start.load(Ordering::Relaxed);
+            tracing::info!(failed_decisions = since, "redis store answering again");
+        }
+    }
+}
