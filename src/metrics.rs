@@ -155,6 +155,17 @@ struct LimiterCounters {
     near_limit: AtomicU64,
 }
 
+/// One limiter's verdict on one request, as the metrics see it.
+#[derive(Debug, Clone, Copy)]
+pub struct LimiterFact<'a> {
+    pub limiter: &'a Arc<str>,
+    pub outcome: DecisionOutcome,
+    /// What the verdict left of the budget.
+    pub remaining: u32,
+    /// The budget.
+    pub limit: u32,
+}
+
 /// Whole-request results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestOutcome {
@@ -284,8 +295,7 @@ impl Metrics {
         }
     }
 
-    /// Count one limiter's verdict on one request: its outcome, and whether an allowed request
-    /// left less than the near-limit share of the budget (`remaining` of `limit`).
+    /// Count one limiter's verdict on one request (see [`Metrics::limiter_decisions`]).
     pub fn limiter_decision(
         &self,
         limiter: &Arc<str>,
@@ -293,20 +303,40 @@ impl Metrics {
         remaining: u32,
         limit: u32,
     ) {
+        self.limiter_decisions([LimiterFact {
+            limiter,
+            outcome,
+            remaining,
+            limit,
+        }]);
+    }
+
+    /// Count the verdicts of one request's limiters: each one's outcome, and whether an allowed
+    /// request left less than the near-limit share of the budget. One read of the limiter map
+    /// for them all; a limiter the configuration did not name is added after.
+    pub fn limiter_decisions<'a>(&self, facts: impl IntoIterator<Item = LimiterFact<'a>>) {
         let pct = u64::from(self.near_limit_percent.load(Ordering::Relaxed));
-        let record = |c: &LimiterCounters| {
-            c.outcomes[outcome as usize].fetch_add(1, Ordering::Relaxed);
-            if outcome == DecisionOutcome::Allowed
-                && u64::from(remaining) * 100 < pct * u64::from(limit)
+        let record = |c: &LimiterCounters, f: &LimiterFact<'_>| {
+            c.outcomes[f.outcome as usize].fetch_add(1, Ordering::Relaxed);
+            if f.outcome == DecisionOutcome::Allowed
+                && u64::from(f.remaining) * 100 < pct * u64::from(f.limit)
             {
                 c.near_limit.fetch_add(1, Ordering::Relaxed);
             }
         };
-        if let Some(c) = self.limiters.read().get(limiter) {
-            record(c);
-            return;
+        let mut unseen = Vec::new();
+        {
+            let map = self.limiters.read();
+            for f in facts {
+                match map.get(f.limiter) {
+                    Some(c) => record(c, &f),
+                    None => unseen.push(f),
+                }
+            }
         }
-        record(&self.counters(limiter));
+        for f in unseen {
+            record(&self.counters(f.limiter), &f);
+        }
     }
 
     /// One store round trip, answered or failed.

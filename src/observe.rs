@@ -8,7 +8,7 @@
 
 use crate::decision::{LimitResult, Outcome};
 use crate::limiter::ceil_secs;
-use crate::metrics::{DecisionOutcome, Metrics, RequestOutcome};
+use crate::metrics::{DecisionOutcome, LimiterFact, Metrics, RequestOutcome};
 use crate::policy::Mode;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,10 +38,12 @@ fn count(metrics: &Metrics, outcome: &Outcome, elapsed: Duration) {
         RequestOutcome::Forwarded
     };
     metrics.request(request, elapsed);
-    for r in &outcome.results {
-        let o = DecisionOutcome::of(r.verdict.allowed, r.store_error, r.spec.mode);
-        metrics.limiter_decision(&r.spec.name, o, r.verdict.remaining, r.verdict.limit);
-    }
+    metrics.limiter_decisions(outcome.results.iter().map(|r| LimiterFact {
+        limiter: &r.spec.name,
+        outcome: DecisionOutcome::of(r.verdict.allowed, r.store_error, r.spec.mode),
+        remaining: r.verdict.remaining,
+        limit: r.verdict.limit,
+    }));
 }
 
 fn log_decision(outcome: &Outcome) {
