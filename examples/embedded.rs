@@ -48,8 +48,11 @@ async fn main() -> anyhow::Result<()> {
                 web::get().to(move || {
                     let decider = decider.clone();
                     async move {
-                        let text = fleet_limiter::metrics::global()
-                            .render(Some(decider.store().as_ref()), Some(&decider.settings()));
+                        let settings = decider.settings();
+                        let text = decider.metrics().render(
+                            Some(decider.store().as_ref()),
+                            Some((settings.enabled, &settings.policy)),
+                        );
                         HttpResponse::Ok()
                             .content_type("text/plain; version=0.0.4")
                             .body(text)

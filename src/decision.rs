@@ -8,6 +8,7 @@ use crate::config::Config;
 use crate::identity::{self, Identity, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
 use crate::limiter::{ceil_secs, Verdict};
+use crate::metrics::Metrics;
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
 use crate::store::{Check, Store, StoreError};
@@ -90,6 +91,8 @@ pub struct Decider {
     /// How the store wants its bucket names digested.
     digest: KeyDigest,
     verifier: Arc<dyn TokenVerifier>,
+    /// This decider's own counters: a second decider in the process counts apart.
+    metrics: Arc<Metrics>,
 }
 
 /// The parts of the configuration a decision reads; swapped whole on reload.
@@ -115,14 +118,29 @@ impl Settings {
     }
 }
 
+/// Give the metrics the configuration's limiters (so they appear at zero) and its near-limit
+/// threshold.
+fn configure(metrics: &Metrics, cfg: &Config) {
+    let names: Vec<Arc<str>> = cfg.limiters.iter().map(|l| l.name.clone()).collect();
+    metrics.configure(&names, cfg.ops.near_limit_percent);
+}
+
 impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        configure(&metrics, cfg);
         Self {
             state: RwLock::new(Arc::new(Settings::from_config(cfg))),
             digest: store.key_digest(),
             store,
             verifier,
+            metrics,
         }
+    }
+
+    /// This decider's metrics: its decisions, and what the app built around it records.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     pub fn settings(&self) -> Arc<Settings> {
@@ -133,6 +151,7 @@ impl Decider {
     /// limiter's name, so unchanged limiters keep their state.
     pub fn reload(&self, cfg: &Config) {
         *self.state.write() = Arc::new(Settings::from_config(cfg));
+        configure(&self.metrics, cfg);
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -170,7 +189,8 @@ impl Decider {
         let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
-        crate::metrics::global().store_round_trip(started.elapsed(), answer.is_ok());
+        self.metrics
+            .store_round_trip(started.elapsed(), answer.is_ok());
         let (verdicts, store_error) = match answer {
             Ok(v) if v.len() == checks.len() => (v, None),
             Ok(v) => {

@@ -1,17 +1,17 @@
 //! Counters and histograms in the Prometheus text format, kept in atomics so recording never
 //! waits: per-limiter decisions by outcome, near-limit decisions, decision, store and upstream
-//! latency, upstream statuses, reloads. [`global`] is the process's registry; `/metrics` on the
-//! admin listener renders it with the store's key gauges.
+//! latency, upstream statuses, reloads. Each [`Metrics`] belongs to one decider (one gateway or
+//! one embedded limiter) and is fed plain facts; `/metrics` on the admin listener renders it
+//! with the store's key gauges and the current policy.
 
-use crate::decision::{Outcome, Settings};
 use crate::http::proxy::pace::Trip;
-use crate::policy::Mode;
+use crate::policy::{Mode, Policy};
 use crate::store::Store;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What one limiter said about one request.
@@ -155,6 +155,17 @@ struct LimiterCounters {
     near_limit: AtomicU64,
 }
 
+/// One limiter's verdict on one request, as the metrics see it.
+#[derive(Debug, Clone, Copy)]
+pub struct LimiterFact<'a> {
+    pub limiter: &'a Arc<str>,
+    pub outcome: DecisionOutcome,
+    /// What the verdict left of the budget.
+    pub remaining: u32,
+    /// The budget.
+    pub limit: u32,
+}
+
 /// Whole-request results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestOutcome {
@@ -202,12 +213,21 @@ pub struct Metrics {
     last_reload_ok: AtomicBool,
     /// Requests refused with 400 for their path's spelling, by class (index: `Class::ALL`).
     paths_rejected: [AtomicU64; crate::path::Class::ALL.len()],
-    /// Log lines dropped because the log output could not be written (its reader is gone).
-    log_lines_dropped: AtomicU64,
     /// WebSocket handshakes the upstream answered: switched (101) and declined (anything else).
     upgrades: [AtomicU64; 2],
     /// Upgraded connections spliced to the upstream now.
     upgraded_open: AtomicU64,
+    /// Log lines dropped by the process-wide log sink ([`crate::log_sink::lines_dropped`]): one
+    /// stderr for the whole process, so every registry shows the same count.
+    log_lines_dropped: fn() -> u64,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("limiters", &self.limiters.read().len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for Metrics {
@@ -234,9 +254,9 @@ impl Metrics {
             reloads_failed: AtomicU64::new(0),
             last_reload_ok: AtomicBool::new(true),
             paths_rejected: Default::default(),
-            log_lines_dropped: AtomicU64::new(0),
             upgrades: Default::default(),
             upgraded_open: AtomicU64::new(0),
+            log_lines_dropped: crate::log_sink::lines_dropped,
         }
     }
 
@@ -266,41 +286,56 @@ impl Metrics {
             .clone()
     }
 
-    /// Count one request's decision and how long it took.
-    pub fn observe(&self, outcome: &Outcome, elapsed: Duration) {
-        let req = if outcome.results.is_empty() {
-            RequestOutcome::Unmetered
-        } else if outcome.refused() {
-            RequestOutcome::Refused
-        } else {
-            RequestOutcome::Forwarded
-        };
-        self.requests[req as usize].fetch_add(1, Ordering::Relaxed);
-        if outcome.results.is_empty() {
-            return;
+    /// Count one request by what limiting did with it; a metered one also counts how long its
+    /// decision took.
+    pub fn request(&self, outcome: RequestOutcome, elapsed: Duration) {
+        self.requests[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        if outcome != RequestOutcome::Unmetered {
+            self.decision_latency.observe(elapsed);
         }
-        self.decision_latency.observe(elapsed);
+    }
+
+    /// Count one limiter's verdict on one request (see [`Metrics::limiter_decisions`]).
+    pub fn limiter_decision(
+        &self,
+        limiter: &Arc<str>,
+        outcome: DecisionOutcome,
+        remaining: u32,
+        limit: u32,
+    ) {
+        self.limiter_decisions([LimiterFact {
+            limiter,
+            outcome,
+            remaining,
+            limit,
+        }]);
+    }
+
+    /// Count the verdicts of one request's limiters: each one's outcome, and whether an allowed
+    /// request left less than the near-limit share of the budget. One read of the limiter map
+    /// for them all; a limiter the configuration did not name is added after.
+    pub fn limiter_decisions<'a>(&self, facts: impl IntoIterator<Item = LimiterFact<'a>>) {
         let pct = u64::from(self.near_limit_percent.load(Ordering::Relaxed));
-        let record = |c: &LimiterCounters, r: &crate::decision::LimitResult| {
-            let o = DecisionOutcome::of(r.verdict.allowed, r.store_error, r.spec.mode);
-            c.outcomes[o as usize].fetch_add(1, Ordering::Relaxed);
-            let limit = u64::from(r.verdict.limit);
-            if o == DecisionOutcome::Allowed && u64::from(r.verdict.remaining) * 100 < pct * limit {
+        let record = |c: &LimiterCounters, f: &LimiterFact<'_>| {
+            c.outcomes[f.outcome as usize].fetch_add(1, Ordering::Relaxed);
+            if f.outcome == DecisionOutcome::Allowed
+                && u64::from(f.remaining) * 100 < pct * u64::from(f.limit)
+            {
                 c.near_limit.fetch_add(1, Ordering::Relaxed);
             }
         };
         let mut unseen = Vec::new();
         {
             let map = self.limiters.read();
-            for r in &outcome.results {
-                match map.get(&r.spec.name) {
-                    Some(c) => record(c, r),
-                    None => unseen.push(r),
+            for f in facts {
+                match map.get(f.limiter) {
+                    Some(c) => record(c, &f),
+                    None => unseen.push(f),
                 }
             }
         }
-        for r in unseen {
-            record(&self.counters(&r.spec.name), r);
+        for f in unseen {
+            record(&self.counters(f.limiter), &f);
         }
     }
 
@@ -365,16 +400,6 @@ impl Metrics {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
-    /// A log line could not be written and was dropped.
-    pub fn log_line_dropped(&self) {
-        self.log_lines_dropped.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How many log lines were dropped so far.
-    pub fn log_lines_dropped(&self) -> u64 {
-        self.log_lines_dropped.load(Ordering::Relaxed)
-    }
-
     pub fn reloaded(&self, ok: bool) {
         if ok {
             self.reloads_ok.fetch_add(1, Ordering::Relaxed);
@@ -392,13 +417,22 @@ impl Metrics {
             .map_or(0, |c| c.outcomes[outcome as usize].load(Ordering::Relaxed))
     }
 
-    /// Everything, in the Prometheus text exposition format (version 0.0.4).
-    pub fn render(&self, store: Option<&dyn Store>, settings: Option<&Settings>) -> String {
+    /// How many allowed decisions of a limiter left less than the near-limit share.
+    pub fn near_limit(&self, limiter: &str) -> u64 {
+        self.limiters
+            .read()
+            .get(limiter)
+            .map_or(0, |c| c.near_limit.load(Ordering::Relaxed))
+    }
+
+    /// Everything, in the Prometheus text exposition format (version 0.0.4). `configured` is
+    /// whether limiting is on and the policy in force, when known.
+    pub fn render(&self, store: Option<&dyn Store>, configured: Option<(bool, &Policy)>) -> String {
         let mut out = String::with_capacity(16 * 1024);
-        if let Some(s) = settings {
+        if let Some((_, policy)) = configured {
             // Configured limiters appear at zero before their first decision.
             let mut map = self.limiters.write();
-            for l in s.policy.limiters() {
+            for l in policy.limiters() {
                 map.entry(l.name.clone()).or_default();
             }
         }
@@ -635,24 +669,24 @@ impl Metrics {
             &mut out,
             "fleet_limiter_log_lines_dropped_total",
             "Log lines dropped because the log output (stderr) could not be written, e.g. its reader has exited.",
-            &[("", &self.log_lines_dropped)],
+            &[("", &AtomicU64::new((self.log_lines_dropped)()))],
         );
 
-        if let Some(s) = settings {
+        if let Some((enabled, policy)) = configured {
             header(
                 &mut out,
                 "fleet_limiter_enabled",
                 "gauge",
                 "1 when limiting is on (FLEET_LIMITER_ENABLED).",
             );
-            sample(&mut out, "fleet_limiter_enabled", "", u8::from(s.enabled));
+            sample(&mut out, "fleet_limiter_enabled", "", u8::from(enabled));
             header(
                 &mut out,
                 "fleet_limiter_limiter_info",
                 "gauge",
                 "Each configured limiter: its mode, budget and window.",
             );
-            for l in s.policy.limiters() {
+            for l in policy.limiters() {
                 let mode = match l.mode {
                     Mode::Enforce => "enforce",
                     Mode::Shadow => "shadow",
@@ -708,53 +742,9 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// The process's registry.
-pub fn global() -> &'static Metrics {
-    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
-    GLOBAL.get_or_init(Metrics::new)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::LimitResult;
-    use crate::keys::BucketKey;
-    use crate::limiter::{Quota, Verdict};
-    use crate::policy::{CredentialMatch, LimiterSpec, OnStoreError};
-
-    fn spec(name: &str, mode: Mode) -> Arc<LimiterSpec> {
-        Arc::new(LimiterSpec {
-            name: Arc::from(name),
-            quota: Quota::gcra(10, Duration::from_secs(60)),
-            key: crate::keys::KeyKind::Ip,
-            routes: vec!["/api/**".parse().expect("route")],
-            except: vec![],
-            group: Arc::from(name),
-            credential: CredentialMatch::Any,
-            mode,
-            on_store_error: OnStoreError::Allow,
-        })
-    }
-
-    fn result(
-        spec: &Arc<LimiterSpec>,
-        allowed: bool,
-        remaining: u32,
-        store_error: bool,
-    ) -> LimitResult {
-        LimitResult {
-            spec: spec.clone(),
-            key: BucketKey::new(spec.name.clone(), "ip:192.0.2.1"),
-            verdict: Verdict {
-                allowed,
-                limit: 10,
-                remaining,
-                reset_after_ns: 0,
-                retry_after_ns: if allowed { 0 } else { 1_000_000_000 },
-            },
-            store_error,
-        }
-    }
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         text.lines().find(|l| l.starts_with(prefix))
@@ -763,28 +753,17 @@ mod tests {
     #[test]
     fn outcomes_near_limit_and_requests_are_counted() {
         let m = Metrics::new();
-        let enforce = spec("a", Mode::Enforce);
-        let shadow = spec("b", Mode::Shadow);
-        m.configure([&enforce.name, &shadow.name], 20);
-        let o = Outcome {
-            results: vec![
-                result(&enforce, true, 1, false),
-                result(&shadow, false, 0, false),
-            ],
-            ..Outcome::default()
-        };
-        m.observe(&o, Duration::from_micros(30));
-        let o = Outcome {
-            results: vec![result(&enforce, false, 0, false)],
-            ..Outcome::default()
-        };
-        m.observe(&o, Duration::from_micros(30));
-        let o = Outcome {
-            results: vec![result(&enforce, true, 0, true)],
-            ..Outcome::default()
-        };
-        m.observe(&o, Duration::from_micros(30));
-        m.observe(&Outcome::default(), Duration::ZERO);
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        m.configure([&a, &b], 20);
+        let micros = Duration::from_micros(30);
+        m.limiter_decision(&a, DecisionOutcome::Allowed, 1, 10);
+        m.limiter_decision(&b, DecisionOutcome::ShadowRefused, 0, 10);
+        m.request(RequestOutcome::Forwarded, micros);
+        m.limiter_decision(&a, DecisionOutcome::Refused, 0, 10);
+        m.request(RequestOutcome::Refused, micros);
+        m.limiter_decision(&a, DecisionOutcome::StoreErrorAllowed, 0, 10);
+        m.request(RequestOutcome::Forwarded, micros);
+        m.request(RequestOutcome::Unmetered, Duration::ZERO);
         assert_eq!(m.decisions("a", DecisionOutcome::Allowed), 1);
         assert_eq!(m.decisions("a", DecisionOutcome::Refused), 1);
         assert_eq!(m.decisions("a", DecisionOutcome::StoreErrorAllowed), 1);
@@ -852,18 +831,15 @@ mod tests {
     #[test]
     fn exposition_page_of_the_default_calibration() {
         let cfg = crate::config::Config::default();
-        let settings = Settings::from_config(&cfg);
-        let m = Metrics::new();
-        let agent = settings
-            .policy
-            .get("agent-device")
-            .expect("built-in")
-            .clone();
-        let o = Outcome {
-            results: vec![result(&agent, false, 0, false)],
-            ..Outcome::default()
+        let policy = Policy::new(cfg.limiters.clone());
+        // The page does not depend on what other tests in this process logged.
+        let m = Metrics {
+            log_lines_dropped: || 0,
+            ..Metrics::new()
         };
-        m.observe(&o, Duration::from_micros(40));
+        let agent = policy.get("agent-device").expect("built-in").name.clone();
+        m.limiter_decision(&agent, DecisionOutcome::Refused, 0, 10);
+        m.request(RequestOutcome::Refused, Duration::from_micros(40));
         m.store_round_trip(Duration::from_micros(3), true);
         m.upstream_response(200, Duration::from_millis(12));
         m.upstream_failed(true);
@@ -875,7 +851,7 @@ mod tests {
         m.upgraded_closed();
         m.reloaded(false);
         insta::with_settings!({snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"), prepend_module_to_snapshot => false}, {
-            insta::assert_snapshot!("metrics_page", m.render(None, Some(&settings)));
+            insta::assert_snapshot!("metrics_page", m.render(None, Some((cfg.enabled, &policy))));
         });
     }
 

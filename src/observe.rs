@@ -8,6 +8,7 @@
 
 use crate::decision::{LimitResult, Outcome};
 use crate::limiter::ceil_secs;
+use crate::metrics::{DecisionOutcome, LimiterFact, Metrics, RequestOutcome};
 use crate::policy::Mode;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,14 +17,33 @@ use std::time::{Duration, Instant};
 /// While the store keeps failing, a summary line at most this often.
 pub const STORE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Count and log one request's decision.
-pub fn decision(outcome: &Outcome, elapsed: Duration) {
-    crate::metrics::global().observe(outcome, elapsed);
+/// Count one request's decision in `metrics` and log it.
+pub fn decision(metrics: &Metrics, outcome: &Outcome, elapsed: Duration) {
+    count(metrics, outcome, elapsed);
     log_decision(outcome);
     let error = outcome.store_error.as_ref().map(|e| e.message());
     if error.is_some() || STORE_LOG.is_failing() {
         STORE_LOG.observe(error, Instant::now());
     }
+}
+
+/// Hand the metrics the plain facts of one decision: the request's fate and each limiter's
+/// outcome with what it left of its budget.
+fn count(metrics: &Metrics, outcome: &Outcome, elapsed: Duration) {
+    let request = if outcome.results.is_empty() {
+        RequestOutcome::Unmetered
+    } else if outcome.refused() {
+        RequestOutcome::Refused
+    } else {
+        RequestOutcome::Forwarded
+    };
+    metrics.request(request, elapsed);
+    metrics.limiter_decisions(outcome.results.iter().map(|r| LimiterFact {
+        limiter: &r.spec.name,
+        outcome: DecisionOutcome::of(r.verdict.allowed, r.store_error, r.spec.mode),
+        remaining: r.verdict.remaining,
+        limit: r.verdict.limit,
+    }));
 }
 
 fn log_decision(outcome: &Outcome) {

@@ -5,6 +5,7 @@ use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use fleet_limiter::config::Loader;
 use fleet_limiter::http::cors::Cors;
 use fleet_limiter::http::middleware::{FleetLimiter, LimitOutcome};
+use fleet_limiter::metrics::DecisionOutcome;
 
 async fn handler(req: HttpRequest) -> HttpResponse {
     let remaining = req
@@ -34,6 +35,7 @@ allowed_origins = ["http://dash.test"]
     .expect("write");
     let cfg = Loader::new().file(&file).load().expect("config");
     let limiter = FleetLimiter::from_config(&cfg).expect("limiter");
+    let metrics = limiter.metrics().clone();
     let cors = Cors::new(&cfg.cors);
     let server = HttpServer::new(move || {
         App::new()
@@ -90,7 +92,7 @@ allowed_origins = ["http://dash.test"]
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.expect("body"), "remaining=None");
 
-    let text = fleet_limiter::metrics::global().render(None, None);
+    let text = metrics.render(None, None);
     assert!(
         text.contains(
             "fleet_limiter_decisions_total{limiter=\"embedded-a\",outcome=\"refused\"} 1\n"
@@ -199,4 +201,60 @@ async fn embedded_middleware_hands_the_app_the_canonical_path() {
         assert!(r.contains("non-canonical-path"), "{r}");
     }
     handle.stop(true).await;
+}
+
+/// Send `n` metered requests through an app wrapped in `limiter`.
+async fn call_metered(limiter: FleetLimiter, n: usize) {
+    use actix_web::test;
+    let app = test::init_service(
+        App::new()
+            .wrap(limiter)
+            .route("/work/{x}", web::get().to(handler)),
+    )
+    .await;
+    for _ in 0..n {
+        let req = test::TestRequest::get()
+            .uri("/work/1")
+            .peer_addr(([203, 0, 113, 7], 4000).into())
+            .to_request();
+        assert_eq!(test::call_service(&app, req).await.status(), 200);
+    }
+}
+
+/// Each embedded limiter counts its own decisions, and takes its near-limit threshold from its
+/// own configuration.
+#[actix_web::test]
+async fn embedded_limiters_count_apart_and_honour_the_near_limit_share() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        r#"
+[limiters.embedded-n]
+limit = 10
+window = "1m"
+key = "ip"
+routes = ["/work/**"]
+
+[ops]
+near_limit_percent = 95
+"#,
+    )
+    .expect("write");
+    let cfg = Loader::new().file(&file).load().expect("config");
+    let first = FleetLimiter::from_config(&cfg).expect("first");
+    let second = FleetLimiter::from_config(&cfg).expect("second");
+    let (m1, m2) = (first.metrics().clone(), second.metrics().clone());
+    call_metered(first, 2).await;
+    call_metered(second, 1).await;
+    assert_eq!(m1.decisions("embedded-n", DecisionOutcome::Allowed), 2);
+    assert_eq!(m2.decisions("embedded-n", DecisionOutcome::Allowed), 1);
+    // 9 of 10 left is under 95% of the budget: near the limit at this threshold only.
+    assert_eq!(m1.near_limit("embedded-n"), 2);
+    assert_eq!(m2.near_limit("embedded-n"), 1);
+    let text = m1.render(None, None);
+    assert!(
+        text.contains("fleet_limiter_near_limit_ratio 0.95\n"),
+        "{text}"
+    );
 }

@@ -13,7 +13,6 @@
 use crate::config::{Config, Loader};
 use crate::decision::Decider;
 use crate::http::cors::Cors;
-use crate::metrics;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::header::ContentType;
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -61,8 +60,6 @@ pub struct Control {
 
 impl Control {
     pub fn new(cfg: &Config, decider: Arc<Decider>, cors: Cors, reloader: Reloader) -> Self {
-        let names: Vec<Arc<str>> = cfg.limiters.iter().map(|l| l.name.clone()).collect();
-        metrics::global().configure(&names, cfg.ops.near_limit_percent);
         Self {
             decider,
             cors,
@@ -90,7 +87,7 @@ impl Control {
             Err(e) => {
                 // Configuration errors already hide secrets; a URL from elsewhere loses its password.
                 let e = crate::redact::urls_in(&e).into_owned();
-                metrics::global().reloaded(false);
+                self.decider.metrics().reloaded(false);
                 tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration stays in effect");
                 return Err(e);
             }
@@ -109,7 +106,7 @@ impl Control {
                         "{}: server.tls_cert_file: {e:#}",
                         new.origin("server.tls_cert_file")
                     );
-                    metrics::global().reloaded(false);
+                    self.decider.metrics().reloaded(false);
                     tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration and certificate stay in effect");
                     return Err(e);
                 }
@@ -126,9 +123,7 @@ impl Control {
         }
         self.decider.reload(&new);
         self.cors.set(&new.cors);
-        let names: Vec<Arc<str>> = new.limiters.iter().map(|l| l.name.clone()).collect();
-        metrics::global().configure(&names, new.ops.near_limit_percent);
-        metrics::global().reloaded(true);
+        self.decider.metrics().reloaded(true);
         if !report.restart_required.is_empty() {
             tracing::warn!(
                 trigger,
@@ -236,7 +231,11 @@ struct ReloadAnswer<'a> {
 
 async fn metrics_page(control: web::Data<Control>) -> HttpResponse {
     let d = control.decider();
-    let body = metrics::global().render(Some(d.store().as_ref()), Some(&d.settings()));
+    let settings = d.settings();
+    let body = d.metrics().render(
+        Some(d.store().as_ref()),
+        Some((settings.enabled, &settings.policy)),
+    );
     HttpResponse::Ok()
         .insert_header((
             actix_web::http::header::CONTENT_TYPE,

@@ -72,6 +72,12 @@ impl FleetLimiter {
         self
     }
 
+    /// This limiter's metrics (its own: another limiter in the process counts apart). Render
+    /// them with [`crate::metrics::Metrics::render`] wherever the app exposes metrics.
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        self.decider.metrics()
+    }
+
     /// A limiter on the configuration's store (memory; Redis where built with it) with the
     /// system clock.
     pub fn from_config(cfg: &Config) -> anyhow::Result<Self> {
@@ -135,12 +141,12 @@ where
             let rewritten = match CanonicalPath::parse(req.path(), settings.paths) {
                 Ok(p) if !p.is_rewritten() => None,
                 Ok(p) => Some(p.into_owned()),
-                Err(rejected) => return Ok(reject_path(req, &rejected).await),
+                Err(rejected) => return Ok(reject_path(&limiter, req, &rejected).await),
             };
             let path = match rewritten {
                 Some(p) => {
                     if let Err(rejected) = rewrite_path(&mut req, p.as_str()) {
-                        return Ok(reject_path(req, &rejected).await);
+                        return Ok(reject_path(&limiter, req, &rejected).await);
                     }
                     p
                 }
@@ -148,7 +154,7 @@ where
             };
             let started = std::time::Instant::now();
             let outcome = decide(&limiter, &settings, &req, path).await;
-            crate::observe::decision(&outcome, started.elapsed());
+            crate::observe::decision(limiter.decider.metrics(), &outcome, started.elapsed());
             if outcome.refused() {
                 let mut res = response::too_many_requests(&outcome);
                 let (http_req, mut payload) = req.into_parts();
@@ -179,10 +185,11 @@ where
 
 /// Answer 400 for a path with no canonical form, before any limiter or the app sees it.
 async fn reject_path<B>(
+    limiter: &FleetLimiter,
     req: ServiceRequest,
     rejected: &Rejected,
 ) -> ServiceResponse<EitherBody<B>> {
-    crate::metrics::global().path_rejected(rejected.class);
+    limiter.decider.metrics().path_rejected(rejected.class);
     tracing::debug!(
         class = rejected.class.as_str(),
         at = rejected.at,

@@ -74,6 +74,8 @@ pub async fn serve_gateway_with(
         read_timeout: cfg.server.read_timeout,
         body: proxy::pace::BodyRules::new(cfg.server.body_timeout, cfg.server.body_min_rate),
         tls,
+        // One registry per gateway: the proxy counts into its decider's metrics.
+        metrics: decider.metrics().clone(),
     };
     // An https:// upstream whose certificate does not verify would fail every request: refuse
     // to start. One that cannot be reached starts anyway, as a plain one does.

@@ -25,6 +25,7 @@ pub mod pace;
 mod upgrade;
 
 use crate::http::response::Problem;
+use crate::metrics::Metrics;
 use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::ConnectionType;
@@ -58,6 +59,9 @@ pub struct Upstream {
     pub body: BodyRules,
     /// For an `https://` base: how its certificate is checked.
     pub tls: Option<UpstreamTls>,
+    /// Where the proxy counts upstream answers, failures, slow bodies and upgrades: the
+    /// gateway's decider's metrics.
+    pub metrics: Arc<Metrics>,
 }
 
 /// TLS to an `https://` upstream.
@@ -490,7 +494,7 @@ pub async fn forward(
         return bad_request("The request target must be a path starting with `/`.");
     }
     if upgrade::requested(&req) {
-        return upgrade::forward(&req, path, payload, &client, upstream.read_timeout).await;
+        return upgrade::forward(&req, path, payload, &client, &upstream).await;
     }
     let chunked = req
         .headers()
@@ -502,7 +506,7 @@ pub async fn forward(
             .get(header::CONTENT_LENGTH)
             .map(|v| v.as_bytes()),
     );
-    let watch = Rc::new(BodyWatch::new());
+    let watch = Rc::new(BodyWatch::new(upstream.metrics.clone()));
     let body = match length {
         Some(len) if len > 0 => ProxyBody::stream(payload, Some(len), &watch, &req, upstream.body),
         _ if chunked => ProxyBody::stream(payload, None, &watch, &req, upstream.body),
@@ -519,7 +523,9 @@ pub async fn forward(
     };
     match (sent, watch.failed.get()) {
         (Ok((res, lease)), _) => {
-            crate::metrics::global().upstream_response(res.status().as_u16(), started.elapsed());
+            upstream
+                .metrics
+                .upstream_response(res.status().as_u16(), started.elapsed());
             answer(res, lease, upstream.read_timeout)
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
@@ -530,7 +536,7 @@ pub async fn forward(
             tracing::debug!(error = %e, "the client's request body failed; upstream request aborted");
             closing(bad_request_body())
         }
-        (Err(e), None) => upstream_error(&e),
+        (Err(e), None) => upstream_error(&upstream.metrics, &e),
     }
 }
 
@@ -623,10 +629,10 @@ fn bad_request(detail: &str) -> HttpResponse {
     .into_response()
 }
 
-fn upstream_error(e: &UpstreamError) -> HttpResponse {
+fn upstream_error(metrics: &Metrics, e: &UpstreamError) -> HttpResponse {
     let timed_out = e.timed_out();
     tracing::warn!(error = %e, timed_out, "upstream request failed");
-    crate::metrics::global().upstream_failed(timed_out);
+    metrics.upstream_failed(timed_out);
     if timed_out {
         Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
     } else {
@@ -642,11 +648,14 @@ struct BodyWatch {
     waiting_on_client: Cell<bool>,
     /// How the client's body failed, if it did.
     failed: Cell<Option<ClientFault>>,
+    /// Where a body cut off for its pace is counted.
+    metrics: Arc<Metrics>,
 }
 
 impl BodyWatch {
-    fn new() -> Self {
+    fn new(metrics: Arc<Metrics>) -> Self {
         Self {
+            metrics,
             moved: Cell::new(Instant::now()),
             waiting_on_client: Cell::new(false),
             failed: Cell::new(None),
@@ -782,7 +791,7 @@ impl StreamBody {
             }
         }
         self.finish(ClientFault::TooSlow(trip));
-        crate::metrics::global().client_body_timeout(trip);
+        self.watch.metrics.client_body_timeout(trip);
         let waited = self.pace.waited().saturating_add(since.elapsed());
         tracing::warn!(
             rule = trip.as_str(),
@@ -947,6 +956,7 @@ mod tests {
             read_timeout: Duration::from_secs(1),
             body: BodyRules::new(Duration::from_secs(1), 0),
             tls: None,
+            metrics: Arc::new(Metrics::new()),
         };
         for (base, addr, host, prefix) in [
             ("http://api.internal", "api.internal:80", "api.internal", ""),

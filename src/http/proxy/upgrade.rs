@@ -17,7 +17,8 @@
 //! forwarded as a plain request with its `Upgrade` header dropped, so the upstream answers it
 //! over HTTP/1.1.
 
-use super::{ProxyBody, UpstreamClient, UpstreamError};
+use super::{ProxyBody, Upstream, UpstreamClient, UpstreamError};
+use crate::metrics::Metrics;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -27,6 +28,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 
@@ -72,8 +74,10 @@ pub(super) async fn forward(
     path: &str,
     payload: web::Payload,
     client: &UpstreamClient,
-    read_timeout: Duration,
+    upstream: &Upstream,
 ) -> HttpResponse {
+    let read_timeout = upstream.read_timeout;
+    let metrics = &upstream.metrics;
     if declares_body(req) {
         return super::closing(super::bad_request(
             "An upgrade request cannot carry a body.",
@@ -98,10 +102,9 @@ pub(super) async fn forward(
     // The read timeout bounds the handshake as it bounds any request's head.
     let (sender, mut res) = match tokio::time::timeout(read_timeout, handshake(client, out)).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return super::closing(super::upstream_error(&e)),
-        Err(_) => return super::closing(super::upstream_error(&UpstreamError::Silent)),
+        Ok(Err(e)) => return super::closing(super::upstream_error(metrics, &e)),
+        Err(_) => return super::closing(super::upstream_error(metrics, &UpstreamError::Silent)),
     };
-    let metrics = crate::metrics::global();
     metrics.upstream_response(res.status().as_u16(), started.elapsed());
     if res.status() != hyper::StatusCode::SWITCHING_PROTOCOLS {
         metrics.upgrade(false);
@@ -111,14 +114,16 @@ pub(super) async fn forward(
     }
     let switched = tokio::time::timeout(read_timeout, hyper::upgrade::on(&mut res)).await;
     drop(sender);
-    let upstream = match switched {
+    let io = match switched {
         Ok(Ok(io)) => io,
-        Ok(Err(e)) => return super::closing(super::upstream_error(&UpstreamError::Http(e))),
-        Err(_) => return super::closing(super::upstream_error(&UpstreamError::Silent)),
+        Ok(Err(e)) => {
+            return super::closing(super::upstream_error(metrics, &UpstreamError::Http(e)))
+        }
+        Err(_) => return super::closing(super::upstream_error(metrics, &UpstreamError::Silent)),
     };
     metrics.upgrade(true);
-    let open = Rc::new(Open::new(req.peer_addr().map(|a| a.ip())));
-    let (from_upstream, to_upstream) = tokio::io::split(TokioIo::new(upstream));
+    let open = Rc::new(Open::new(req.peer_addr().map(|a| a.ip()), metrics.clone()));
+    let (from_upstream, to_upstream) = tokio::io::split(TokioIo::new(io));
     let client_gone = Rc::new(ClientGone::default());
     actix_web::rt::spawn(client_to_upstream(
         payload,
@@ -299,11 +304,12 @@ fn upstream_to_client(
 struct Open {
     peer: Option<std::net::IpAddr>,
     since: Instant,
+    metrics: Arc<Metrics>,
 }
 
 impl Open {
-    fn new(peer: Option<std::net::IpAddr>) -> Self {
-        crate::metrics::global().upgraded_opened();
+    fn new(peer: Option<std::net::IpAddr>, metrics: Arc<Metrics>) -> Self {
+        metrics.upgraded_opened();
         tracing::debug!(
             peer = peer.map(tracing::field::display),
             "connection upgraded"
@@ -311,13 +317,14 @@ impl Open {
         Self {
             peer,
             since: Instant::now(),
+            metrics,
         }
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        crate::metrics::global().upgraded_closed();
+        self.metrics.upgraded_closed();
         tracing::debug!(
             peer = self.peer.map(tracing::field::display),
             open_seconds = self.since.elapsed().as_secs_f64(),
