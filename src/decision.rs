@@ -189,8 +189,7 @@ impl Decider {
         let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
-        self.metrics
-            .store_round_trip(started.elapsed(), answer.is_ok());
+        let elapsed = started.elapsed();
         let (verdicts, store_error) = match answer {
             Ok(v) if v.len() == checks.len() => (v, None),
             Ok(v) => {
@@ -206,6 +205,8 @@ impl Decider {
             }
             Err(e) => (fallback_verdicts(&limiters), Some(e)),
         };
+        self.metrics
+            .store_round_trip(elapsed, store_error.as_ref().map(StoreError::kind));
         let errored = store_error.is_some();
         // A refused request consumed nothing: the limiters that allowed it report their
         // buckets as they stand, not as they would after a charge that never happened.

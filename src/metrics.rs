@@ -6,7 +6,7 @@
 
 use crate::http::proxy::pace::Trip;
 use crate::policy::{Mode, Policy};
-use crate::store::Store;
+use crate::store::{Store, StoreErrorKind};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -200,7 +200,8 @@ pub struct Metrics {
     requests: [AtomicU64; 3],
     decision_latency: Histogram,
     store_latency: Histogram,
-    store_errors: AtomicU64,
+    /// Failed store round trips, by [`StoreErrorKind`] (in `StoreErrorKind::ALL` order).
+    store_errors: [AtomicU64; StoreErrorKind::ALL.len()],
     /// Responses by status code 100..=599 (index = code - 100).
     upstream_status: Box<[AtomicU64]>,
     upstream_latency: Histogram,
@@ -244,7 +245,7 @@ impl Metrics {
             requests: Default::default(),
             decision_latency: Histogram::new(FAST_BOUNDS_NS),
             store_latency: Histogram::new(FAST_BOUNDS_NS),
-            store_errors: AtomicU64::new(0),
+            store_errors: Default::default(),
             upstream_status: (100..600).map(|_| AtomicU64::new(0)).collect(),
             upstream_latency: Histogram::new(UPSTREAM_BOUNDS_NS),
             upstream_timeouts: AtomicU64::new(0),
@@ -339,11 +340,11 @@ impl Metrics {
         }
     }
 
-    /// One store round trip, answered or failed.
-    pub fn store_round_trip(&self, elapsed: Duration, ok: bool) {
+    /// One store round trip: answered (`None`), or failed with an error of this kind.
+    pub fn store_round_trip(&self, elapsed: Duration, failed: Option<StoreErrorKind>) {
         self.store_latency.observe(elapsed);
-        if !ok {
-            self.store_errors.fetch_add(1, Ordering::Relaxed);
+        if let Some(kind) = failed {
+            self.store_errors[kind.index()].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -512,16 +513,17 @@ impl Metrics {
             &mut out,
             "fleet_limiter_store_errors_total",
             "counter",
-            "Store round trips that failed.",
+            "Store round trips that failed, by kind of failure.",
         );
         let store_label = format!("store=\"{kind}\"");
-        let errors = self.store_errors.load(Ordering::Relaxed);
-        sample(
-            &mut out,
-            "fleet_limiter_store_errors_total",
-            &store_label,
-            errors,
-        );
+        for (k, n) in StoreErrorKind::ALL.iter().zip(&self.store_errors) {
+            sample(
+                &mut out,
+                "fleet_limiter_store_errors_total",
+                &format!("store=\"{kind}\",kind=\"{}\"", k.as_str()),
+                n.load(Ordering::Relaxed),
+            );
+        }
         if let Some(s) = store {
             header(
                 &mut out,
@@ -840,7 +842,8 @@ mod tests {
         let agent = policy.get("agent-device").expect("built-in").name.clone();
         m.limiter_decision(&agent, DecisionOutcome::Refused, 0, 10);
         m.request(RequestOutcome::Refused, Duration::from_micros(40));
-        m.store_round_trip(Duration::from_micros(3), true);
+        m.store_round_trip(Duration::from_micros(3), None);
+        m.store_round_trip(Duration::from_micros(9), Some(StoreErrorKind::Timeout));
         m.upstream_response(200, Duration::from_millis(12));
         m.upstream_failed(true);
         m.client_body_timeout(Trip::Rate);

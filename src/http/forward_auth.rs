@@ -181,7 +181,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
     let path = match CanonicalPath::parse(path, settings.paths) {
         Ok(p) => p,
         Err(rejected) => {
-            crate::metrics::global().path_rejected(rejected.class);
+            endpoint.decider.metrics().path_rejected(rejected.class);
             let problem = Problem::non_canonical_path(&rejected);
             return for_proxy(flavour, problem.into_response());
         }
@@ -211,7 +211,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
     };
     let started = std::time::Instant::now();
     let outcome = endpoint.decider.decide_with(&settings, &facts).await;
-    crate::observe::decision(&outcome, started.elapsed());
+    crate::observe::decision(endpoint.decider.metrics(), &outcome, started.elapsed());
     render(flavour, &outcome)
 }
 
