@@ -1,4 +1,4 @@
-//! The `fleet-limiter` command line: `serve`, `check` and `simulate` (and nothing else belongs here).
+//! The `fleet-limiter` command line: `serve`, `check`, `simulate` and `replay` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
 use fleet_limiter::calibration::report::Format;
@@ -34,6 +34,29 @@ enum Command {
     Check(CheckArgs),
     /// Run scripted populations through the real limiter in virtual time and report what they met.
     Simulate(SimulateArgs),
+    /// Replay access logs through the real limiter in the logs' own time and report what it would have refused.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    /// A second configuration to replay the same logs through, shown beside the first.
+    #[arg(long, value_name = "OTHER.toml")]
+    against: Option<PathBuf>,
+    /// `combined` (nginx, Express morgan), or an nginx `log_format` string.
+    #[arg(long = "log-format", default_value = "combined", value_name = "FORMAT")]
+    log_format: String,
+    /// How many seconds out of order a timestamp may arrive and still be replayed in order.
+    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    reorder_seconds: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Access logs, plain or gzip.
+    #[arg(required = true, value_name = "LOG")]
+    logs: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -303,5 +326,22 @@ fn main() -> ExitCode {
             args.seed,
             args.plot.as_deref(),
         ),
+        Command::Replay(args) => {
+            let l = loader(&args.cfg);
+            warn_unknown(&l);
+            let against = args.against.as_ref().map(|p| {
+                let a = Loader::new().file(p).process_env();
+                warn_unknown(&a);
+                a
+            });
+            fleet_limiter::calibration::replay::run_replay(
+                l,
+                against,
+                Some(&args.log_format),
+                args.reorder_seconds,
+                &args.logs,
+                args.format,
+            )
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod plot;
+pub mod replay;
 pub mod report;
 pub mod simulate;
 

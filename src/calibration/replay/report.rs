@@ -1,0 +1,122 @@
+//! The replay report as a table, one calibration or two side by side.
+
+use super::{LimiterReport, ReplayReport};
+use std::fmt::Write;
+
+fn source(r: &ReplayReport) -> String {
+    r.config.as_ref().map_or_else(
+        || "built-in calibration".to_owned(),
+        |p| p.display().to_string(),
+    )
+}
+
+fn head(out: &mut String, r: &ReplayReport) {
+    let _ = writeln!(out, "replay of {} ({})", r.files.join(", "), source(r));
+    let _ = writeln!(
+        out,
+        "  lines {}  replayed {}  refused {}  malformed {}  late {} (reorder window {} s)  span {} s",
+        r.lines, r.replayed, r.refused, r.malformed, r.late, r.reorder_seconds, r.span_seconds
+    );
+    let _ = writeln!(out, "  identity: {}", r.identity);
+    for (why, n) in &r.malformed_by_reason {
+        let _ = writeln!(out, "  malformed: {n} {why}");
+    }
+    for b in &r.first_malformed {
+        let _ = writeln!(out, "    {}:{}: {}", b.file, b.line, b.reason);
+    }
+    for e in &r.read_errors {
+        let _ = writeln!(out, "  read error: {e}");
+    }
+}
+
+fn limiter(out: &mut String, l: &LimiterReport) {
+    let _ = writeln!(
+        out,
+        "  {:<24} {:<7} metered {:>9}  refused {:>7}  shadow-refused {:>7}  longest refusal run {} s{}",
+        l.name,
+        l.mode,
+        l.metered,
+        l.refused,
+        l.shadow_refused,
+        l.longest_refusal_run_seconds,
+        l.longest_refusal_run_principal
+            .as_ref()
+            .map_or(String::new(), |p| format!(" ({p})"))
+    );
+    for (who, n) in &l.top_refused {
+        let _ = writeln!(out, "      {n:>7}  {who}");
+    }
+}
+
+fn offline(out: &mut String, r: &ReplayReport) {
+    let _ = writeln!(
+        out,
+        "  agents seen {}  offline past {} s because of a refusal: {}",
+        r.agents_seen,
+        r.offline_threshold_seconds,
+        r.agents_offline.len()
+    );
+    for a in r.agents_offline.iter().take(super::SHOWN_PRINCIPALS) {
+        let _ = writeln!(
+            out,
+            "      {} (gap {} s)",
+            a.agent_id, a.longest_gap_seconds
+        );
+    }
+}
+
+/// One replay as a table.
+pub fn table(r: &ReplayReport) -> String {
+    let mut out = String::new();
+    head(&mut out, r);
+    let _ = writeln!(out, "limiters");
+    for l in &r.limiters {
+        limiter(&mut out, l);
+    }
+    offline(&mut out, r);
+    out
+}
+
+/// Two calibrations over the same logs: the first's report, the second's, and their refusals
+/// limiter by limiter.
+pub fn side_by_side(a: &ReplayReport, b: &ReplayReport) -> String {
+    let mut out = table(a);
+    out.push('\n');
+    out.push_str(&table(b));
+    let _ = writeln!(out, "\ncompared ({} | {})", source(a), source(b));
+    let _ = writeln!(
+        out,
+        "  {:<24} {:>9} | {:>9}   {:>9} | {:>9}",
+        "limiter", "refused", "refused", "shadow", "shadow"
+    );
+    let mut names: Vec<&str> = a
+        .limiters
+        .iter()
+        .chain(&b.limiters)
+        .map(|l| l.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let find = |r: &ReplayReport, n: &str| {
+        r.limiters
+            .iter()
+            .find(|l| l.name == n)
+            .map_or((0, 0), |l| (l.refused, l.shadow_refused))
+    };
+    for n in names {
+        let (x, y) = (find(a, n), find(b, n));
+        let _ = writeln!(
+            out,
+            "  {n:<24} {:>9} | {:>9}   {:>9} | {:>9}",
+            x.0, y.0, x.1, y.1
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {:<24} {:>9} | {:>9}",
+        "agents offline",
+        a.agents_offline.len(),
+        b.agents_offline.len()
+    );
+    out
+}

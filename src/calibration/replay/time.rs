@@ -1,0 +1,174 @@
+//! Timestamps of access logs (nginx `$time_local`, ISO 8601, `$msec`) as Unix nanoseconds.
+
+/// Nanoseconds since the Unix epoch.
+pub type UnixNanos = i64;
+
+const NS: i64 = 1_000_000_000;
+/// Years a replayed log may be stamped with; anything outside is an absurd timestamp.
+pub const YEARS: std::ops::RangeInclusive<i64> = 1990..=2200;
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn digits(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || b.len() > 9 {
+        return None;
+    }
+    let mut n = 0i64;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + i64::from(c - b'0');
+    }
+    Some(n)
+}
+
+fn month(b: &[u8]) -> Option<i64> {
+    const NAMES: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    NAMES.iter().position(|n| n[..] == *b).map(|i| i as i64 + 1)
+}
+
+fn assemble(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, frac: i64) -> Option<UnixNanos> {
+    if !YEARS.contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+        return None;
+    }
+    if h > 23 || mi > 59 || s > 60 {
+        return None;
+    }
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3_600 + mi * 60 + s;
+    Some(secs * NS + frac)
+}
+
+/// Offset `+hhmm`, `-hhmm`, `+hh:mm` or `Z`, in seconds east of UTC.
+fn offset(b: &[u8]) -> Option<i64> {
+    match b {
+        b"Z" | b"z" => Some(0),
+        [sign @ (b'+' | b'-'), rest @ ..] => {
+            let rest: Vec<u8> = rest.iter().copied().filter(|&c| c != b':').collect();
+            if rest.len() != 4 {
+                return None;
+            }
+            let secs = digits(&rest[..2])? * 3_600 + digits(&rest[2..])? * 60;
+            Some(if *sign == b'-' { -secs } else { secs })
+        }
+        _ => None,
+    }
+}
+
+/// Fractional seconds `.123` as nanoseconds, and what follows them.
+fn fraction(b: &[u8]) -> Option<(i64, &[u8])> {
+    let Some(rest) = b.strip_prefix(b".") else {
+        return Some((0, b));
+    };
+    let n = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    if n == 0 {
+        return None;
+    }
+    let mut ns = 0i64;
+    for i in 0..9 {
+        ns = ns * 10
+            + rest
+                .get(i)
+                .filter(|_| i < n)
+                .map_or(0, |c| i64::from(c - b'0'));
+    }
+    Some((ns, &rest[n..]))
+}
+
+/// nginx `$time_local` / CLF: `10/Oct/2000:13:55:36 -0700`.
+pub fn clf(b: &[u8]) -> Option<UnixNanos> {
+    if b.len() < 20 || b[2] != b'/' || b[6] != b'/' || b[11] != b':' {
+        return None;
+    }
+    let d = digits(&b[0..2])?;
+    let mo = month(&b[3..6])?;
+    let y = digits(&b[7..11])?;
+    let h = digits(&b[12..14])?;
+    let mi = digits(&b[15..17])?;
+    let s = digits(&b[18..20])?;
+    let (frac, rest) = fraction(&b[20..])?;
+    let off = match rest {
+        [] => 0,
+        [b' ', tz @ ..] => offset(tz)?,
+        _ => return None,
+    };
+    Some(assemble(y, mo, d, h, mi, s, frac)? - off * NS)
+}
+
+/// ISO 8601 / RFC 3339: `2000-10-10T20:55:36Z`, `2000-10-10T13:55:36.250-07:00`.
+pub fn iso8601(b: &[u8]) -> Option<UnixNanos> {
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let y = digits(&b[0..4])?;
+    let mo = digits(&b[5..7])?;
+    let d = digits(&b[8..10])?;
+    let h = digits(&b[11..13])?;
+    let mi = digits(&b[14..16])?;
+    let s = digits(&b[17..19])?;
+    let (frac, rest) = fraction(&b[19..])?;
+    let off = if rest.is_empty() { 0 } else { offset(rest)? };
+    Some(assemble(y, mo, d, h, mi, s, frac)? - off * NS)
+}
+
+/// nginx `$msec`: seconds since the epoch with a fraction, `971211336.123`.
+pub fn epoch(b: &[u8]) -> Option<UnixNanos> {
+    let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    let secs = digits(&b[..n])?;
+    let (frac, rest) = fraction(&b[n..])?;
+    if !rest.is_empty() {
+        return None;
+    }
+    let t = secs * NS + frac;
+    let year = 1970 + secs / 31_556_952;
+    YEARS.contains(&year).then_some(t)
+}
+
+/// Whichever of the three forms `b` is written in.
+pub fn any(b: &[u8]) -> Option<UnixNanos> {
+    match b.get(2) {
+        Some(b'/') => clf(b),
+        _ if b.get(4) == Some(&b'-') => iso8601(b),
+        _ => epoch(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_three_forms_agree() {
+        let want = 971_211_336 * NS;
+        assert_eq!(clf(b"10/Oct/2000:13:55:36 -0700"), Some(want));
+        assert_eq!(iso8601(b"2000-10-10T20:55:36Z"), Some(want));
+        assert_eq!(iso8601(b"2000-10-10T13:55:36-07:00"), Some(want));
+        assert_eq!(epoch(b"971211336.000"), Some(want));
+        assert_eq!(any(b"971211336.5"), Some(want + NS / 2));
+        assert_eq!(any(b"2000-10-10T20:55:36.25Z"), Some(want + NS / 4));
+    }
+
+    #[test]
+    fn absurd_and_broken_timestamps_are_refused() {
+        assert_eq!(clf(b"10/Oct/9999:13:55:36 -0700"), None);
+        assert_eq!(clf(b"10/Foo/2000:13:55:36 -0700"), None);
+        assert_eq!(clf(b"10/Oct/2000:25:55:36 -0700"), None);
+        assert_eq!(clf(b"10/Oct/2000"), None);
+        assert_eq!(iso8601(b"9999-01-01T00:00:00Z"), None);
+        assert_eq!(epoch(b"253402300800"), None);
+        assert_eq!(epoch(b""), None);
+        assert_eq!(any(b"\0\0\0"), None);
+    }
+}

@@ -1,0 +1,306 @@
+//! `replay`, end to end: generated access logs (healthy fleet, agent-id rotator, hostile
+//! lines, out-of-order timestamps, gzip) through the real binary, and the figures it reports.
+
+use flate2::write::GzEncoder;
+use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport};
+use fleet_limiter::config::Config;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The format the generated logs are written in: `combined` plus the forwarding and agent headers.
+fn agent_format() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay/agent.format");
+    std::fs::read_to_string(p)
+        .expect("the fixture format")
+        .trim_end()
+        .to_owned()
+}
+
+macro_rules! snap {
+    ($name:expr, $value:expr) => {
+        insta::with_settings!({
+            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
+            prepend_module_to_snapshot => false,
+        }, {
+            insta::assert_snapshot!($name, $value);
+        })
+    };
+}
+
+/// 2026-11-24T12:00:00Z as `$time_local`, `secs` later.
+fn stamp(secs: u64) -> String {
+    const MONTH_START: u64 = 1_764_547_200 - 7 * 86_400; // 2026-11-24T00:00:00Z
+    let t = MONTH_START + 12 * 3_600 + secs;
+    let day = 24 + (t - MONTH_START) / 86_400;
+    let s = t % 86_400;
+    format!(
+        "{day:02}/Nov/2026:{:02}:{:02}:{:02} +0000",
+        s / 3_600,
+        s / 60 % 60,
+        s % 60
+    )
+}
+
+fn line(at: u64, ip: &str, req: &str, agent: Option<&str>) -> String {
+    format!(
+        "{ip} - - [{}] \"{req} HTTP/1.1\" 200 2 \"-\" \"fleet-agent\" \"-\" \"{}\"",
+        stamp(at),
+        agent.unwrap_or("-")
+    )
+}
+
+/// `n` agents behind one NAT: a heartbeat every 60 s and a poll every 30 s, for `secs`.
+fn healthy(n: u64, secs: u64) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    for a in 0..n {
+        let id = format!("agent-{a:03}");
+        let mut t = a * 60 / n;
+        while t < secs {
+            out.push((
+                t,
+                line(t, "203.0.113.10", "POST /api/agent/heartbeat", Some(&id)),
+            ));
+            t += 60;
+        }
+        let mut t = a * 30 / n;
+        while t < secs {
+            out.push((
+                t,
+                line(t, "203.0.113.10", "GET /api/agent/tasks", Some(&id)),
+            ));
+            t += 30;
+        }
+    }
+    out.sort();
+    out
+}
+
+fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, lines.join("\n") + "\n").expect("write log");
+    p
+}
+
+fn replay(args: &[&str], logs: &[&Path]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-limiter"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLEET_LIMITER_") {
+            c.env_remove(k);
+        }
+    }
+    c.arg("replay").args(args).args(logs);
+    c.output().expect("run fleet-limiter")
+}
+
+fn json(args: &[&str], logs: &[&Path]) -> Value {
+    let fmt = agent_format();
+    let mut all = vec!["--format", "json", "--log-format", &fmt];
+    all.extend_from_slice(args);
+    let out = replay(&all, logs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json report")
+}
+
+fn limiter<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["limiters"]
+        .as_array()
+        .and_then(|ls| ls.iter().find(|l| l["name"] == name))
+        .unwrap_or_else(|| panic!("no limiter {name} in {r}"))
+}
+
+fn simulated_fleet() -> simulate::FleetReport {
+    let r = simulate::run(&Config::default(), &[Scenario::Fleet], 1).expect("simulate");
+    match r.scenarios.into_iter().next() {
+        Some(ScenarioReport::Fleet(f)) => f,
+        _ => panic!("fleet report"),
+    }
+}
+
+#[test]
+fn a_healthy_site_is_never_refused_as_in_simulate() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = healthy(250, 1_800).into_iter().map(|l| l.1).collect();
+    let log = write(dir.path(), "healthy.log", &lines);
+    let r = json(&[], &[&log]);
+    assert_eq!(r["lines"], 22_500);
+    assert_eq!(r["replayed"], 22_500);
+    assert_eq!(r["refused"], 0);
+    assert_eq!(r["malformed"], 0);
+    assert_eq!(r["agents_seen"], 250);
+    // simulate's fleet adds task bursts on top of the same cadences; neither loses an agent.
+    let sim = simulated_fleet();
+    assert_eq!(sim.agents, 250);
+    assert_eq!(
+        r["agents_offline"].as_array().map(Vec::len),
+        Some(sim.agents_marked_offline as usize)
+    );
+}
+
+#[test]
+fn an_agent_id_rotator_is_refused_by_address_and_its_neighbours_are_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = healthy(20, 600);
+    // From 60 s on, one host invents a new agent id for each of 250 requests a second: twice
+    // what the address budget (7500 a minute) sustains.
+    for i in 0..(250 * 300) {
+        let at = 60 + i / 250;
+        let id = format!("rot-{i}");
+        lines.push((
+            at,
+            line(at, "198.51.100.66", "GET /api/agent/tasks", Some(&id)),
+        ));
+    }
+    lines.sort();
+    let lines: Vec<String> = lines.into_iter().map(|l| l.1).collect();
+    let log = write(dir.path(), "rotator.log", &lines);
+    let r = json(&[], &[&log]);
+    let refused = r["refused"].as_u64().unwrap();
+    assert!(refused > 0, "{r}");
+    let by_ip = limiter(&r, "agent-ip");
+    assert_eq!(by_ip["refused"], refused, "{r}");
+    assert_eq!(by_ip["top_refused"][0][0], "198.51.100.66", "{r}");
+    assert_eq!(
+        by_ip["top_refused"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
+    assert!(by_ip["longest_refusal_run_seconds"].as_f64().unwrap() > 200.0);
+    assert_eq!(r["agents_offline"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn a_rollout_that_refuses_heartbeats_marks_agents_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    // A rollout far past `fleet.max_site_endpoints`: 6000 agents behind one NAT, each
+    // polling every 30 s and heartbeating every 60 s, for 10 minutes: 18000 requests a
+    // minute against an address budget of 7500.
+    let lines: Vec<String> = healthy(6_000, 600).into_iter().map(|l| l.1).collect();
+    let log = write(dir.path(), "rollout.log", &lines);
+    let r = json(&[], &[&log]);
+    assert!(r["refused"].as_u64().unwrap() > 0, "{r}");
+    let offline = r["agents_offline"].as_array().unwrap();
+    assert!(!offline.is_empty(), "{r}");
+    assert!(offline[0]["longest_gap_seconds"].as_f64().unwrap() >= 180.0);
+}
+
+#[test]
+fn hostile_lines_are_counted_with_their_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = |t| line(t, "192.0.2.1", "GET /api/tasks", None);
+    let p = dir.path().join("hostile.log");
+    let mut data: Vec<u8> = Vec::new();
+    data.extend(good(0).bytes().chain(*b"\n"));
+    data.extend(b"not a log line\n");
+    data.extend(std::iter::repeat_n(b'x', 1 << 20));
+    data.push(b'\n');
+    data.extend(
+        good(1)
+            .replace("/api/tasks", "/api/ta\0sks")
+            .bytes()
+            .chain(*b"\n"),
+    );
+    data.extend(
+        good(1)
+            .replace("/api/tasks", "/api/\u{e9}")
+            .bytes()
+            .chain(*b"\n"),
+    );
+    let mut bad_utf8 = good(1).into_bytes();
+    let at = bad_utf8.windows(4).position(|w| w == b"/api").unwrap_or(0) + 2;
+    bad_utf8[at] = 0xff;
+    data.extend(bad_utf8.into_iter().chain(*b"\n"));
+    data.extend(good(2).replace("2026", "9999").bytes().chain(*b"\n"));
+    data.extend(
+        good(3)
+            .replace("192.0.2.1", "not-an-ip")
+            .bytes()
+            .chain(*b"\n"),
+    );
+    // Within the reorder window: replayed. Hours back: late.
+    data.extend(good(10).bytes().chain(*b"\n"));
+    data.extend(good(7).bytes().chain(*b"\n"));
+    let mut hours_back = good(0);
+    hours_back = hours_back.replace(":12:00:00", ":09:00:00");
+    data.extend(hours_back.bytes().chain(*b"\n"));
+    std::fs::write(&p, &data).unwrap();
+    let r = json(&[], &[&p]);
+    assert_eq!(r["lines"], 11, "{r}");
+    assert_eq!(r["malformed"], 6, "{r}");
+    assert_eq!(r["late"], 1, "{r}");
+    assert_eq!(r["replayed"], 4, "{r}");
+    let reasons = &r["malformed_by_reason"];
+    assert_eq!(reasons["line too long"], 1, "{r}");
+    assert_eq!(reasons["NUL byte or invalid UTF-8"], 2, "{r}");
+    assert_eq!(reasons["timestamp unreadable or absurd"], 1, "{r}");
+    assert_eq!(reasons["client address is not an IP"], 1, "{r}");
+    let shown: Vec<u64> = r["first_malformed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(shown, [2, 3, 4, 6, 7], "{r}");
+}
+
+#[test]
+fn gzip_is_read_by_its_magic_bytes_and_a_truncated_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines: Vec<String> = healthy(10, 600).into_iter().map(|l| l.1).collect();
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all((lines.join("\n") + "\n").as_bytes()).unwrap();
+    let bytes = gz.finish().unwrap();
+    // No `.gz` in the name: the magic bytes decide.
+    let p = dir.path().join("access.log.1");
+    std::fs::write(&p, &bytes).unwrap();
+    let r = json(&[], &[&p]);
+    assert_eq!(r["lines"], lines.len() as u64);
+    assert_eq!(r["replayed"], lines.len() as u64);
+
+    let cut = dir.path().join("cut.log.gz");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let fmt = agent_format();
+    let out = replay(&["--log-format", &fmt], &[&cut]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cut.log.gz: gzip stream unreadable after line"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_format_and_against_side_by_side() {
+    let out = replay(&["--log-format", "$remote_addr"], &[Path::new("/dev/null")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--log-format: the format has no"));
+
+    let dir = tempfile::tempdir().unwrap();
+    // 20 healthy agents for 10 minutes, through the built-in calibration and the one it
+    // replaced (100 agent requests per address per 15 minutes).
+    let lines: Vec<String> = healthy(20, 600).into_iter().map(|l| l.1).collect();
+    let log = write(dir.path(), "site.log", &lines);
+    let fmt = agent_format();
+    let out = replay(
+        &[
+            "--log-format",
+            &fmt,
+            "--against",
+            "docs/examples/replaced-calibration.toml",
+        ],
+        &[&log],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).replace(&*log.to_string_lossy(), "site.log");
+    snap!("replay_against_table", text);
+}
