@@ -1,6 +1,7 @@
 //! The `fleet-limiter` command line: `serve`, `check`, `simulate` and `replay` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
+use fleet_limiter::calibration::check;
 use fleet_limiter::calibration::report::Format;
 use fleet_limiter::config::ops::LogFormat;
 use fleet_limiter::config::{Config, Loader};
@@ -237,6 +238,37 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// The admission rule before `serve` listens: warnings are logged; an unsafe calibration stops
+/// it (exit code 2) with each limiter and reason on stderr, unless the operator allowed it.
+fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
+    match check::admit(cfg, allow_unsafe) {
+        Ok(admitted) => {
+            for w in &admitted.warnings {
+                tracing::warn!("calibration: {w}");
+            }
+            for p in &admitted.overridden {
+                tracing::warn!(
+                    "unsafe calibration, starting anyway (--allow-unsafe-calibration): {p}"
+                );
+            }
+            Ok(())
+        }
+        Err(refusal) => {
+            for w in &refusal.warnings {
+                tracing::warn!("calibration: {w}");
+            }
+            fleet_limiter::log_sink::eprint_line(
+                "fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet",
+            );
+            for p in &refusal.problems {
+                fleet_limiter::log_sink::eprint_line(format!("  unsafe: {p}"));
+            }
+            fleet_limiter::log_sink::eprint_line("Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway.");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -259,10 +291,8 @@ fn main() -> ExitCode {
                 fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
                 return ExitCode::from(2);
             }
-            if let Err(code) =
-                fleet_limiter::calibration::check::at_startup(&cfg, args.allow_unsafe_calibration)
-            {
-                return ExitCode::from(code);
+            if let Err(code) = admit_at_startup(&cfg, args.allow_unsafe_calibration) {
+                return code;
             }
             let decider = match fleet_limiter::build_decider(&cfg) {
                 Ok(d) => Arc::new(d),
@@ -278,13 +308,7 @@ fn main() -> ExitCode {
             // (the old one stays) unless the operator allowed it.
             let reloader: Reloader = Arc::new(move || {
                 let cfg = load_serve(&args)?;
-                let report = fleet_limiter::calibration::check::check(&cfg);
-                if cfg.enabled && !args.allow_unsafe_calibration && !report.is_safe() {
-                    return Err(format!(
-                        "the calibration is unsafe for the declared fleet: {}; run `fleet-limiter check`, or pass --allow-unsafe-calibration",
-                        report.problems().join("; ")
-                    ));
-                }
+                check::admit(&cfg, args.allow_unsafe_calibration).map_err(|r| r.to_string())?;
                 Ok(cfg)
             });
             let run = actix_web::rt::System::new().block_on(

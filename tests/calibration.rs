@@ -188,6 +188,31 @@ fn serve_refuses_an_unsafe_calibration() {
 }
 
 #[test]
+fn the_library_gateway_refuses_an_unsafe_calibration_before_it_listens() {
+    let mut cfg = replaced_config();
+    cfg.server.upstream = Some("http://127.0.0.1:9".to_owned());
+    let decider = std::sync::Arc::new(fleet_limiter::build_decider(&cfg).expect("decider"));
+    let run =
+        actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
+    let err = run.expect_err("serve_gateway refuses the replaced calibration");
+    let refusal = err
+        .downcast_ref::<fleet_limiter::calibration::check::Refusal>()
+        .unwrap_or_else(|| panic!("not a calibration refusal: {err:#}"));
+    assert!(
+        refusal
+            .problems
+            .iter()
+            .any(|p| p.starts_with("enrollment: cannot admit max_site_endpoints = 250")),
+        "{refusal:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("the calibration is unsafe for the declared fleet: "),
+        "{err}"
+    );
+}
+
+#[test]
 fn serve_starts_an_unsafe_calibration_only_when_told_to() {
     // `spawn` fails the test when the gateway exits instead of listening.
     let gw = serve_replaced().arg("--allow-unsafe-calibration").spawn();

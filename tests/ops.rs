@@ -413,6 +413,42 @@ async fn an_invalid_reload_is_rejected_with_its_reason_and_the_old_config_stays(
 }
 
 #[tokio::test]
+async fn a_reload_that_could_lock_agents_out_is_refused_and_the_old_config_stays() {
+    let up = upstream().await;
+    let gw = launch(&config(&up.uri(), 2, "enforce", 3))
+        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
+        .spawn();
+    assert_eq!(get(&gw, "/t/a/x").await.status(), 200);
+
+    // Five enrollments an hour cannot admit the declared fleet's rollout burst.
+    let unsafe_enrollment = "\n[limiters.enrollment]\nlimit = 5\n";
+    gw.rewrite_config(&(config(&up.uri(), 20, "enforce", 3) + unsafe_enrollment));
+    let (status, body) = post_reload(&gw).await;
+    assert_eq!(status, 422);
+    assert_eq!(body["reloaded"], false);
+    let reason = body["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        reason.starts_with("the calibration is unsafe for the declared fleet: enrollment: "),
+        "{reason}"
+    );
+
+    gw.signal("HUP");
+    gw.wait_metric(RELOADS_ERR, |v| v == 2.0).await;
+    let log = gw.stderr();
+    assert!(log.contains("configuration reload rejected"), "{log}");
+    assert!(
+        log.contains("the calibration is unsafe for the declared fleet"),
+        "the log names the reason: {log}"
+    );
+
+    // The old budget of 2 still holds, with its state.
+    let res = get(&gw, "/t/a/x").await;
+    assert!(header(&res, "ratelimit-policy").contains("\"test-a\";q=2;w=3600"));
+    assert_eq!(get(&gw, "/t/a/x").await.status(), 429);
+    assert_eq!(gw.metric(RELOADS_OK).await, Some(0.0));
+}
+
+#[tokio::test]
 async fn sigterm_drains_an_in_flight_slow_request_then_exits_zero() {
     let up = upstream().await;
     let mut gw = start(&up, 5, "enforce", 5, &["--shutdown-grace", "20s"]);

@@ -344,36 +344,59 @@ pub fn check(cfg: &Config) -> CheckReport {
     }
 }
 
-/// The check `serve` runs before it listens. An unsafe calibration stops it (exit code 2) with
-/// each limiter and reason on stderr, unless `allow_unsafe` (`--allow-unsafe-calibration`,
-/// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`); warnings are logged either way.
-pub fn at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), u8> {
+/// A calibration [`admit`] lets in, with what the operator should hear about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// `limiter: reason` for every warning (thin headroom, shadow mode …).
+    pub warnings: Vec<String>,
+    /// `limiter: reason` for every unsafe finding let in because the operator allowed it.
+    pub overridden: Vec<String>,
+}
+
+/// A calibration [`admit`] keeps out: it could lock healthy agents out of the declared fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `limiter: reason` for every unsafe finding.
+    pub problems: Vec<String>,
+    /// `limiter: reason` for every warning.
+    pub warnings: Vec<String>,
+}
+
+impl std::fmt::Display for Refusal {
+    /// One line, as a rejected reload reports it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the calibration is unsafe for the declared fleet: {}; run `fleet-limiter check`, or pass --allow-unsafe-calibration",
+            self.problems.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// The one admission rule, for start-up and every reload: a calibration with an unsafe finding
+/// is refused unless `allow_unsafe` (`--allow-unsafe-calibration`,
+/// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`). With limiting switched off nothing is
+/// enforced, so nothing can lock a client out and everything is admitted. Returns the findings;
+/// the caller says them.
+pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
     if !cfg.enabled {
-        // Nothing is enforced, so nothing can lock a client out.
-        return Ok(());
+        return Ok(Admitted {
+            warnings: Vec::new(),
+            overridden: Vec::new(),
+        });
     }
     let report = check(cfg);
-    for w in report.warning_lines() {
-        tracing::warn!("calibration: {w}");
-    }
+    let warnings = report.warning_lines();
     let problems = report.problems();
-    if problems.is_empty() {
-        return Ok(());
+    if problems.is_empty() || allow_unsafe {
+        return Ok(Admitted {
+            warnings,
+            overridden: problems,
+        });
     }
-    if allow_unsafe {
-        for p in &problems {
-            tracing::warn!("unsafe calibration, starting anyway (--allow-unsafe-calibration): {p}");
-        }
-        return Ok(());
-    }
-    crate::log_sink::eprint_line(
-        "fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet",
-    );
-    for p in &problems {
-        crate::log_sink::eprint_line(format!("  unsafe: {p}"));
-    }
-    crate::log_sink::eprint_line("Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway.");
-    Err(2)
+    Err(Refusal { problems, warnings })
 }
 
 fn judge(
@@ -671,10 +694,16 @@ mod tests {
             ("FLEET_LIMITER_ENABLED", "false"),
         ]);
         assert!(!check(&cfg).enabled);
-        assert_eq!(at_startup(&cfg, false), Ok(()));
+        assert!(admit(&cfg, false).is_ok());
         let cfg = load(&[("FLEET_LIMITER_LIMITER_ENROLLMENT_LIMIT", "5")]);
-        assert_eq!(at_startup(&cfg, false), Err(2));
-        assert_eq!(at_startup(&cfg, true), Ok(()));
+        let refusal = admit(&cfg, false).unwrap_err();
+        assert_eq!(refusal.problems.len(), 1, "{refusal:?}");
+        assert!(
+            refusal.problems[0].starts_with("enrollment: "),
+            "{refusal:?}"
+        );
+        let admitted = admit(&cfg, true).unwrap();
+        assert_eq!(admitted.overridden, refusal.problems);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::time::Duration;
 pub type Reloader = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
 
 /// A reloader for a configuration built without command-line flags: its file (if any) and
-/// this process's environment.
+/// this process's environment. A calibration the admission rule refuses is rejected.
 pub fn file_reloader(cfg: &Config) -> Reloader {
     let source = cfg.source.clone();
     Arc::new(move || {
@@ -33,7 +33,9 @@ pub fn file_reloader(cfg: &Config) -> Reloader {
         if let Some(p) = &source {
             l = l.file(p);
         }
-        l.process_env().load().map_err(|e| e.to_string())
+        let cfg = l.process_env().load().map_err(|e| e.to_string())?;
+        crate::calibration::check::admit(&cfg, false).map_err(|r| r.to_string())?;
+        Ok(cfg)
     })
 }
 

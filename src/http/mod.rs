@@ -17,7 +17,15 @@ use proxy::Upstream;
 use std::sync::Arc;
 
 /// Run the gateway until it is stopped: limiter in front, streaming proxy behind.
+///
+/// A calibration that could lock healthy agents out of the declared fleet is refused before
+/// anything listens (the error is a [`Refusal`](crate::calibration::check::Refusal)), as are
+/// reloads that bring one.
 pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<()> {
+    let admitted = crate::calibration::check::admit(cfg, false)?;
+    for w in &admitted.warnings {
+        tracing::warn!("calibration: {w}");
+    }
     serve_gateway_with(cfg, decider, admin::file_reloader(cfg)).await
 }
 
