@@ -204,8 +204,14 @@ async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() 
                 r#"fleet_limiter_store_duration_seconds_count{store="memory"}"#,
                 4.0,
             ),
-            (r#"fleet_limiter_store_errors_total{store="memory",kind="timeout"}"#, 0.0),
-            (r#"fleet_limiter_store_errors_total{store="memory",kind="connection"}"#, 0.0),
+            (
+                r#"fleet_limiter_store_errors_total{store="memory",kind="timeout"}"#,
+                0.0,
+            ),
+            (
+                r#"fleet_limiter_store_errors_total{store="memory",kind="connection"}"#,
+                0.0,
+            ),
             (r#"fleet_limiter_tracked_keys{store="memory"}"#, 2.0),
             (r#"fleet_limiter_evicted_keys_total{store="memory"}"#, 0.0),
             (
