@@ -46,7 +46,8 @@ struct ReplayArgs {
     /// A second configuration to replay the same logs through, shown beside the first.
     #[arg(long, value_name = "OTHER.toml")]
     against: Option<PathBuf>,
-    /// `combined` (nginx, Express morgan), or an nginx `log_format` string.
+    /// `combined` (nginx, Express morgan), `alb` (AWS ALB), `json` or `json:key=field,...`
+    /// (JSON lines), or an nginx `log_format` string.
     #[arg(long = "log-format", default_value = "combined", value_name = "FORMAT")]
     log_format: String,
     /// How many seconds out of order a timestamp may arrive and still be replayed in order.

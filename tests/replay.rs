@@ -304,3 +304,144 @@ fn bad_format_and_against_side_by_side() {
     let text = String::from_utf8_lossy(&out.stdout).replace(&*log.to_string_lossy(), "site.log");
     snap!("replay_against_table", text);
 }
+
+/// 2026-11-24T12:00:00Z, `secs` later (under 12 h), as ISO 8601.
+fn iso(secs: u64) -> String {
+    format!(
+        "2026-11-24T{:02}:{:02}:{:02}.250000Z",
+        12 + secs / 3_600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// A small healthy site, and from 60 s an agent-id rotator at 250 requests a second for 120 s:
+/// `(at, client, method, path, agent id)`.
+fn site_and_rotator() -> Vec<(u64, &'static str, &'static str, &'static str, String)> {
+    let mut ev = Vec::new();
+    for a in 0..20u64 {
+        let id = format!("agent-{a:03}");
+        let mut t = a * 3;
+        while t < 600 {
+            ev.push((
+                t,
+                "203.0.113.10",
+                "POST",
+                "/api/agent/heartbeat",
+                id.clone(),
+            ));
+            t += 60;
+        }
+        let mut t = a;
+        while t < 600 {
+            ev.push((t, "203.0.113.10", "GET", "/api/agent/tasks", id.clone()));
+            t += 30;
+        }
+    }
+    for i in 0..(250 * 120) {
+        ev.push((
+            60 + i / 250,
+            "198.51.100.66",
+            "GET",
+            "/api/agent/tasks",
+            format!("rot-{i}"),
+        ));
+    }
+    ev.sort();
+    ev
+}
+
+fn replay_as(dir: &Path, name: &str, format: &str, lines: Vec<String>) -> Value {
+    let log = write(dir, name, &lines);
+    let out = replay(&["--format", "json", "--log-format", format], &[&log]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json report")
+}
+
+#[test]
+fn json_lines_give_the_figures_combined_gives_and_alb_says_what_it_cannot_see() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = site_and_rotator();
+    let combined: Vec<String> = ev
+        .iter()
+        .map(|(t, ip, m, p, a)| line(*t, ip, &format!("{m} {p}"), Some(a)))
+        .collect();
+    let fmt = agent_format();
+    let base = replay_as(dir.path(), "combined.log", &fmt, combined);
+    assert!(base["refused"].as_u64().unwrap() > 0, "{base}");
+
+    // nginx `escape=json` field names, with one line per request.
+    let jsonl: Vec<String> = ev
+        .iter()
+        .map(|(t, ip, m, p, a)| {
+            format!(
+                r#"{{"remote_addr":"{ip}","time_iso8601":"{}","request":"{m} {p} HTTP/1.1","status":200,"http_x_agent_id":"{a}"}}"#,
+                iso(*t)
+            )
+        })
+        .collect();
+    let j = replay_as(dir.path(), "access.jsonl", "json", jsonl);
+    // A pipeline's own names, through a mapping, with epoch-second timestamps.
+    let mapped: Vec<String> = ev
+        .iter()
+        .map(|(t, ip, m, p, a)| {
+            format!(
+                r#"{{"client":"{ip}","ts":{}.25,"verb":"{m}","route":"{p}","agent":"{a}"}}"#,
+                1_795_521_600 + t
+            )
+        })
+        .collect();
+    let k = replay_as(
+        dir.path(),
+        "mapped.jsonl",
+        "json:addr=client,time=ts,method=verb,uri=route,agent_id=agent",
+        mapped,
+    );
+    for (name, r) in [("json", &j), ("mapped json", &k)] {
+        for field in ["lines", "replayed", "refused", "malformed", "agents_seen"] {
+            assert_eq!(r[field], base[field], "{name}: {field}");
+        }
+        for l in ["agent-device", "agent-ip"] {
+            assert_eq!(
+                limiter(r, l)["refused"],
+                limiter(&base, l)["refused"],
+                "{name}: {l}"
+            );
+        }
+    }
+
+    // ALB logs name no agent: agent-keyed limiters see the site's 20 agents as one, and the
+    // report says so.
+    let alb: Vec<String> = ev
+        .iter()
+        .map(|(t, ip, m, p, _)| {
+            format!(
+                r#"https {} app/fleet-api/50dc6c495c0c9188 {ip}:4242 10.0.0.1:80 0.000 0.001 0.000 200 200 34 366 "{m} https://api.example.com:443{p} HTTP/1.1" "fleet-agent/2.1" ECDHE-RSA-AES128-GCM-SHA256 TLSv1.2 arn:aws:elasticloadbalancing:us-east-2:1:targetgroup/t/1 "Root=1-1" "api.example.com" "-" 0 {} "forward" "-" "-" "10.0.0.1:80" "200" "-" "-""#,
+                iso(*t),
+                iso(*t)
+            )
+        })
+        .collect();
+    let a = replay_as(dir.path(), "alb.log", "alb", alb);
+    assert_eq!(a["lines"], base["lines"]);
+    assert_eq!(a["malformed"], 0);
+    assert_eq!(a["agents_seen"], 0, "{a}");
+    assert!(
+        a["identity"].as_str().unwrap().contains("no X-Agent-Id"),
+        "{a}"
+    );
+    let device = limiter(&a, "agent-device");
+    assert!(device["refused"].as_u64().unwrap() > 0, "{a}");
+    let site = device["top_refused"]
+        .as_array()
+        .and_then(|t| t.iter().find(|p| p[0] == "203.0.113.10 no agent id"))
+        .unwrap_or_else(|| panic!("the healthy site's address is refused: {a}"));
+    assert!(site[1].as_u64().unwrap() > 0, "{a}");
+    // With agent ids logged the same site is never refused.
+    let named = limiter(&base, "agent-device")["top_refused"].to_string();
+    assert!(!named.contains("203.0.113.10"), "{named}");
+}

@@ -11,7 +11,9 @@
 //! metered for are metered by client address instead. `$remote_user`, when logged, is shown
 //! beside the address but does not key a bucket.
 
+pub mod alb;
 pub mod input;
+pub mod json;
 pub mod line;
 pub mod nginx;
 pub mod report;
@@ -45,10 +47,58 @@ pub const SHOWN_MALFORMED: usize = 5;
 /// Principals listed per limiter, most refused first.
 pub const SHOWN_PRINCIPALS: usize = 10;
 
+/// The layout of a log's lines.
+#[derive(Debug, Clone)]
+pub enum LineFormat {
+    /// nginx `combined` (and Express `morgan` combined), or any nginx `log_format` string.
+    Nginx(nginx::Format),
+    /// AWS Application Load Balancer access logs.
+    Alb,
+    /// One JSON object per line, its fields named by a mapping.
+    Json(json::Mapping),
+}
+
+impl LineFormat {
+    /// `combined`, `alb`, `json`, `json:key=field,...`, or an nginx `log_format` string.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let s = spec.trim();
+        if s.eq_ignore_ascii_case("combined") || s.eq_ignore_ascii_case("morgan") {
+            nginx::Format::compile(nginx::COMBINED).map(LineFormat::Nginx)
+        } else if s.eq_ignore_ascii_case("alb") {
+            Ok(LineFormat::Alb)
+        } else if s == "json" || s.starts_with("json:") {
+            json::Mapping::parse(s).map(LineFormat::Json)
+        } else {
+            nginx::Format::compile(s).map(LineFormat::Nginx)
+        }
+    }
+
+    /// Whether lines in this format can name the agent (`X-Agent-ID`).
+    pub fn logs_agent_ids(&self) -> bool {
+        match self {
+            LineFormat::Nginx(f) => f.logs_agent_ids(),
+            LineFormat::Alb => false,
+            LineFormat::Json(_) => true,
+        }
+    }
+
+    fn read<'a>(
+        &self,
+        line: &'a [u8],
+        scratch: &'a mut serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Fields<'a>, Malformed> {
+        match self {
+            LineFormat::Nginx(f) => f.parse(line),
+            LineFormat::Alb => alb::parse(line),
+            LineFormat::Json(m) => m.read(line, scratch),
+        }
+    }
+}
+
 /// How to read the logs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    pub format: nginx::Format,
+    pub format: LineFormat,
     /// How far out of order timestamps may arrive, in seconds.
     pub reorder_seconds: u64,
 }
@@ -189,7 +239,11 @@ impl Replayer {
             report: ReplayReport {
                 config: cfg.source.clone(),
                 reorder_seconds: opts.reorder_seconds,
-                identity: "client address (and X-Agent-Id where logged); verified identity is not in access logs",
+                identity: if opts.format.logs_agent_ids() {
+                    "client address (and X-Agent-Id where logged); verified identity is not in access logs"
+                } else {
+                    "client address only: this log format has no X-Agent-Id, so agent-keyed limiters see every agent behind an address as one; verified identity is not in access logs"
+                },
                 offline_threshold_seconds: cfg.fleet.heartbeat_timeout_seconds,
                 ..ReplayReport::default()
             },
@@ -438,6 +492,7 @@ async fn replay_file(
 ) -> std::io::Result<()> {
     let mut log = input::open(path)?;
     let mut n = 0u64;
+    let mut scratch = serde_json::Map::new();
     loop {
         let got = input::next_line(&mut *log.reader, buf).map_err(|e| {
             let what = if log.gzip { "gzip stream" } else { "file" };
@@ -452,7 +507,7 @@ async fn replay_file(
             }
             input::Line::Text => {
                 rp.report.lines += 1;
-                let res = match opts.format.parse(buf) {
+                let res = match opts.format.read(buf, &mut scratch) {
                     Ok(f) => rp.push(&f).await,
                     Err(e) => Err(e),
                 };
@@ -484,12 +539,7 @@ pub fn run_replay(
         crate::log_sink::eprint_line(format!("fleet-limiter: {msg}"));
         ExitCode::from(2)
     };
-    let format_spec = match log_format {
-        Some(f) if f.eq_ignore_ascii_case("combined") => nginx::COMBINED,
-        Some(f) => f,
-        None => nginx::COMBINED,
-    };
-    let opts = match nginx::Format::compile(format_spec) {
+    let opts = match LineFormat::parse(log_format.unwrap_or("combined")) {
         Ok(f) => Options {
             format: f,
             reorder_seconds,

@@ -115,6 +115,13 @@ impl Format {
         Ok(Self { parts })
     }
 
+    /// Whether the format logs `$http_x_agent_id`.
+    pub fn logs_agent_ids(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Var(Var::AgentId)))
+    }
+
     pub fn combined() -> Self {
         Self::compile(COMBINED).unwrap_or(Self { parts: Vec::new() })
     }

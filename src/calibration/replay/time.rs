@@ -126,14 +126,19 @@ pub fn iso8601(b: &[u8]) -> Option<UnixNanos> {
 /// nginx `$msec`: seconds since the epoch with a fraction, `971211336.123`.
 pub fn epoch(b: &[u8]) -> Option<UnixNanos> {
     let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    let secs = digits(&b[..n])?;
+    // Ten digits today (since 2001); up to twelve read, the year check refuses the absurd.
+    if n == 0 || n > 12 {
+        return None;
+    }
+    let secs = b[..n]
+        .iter()
+        .fold(0i64, |acc, &c| acc * 10 + i64::from(c - b'0'));
     let (frac, rest) = fraction(&b[n..])?;
     if !rest.is_empty() {
         return None;
     }
-    let t = secs * NS + frac;
     let year = 1970 + secs / 31_556_952;
-    YEARS.contains(&year).then_some(t)
+    YEARS.contains(&year).then(|| secs * NS + frac)
 }
 
 /// Whichever of the three forms `b` is written in.
@@ -157,6 +162,8 @@ mod tests {
         assert_eq!(iso8601(b"2000-10-10T13:55:36-07:00"), Some(want));
         assert_eq!(epoch(b"971211336.000"), Some(want));
         assert_eq!(any(b"971211336.5"), Some(want + NS / 2));
+        // Ten digits: every timestamp since 2001-09-09.
+        assert_eq!(epoch(b"1795996801.250"), Some(1_795_996_801 * NS + NS / 4));
         assert_eq!(any(b"2000-10-10T20:55:36.25Z"), Some(want + NS / 4));
     }
 
