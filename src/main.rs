@@ -56,6 +56,9 @@ struct ReplayArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Also draw each limiter's admitted and refused requests over the logs' time, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     /// Access logs, plain or gzip.
     #[arg(required = true, value_name = "LOG")]
     logs: Vec<PathBuf>,
@@ -366,6 +369,7 @@ fn main() -> ExitCode {
                 args.reorder_seconds,
                 &args.logs,
                 args.format,
+                args.plot.as_deref(),
             )
         }
     }

@@ -445,3 +445,78 @@ fn json_lines_give_the_figures_combined_gives_and_alb_says_what_it_cannot_see() 
     let named = limiter(&base, "agent-device")["top_refused"].to_string();
     assert!(!named.contains("203.0.113.10"), "{named}");
 }
+
+/// The numbers a plotted series carries (`data-values`), summed.
+fn plotted(svg: &str, panel: &str, calibration: usize, series: &str) -> u64 {
+    let start = svg
+        .find(&format!(
+            r#"<g data-panel="{panel}" data-calibration="{calibration}">"#
+        ))
+        .unwrap_or_else(|| panic!("no panel {panel} #{calibration}"));
+    let g = &svg[start..start + svg[start..].find("</g>").expect("panel end")];
+    let at = g
+        .find(&format!(r#"data-series="{series}""#))
+        .unwrap_or_else(|| panic!("no series {series} in {panel}"));
+    let values = &g[at..];
+    let v = values.split("data-values=\"").nth(1).expect("values");
+    v[..v.find('"').expect("end")]
+        .split(' ')
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<f64>().expect("number") as u64)
+        .sum()
+}
+
+#[test]
+fn the_plot_carries_the_figures_of_both_calibrations() {
+    let dir = tempfile::tempdir().unwrap();
+    let ev = site_and_rotator();
+    let lines: Vec<String> = ev
+        .iter()
+        .map(|(t, ip, m, p, a)| line(*t, ip, &format!("{m} {p}"), Some(a)))
+        .collect();
+    let log = write(dir.path(), "site.log", &lines);
+    let svg_path = dir.path().join("replay.svg");
+    let fmt = agent_format();
+    let out = replay(
+        &[
+            "--format",
+            "json",
+            "--log-format",
+            &fmt,
+            "--against",
+            "docs/examples/replaced-calibration.toml",
+            "--plot",
+            svg_path.to_str().unwrap(),
+        ],
+        &[&log],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let svg = std::fs::read_to_string(&svg_path).expect("the plot");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+    for (i, r) in reports.as_array().expect("two reports").iter().enumerate() {
+        for l in r["limiters"].as_array().unwrap() {
+            let name = l["name"].as_str().unwrap();
+            let metered = l["metered"].as_u64().unwrap();
+            if metered == 0 {
+                continue;
+            }
+            let panel = format!("replay-{name}");
+            let refused = l["refused"].as_u64().unwrap() + l["shadow_refused"].as_u64().unwrap();
+            assert_eq!(plotted(&svg, &panel, i, "refused"), refused, "{name} #{i}");
+            assert_eq!(
+                plotted(&svg, &panel, i, "admitted"),
+                metered - refused,
+                "{name} #{i}"
+            );
+        }
+    }
+    // A plot that cannot be written is refused before the run.
+    let out = replay(&["--plot", "/nonexistent/dir/x.svg"], &[&log]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--plot"));
+}

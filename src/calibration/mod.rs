@@ -106,7 +106,7 @@ pub fn run_simulate(
 /// Whether the plot can be written to `path`: its directory exists, it is not a directory, and
 /// it opens for writing (without losing what it holds yet). `Ok(true)` when it did not exist and
 /// was created empty.
-fn plot_target(path: &Path) -> Result<bool, String> {
+pub(crate) fn plot_target(path: &Path) -> Result<bool, String> {
     let shown = path.display();
     if path.is_dir() {
         return Err(format!(

@@ -19,7 +19,7 @@ pub mod nginx;
 pub mod report;
 pub mod time;
 
-use crate::calibration::simulate::SimVerifier;
+use crate::calibration::simulate::{Series, SimVerifier};
 use crate::calibration::traffic;
 use crate::clock::{ManualClock, Nanos};
 use crate::config::Config;
@@ -40,6 +40,8 @@ use std::sync::Arc;
 use time::UnixNanos;
 
 const NS: i64 = 1_000_000_000;
+/// The bins `--plot` counts requests in, before it merges them to fit the page.
+const PLOT_BIN_SECONDS: u64 = 60;
 /// Virtual time starts an hour after the clock's zero, as in `simulate`.
 const ORIGIN: Nanos = 3_600 * NS as Nanos;
 /// Malformed lines shown in the report, first come first shown.
@@ -137,6 +139,9 @@ pub struct LimiterReport {
     /// The longest time one principal went from a refusal to its next admitted request.
     pub longest_refusal_run_seconds: f64,
     pub longest_refusal_run_principal: Option<String>,
+    /// Admitted and refused per minute since the first line (drawn by `--plot`, not printed).
+    #[serde(skip)]
+    pub series: Series,
 }
 
 /// An agent whose heartbeats would have gone unanswered past the offline threshold.
@@ -181,6 +186,8 @@ struct LimiterTally {
     /// Principals refused since their last admitted request: when the run started.
     open_runs: HashMap<Box<str>, UnixNanos>,
     longest: (i64, Option<Box<str>>),
+    /// Admitted and refused (enforced or shadow) per minute of the logs, for `--plot`.
+    series: Option<Series>,
 }
 
 #[derive(Clone, Copy)]
@@ -335,6 +342,13 @@ impl Replayer {
                 Mode::Off => "off",
             };
             t.metered += 1;
+            t.series
+                .get_or_insert_with(|| Series {
+                    bin_seconds: PLOT_BIN_SECONDS,
+                    admitted: Vec::new(),
+                    refused: Vec::new(),
+                })
+                .record((p.at - first).max(0) as Nanos, r.verdict.allowed);
             let who = principal(outcome.client_ip.unwrap_or(p.peer), &p, r.spec.key);
             if r.verdict.allowed {
                 if let Some(start) = t.open_runs.remove(&who) {
@@ -422,6 +436,7 @@ impl Replayer {
                 top_refused: top,
                 longest_refusal_run_seconds: secs(t.longest.0),
                 longest_refusal_run_principal: t.longest.1.map(Into::into),
+                series: t.series.unwrap_or_default(),
             });
         }
         r
@@ -532,6 +547,7 @@ pub fn run_replay(
     reorder_seconds: u64,
     logs: &[PathBuf],
     format: crate::calibration::report::Format,
+    plot: Option<&Path>,
 ) -> std::process::ExitCode {
     use crate::calibration::report::Format as Out;
     use std::process::ExitCode;
@@ -546,15 +562,29 @@ pub fn run_replay(
         },
         Err(e) => return fail(format!("--log-format: {e}")),
     };
+    // The plot's file is checked before the run, so a typo costs nothing.
+    let created = match plot.map(crate::calibration::plot_target).transpose() {
+        Ok(c) => c.unwrap_or(false),
+        Err(e) => return fail(format!("--plot: {e}")),
+    };
+    let drop_plot = || {
+        if let (Some(path), true) = (plot, created) {
+            let _ = std::fs::remove_file(path);
+        }
+    };
     let mut reports = Vec::new();
     for l in std::iter::once(loader).chain(against) {
         let cfg = match l.load() {
             Ok(c) => c,
-            Err(e) => return fail(format!("configuration error: {e}")),
+            Err(e) => {
+                drop_plot();
+                return fail(format!("configuration error: {e}"));
+            }
         };
         match run(&cfg, &opts, logs) {
             Ok(r) => reports.push(r),
             Err(e) => {
+                drop_plot();
                 crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
                 return ExitCode::FAILURE;
             }
@@ -571,6 +601,17 @@ pub fn run_replay(
             .join("\n"),
     };
     crate::log_sink::print(&text);
+    if let Some(path) = plot {
+        let refs: Vec<&ReplayReport> = reports.iter().collect();
+        if let Err(e) = std::fs::write(path, crate::calibration::plot::replay_svg(&refs)) {
+            crate::log_sink::eprint_line(format!(
+                "fleet-limiter: cannot write the plot to {}: {e}",
+                path.display()
+            ));
+            return ExitCode::FAILURE;
+        }
+        crate::log_sink::eprint_line(format!("fleet-limiter: plot written to {}", path.display()));
+    }
     if reports.iter().any(|r| !r.read_errors.is_empty()) {
         for e in reports.iter().take(1).flat_map(|r| &r.read_errors) {
             crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
