@@ -830,89 +830,6 @@ fn abuse(o: &mut String, a: &AbuseReport, y: f64) -> f64 {
     y + 24.0
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::calibration::simulate::abuse::Attacker;
-    use std::collections::BTreeMap;
-
-    fn attacker(name: &'static str, admitted: u64) -> Attacker {
-        Attacker {
-            name,
-            route: "GET /api/tasks".into(),
-            requests: 1000 * 20,
-            refused: 1000 * (20 - admitted),
-            admitted_per_minute: admitted as f64 * 6.0,
-            series: Series {
-                bin_seconds: 10,
-                admitted: vec![admitted; 1000],
-                refused: vec![20 - admitted; 1000],
-            },
-        }
-    }
-
-    #[test]
-    fn abuse_draws_a_rate_per_client_in_round_bins() {
-        let r = SimulationReport {
-            config: None,
-            seed: 1,
-            scenarios: vec![ScenarioReport::Abuse(AbuseReport {
-                scenario: "abuse",
-                duration_seconds: 10_000,
-                rate_per_second: 2,
-                requests: 60_000,
-                refused: 0,
-                admitted_per_minute: BTreeMap::new(),
-                attackers: vec![attacker("rotator", 20), attacker("spray", 1)],
-                series: Series {
-                    bin_seconds: 10,
-                    admitted: vec![21; 1000],
-                    refused: vec![19; 1000],
-                },
-            })],
-        };
-        let s = svg(&r);
-        assert!(s.starts_with("<svg"));
-        assert_eq!(s.matches(r#"data-series="admitted-per-minute""#).count(), 2);
-        // 1000 bins of 10 s: 30 s bins would still be 334, so they merge to 1 minute.
-        assert_eq!(s.matches(r#"data-bin-seconds="60""#).count(), 2);
-        assert!(s.contains(r#"data-client="rotator" data-bin-seconds="60" data-values="120 120"#));
-        assert!(s.contains(r#"data-client="spray" data-bin-seconds="60" data-values="6 6"#));
-        assert!(s.contains("sent: 120/min per client"));
-    }
-
-    #[test]
-    fn bins_merge_to_round_widths() {
-        assert_eq!(merge_factor(10, 180), 1);
-        assert_eq!(merge_factor(10, 241), 3);
-        assert_eq!(merge_factor(10, 1000), 6);
-        // Twelve hours of 10 s bins: 5 minutes, not 3m10s.
-        assert_eq!(merge_factor(10, 4440), 30);
-        for n in [1, 100, 240, 500, 4440, 17_280] {
-            let w = 10 * merge_factor(10, n) as u64;
-            assert!(ROUND_BINS.contains(&w), "{n} bins: {w} s");
-        }
-    }
-
-    #[test]
-    fn scales_label_round_values() {
-        let Scale::Linear { max, step } = Scale::fit(2484.0) else {
-            unreachable!()
-        };
-        assert_eq!((max, step), (3000.0, 1000.0));
-        let ticks = Scale::fixed(250.0).ticks();
-        assert_eq!(ticks.first().map(|t| t.0), Some(0.0));
-        assert_eq!(ticks.last().map(|t| t.0), Some(250.0));
-        let log = Scale::LogSeconds {
-            lo: 10.0,
-            hi: 1800.0,
-        }
-        .ticks();
-        let labels: Vec<&str> = log.iter().map(|t| t.1.as_str()).collect();
-        assert_eq!(labels, ["10s", "30s", "1m", "2m", "5m", "10m", "30m"]);
-    }
-}
-
 /// The SVG document for a replay: for each limiter that metered anything, the requests it
 /// admitted and refused per bin over the logs' own time, one panel per calibration (`--against`
 /// adds the second), both on the same y-scale so they read side by side.
@@ -1029,4 +946,87 @@ pub fn replay_svg(reports: &[&super::replay::ReplayReport]) -> String {
     o.push_str(&body);
     o.push_str("</svg>\n");
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibration::simulate::abuse::Attacker;
+    use std::collections::BTreeMap;
+
+    fn attacker(name: &'static str, admitted: u64) -> Attacker {
+        Attacker {
+            name,
+            route: "GET /api/tasks".into(),
+            requests: 1000 * 20,
+            refused: 1000 * (20 - admitted),
+            admitted_per_minute: admitted as f64 * 6.0,
+            series: Series {
+                bin_seconds: 10,
+                admitted: vec![admitted; 1000],
+                refused: vec![20 - admitted; 1000],
+            },
+        }
+    }
+
+    #[test]
+    fn abuse_draws_a_rate_per_client_in_round_bins() {
+        let r = SimulationReport {
+            config: None,
+            seed: 1,
+            scenarios: vec![ScenarioReport::Abuse(AbuseReport {
+                scenario: "abuse",
+                duration_seconds: 10_000,
+                rate_per_second: 2,
+                requests: 60_000,
+                refused: 0,
+                admitted_per_minute: BTreeMap::new(),
+                attackers: vec![attacker("rotator", 20), attacker("spray", 1)],
+                series: Series {
+                    bin_seconds: 10,
+                    admitted: vec![21; 1000],
+                    refused: vec![19; 1000],
+                },
+            })],
+        };
+        let s = svg(&r);
+        assert!(s.starts_with("<svg"));
+        assert_eq!(s.matches(r#"data-series="admitted-per-minute""#).count(), 2);
+        // 1000 bins of 10 s: 30 s bins would still be 334, so they merge to 1 minute.
+        assert_eq!(s.matches(r#"data-bin-seconds="60""#).count(), 2);
+        assert!(s.contains(r#"data-client="rotator" data-bin-seconds="60" data-values="120 120"#));
+        assert!(s.contains(r#"data-client="spray" data-bin-seconds="60" data-values="6 6"#));
+        assert!(s.contains("sent: 120/min per client"));
+    }
+
+    #[test]
+    fn bins_merge_to_round_widths() {
+        assert_eq!(merge_factor(10, 180), 1);
+        assert_eq!(merge_factor(10, 241), 3);
+        assert_eq!(merge_factor(10, 1000), 6);
+        // Twelve hours of 10 s bins: 5 minutes, not 3m10s.
+        assert_eq!(merge_factor(10, 4440), 30);
+        for n in [1, 100, 240, 500, 4440, 17_280] {
+            let w = 10 * merge_factor(10, n) as u64;
+            assert!(ROUND_BINS.contains(&w), "{n} bins: {w} s");
+        }
+    }
+
+    #[test]
+    fn scales_label_round_values() {
+        let Scale::Linear { max, step } = Scale::fit(2484.0) else {
+            unreachable!()
+        };
+        assert_eq!((max, step), (3000.0, 1000.0));
+        let ticks = Scale::fixed(250.0).ticks();
+        assert_eq!(ticks.first().map(|t| t.0), Some(0.0));
+        assert_eq!(ticks.last().map(|t| t.0), Some(250.0));
+        let log = Scale::LogSeconds {
+            lo: 10.0,
+            hi: 1800.0,
+        }
+        .ticks();
+        let labels: Vec<&str> = log.iter().map(|t| t.1.as_str()).collect();
+        assert_eq!(labels, ["10s", "30s", "1m", "2m", "5m", "10m", "30m"]);
+    }
 }
