@@ -89,6 +89,10 @@ struct SimulateArgs {
     /// Also draw the runs over time to this SVG file (checked before the run; its path is printed on stderr).
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+    /// Also write the scenario's requests as a JSON-lines access log, for `replay --log-format json`
+    /// (one --scenario only).
+    #[arg(long, value_name = "FILE")]
+    emit_log: Option<PathBuf>,
 }
 
 /// Flags shared by every command that reads the configuration.
@@ -353,6 +357,7 @@ fn main() -> ExitCode {
             args.format,
             args.seed,
             args.plot.as_deref(),
+            args.emit_log.as_deref(),
         ),
         Command::Replay(args) => {
             let l = loader(&args.cfg);

@@ -520,3 +520,85 @@ fn the_plot_carries_the_figures_of_both_calibrations() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--plot"));
 }
+
+/// `fleet-limiter simulate` with the given arguments, its JSON report.
+fn simulate_emitting(args: &[&str]) -> Value {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-limiter"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLEET_LIMITER_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c
+        .arg("simulate")
+        .args(["--format", "json"])
+        .args(args)
+        .output()
+        .expect("run simulate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("simulate json")
+}
+
+#[test]
+fn the_traffic_simulate_sends_replays_to_the_figures_simulate_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    for config in [None, Some("docs/examples/replaced-calibration.toml")] {
+        for scenario in ["fleet", "rollout"] {
+            let log = dir.path().join(format!("{scenario}.jsonl"));
+            let mut args = vec!["--scenario", scenario, "--emit-log", log.to_str().unwrap()];
+            let mut rargs = vec!["--format", "json", "--log-format", "json"];
+            if let Some(c) = config {
+                args.extend(["--config", c]);
+                rargs.extend(["--config", c]);
+            }
+            let sim = simulate_emitting(&args);
+            let s = &sim["scenarios"][0];
+            let out = replay(&rargs, &[&log]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let r: Value = serde_json::from_slice(&out.stdout).expect("replay json");
+            let what = format!(
+                "{scenario} on {}",
+                config.unwrap_or("the built-in calibration")
+            );
+            assert_eq!(r["malformed"], 0, "{what}");
+            assert_eq!(r["late"], 0, "{what}");
+            assert_eq!(r["replayed"], s["requests"], "{what}");
+            assert_eq!(r["refused"], s["refused"], "{what}");
+            if scenario == "fleet" {
+                assert_eq!(
+                    r["agents_offline"].as_array().map(Vec::len).unwrap_or(0) as u64,
+                    s["agents_marked_offline"].as_u64().unwrap(),
+                    "{what}"
+                );
+            }
+        }
+    }
+    // On the replaced calibration both scenarios lose: the comparison is not of zeros.
+    let r = simulate_emitting(&[
+        "--scenario",
+        "fleet",
+        "--config",
+        "docs/examples/replaced-calibration.toml",
+    ]);
+    assert!(r["scenarios"][0]["agents_marked_offline"].as_u64().unwrap() > 0);
+    // Traffic of several scenarios would overlap in time: one at a time.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-limiter"));
+    let out = c
+        .args([
+            "simulate",
+            "--emit-log",
+            dir.path().join("all.jsonl").to_str().unwrap(),
+        ])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -53,11 +53,25 @@ pub fn run_simulate(
     format: Format,
     seed: u64,
     plot: Option<&Path>,
+    emit_log: Option<&Path>,
 ) -> ExitCode {
     let scenarios = match simulate::Scenario::parse_list(scenario) {
         Ok(s) => s,
         Err(e) => {
             crate::log_sink::eprint_line(format!("fleet-limiter: --scenario: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    if emit_log.is_some() && scenarios.len() != 1 {
+        crate::log_sink::eprint_line(
+            "fleet-limiter: --emit-log: name one --scenario (each starts at time 0 with its own clients, so their traffic would not replay as one log)",
+        );
+        return ExitCode::from(2);
+    }
+    let emitted = match emit_log.map(std::fs::File::create).transpose() {
+        Ok(f) => f.map(std::io::BufWriter::new),
+        Err(e) => {
+            crate::log_sink::eprint_line(format!("fleet-limiter: --emit-log: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -76,7 +90,36 @@ pub fn run_simulate(
             return ExitCode::from(2);
         }
     };
-    let r = match simulate::run(&cfg, &scenarios, seed) {
+    let failed_write = std::rc::Rc::new(std::cell::Cell::new(false));
+    let result = match emitted {
+        Some(w) => {
+            use std::io::Write;
+            let w = std::rc::Rc::new(std::cell::RefCell::new(w));
+            let (failed, sink) = (failed_write.clone(), w.clone());
+            let r = simulate::run_emitting(
+                &cfg,
+                &scenarios,
+                seed,
+                Box::new(move |at, req| {
+                    if writeln!(sink.borrow_mut(), "{}", replay::emit::line(at, req)).is_err() {
+                        failed.set(true);
+                    }
+                }),
+            );
+            if w.borrow_mut().flush().is_err() {
+                failed_write.set(true);
+            }
+            r
+        }
+        None => simulate::run(&cfg, &scenarios, seed),
+    };
+    if failed_write.get() {
+        crate::log_sink::eprint_line(
+            "fleet-limiter: --emit-log: the log could not be written in full",
+        );
+        return ExitCode::FAILURE;
+    }
+    let r = match result {
         Ok(r) => r,
         Err(e) => {
             crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));

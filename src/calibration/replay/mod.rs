@@ -12,6 +12,7 @@
 //! beside the address but does not key a bucket.
 
 pub mod alb;
+pub mod emit;
 pub mod input;
 pub mod json;
 pub mod line;

@@ -280,6 +280,29 @@ pub enum Answer {
     Refused { retry_after_secs: u64 },
 }
 
+/// Told of every request a scenario sends: virtual nanoseconds since the run's start, and the
+/// request.
+pub type Emitter = Box<dyn FnMut(Nanos, &Req<'_>)>;
+
+thread_local! {
+    /// The emitter of a [`run_emitting`] on this thread.
+    static EMITTER: std::cell::RefCell<Option<Emitter>> = const { std::cell::RefCell::new(None) };
+}
+
+/// [`run`], telling `emit` of every request sent, in the order the limiter decides them (what
+/// `simulate --emit-log` writes as an access log for `replay`).
+pub fn run_emitting(
+    cfg: &Config,
+    scenarios: &[Scenario],
+    seed: u64,
+    emit: Emitter,
+) -> anyhow::Result<SimulationReport> {
+    EMITTER.with_borrow_mut(|e| *e = Some(emit));
+    let r = run(cfg, scenarios, seed);
+    EMITTER.with_borrow_mut(|e| *e = None);
+    r
+}
+
 /// The real decision path on a virtual clock, counting what it answers.
 pub struct Sim {
     clock: ManualClock,
@@ -307,6 +330,11 @@ impl Sim {
 
     /// Decide one request at `at` nanoseconds of virtual time.
     pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
+        EMITTER.with_borrow_mut(|e| {
+            if let Some(emit) = e {
+                emit(at, req);
+            }
+        });
         self.clock.set(ORIGIN + at);
         let authorization = req.bearer.map(|t| format!("Bearer {t}"));
         let facts = RequestFacts {
