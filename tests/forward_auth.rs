@@ -627,3 +627,28 @@ async fn with_no_upstream_it_serves_only_the_decision_endpoint() {
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
 }
+
+#[tokio::test]
+async fn sigterm_stops_the_gateway_and_the_decision_endpoint_together() {
+    for only in [false, true] {
+        let launch = Gateway::serve()
+            .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+            .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1");
+        let mut gw = if only {
+            launch.decision_only().spawn()
+        } else {
+            launch
+                .upstream(&format!("http://{}", upstream()))
+                .decision()
+                .spawn()
+        };
+        gw.signal("TERM");
+        let status = gw.wait_exit().await;
+        assert_eq!(
+            status.code(),
+            Some(0),
+            "decision only: {only}; {}",
+            gw.stderr()
+        );
+    }
+}

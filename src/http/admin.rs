@@ -405,14 +405,15 @@ impl Admin {
         let handles: Vec<ServerHandle> = servers.iter().map(Server::handle).collect();
         let grace = cfg.ops.shutdown_grace;
         let watcher = actix_web::rt::spawn(signals.watch(control, handles.clone(), grace));
-        // The first server to end (stopped by a signal, or failed) ends them all.
-        let (result, _, rest) = futures_util::future::select_all(servers).await;
-        for h in &handles {
-            h.stop(true).await;
+        // Each server runs as its own task, so one can be told to stop while another is
+        // awaited. The first to end (stopped by a signal, or failed) ends them all.
+        let tasks: Vec<_> = servers.into_iter().map(actix_web::rt::spawn).collect();
+        let (first, _, rest) = futures_util::future::select_all(tasks).await;
+        futures_util::future::join_all(handles.iter().map(|h| h.stop(true))).await;
+        for t in rest {
+            let _ = t.await;
         }
-        for s in rest {
-            let _ = s.await;
-        }
+        let result = first.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         watcher.abort();
         admin_handle.stop(false).await;
         let _ = admin_task.await;
@@ -456,9 +457,8 @@ impl Signals {
                 grace_seconds = grace.as_secs(),
                 "stopping: no new connections; finishing in-flight requests"
             );
-            for s in &servers {
-                s.stop(true).await;
-            }
+            // All at once: each drains its in-flight requests within the same grace period.
+            futures_util::future::join_all(servers.iter().map(|s| s.stop(true))).await;
             return;
         }
     }
@@ -475,9 +475,7 @@ impl Signals {
 
     async fn watch(self, _control: Arc<Control>, servers: Vec<ServerHandle>, _grace: Duration) {
         if tokio::signal::ctrl_c().await.is_ok() {
-            for s in &servers {
-                s.stop(true).await;
-            }
+            futures_util::future::join_all(servers.iter().map(|s| s.stop(true))).await;
         }
     }
 }

@@ -14,7 +14,10 @@ const { spawn } = require('node:child_process');
 const express = require('express');
 const { fleetLimiter, check } = require('..');
 
-const BIN = process.env.FLEET_LIMITER_BIN || path.join(__dirname, '..', '..', '..', 'target', 'debug', 'fleet-limiter');
+const ROOT = path.join(__dirname, '..', '..', '..');
+// The binary `cargo test` built: FLEET_LIMITER_BIN, else under CARGO_TARGET_DIR, else target/.
+const BIN = process.env.FLEET_LIMITER_BIN ||
+  path.join(path.resolve(ROOT, process.env.CARGO_TARGET_DIR || 'target'), 'debug', 'fleet-limiter');
 const ROTATE = '/api/agent/rotate-key';
 
 function freePort() {
@@ -53,6 +56,8 @@ async function limiter({ upstream, redis } = {}) {
   const log = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'fl-express-')), 'stderr.log');
   const child = spawn(BIN, args, { env, stdio: ['ignore', 'ignore', fs.openSync(log, 'w')] });
   const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+  // A limiter that does not stop must not hold the test run open.
+  child.unref();
   await Promise.race([
     Promise.all([waitFor(decision), upstream ? waitFor(listen) : null]),
     exited.then((code) => { throw new Error(`fleet-limiter exited (${code}): ${fs.readFileSync(log, 'utf8')}`); }),
