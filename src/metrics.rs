@@ -853,9 +853,7 @@ mod tests {
         m.upgraded_opened();
         m.upgraded_closed();
         m.reloaded(false);
-        insta::with_settings!({snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"), prepend_module_to_snapshot => false}, {
-            insta::assert_snapshot!("metrics_page", m.render(None, Some((cfg.enabled, &policy))));
-        });
+        snap!("metrics_page", m.render(None, Some((cfg.enabled, &policy))));
     }
 
     #[test]

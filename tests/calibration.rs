@@ -3,6 +3,10 @@
 
 mod common;
 
+#[macro_use]
+#[path = "support/macros.rs"]
+mod macros;
+
 use common::{Exited, Launch};
 use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport, SimulationReport};
 use fleet_limiter::calibration::{plot, report};
@@ -30,17 +34,6 @@ fn cli(args: &[&str]) -> Launch {
 
 fn run(args: &[&str]) -> Exited {
     cli(args).run(LIMIT)
-}
-
-macro_rules! snap {
-    ($name:expr, $value:expr) => {
-        insta::with_settings!({
-            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
-            prepend_module_to_snapshot => false,
-        }, {
-            insta::assert_snapshot!($name, $value);
-        })
-    };
 }
 
 fn replaced_config() -> Config {

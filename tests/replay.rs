@@ -1,6 +1,10 @@
 //! `replay`, end to end: generated access logs (healthy fleet, agent-id rotator, hostile
 //! lines, out-of-order timestamps, gzip) through the real binary, and the figures it reports.
 
+#[macro_use]
+#[path = "support/macros.rs"]
+mod macros;
+
 use flate2::write::GzEncoder;
 use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport};
 use fleet_limiter::config::Config;
@@ -16,17 +20,6 @@ fn agent_format() -> String {
         .expect("the fixture format")
         .trim_end()
         .to_owned()
-}
-
-macro_rules! snap {
-    ($name:expr, $value:expr) => {
-        insta::with_settings!({
-            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
-            prepend_module_to_snapshot => false,
-        }, {
-            insta::assert_snapshot!($name, $value);
-        })
-    };
 }
 
 /// 2026-11-24T12:00:00Z as `$time_local`, `secs` later.

@@ -5,18 +5,6 @@
 use super::*;
 use std::io::Write;
 
-/// Snapshot `value` under the top-level `snapshots/` folder.
-macro_rules! snap {
-    ($name:expr, $value:expr) => {
-        insta::with_settings!({
-            snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/snapshots"),
-            prepend_module_to_snapshot => false,
-        }, {
-            insta::assert_snapshot!($name, $value);
-        })
-    };
-}
-
 /// A config file with a stable name inside a temporary directory.
 struct File {
     dir: tempfile::TempDir,
