@@ -28,3 +28,31 @@ http {
 }
 CONF
 }
+
+# The background servers of a load script: `start NAME CMD...` runs CMD pinned to SERVER_CPU
+# with its output in $TMP/NAME.log and remembers its pid in PIDS; `stop_all` (the scripts'
+# EXIT trap) stops them and removes $TMP; `wait_up URL` waits until something answers there
+# (any status), at most 15 s.
+start() {
+  local name=$1
+  shift
+  taskset -c "$SERVER_CPU" "$@" >"$TMP/$name.log" 2>&1 &
+  PIDS+=($!)
+}
+
+stop_all() {
+  local p
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+
+wait_up() {
+  local i
+  for i in $(seq 150); do
+    curl -sk -o /dev/null -X POST "$1" && return 0
+    sleep 0.1
+  done
+  printf 'nothing answers at %s\n' "$1" >&2
+  return 1
+}

@@ -48,30 +48,7 @@ mkdir -p "$OUT"
 
 TMP=$(mktemp -d /tmp/fleet-limiter-bench-fa.XXXXXX)
 PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-start() {
-  local name=$1
-  shift
-  taskset -c "$SERVER_CPU" "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-}
-
-wait_up() {
-  local i
-  for i in $(seq 150); do
-    curl -s -o /dev/null -X POST "$1" && return 0
-    sleep 0.1
-  done
-  log "nothing answers at $1: $(tail -3 "$TMP"/*.log)"
-  return 1
-}
+trap stop_all EXIT
 
 # front DIR PORT SITE: an nginx (one worker, no logging) serving SITE (an http-context file).
 front() {

@@ -42,31 +42,7 @@ mkdir -p "$OUT"
 
 TMP=$(mktemp -d /tmp/fleet-limiter-bench-tls.XXXXXX)
 PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-start() {
-  local name=$1
-  shift
-  taskset -c "$SERVER_CPU" "$@" >"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-}
-
-# wait_up URL: until something answers (any status), at most 15 s.
-wait_up() {
-  local i
-  for i in $(seq 150); do
-    curl -sk -o /dev/null -X POST "$1" && return 0
-    sleep 0.1
-  done
-  log "nothing answers at $1"
-  return 1
-}
+trap stop_all EXIT
 
 # A CA and a certificate for 127.0.0.1 signed by it.
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=bench CA" \
