@@ -563,6 +563,9 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
             ("fleet", Some(t)) => culprit::<FleetConfig>(t),
             ("path", Some(t)) => culprit::<path::RawPath>(t),
             ("decision", Some(t)) => culprit::<decision::RawDecision>(t),
+            ("ops", Some(t)) => culprit::<ops::RawOps>(t),
+            ("cors", Some(t)) => culprit::<ops::RawCors>(t),
+            ("identity", Some(t)) => culprit::<identity::RawIdentity>(t),
             ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {
                 Some(lt) => culprit::<RawLimiter>(lt).map(|(f, m)| (format!("{name}.{f}"), m)),
                 None => Some((name.clone(), "must be a table of limiter fields".to_owned())),
@@ -574,6 +577,7 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
             None => (section, msg),
         }
     });
+    let found = found.map(|(path, msg)| (path, operator_words(&msg)));
     match found {
         Some((path, msg)) if syntax::is_secret_path(&path) => {
             let expected = msg.split_once(", expected ").map(|(_, e)| e);
@@ -589,6 +593,54 @@ fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError 
             ConfigError(format!("{where_}: {}", e.message().trim()))
         }
     }
+}
+
+/// A deserialiser's message in an operator's words: what was found, and what the field takes,
+/// without Rust's type names (`invalid type: string "lots", expected i64` reads
+/// `got the string "lots"; expected a whole number`).
+fn operator_words(msg: &str) -> String {
+    let msg = msg.trim();
+    if let Some((_, kind)) = msg.split_once("did not match any variant of untagged enum ") {
+        return match kind.trim() {
+            "DurationValue" => {
+                "is not a duration; write one such as \"30s\", \"15m\" or a whole number of seconds"
+                    .to_owned()
+            }
+            "OneOrMany" => "is not a string or a list of strings".to_owned(),
+            "RateValue" => {
+                "is not a rate; write bytes per second such as 240, \"1KiB\" or \"off\"".to_owned()
+            }
+            _ => "has a value of a kind this field does not take".to_owned(),
+        };
+    }
+    let (found, expected) = match msg.split_once(", expected ") {
+        Some((f, e)) => (f, Some(e)),
+        None => (msg, None),
+    };
+    let found = match found.strip_prefix("invalid type: ") {
+        Some("unit variant") => "got a value of the wrong kind".to_owned(),
+        Some(what) => format!("got {}", what.trim()),
+        None => match found.strip_prefix("invalid value: ") {
+            Some(what) => format!("got {}", what.trim()),
+            None => found.to_owned(),
+        },
+    };
+    let Some(expected) = expected else {
+        return found;
+    };
+    let e = expected.trim();
+    let words = match e {
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32" | "u64" | "u128"
+        | "usize" => "a whole number (no quotes)",
+        "f32" | "f64" => "a number (no quotes)",
+        "a boolean" => "true or false (no quotes)",
+        "a string" | "string only" => "a string in quotes",
+        "a sequence" => "a list, e.g. [\"a\", \"b\"]",
+        "a map" => "a table",
+        _ if e.starts_with("struct ") => "a table",
+        _ => e,
+    };
+    format!("{found}; expected {words}")
 }
 
 fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {

@@ -256,6 +256,41 @@ fn error_wrong_type() {
 }
 
 #[test]
+fn every_section_names_the_field_of_a_wrong_type_in_operator_words() {
+    let cases = [
+        "[ops]\nnear_limit_percent = \"lots\"\n",
+        "[ops]\nadmin_listen = 7391\n",
+        "[identity]\nleeway = [1, 2]\n",
+        "[identity]\naudiences = \"app\"\n",
+        "[cors]\nallow_credentials = \"yes\"\n",
+        "[cors]\nallowed_origins = \"https://dash.example.com\"\n",
+        "[server]\nlisten = 8080\n",
+        "[store]\nmax_keys = 1.5\n",
+        "[path]\nbackslash = true\n",
+        "[decision]\nallow_from = \"10.0.0.5\"\n",
+        "enabled = \"yes\"\n",
+    ];
+    let shown: Vec<String> = cases
+        .iter()
+        .map(|toml| format!("{}=> {}", toml.replace('\n', " "), file_error(toml, &[])))
+        .collect();
+    for line in &shown {
+        for rust in [
+            " i64",
+            " u64",
+            " u8",
+            " usize",
+            " f64",
+            "a sequence",
+            "struct ",
+        ] {
+            assert!(!line.contains(rust), "a Rust type name in {line}");
+        }
+    }
+    snap!("config_error_section_types", shown.join("\n"));
+}
+
+#[test]
 fn error_unknown_limiter_with_missing_fields() {
     snap!(
         "config_error_unknown_limiter",
