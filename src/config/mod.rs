@@ -1271,19 +1271,11 @@ fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
     RawLimiter {
         limit: Some(b.limit as i64),
         window: Some(DurationValue::Text(b.window.to_owned())),
-        key: Some(match b.key {
-            "ip" => KeyKind::Ip,
-            "ip+agent" => KeyKind::IpAgent,
-            _ => KeyKind::UserOrIp,
-        }),
+        key: Some(b.key),
         routes: Some(owned(b.routes)),
         except: Some(owned(b.except)),
         group: b.group.map(str::to_owned),
-        credential: Some(match b.credential {
-            "api-key" => CredentialMatch::ApiKey,
-            "cli-token" => CredentialMatch::CliToken,
-            _ => CredentialMatch::Any,
-        }),
+        credential: Some(b.credential),
         algorithm: None,
         mode: None,
         on_store_error: None,
