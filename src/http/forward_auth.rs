@@ -19,25 +19,19 @@
 //! Only the proxies in `decision.allow_from` are answered: anyone else gets `403`, so the
 //! endpoint cannot be used to spend other clients' budgets.
 
-use crate::client_ip::ForwardedHeader;
 use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts};
-use crate::http::middleware::cookie_value;
+use crate::http::middleware::header_facts;
 use crate::http::response::{self, Problem};
 use crate::path::CanonicalPath;
 use actix_web::body::MessageBody;
-use actix_web::http::header::{
-    HeaderName, HeaderValue, AUTHORIZATION, CONTENT_TYPE, COOKIE, FORWARDED,
-};
+use actix_web::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use ipnet::IpNet;
-use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// The status the client should get, where the proxy cannot pass it on itself (`/nginx`).
 pub const STATUS_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-status");
 /// The problem document the client should get, where the proxy drops the answer's body.
@@ -186,28 +180,20 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
             return for_proxy(flavour, problem.into_response());
         }
     };
-    let trusted = settings.trusted.contains(peer);
-    let forwarded: SmallVec<[&[u8]; 2]> = if trusted {
-        let name = match settings.trusted.header {
-            ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
-            ForwardedHeader::Forwarded => FORWARDED,
-        };
-        headers.get_all(name).map(|v| v.as_bytes()).collect()
-    } else {
-        SmallVec::new()
-    };
-    let cookie = endpoint
-        .session_cookie
-        .as_deref()
-        .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name));
+    let h = header_facts(
+        headers,
+        peer,
+        &settings.trusted,
+        endpoint.session_cookie.as_deref(),
+    );
     let facts = RequestFacts {
         peer,
         method,
         path,
-        forwarded: &forwarded,
-        agent_id: headers.get(X_AGENT_ID).map(|v| v.as_bytes()),
-        authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
-        session_token: cookie,
+        forwarded: &h.forwarded,
+        agent_id: h.agent_id,
+        authorization: h.authorization,
+        session_token: h.session_token,
     };
     let started = std::time::Instant::now();
     let outcome = endpoint.decider.decide_with(&settings, &facts).await;

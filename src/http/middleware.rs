@@ -19,14 +19,14 @@
 //! # }
 //! ```
 
-use crate::client_ip::ForwardedHeader;
+use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::response::{self, Problem};
 use crate::path::{CanonicalPath, Rejected};
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Payload, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::header::{HeaderName, AUTHORIZATION, COOKIE, FORWARDED};
+use actix_web::http::header::{HeaderMap, HeaderName, AUTHORIZATION, COOKIE, FORWARDED};
 use actix_web::http::uri::PathAndQuery;
 use actix_web::http::Uri;
 use actix_web::{Error, HttpMessage};
@@ -237,29 +237,58 @@ async fn decide(
         .peer_addr()
         .map(|a| a.ip())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let h = header_facts(
+        headers,
+        peer,
+        &settings.trusted,
+        limiter.session_cookie.as_deref(),
+    );
+    let facts = RequestFacts {
+        peer,
+        method: req.method().as_str(),
+        path,
+        forwarded: &h.forwarded,
+        agent_id: h.agent_id,
+        authorization: h.authorization,
+        session_token: h.session_token,
+    };
+    limiter.decider.decide_with(settings, &facts).await
+}
+
+/// What a decision reads from a request's headers, borrowed from them.
+pub(crate) struct HeaderFacts<'a> {
+    /// Every value of the configured forwarding header, only when the peer is a trusted proxy.
+    pub forwarded: SmallVec<[&'a [u8]; 2]>,
+    pub agent_id: Option<&'a [u8]>,
+    pub authorization: Option<&'a [u8]>,
+    /// The dashboard session token from the `session_cookie` cookie, when one was sent.
+    pub session_token: Option<&'a str>,
+}
+
+/// The header facts of a request from `peer`: the same reading for the middleware and for the
+/// decision endpoint (where the headers are the original request's, passed on by the proxy).
+pub(crate) fn header_facts<'a>(
+    headers: &'a HeaderMap,
+    peer: IpAddr,
+    trusted: &TrustedProxies,
+    session_cookie: Option<&str>,
+) -> HeaderFacts<'a> {
     // Forwarding headers count only from a trusted proxy: from anyone else they are not read.
-    let forwarded: SmallVec<[&[u8]; 2]> = if settings.trusted.contains(peer) {
+    let forwarded = if trusted.contains(peer) {
         headers
-            .get_all(forwarded_header(settings.trusted.header))
+            .get_all(forwarded_header(trusted.header))
             .map(|v| v.as_bytes())
             .collect()
     } else {
         SmallVec::new()
     };
-    let cookie = limiter
-        .session_cookie
-        .as_deref()
-        .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name));
-    let facts = RequestFacts {
-        peer,
-        method: req.method().as_str(),
-        path,
-        forwarded: &forwarded,
+    HeaderFacts {
+        forwarded,
         agent_id: headers.get(X_AGENT_ID).map(|v| v.as_bytes()),
         authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
-        session_token: cookie,
-    };
-    limiter.decider.decide_with(settings, &facts).await
+        session_token: session_cookie
+            .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name)),
+    }
 }
 
 fn forwarded_header(h: ForwardedHeader) -> HeaderName {
