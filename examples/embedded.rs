@@ -8,18 +8,18 @@
 //!
 //! The configuration is the gateway's: built-in calibration, then `FLEET_LIMITER_CONFIG` (a
 //! TOML file) and `FLEET_LIMITER_*` variables. Handlers can read the decision through the
-//! `LimitOutcome` request extension.
+//! `Decided` request extension.
 
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use fleet_limiter::config::Loader;
 use fleet_limiter::http::cors::Cors;
-use fleet_limiter::http::middleware::{FleetLimiter, LimitOutcome};
+use fleet_limiter::http::middleware::{Decided, FleetLimiter};
 
 async fn heartbeat(req: HttpRequest) -> HttpResponse {
     // The limiter already decided; this request was allowed.
     let remaining = req
         .extensions()
-        .get::<LimitOutcome>()
+        .get::<Decided>()
         .and_then(|o| o.0.tightest().map(|t| t.verdict.remaining));
     HttpResponse::Ok().json(serde_json::json!({ "ok": true, "remaining": remaining }))
 }
@@ -48,14 +48,9 @@ async fn main() -> anyhow::Result<()> {
                 web::get().to(move || {
                     let decider = decider.clone();
                     async move {
-                        let settings = decider.settings();
-                        let text = decider.metrics().render(
-                            Some(decider.store().as_ref()),
-                            Some((settings.enabled, &settings.policy)),
-                        );
                         HttpResponse::Ok()
-                            .content_type("text/plain; version=0.0.4")
-                            .body(text)
+                            .content_type(fleet_limiter::metrics::CONTENT_TYPE)
+                            .body(decider.metrics().render())
                     }
                 }),
             )

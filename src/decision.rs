@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::identity::{self, Identity, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
 use crate::limiter::{ceil_secs, Verdict};
-use crate::metrics::Metrics;
+use crate::metrics::{LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
 use crate::store::{Check, Store, StoreError};
@@ -36,6 +36,8 @@ pub struct RequestFacts<'a> {
 #[derive(Debug, Clone)]
 pub struct LimitResult {
     pub spec: Arc<LimiterSpec>,
+    /// The limiter's position in the policy that decided (its metric handles' index).
+    pub slot: usize,
     /// The bucket. For a limiter that said no (the ones logs name), always its shared
     /// (SHA-256) name, which every instance computes alike, even when the store keeps it
     /// under a name private to this process.
@@ -104,33 +106,31 @@ pub struct Settings {
     pub ipv6_prefix: u8,
     /// Which spellings of a path are refused before any limiter sees them.
     pub paths: PathRules,
+    /// Each limiter's metric handles, in policy order (see [`LimitResult::slot`]).
+    pub meters: Box<[LimiterMeter]>,
 }
 
 impl Settings {
-    pub fn from_config(cfg: &Config) -> Self {
+    /// The settings of `cfg`, with their limiters' handles resolved in `metrics`.
+    pub fn from_config(cfg: &Config, metrics: &Metrics) -> Self {
+        let policy = Policy::new(cfg.limiters.clone());
+        let meters = metrics.configure(cfg.enabled, policy.limiters(), cfg.ops.near_limit_percent);
         Self {
             enabled: cfg.enabled,
-            policy: Policy::new(cfg.limiters.clone()),
+            policy,
             trusted: cfg.client_ip.trusted.clone(),
             ipv6_prefix: cfg.client_ip.ipv6_prefix,
             paths: cfg.path,
+            meters,
         }
     }
 }
 
-/// Give the metrics the configuration's limiters (so they appear at zero) and its near-limit
-/// threshold.
-fn configure(metrics: &Metrics, cfg: &Config) {
-    let names: Vec<Arc<str>> = cfg.limiters.iter().map(|l| l.name.clone()).collect();
-    metrics.configure(&names, cfg.ops.near_limit_percent);
-}
-
 impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
-        let metrics = Arc::new(Metrics::new());
-        configure(&metrics, cfg);
+        let metrics = Arc::new(Metrics::for_store(store.clone()));
         Self {
-            state: RwLock::new(Arc::new(Settings::from_config(cfg))),
+            state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
             digest: store.key_digest(),
             store,
             verifier,
@@ -150,8 +150,13 @@ impl Decider {
     /// Take a new configuration for the next request. Buckets live in the store under the
     /// limiter's name, so unchanged limiters keep their state.
     pub fn reload(&self, cfg: &Config) {
-        *self.state.write() = Arc::new(Settings::from_config(cfg));
-        configure(&self.metrics, cfg);
+        let settings = Arc::new(Settings::from_config(cfg, &self.metrics));
+        *self.state.write() = settings;
+    }
+
+    /// Count and log one decision made under `settings` (see [`crate::observe`]).
+    pub fn observe(&self, settings: &Settings, outcome: &Outcome, elapsed: std::time::Duration) {
+        crate::observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -176,15 +181,17 @@ impl Decider {
             req.session_token,
         )
         .await;
-        let limiters = settings
-            .policy
-            .applicable(req.method, &req.path, id.credential);
-        if limiters.is_empty() {
+        let slots = settings.policy.picked(req.method, &req.path, id.credential);
+        if slots.is_empty() {
             return Outcome {
                 client_ip: Some(ip),
                 ..Outcome::default()
             };
         }
+        let limiters: SmallVec<[Arc<LimiterSpec>; 4]> = slots
+            .iter()
+            .filter_map(|&i| settings.policy.limiters().get(i).cloned())
+            .collect();
         let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
         let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
         let started = std::time::Instant::now();
@@ -226,9 +233,10 @@ impl Decider {
         };
         let results = limiters
             .into_iter()
+            .zip(slots)
             .zip(checks)
             .zip(verdicts)
-            .map(|((spec, check), verdict)| {
+            .map(|(((spec, slot), check), verdict)| {
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
                     check.key
                 } else {
@@ -242,6 +250,7 @@ impl Decider {
                 };
                 LimitResult {
                     spec,
+                    slot,
                     key,
                     verdict,
                     store_error: errored,

@@ -8,7 +8,7 @@
 
 use crate::decision::{LimitResult, Outcome};
 use crate::limiter::ceil_secs;
-use crate::metrics::{DecisionOutcome, LimiterFact, Metrics, RequestOutcome};
+use crate::metrics::{LimiterFate, LimiterMeter, Metrics, RequestFate};
 use crate::policy::Mode;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 /// While the store keeps failing, a summary line at most this often.
 pub const STORE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Count one request's decision in `metrics` and log it.
-pub fn decision(metrics: &Metrics, outcome: &Outcome, elapsed: Duration) {
-    count(metrics, outcome, elapsed);
+/// Count one request's decision in `metrics` (each limiter's verdict on its handles in
+/// `meters`, by [`LimitResult::slot`]) and log it.
+pub fn decision(metrics: &Metrics, meters: &[LimiterMeter], outcome: &Outcome, elapsed: Duration) {
+    count(metrics, meters, outcome, elapsed);
     log_decision(outcome);
     let error = outcome.store_error.as_ref().map(|e| e.message());
     if error.is_some() || STORE_LOG.is_failing() {
@@ -29,21 +30,29 @@ pub fn decision(metrics: &Metrics, outcome: &Outcome, elapsed: Duration) {
 
 /// Hand the metrics the plain facts of one decision: the request's fate and each limiter's
 /// outcome with what it left of its budget.
-fn count(metrics: &Metrics, outcome: &Outcome, elapsed: Duration) {
+fn count(metrics: &Metrics, meters: &[LimiterMeter], outcome: &Outcome, elapsed: Duration) {
     let request = if outcome.results.is_empty() {
-        RequestOutcome::Unmetered
+        RequestFate::Unmetered
     } else if outcome.refused() {
-        RequestOutcome::Refused
+        RequestFate::Refused
     } else {
-        RequestOutcome::Forwarded
+        RequestFate::Forwarded
     };
     metrics.request(request, elapsed);
-    metrics.limiter_decisions(outcome.results.iter().map(|r| LimiterFact {
-        limiter: &r.spec.name,
-        outcome: DecisionOutcome::of(r.verdict.allowed, r.store_error, r.spec.mode),
-        remaining: r.verdict.remaining,
-        limit: r.verdict.limit,
-    }));
+    for r in &outcome.results {
+        if let Some(m) = meters.get(r.slot) {
+            m.record(
+                LimiterFate::of(
+                    r.verdict.allowed,
+                    r.store_error,
+                    r.spec.mode == Mode::Enforce,
+                ),
+                r.verdict.remaining,
+                r.verdict.limit,
+                ceil_secs(r.verdict.retry_after_ns),
+            );
+        }
+    }
 }
 
 fn log_decision(outcome: &Outcome) {

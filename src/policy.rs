@@ -117,7 +117,7 @@ pub struct Policy {
 }
 
 /// The limiters one request picked, by index into the policy (most requests pick one to three).
-type Picked = SmallVec<[usize; 4]>;
+pub type Picked = SmallVec<[usize; 4]>;
 
 impl Policy {
     pub fn new(limiters: Vec<LimiterSpec>) -> Self {
@@ -145,14 +145,18 @@ impl Policy {
         path: &CanonicalPath<'_>,
         cred: Credential,
     ) -> SmallVec<[Arc<LimiterSpec>; 4]> {
-        let path = path.as_str();
-        let picked = self.memo.get_or_insert(method, path, cred, || {
-            self.applicable_to(method, path, cred)
-        });
-        picked
+        self.picked(method, path, cred)
             .into_iter()
             .map(|i| self.limiters[i].clone())
             .collect()
+    }
+
+    /// [`Policy::applicable`] as indices into [`Policy::limiters`].
+    pub fn picked(&self, method: &str, path: &CanonicalPath<'_>, cred: Credential) -> Picked {
+        let path = path.as_str();
+        self.memo.get_or_insert(method, path, cred, || {
+            self.applicable_to(method, path, cred)
+        })
     }
 
     /// Indices of the limiters that meter `path`.

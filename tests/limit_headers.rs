@@ -17,8 +17,14 @@ fn result(
     reset_after_ns: u64,
     store_error: bool,
 ) -> LimitResult {
-    let spec = policy.get(name).cloned().expect("a built-in limiter");
+    let slot = policy
+        .limiters()
+        .iter()
+        .position(|l| &*l.name == name)
+        .expect("a built-in limiter");
+    let spec = policy.limiters()[slot].clone();
     LimitResult {
+        slot,
         key: BucketKey::new(spec.name.clone(), "127.0.0.1:agent-1"),
         verdict: Verdict {
             allowed: true,

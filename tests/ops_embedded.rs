@@ -4,13 +4,13 @@
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
 use fleet_limiter::config::Loader;
 use fleet_limiter::http::cors::Cors;
-use fleet_limiter::http::middleware::{FleetLimiter, LimitOutcome};
-use fleet_limiter::metrics::DecisionOutcome;
+use fleet_limiter::http::middleware::{Decided, FleetLimiter};
+use fleet_limiter::metrics::LimiterFate;
 
 async fn handler(req: HttpRequest) -> HttpResponse {
     let remaining = req
         .extensions()
-        .get::<LimitOutcome>()
+        .get::<Decided>()
         .and_then(|o| o.0.tightest().map(|t| t.verdict.remaining));
     HttpResponse::Ok().body(format!("remaining={remaining:?}"))
 }
@@ -92,7 +92,7 @@ allowed_origins = ["http://dash.test"]
     assert_eq!(res.status(), 200);
     assert_eq!(res.text().await.expect("body"), "remaining=None");
 
-    let text = metrics.render(None, None);
+    let text = metrics.render();
     assert!(
         text.contains(
             "fleet_limiter_decisions_total{limiter=\"embedded-a\",outcome=\"refused\"} 1\n"
@@ -247,12 +247,12 @@ near_limit_percent = 95
     let (m1, m2) = (first.metrics().clone(), second.metrics().clone());
     call_metered(first, 2).await;
     call_metered(second, 1).await;
-    assert_eq!(m1.decisions("embedded-n", DecisionOutcome::Allowed), 2);
-    assert_eq!(m2.decisions("embedded-n", DecisionOutcome::Allowed), 1);
+    assert_eq!(m1.decisions("embedded-n", LimiterFate::Allowed), 2);
+    assert_eq!(m2.decisions("embedded-n", LimiterFate::Allowed), 1);
     // 9 of 10 left is under 95% of the budget: near the limit at this threshold only.
     assert_eq!(m1.near_limit("embedded-n"), 2);
     assert_eq!(m2.near_limit("embedded-n"), 1);
-    let text = m1.render(None, None);
+    let text = m1.render();
     assert!(
         text.contains("fleet_limiter_near_limit_ratio 0.95\n"),
         "{text}"

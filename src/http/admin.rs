@@ -232,16 +232,11 @@ struct ReloadAnswer<'a> {
 }
 
 async fn metrics_page(control: web::Data<Control>) -> HttpResponse {
-    let d = control.decider();
-    let settings = d.settings();
-    let body = d.metrics().render(
-        Some(d.store().as_ref()),
-        Some((settings.enabled, &settings.policy)),
-    );
+    let body = control.decider().metrics().render();
     HttpResponse::Ok()
         .insert_header((
             actix_web::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::CONTENT_TYPE,
         ))
         .body(body)
 }

@@ -197,7 +197,9 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
     };
     let started = std::time::Instant::now();
     let outcome = endpoint.decider.decide_with(&settings, &facts).await;
-    crate::observe::decision(endpoint.decider.metrics(), &outcome, started.elapsed());
+    endpoint
+        .decider
+        .observe(&settings, &outcome, started.elapsed());
     render(flavour, &outcome)
 }
 

@@ -58,7 +58,7 @@ impl FleetLimiter {
         }
     }
 
-    /// Whether handlers find the decision in a [`LimitOutcome`] request extension (on by
+    /// Whether handlers find the decision in a [`Decided`] request extension (on by
     /// default). An app whose handlers never read it, such as the gateway's proxy, turns it off
     /// and saves the extension's allocation on every request.
     pub fn with_outcome_extension(mut self, on: bool) -> Self {
@@ -90,9 +90,10 @@ impl FleetLimiter {
     }
 }
 
-/// The outcome of the limiter for this request, for handlers that want it.
+/// What the limiter decided about this request, for handlers that want it (a request
+/// extension).
 #[derive(Clone)]
-pub struct LimitOutcome(pub Arc<Outcome>);
+pub struct Decided(pub Arc<Outcome>);
 
 impl<S, B> Transform<S, ServiceRequest> for FleetLimiter
 where
@@ -154,7 +155,9 @@ where
             };
             let started = std::time::Instant::now();
             let outcome = decide(&limiter, &settings, &req, path).await;
-            crate::observe::decision(limiter.decider.metrics(), &outcome, started.elapsed());
+            limiter
+                .decider
+                .observe(&settings, &outcome, started.elapsed());
             if outcome.refused() {
                 let mut res = response::too_many_requests(&outcome);
                 let (http_req, mut payload) = req.into_parts();
@@ -171,7 +174,7 @@ where
             let shared: Arc<Outcome>;
             let outcome: &Outcome = if limiter.outcome_extension {
                 shared = Arc::new(outcome);
-                req.extensions_mut().insert(LimitOutcome(shared.clone()));
+                req.extensions_mut().insert(Decided(shared.clone()));
                 &shared
             } else {
                 &outcome

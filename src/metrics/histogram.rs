@@ -1,0 +1,154 @@
+//! A fixed-bucket histogram kept in atomics: observing is two atomic adds, never a lock (the
+//! official client's histogram takes a mutex per observation). Encoded by `prometheus-client`
+//! like any of its own metrics.
+
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Upper bounds, in nanoseconds, of the in-process latency buckets (10 µs to 250 ms).
+pub(crate) const FAST_NS: &[u64] = &[
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+];
+
+/// Upper bounds, in nanoseconds, of the upstream latency buckets (5 ms to 30 s).
+pub(crate) const UPSTREAM_NS: &[u64] = &[
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+    30_000_000_000,
+];
+
+/// Upper bounds, in seconds, of the `Retry-After` buckets (1 s to a day).
+pub(crate) const RETRY_AFTER_S: &[u64] = &[1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 86_400];
+
+/// A cumulative histogram over integer observations (nanoseconds or seconds), exported in
+/// seconds. Clones share their counts.
+#[derive(Clone, Debug)]
+pub struct Histogram(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    bounds: &'static [u64],
+    /// Observations per second: 1e9 for nanoseconds, 1 for seconds.
+    per_second: f64,
+    /// One count per bound (non-cumulative), plus one for `+Inf`.
+    counts: Box<[AtomicU64]>,
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    /// Durations, bucketed by these nanosecond bounds.
+    pub(crate) fn nanos(bounds: &'static [u64]) -> Self {
+        Self::new(bounds, 1e9)
+    }
+
+    /// Whole seconds, bucketed by these bounds.
+    pub(crate) fn seconds(bounds: &'static [u64]) -> Self {
+        Self::new(bounds, 1.0)
+    }
+
+    fn new(bounds: &'static [u64], per_second: f64) -> Self {
+        Self(Arc::new(Inner {
+            bounds,
+            per_second,
+            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
+            sum: AtomicU64::new(0),
+        }))
+    }
+
+    /// Count one observation, in the histogram's own unit.
+    pub fn observe(&self, v: u64) {
+        let i = self.0.bounds.partition_point(|&b| b < v);
+        if let Some(c) = self.0.counts.get(i) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        self.0.sum.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Count one duration (for a histogram in nanoseconds).
+    pub fn observe_duration(&self, d: std::time::Duration) {
+        self.observe(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.0
+            .counts
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+impl TypedMetric for Histogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Histogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let inner = &self.0;
+        let mut buckets: Vec<(f64, u64)> = inner
+            .bounds
+            .iter()
+            .zip(inner.counts.iter())
+            .map(|(b, c)| (*b as f64 / inner.per_second, c.load(Ordering::Relaxed)))
+            .collect();
+        let overflow = inner.counts.last().map_or(0, |c| c.load(Ordering::Relaxed));
+        buckets.push((f64::INFINITY, overflow));
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        let sum = inner.sum.load(Ordering::Relaxed) as f64 / inner.per_second;
+        encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::prometheus_text::encode;
+    use prometheus_client::registry::Registry;
+
+    #[test]
+    fn buckets_are_cumulative_and_edges_inclusive() {
+        static BOUNDS: &[u64] = &[10, 20];
+        let h = Histogram::nanos(BOUNDS);
+        h.observe(10);
+        h.observe(11);
+        h.observe(1000);
+        let mut r = Registry::default();
+        r.register("x", "X", h.clone());
+        let mut s = String::new();
+        encode(&mut s, &r).unwrap();
+        assert!(s.contains("x_bucket{le=\"1e-08\"} 1\n"), "{s}");
+        assert!(s.contains("x_bucket{le=\"2e-08\"} 2\n"), "{s}");
+        assert!(s.contains("x_bucket{le=\"+Inf\"} 3\n"), "{s}");
+        assert!(s.contains("x_count 3\n"), "{s}");
+        assert_eq!(h.count(), 3);
+    }
+}

@@ -1,0 +1,232 @@
+//! What `/metrics` reads at scrape time rather than counts as it goes: the store's key gauges,
+//! the limiters the settings in force describe, the process-wide log sink, and the upstream
+//! status counts (kept as a plain array of atomics, shown only for statuses seen).
+
+use crate::policy::{LimiterSpec, Mode};
+use crate::store::Store;
+use parking_lot::RwLock;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Write one metric with no labels.
+fn one(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let m = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(m)
+}
+
+/// Write one metric with one label.
+fn labelled(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: (&str, &str),
+    metric: &impl EncodeMetric,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, metric.metric_type())?;
+    metric.encode(m.encode_family(&[label])?)
+}
+
+/// The store's gauges, read from the store when scraped.
+pub(super) struct StoreGauges(Arc<dyn Store>);
+
+impl StoreGauges {
+    pub(super) fn new(store: Arc<dyn Store>) -> Self {
+        Self(store)
+    }
+}
+
+impl std::fmt::Debug for StoreGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StoreGauges").field(&self.0.kind()).finish()
+    }
+}
+
+impl Collector for StoreGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let store = ("store", self.0.kind());
+        labelled(
+            &mut encoder,
+            "fleet_limiter_tracked_keys",
+            "Buckets the store holds now.",
+            store,
+            &ConstGauge::new(i64::try_from(self.0.tracked_keys()).unwrap_or(i64::MAX)),
+        )?;
+        labelled(
+            &mut encoder,
+            "fleet_limiter_evicted_keys",
+            "Buckets dropped to stay within the key cap while still active.",
+            store,
+            &ConstCounter::new(self.0.evicted_keys()),
+        )?;
+        if let Some(calls) = self.0.calls() {
+            labelled(
+                &mut encoder,
+                "fleet_limiter_store_calls",
+                "Calls sent to the store (concurrent requests share calls on a standalone Redis).",
+                store,
+                &ConstCounter::new(calls),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// One configured limiter as `/metrics` describes it.
+#[derive(Debug, Clone)]
+struct LimiterInfo {
+    name: String,
+    mode: &'static str,
+    limit: String,
+    window_seconds: String,
+}
+
+/// The settings in force, as last configured: plain facts, copied at configure time.
+#[derive(Debug, Default)]
+pub(super) struct SettingsView(RwLock<Option<Settings>>);
+
+#[derive(Debug)]
+struct Settings {
+    enabled: bool,
+    near_limit_percent: u8,
+    limiters: Vec<LimiterInfo>,
+}
+
+impl SettingsView {
+    pub(super) fn set(&self, enabled: bool, limiters: &[Arc<LimiterSpec>], near_limit_percent: u8) {
+        let limiters = limiters
+            .iter()
+            .map(|l| LimiterInfo {
+                name: l.name.to_string(),
+                mode: match l.mode {
+                    Mode::Enforce => "enforce",
+                    Mode::Shadow => "shadow",
+                    Mode::Off => "off",
+                },
+                limit: l.quota.limit.to_string(),
+                window_seconds: l.quota.window.as_secs().to_string(),
+            })
+            .collect();
+        *self.0.write() = Some(Settings {
+            enabled,
+            near_limit_percent,
+            limiters,
+        });
+    }
+}
+
+/// The process and settings gauges.
+#[derive(Debug)]
+pub(super) struct Process {
+    pub(super) settings: Arc<SettingsView>,
+    /// Log lines dropped by the process-wide log sink: one stderr for the whole process, so
+    /// every registry shows the same count.
+    pub(super) log_lines_dropped: fn() -> u64,
+}
+
+impl Collector for Process {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let settings = self.settings.0.read();
+        let percent = settings
+            .as_ref()
+            .map_or(crate::config::ops::NEAR_LIMIT_PERCENT, |s| {
+                s.near_limit_percent
+            });
+        one(
+            &mut encoder,
+            "fleet_limiter_near_limit_ratio",
+            "The near-limit threshold, as a share of the budget.",
+            &ConstGauge::new(f64::from(percent) / 100.0),
+        )?;
+        one(
+            &mut encoder,
+            "fleet_limiter_log_lines_dropped",
+            "Log lines dropped because the log output (stderr) could not be written, e.g. its reader has exited.",
+            &ConstCounter::new((self.log_lines_dropped)()),
+        )?;
+        if let Some(s) = settings.as_ref() {
+            one(
+                &mut encoder,
+                "fleet_limiter_enabled",
+                "1 when limiting is on (FLEET_LIMITER_ENABLED).",
+                &ConstGauge::new(i64::from(s.enabled)),
+            )?;
+            let mut m = encoder.encode_descriptor(
+                "fleet_limiter_limiter_info",
+                "Each configured limiter: its mode, budget and window.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for l in &s.limiters {
+                let labels = [
+                    ("limiter", l.name.as_str()),
+                    ("mode", l.mode),
+                    ("limit", l.limit.as_str()),
+                    ("window_seconds", l.window_seconds.as_str()),
+                ];
+                ConstGauge::new(1).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        labelled(
+            &mut encoder,
+            "fleet_limiter_build_info",
+            "The running version.",
+            ("version", env!("CARGO_PKG_VERSION")),
+            &ConstGauge::new(1),
+        )
+    }
+}
+
+/// Responses by status code 100..=599: one atomic each, so counting is one add; shown only for
+/// the statuses seen.
+#[derive(Clone, Debug)]
+pub(super) struct StatusCounts(Arc<[AtomicU64]>);
+
+impl Default for StatusCounts {
+    fn default() -> Self {
+        Self((100..600).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+impl StatusCounts {
+    /// Count one response; a status outside 100..=599 is ignored.
+    pub(super) fn count(&self, status: u16) {
+        if let Some(c) = status
+            .checked_sub(100)
+            .and_then(|i| self.0.get(usize::from(i)))
+        {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl TypedMetric for StatusCounts {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for StatusCounts {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (i, c) in self.0.iter().enumerate() {
+            let n = c.load(Ordering::Relaxed);
+            if n > 0 {
+                let status = (i + 100).to_string();
+                ConstCounter::new(n)
+                    .encode(encoder.encode_family(&[("status", status.as_str())])?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
