@@ -1,0 +1,384 @@
+//! The merged document read into a validated [`Config`]: every section's raw form, its checks,
+//! and the errors that name the origin, the field and the fix.
+
+use super::*;
+
+/// A duration as `"15m"`, `"30s"`, `"500ms"`, `"1h"`, `"1d"`, or a whole number of seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum DurationValue {
+    Secs(u64),
+    Text(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) enabled: Option<bool>,
+    #[serde(default)]
+    pub(super) server: RawServer,
+    #[serde(default)]
+    pub(super) client_ip: RawClientIp,
+    #[serde(default)]
+    pub(super) store: RawStore,
+    #[serde(default)]
+    pub(super) fleet: FleetConfig,
+    #[serde(default)]
+    pub(super) limiters: BTreeMap<String, RawLimiter>,
+    #[serde(default)]
+    pub(super) identity: identity::RawIdentity,
+    #[serde(default)]
+    pub(super) ops: ops::RawOps,
+    #[serde(default)]
+    pub(super) cors: ops::RawCors,
+    #[serde(default)]
+    pub(super) path: path::RawPath,
+    #[serde(default)]
+    pub(super) decision: decision::RawDecision,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) listen: Option<String>,
+    pub(super) upstream: Option<String>,
+    pub(super) connect_timeout: Option<DurationValue>,
+    pub(super) read_timeout: Option<DurationValue>,
+    pub(super) body_timeout: Option<DurationValue>,
+    pub(super) body_min_rate: Option<rate::RateValue>,
+    pub(super) upstream_ca_file: Option<String>,
+    pub(super) upstream_insecure_skip_verify: Option<bool>,
+    pub(super) tls_cert_file: Option<String>,
+    pub(super) tls_key_file: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClientIp {
+    pub(super) trust_proxy: Option<Vec<String>>,
+    pub(super) header: Option<ForwardedHeader>,
+    pub(super) ipv6_prefix: Option<i64>,
+    pub(super) trust_all_addresses: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) backend: Option<StoreBackend>,
+    pub(super) url: Option<String>,
+    pub(super) cluster: Option<Vec<String>>,
+    pub(super) max_keys: Option<i64>,
+    pub(super) timeout: Option<DurationValue>,
+    pub(super) calls_in_flight: Option<i64>,
+    pub(super) ca_file: Option<String>,
+    pub(super) insecure_skip_verify: Option<bool>,
+}
+
+pub(super) struct Ctx {
+    pub(crate) origins: HashMap<String, String>,
+    pub(super) file: Option<String>,
+}
+
+impl Ctx {
+    /// Where the value at `path` came from.
+    pub(super) fn origin(&self, path: &str) -> String {
+        self.origins
+            .get(path)
+            .cloned()
+            .or_else(|| self.file.clone().filter(|_| path.starts_with("limiters.")))
+            .unwrap_or_else(|| "built-in default".to_owned())
+    }
+
+    /// An error about the value at `path`; a URL in it is printed without its password.
+    pub(super) fn err(&self, path: &str, msg: impl fmt::Display) -> ConfigError {
+        let msg = msg.to_string();
+        ConfigError(format!(
+            "{}: {path}: {}",
+            self.origin(path),
+            crate::redact::urls_in(&msg)
+        ))
+    }
+}
+
+pub(super) fn duration(
+    ctx: &Ctx,
+    path: &str,
+    v: Option<DurationValue>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let d = match v {
+        None => parse_duration(default).map_err(|e| ctx.err(path, e))?,
+        Some(DurationValue::Secs(s)) => Duration::from_secs(s),
+        Some(DurationValue::Text(t)) => parse_duration(&t).map_err(|e| ctx.err(path, e))?,
+    };
+    if d.is_zero() {
+        return Err(ctx.err(path, "must be longer than zero"));
+    }
+    Ok(d)
+}
+
+pub(super) fn build(
+    raw: RawConfig,
+    ctx: &Ctx,
+    source: Option<PathBuf>,
+) -> Result<Config, ConfigError> {
+    let listen_raw = raw
+        .server
+        .listen
+        .unwrap_or_else(|| defaults::LISTEN.to_owned());
+    let listen = listen_raw.parse::<SocketAddr>().map_err(|_| {
+        ctx.err(
+            "server.listen",
+            format!(
+                "`{listen_raw}` is not an address:port (e.g. \"127.0.0.1:8080\" or \"[::]:8080\")"
+            ),
+        )
+    })?;
+    let upstream = match raw.server.upstream {
+        Some(u) => Some(validate_upstream(ctx, &u)?),
+        None => None,
+    };
+    let path_of = |v: Option<String>| v.filter(|p| !p.trim().is_empty()).map(PathBuf::from);
+    let tls_cert_file = path_of(raw.server.tls_cert_file);
+    let tls_key_file = path_of(raw.server.tls_key_file);
+    match (&tls_cert_file, &tls_key_file) {
+        (Some(_), None) => {
+            return Err(ctx.err(
+                "server.tls_cert_file",
+                "is set but server.tls_key_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE), or drop server.tls_cert_file to serve plain HTTP",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ctx.err(
+                "server.tls_key_file",
+                "is set but server.tls_cert_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE), or drop server.tls_key_file to serve plain HTTP",
+            ))
+        }
+        _ => {}
+    }
+    let server = ServerConfig {
+        listen,
+        upstream,
+        connect_timeout: duration(
+            ctx,
+            "server.connect_timeout",
+            raw.server.connect_timeout,
+            defaults::CONNECT_TIMEOUT,
+        )?,
+        read_timeout: duration(
+            ctx,
+            "server.read_timeout",
+            raw.server.read_timeout,
+            defaults::READ_TIMEOUT,
+        )?,
+        body_timeout: duration(
+            ctx,
+            "server.body_timeout",
+            raw.server.body_timeout,
+            defaults::BODY_TIMEOUT,
+        )?,
+        body_min_rate: rate::rate(
+            ctx,
+            "server.body_min_rate",
+            raw.server.body_min_rate,
+            defaults::BODY_MIN_RATE,
+        )?,
+        upstream_ca_file: path_of(raw.server.upstream_ca_file),
+        upstream_insecure_skip_verify: raw.server.upstream_insecure_skip_verify.unwrap_or(false),
+        tls_cert_file,
+        tls_key_file,
+    };
+
+    let mut ranges = Vec::new();
+    for r in raw.client_ip.trust_proxy.unwrap_or_default() {
+        let net = r
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| r.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| {
+                ctx.err(
+                    "client_ip.trust_proxy",
+                    format!("`{r}` is not an address or CIDR range (e.g. \"10.0.0.0/8\", \"::1\")"),
+                )
+            })?;
+        ranges.push(net);
+    }
+    let trust_all_addresses = raw.client_ip.trust_all_addresses.unwrap_or(false);
+    trust::check(ctx, &ranges, trust_all_addresses)?;
+    let prefix = raw
+        .client_ip
+        .ipv6_prefix
+        .unwrap_or(defaults::IPV6_PREFIX as i64);
+    if !(32..=64).contains(&prefix) {
+        return Err(ctx.err(
+            "client_ip.ipv6_prefix",
+            format!("{prefix} is out of range; use a prefix length from 32 to 64 (default 56)"),
+        ));
+    }
+    let client_ip = ClientIpConfig {
+        trusted: TrustedProxies::new(ranges, raw.client_ip.header.unwrap_or_default()),
+        ipv6_prefix: prefix as u8,
+        trust_all_addresses,
+    };
+
+    let max_keys = raw.store.max_keys.unwrap_or(defaults::MAX_KEYS as i64);
+    if max_keys < 1 {
+        return Err(ctx.err("store.max_keys", "must be at least 1 (default 100000)"));
+    }
+    let calls = raw
+        .store
+        .calls_in_flight
+        .unwrap_or(defaults::STORE_CALLS_IN_FLIGHT as i64);
+    if !(1..=16).contains(&calls) {
+        return Err(ctx.err(
+            "store.calls_in_flight",
+            format!("{calls} is out of range; use 1 to 16 (default 1)"),
+        ));
+    }
+    // A URL or a cluster list means Redis; saying `memory` as well is a contradiction, not a
+    // choice to make silently (each instance would count on its own).
+    let redis_given = if raw.store.url.is_some() {
+        Some("store.url")
+    } else if raw.store.cluster.as_ref().is_some_and(|c| !c.is_empty()) {
+        Some("store.cluster")
+    } else {
+        None
+    };
+    let backend = match (raw.store.backend, redis_given) {
+        (Some(StoreBackend::Memory), Some(given)) => {
+            return Err(ctx.err(
+                "store.backend",
+                format!(
+                    "`memory` keeps every bucket in this process, but {given} is set ({}), so instances would not share one budget; drop {given} for the memory store, or set backend = \"redis\" (FLEET_LIMITER_STORE_BACKEND=redis, or leave backend unset: a URL alone selects Redis)",
+                    ctx.origin(given)
+                ),
+            ))
+        }
+        (Some(b), _) => b,
+        (None, Some(_)) => StoreBackend::Redis,
+        (None, None) => StoreBackend::Memory,
+    };
+    let store = StoreConfig {
+        backend,
+        url: raw.store.url,
+        cluster: raw.store.cluster.unwrap_or_default(),
+        max_keys: max_keys as usize,
+        timeout: duration(
+            ctx,
+            "store.timeout",
+            raw.store.timeout,
+            defaults::STORE_TIMEOUT,
+        )?,
+        calls_in_flight: calls as usize,
+        ca_file: match raw.store.ca_file.filter(|p| !p.trim().is_empty()) {
+            Some(p) => Some(ca_file(ctx, "store.ca_file", &p)?),
+            None => None,
+        },
+        insecure_skip_verify: raw.store.insecure_skip_verify.unwrap_or(false),
+    };
+    let path_of = |u: &String| {
+        if store.url.as_ref() == Some(u) {
+            "store.url"
+        } else {
+            "store.cluster"
+        }
+    };
+    if let Some(u) = store
+        .url
+        .iter()
+        .chain(&store.cluster)
+        .find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://")))
+    {
+        return Err(ctx.err(
+            path_of(u),
+            format!("`{u}` is not a redis:// or rediss:// (TLS) URL"),
+        ));
+    }
+    // One client speaks to every node: TLS for all of them or for none.
+    let tls_urls = store
+        .url
+        .iter()
+        .chain(&store.cluster)
+        .filter(|u| u.starts_with("rediss://"))
+        .count();
+    if !store.cluster.is_empty() && tls_urls != 0 && tls_urls != store.cluster.len() {
+        return Err(ctx.err(
+            "store.cluster",
+            "mixes redis:// and rediss:// node URLs; a Cluster is reached over TLS on every node or on none",
+        ));
+    }
+    if store.backend == StoreBackend::Redis && store.url.is_none() && store.cluster.is_empty() {
+        return Err(ctx.err(
+            "store.backend",
+            "the redis backend needs `store.url` (redis://host:6379) or a `store.cluster` list of node URLs",
+        ));
+    }
+
+    let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
+    let mut limiters = build_limiters(raw.limiters, ctx)?;
+    ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
+    let identity = identity::build(raw.identity, ctx)?;
+    let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
+    Ok(Config {
+        source,
+        enabled: raw.enabled.unwrap_or(true),
+        server,
+        client_ip,
+        store,
+        fleet: raw.fleet,
+        limiters,
+        identity,
+        ops: ops::build_ops(raw.ops, ctx)?,
+        cors: ops::build_cors(raw.cors, ctx)?,
+        path: path::build_path(raw.path, ctx)?,
+        decision,
+        origins: ctx.origins.clone(),
+    })
+}
+
+/// A CA bundle setting: the path of a readable file (its certificates are read when the client
+/// is built).
+pub(super) fn ca_file(ctx: &Ctx, path: &str, value: &str) -> Result<PathBuf, ConfigError> {
+    let p = PathBuf::from(value.trim());
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_file() => Ok(p),
+        Ok(_) => Err(ctx.err(
+            path,
+            format!(
+                "`{}` is not a file; name a PEM bundle of CA certificates",
+                p.display()
+            ),
+        )),
+        Err(e) => Err(ctx.err(
+            path,
+            format!(
+                "`{}` cannot be read ({e}); name a PEM bundle of CA certificates",
+                p.display()
+            ),
+        )),
+    }
+}
+
+pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
+    let trimmed = u.trim().trim_end_matches('/');
+    let rest = trimmed
+        .strip_prefix("http://")
+        .or_else(|| trimmed.strip_prefix("https://"))
+        .ok_or_else(|| {
+            ctx.err(
+                "server.upstream",
+                format!(
+                    "`{u}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")"
+                ),
+            )
+        })?;
+    if rest.is_empty() || rest.contains(['?', '#']) {
+        return Err(ctx.err(
+            "server.upstream",
+            format!("`{u}` must be scheme, host, port and optionally a path prefix"),
+        ));
+    }
+    if let Some(why) = upstream::problem(rest) {
+        return Err(ctx.err("server.upstream", format!("`{u}` {why}")));
+    }
+    Ok(trimmed.to_owned())
+}

@@ -1,0 +1,694 @@
+//! The layering engine: built-in defaults, then the TOML file, then `FLEET_LIMITER_*`
+//! variables, then flags, merged into one TOML document whose every value remembers where it
+//! came from; type errors named by field in an operator's words.
+
+use super::*;
+
+/// A setting's value type, for parsing it from an environment variable or a flag.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Kind {
+    Str,
+    Int,
+    Bool,
+    List,
+}
+
+/// Every scalar setting: its TOML path, its environment variable, its type.
+pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
+    ("enabled", "FLEET_LIMITER_ENABLED", Kind::Bool),
+    ("server.listen", "FLEET_LIMITER_LISTEN", Kind::Str),
+    ("server.upstream", "FLEET_LIMITER_UPSTREAM", Kind::Str),
+    (
+        "server.connect_timeout",
+        "FLEET_LIMITER_CONNECT_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "server.read_timeout",
+        "FLEET_LIMITER_READ_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "server.body_timeout",
+        "FLEET_LIMITER_BODY_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "server.body_min_rate",
+        "FLEET_LIMITER_BODY_MIN_RATE",
+        Kind::Str,
+    ),
+    (
+        "server.upstream_ca_file",
+        "FLEET_LIMITER_UPSTREAM_CA_FILE",
+        Kind::Str,
+    ),
+    (
+        "server.upstream_insecure_skip_verify",
+        "FLEET_LIMITER_UPSTREAM_INSECURE_SKIP_VERIFY",
+        Kind::Bool,
+    ),
+    (
+        "server.tls_cert_file",
+        "FLEET_LIMITER_TLS_CERT_FILE",
+        Kind::Str,
+    ),
+    (
+        "server.tls_key_file",
+        "FLEET_LIMITER_TLS_KEY_FILE",
+        Kind::Str,
+    ),
+    (
+        "client_ip.trust_proxy",
+        "FLEET_LIMITER_TRUST_PROXY",
+        Kind::List,
+    ),
+    (
+        "client_ip.header",
+        "FLEET_LIMITER_FORWARDED_HEADER",
+        Kind::Str,
+    ),
+    (
+        "client_ip.ipv6_prefix",
+        "FLEET_LIMITER_IPV6_PREFIX",
+        Kind::Int,
+    ),
+    (
+        "client_ip.trust_all_addresses",
+        "FLEET_LIMITER_TRUST_ALL_ADDRESSES",
+        Kind::Bool,
+    ),
+    ("store.backend", "FLEET_LIMITER_STORE_BACKEND", Kind::Str),
+    ("store.url", "FLEET_LIMITER_STORE_URL", Kind::Str),
+    ("store.cluster", "FLEET_LIMITER_STORE_CLUSTER", Kind::List),
+    ("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Kind::Int),
+    ("store.timeout", "FLEET_LIMITER_STORE_TIMEOUT", Kind::Str),
+    (
+        "store.calls_in_flight",
+        "FLEET_LIMITER_STORE_CALLS_IN_FLIGHT",
+        Kind::Int,
+    ),
+    ("store.ca_file", "FLEET_LIMITER_STORE_CA_FILE", Kind::Str),
+    (
+        "store.insecure_skip_verify",
+        "FLEET_LIMITER_STORE_INSECURE_SKIP_VERIFY",
+        Kind::Bool,
+    ),
+    (
+        "fleet.heartbeat_interval_seconds",
+        "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.poll_interval_seconds",
+        "FLEET_LIMITER_POLL_INTERVAL_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.heartbeat_timeout_seconds",
+        "FLEET_LIMITER_HEARTBEAT_TIMEOUT_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.max_site_endpoints",
+        "FLEET_LIMITER_MAX_SITE_ENDPOINTS",
+        Kind::Int,
+    ),
+    (
+        "fleet.dashboard_poll_seconds",
+        "FLEET_LIMITER_DASHBOARD_POLL_SECONDS",
+        Kind::Int,
+    ),
+    (
+        "fleet.analysts_per_nat",
+        "FLEET_LIMITER_ANALYSTS_PER_NAT",
+        Kind::Int,
+    ),
+    ("identity.jwks_url", "FLEET_LIMITER_JWKS_URL", Kind::Str),
+    (
+        "identity.jwks_ca_file",
+        "FLEET_LIMITER_JWKS_CA_FILE",
+        Kind::Str,
+    ),
+    (
+        "identity.jwks_insecure_skip_verify",
+        "FLEET_LIMITER_JWKS_INSECURE_SKIP_VERIFY",
+        Kind::Bool,
+    ),
+    (
+        "identity.jwt_public_key_pem",
+        "FLEET_LIMITER_JWT_PUBLIC_KEY_PEM",
+        Kind::Str,
+    ),
+    (
+        "identity.jwt_hs256_secret",
+        "FLEET_LIMITER_JWT_HS256_SECRET",
+        Kind::Str,
+    ),
+    (
+        "identity.jwt_issuer",
+        "FLEET_LIMITER_JWT_ISSUER",
+        Kind::List,
+    ),
+    (
+        "identity.jwt_audience",
+        "FLEET_LIMITER_JWT_AUDIENCE",
+        Kind::List,
+    ),
+    (
+        "identity.authorized_parties",
+        "FLEET_LIMITER_AUTHORIZED_PARTIES",
+        Kind::List,
+    ),
+    (
+        "identity.session_cookie",
+        "FLEET_LIMITER_SESSION_COOKIE",
+        Kind::Str,
+    ),
+    (
+        "identity.allow_weak_secret",
+        "FLEET_LIMITER_ALLOW_WEAK_SECRET",
+        Kind::Bool,
+    ),
+    ("identity.leeway", "FLEET_LIMITER_JWT_LEEWAY", Kind::Str),
+    (
+        "identity.jwks_refresh_interval",
+        "FLEET_LIMITER_JWKS_REFRESH_INTERVAL",
+        Kind::Str,
+    ),
+    (
+        "identity.jwks_max_age",
+        "FLEET_LIMITER_JWKS_MAX_AGE",
+        Kind::Str,
+    ),
+    (
+        "identity.jwks_timeout",
+        "FLEET_LIMITER_JWKS_TIMEOUT",
+        Kind::Str,
+    ),
+    (
+        "identity.cache_max_entries",
+        "FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES",
+        Kind::Int,
+    ),
+    ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
+    (
+        "decision.listen",
+        "FLEET_LIMITER_DECISION_LISTEN",
+        Kind::Str,
+    ),
+    (
+        "decision.allow_from",
+        "FLEET_LIMITER_DECISION_ALLOW_FROM",
+        Kind::List,
+    ),
+    (
+        "ops.shutdown_grace",
+        "FLEET_LIMITER_SHUTDOWN_GRACE",
+        Kind::Str,
+    ),
+    (
+        "ops.near_limit_percent",
+        "FLEET_LIMITER_NEAR_LIMIT_PERCENT",
+        Kind::Int,
+    ),
+    ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
+    (
+        "cors.allowed_origins",
+        "FLEET_LIMITER_CORS_ALLOWED_ORIGINS",
+        Kind::List,
+    ),
+    (
+        "cors.allow_credentials",
+        "FLEET_LIMITER_CORS_ALLOW_CREDENTIALS",
+        Kind::Bool,
+    ),
+    (
+        "path.invalid_escape",
+        "FLEET_LIMITER_PATH_INVALID_ESCAPE",
+        Kind::Str,
+    ),
+    (
+        "path.invalid_utf8",
+        "FLEET_LIMITER_PATH_INVALID_UTF8",
+        Kind::Str,
+    ),
+    (
+        "path.encoded_slash",
+        "FLEET_LIMITER_PATH_ENCODED_SLASH",
+        Kind::Str,
+    ),
+    ("path.backslash", "FLEET_LIMITER_PATH_BACKSLASH", Kind::Str),
+    ("path.semicolon", "FLEET_LIMITER_PATH_SEMICOLON", Kind::Str),
+    ("path.control", "FLEET_LIMITER_PATH_CONTROL", Kind::Str),
+    (
+        "path.segment_edge",
+        "FLEET_LIMITER_PATH_SEGMENT_EDGE",
+        Kind::Str,
+    ),
+];
+
+/// Fields of a limiter table, with their type for environment overrides
+/// (`FLEET_LIMITER_LIMITER_<NAME>_<FIELD>`, e.g. `FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT=60`).
+pub(super) const LIMITER_FIELDS: &[(&str, Kind)] = &[
+    ("on_store_error", Kind::Str),
+    ("algorithm", Kind::Str),
+    ("credential", Kind::Str),
+    ("routes", Kind::List),
+    ("except", Kind::List),
+    ("window", Kind::Str),
+    ("limit", Kind::Int),
+    ("group", Kind::Str),
+    ("mode", Kind::Str),
+    ("key", Kind::Str),
+];
+
+/// Builds a [`Config`] from its layers.
+#[derive(Debug, Clone, Default)]
+pub struct Loader {
+    file: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    /// `(toml path, value, flag name)`
+    flags: Vec<(String, String, String)>,
+}
+
+impl Loader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Read this TOML file (the `--config` flag).
+    pub fn file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.file = Some(path.into());
+        self
+    }
+
+    /// Take `FLEET_LIMITER_*` variables from this process's environment.
+    pub fn process_env(self) -> Self {
+        self.env(std::env::vars())
+    }
+
+    /// Take `FLEET_LIMITER_*` variables from these pairs.
+    pub fn env(mut self, vars: impl IntoIterator<Item = (String, String)>) -> Self {
+        self.env.extend(
+            vars.into_iter()
+                .filter(|(k, _)| k.starts_with("FLEET_LIMITER_")),
+        );
+        self
+    }
+
+    /// A command-line flag's value for the setting at `path`.
+    pub fn flag(mut self, path: &str, value: impl Into<String>, flag: &str) -> Self {
+        self.flags
+            .push((path.to_owned(), value.into(), flag.to_owned()));
+        self
+    }
+
+    /// One line per `FLEET_LIMITER_*` variable that names no setting (it is ignored), with the
+    /// nearest known name when one is close. Names only: a value may be a secret.
+    pub fn warnings(&self) -> Vec<String> {
+        self.env
+            .iter()
+            .map(|(var, _)| var.as_str())
+            .filter(|var| !is_known_variable(var))
+            .map(|var| match nearest_variable(var) {
+                Some(near) => format!(
+                    "environment variable {var} is not a setting and is ignored; did you mean {near}?"
+                ),
+                None => format!(
+                    "environment variable {var} is not a setting and is ignored (docs/configuration.md lists them)"
+                ),
+            })
+            .collect()
+    }
+
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let mut origins: HashMap<String, String> = HashMap::new();
+        let file_name = self.file.as_ref().map(|p| p.display().to_string());
+        let mut doc = match &self.file {
+            Some(path) => read_file(path)?,
+            None => toml::Table::new(),
+        };
+        if let Some(name) = &file_name {
+            record_origins(&doc, "", name, &mut origins);
+        }
+        for (var, raw) in &self.env {
+            apply_env(&mut doc, var, raw, &mut origins)?;
+        }
+        for (path, raw, flag) in &self.flags {
+            apply_flag(&mut doc, path, raw, flag, &mut origins)?;
+        }
+        let ctx = Ctx {
+            origins,
+            file: file_name,
+        };
+        let raw: RawConfig = match Value::Table(doc.clone()).try_into() {
+            Ok(raw) => raw,
+            Err(e) => return Err(type_error(&doc, &e, &ctx)),
+        };
+        build(raw, &ctx, self.file.clone())
+    }
+}
+
+/// Name the field a deserialisation error is about: each entry is tried on its own until one
+/// fails, section by section, so the message carries the full path and the value's origin.
+pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError {
+    fn culprit<T: serde::de::DeserializeOwned>(t: &toml::Table) -> Option<(String, String)> {
+        t.iter().find_map(|(k, v)| {
+            let one = toml::Table::from_iter([(k.clone(), v.clone())]);
+            Value::Table(one)
+                .try_into::<T>()
+                .err()
+                .map(|e| (k.clone(), e.message().trim().to_owned()))
+        })
+    }
+    let found = culprit::<RawConfig>(doc).map(|(section, msg)| {
+        let inner = doc.get(&section).and_then(Value::as_table);
+        let deeper = match (section.as_str(), inner) {
+            ("server", Some(t)) => culprit::<RawServer>(t),
+            ("client_ip", Some(t)) => culprit::<RawClientIp>(t),
+            ("store", Some(t)) => culprit::<RawStore>(t),
+            ("fleet", Some(t)) => culprit::<FleetConfig>(t),
+            ("path", Some(t)) => culprit::<path::RawPath>(t),
+            ("decision", Some(t)) => culprit::<decision::RawDecision>(t),
+            ("ops", Some(t)) => culprit::<ops::RawOps>(t),
+            ("cors", Some(t)) => culprit::<ops::RawCors>(t),
+            ("identity", Some(t)) => culprit::<identity::RawIdentity>(t),
+            ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {
+                Some(lt) => culprit::<RawLimiter>(lt).map(|(f, m)| (format!("{name}.{f}"), m)),
+                None => Some((name.clone(), "must be a table of limiter fields".to_owned())),
+            }),
+            _ => None,
+        };
+        match deeper {
+            Some((field, m)) => (format!("{section}.{field}"), m),
+            None => (section, msg),
+        }
+    });
+    let found = found.map(|(path, msg)| (path, operator_words(&msg)));
+    match found {
+        Some((path, msg)) if syntax::is_secret_path(&path) => {
+            let expected = msg.split_once(", expected ").map(|(_, e)| e);
+            let msg = match expected {
+                Some(e) => format!("has the wrong type (expected {e}); the value is not shown"),
+                None => "has the wrong type; the value is not shown".to_owned(),
+            };
+            ctx.err(&path, msg)
+        }
+        Some((path, msg)) => ctx.err(&path, msg),
+        None => {
+            let where_ = ctx.file.as_deref().unwrap_or("the configuration");
+            ConfigError(format!("{where_}: {}", e.message().trim()))
+        }
+    }
+}
+
+/// A deserialiser's message in an operator's words: what was found, and what the field takes,
+/// without Rust's type names (`invalid type: string "lots", expected i64` reads
+/// `got the string "lots"; expected a whole number`).
+pub(super) fn operator_words(msg: &str) -> String {
+    let msg = msg.trim();
+    if let Some((_, kind)) = msg.split_once("did not match any variant of untagged enum ") {
+        return match kind.trim() {
+            "DurationValue" => {
+                "is not a duration; write one such as \"30s\", \"15m\" or a whole number of seconds"
+                    .to_owned()
+            }
+            "OneOrMany" => "is not a string or a list of strings".to_owned(),
+            "RateValue" => {
+                "is not a rate; write bytes per second such as 240, \"1KiB\" or \"off\"".to_owned()
+            }
+            _ => "has a value of a kind this field does not take".to_owned(),
+        };
+    }
+    let (found, expected) = match msg.split_once(", expected ") {
+        Some((f, e)) => (f, Some(e)),
+        None => (msg, None),
+    };
+    let found = match found.strip_prefix("invalid type: ") {
+        Some("unit variant") => "got a value of the wrong kind".to_owned(),
+        Some(what) => format!("got {}", what.trim()),
+        None => match found.strip_prefix("invalid value: ") {
+            Some(what) => format!("got {}", what.trim()),
+            None => found.to_owned(),
+        },
+    };
+    let Some(expected) = expected else {
+        return found;
+    };
+    let e = expected.trim();
+    let words = match e {
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32" | "u64" | "u128"
+        | "usize" => "a whole number (no quotes)",
+        "f32" | "f64" => "a number (no quotes)",
+        "a boolean" => "true or false (no quotes)",
+        "a string" | "string only" => "a string in quotes",
+        "a sequence" => "a list, e.g. [\"a\", \"b\"]",
+        "a map" => "a table",
+        _ if e.starts_with("struct ") => "a table",
+        _ => e,
+    };
+    format!("{found}; expected {words}")
+}
+
+pub(super) fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError(format!(
+            "{}: cannot read the configuration file: {e}; check the --config path",
+            path.display()
+        ))
+    })?;
+    text.parse::<toml::Table>()
+        .map_err(|e| syntax::parse_error(path, &text, &e))
+}
+
+pub(super) fn record_origins(
+    t: &toml::Table,
+    prefix: &str,
+    origin: &str,
+    out: &mut HashMap<String, String>,
+) {
+    for (k, v) in t {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        if let Value::Table(inner) = v {
+            record_origins(inner, &path, origin, out);
+        }
+        out.insert(path, origin.to_owned());
+    }
+}
+
+pub(super) fn parse_kind(
+    raw: &str,
+    kind: Kind,
+    origin: &str,
+    path: &str,
+) -> Result<Value, ConfigError> {
+    Ok(match kind {
+        Kind::Str => Value::String(raw.to_owned()),
+        Kind::Int => Value::Integer(raw.trim().parse::<i64>().map_err(|_| {
+            ConfigError(format!("{origin}: {path}: `{raw}` is not a whole number"))
+        })?),
+        Kind::Bool => match raw.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Value::Boolean(true),
+            "false" | "0" | "no" | "off" => Value::Boolean(false),
+            _ => {
+                return Err(ConfigError(format!(
+                    "{origin}: {path}: `{raw}` is not a boolean; use true or false"
+                )))
+            }
+        },
+        Kind::List => Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| Value::String(s.to_owned()))
+                .collect(),
+        ),
+    })
+}
+
+pub(super) fn set_path(doc: &mut toml::Table, path: &str, v: Value) {
+    let mut parts: Vec<&str> = path.split('.').collect();
+    let Some(last) = parts.pop() else { return };
+    let mut t = doc;
+    for p in parts {
+        let entry = t
+            .entry(p.to_owned())
+            .or_insert_with(|| Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = Value::Table(toml::Table::new());
+        }
+        match entry {
+            Value::Table(inner) => t = inner,
+            _ => return,
+        }
+    }
+    t.insert(last.to_owned(), v);
+}
+
+pub(super) fn apply_env(
+    doc: &mut toml::Table,
+    var: &str,
+    raw: &str,
+    origins: &mut HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    let origin = format!("environment variable {var}");
+    if var == "FLEET_LIMITER_STORE" {
+        return apply_store_shorthand(doc, raw, &origin, origins);
+    }
+    if let Some((path, _, kind)) = SETTINGS.iter().find(|(_, v, _)| *v == var) {
+        let v = parse_kind(raw, *kind, &origin, path)?;
+        set_path(doc, path, v);
+        origins.insert((*path).to_owned(), origin);
+        return Ok(());
+    }
+    if let Some(rest) = var.strip_prefix("FLEET_LIMITER_LIMITER_") {
+        for (field, kind) in LIMITER_FIELDS {
+            let suffix = format!("_{}", field.to_ascii_uppercase());
+            if let Some(name) = rest.strip_suffix(&suffix) {
+                let name = name.to_ascii_lowercase().replace('_', "-");
+                let path = format!("limiters.{name}.{field}");
+                let v = parse_kind(raw, *kind, &origin, &path)?;
+                set_path(doc, &path, v);
+                origins.insert(path, origin);
+                return Ok(());
+            }
+        }
+        let fields: Vec<String> = LIMITER_FIELDS
+            .iter()
+            .map(|(f, _)| f.to_ascii_uppercase())
+            .collect();
+        return Err(ConfigError(format!(
+            "{origin}: not a limiter setting; use FLEET_LIMITER_LIMITER_<NAME>_<FIELD> with FIELD one of {}",
+            fields.join(", ")
+        )));
+    }
+    // Variables the configuration does not own (FLEET_LIMITER_CONFIG names the file;
+    // others belong to other parts of the program) are left alone.
+    Ok(())
+}
+
+/// Variables other parts of the program read (the configuration file, the log filter, the
+/// calibration override) and the store shorthand.
+pub(super) const OTHER_VARIABLES: &[&str] = &[
+    "FLEET_LIMITER_CONFIG",
+    "FLEET_LIMITER_LOG",
+    "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION",
+    "FLEET_LIMITER_STORE",
+];
+
+/// Whether some part of the program reads this variable. `FLEET_LIMITER_LIMITER_*` counts as
+/// known: a wrong field there is already a configuration error.
+pub(super) fn is_known_variable(var: &str) -> bool {
+    var.starts_with("FLEET_LIMITER_LIMITER_")
+        || OTHER_VARIABLES.contains(&var)
+        || SETTINGS.iter().any(|(_, v, _)| *v == var)
+}
+
+/// The known variable nearest to `var` by edit distance, when it is close (at most a third of
+/// the name after the prefix, and at most 3 edits).
+pub(super) fn nearest_variable(var: &str) -> Option<&'static str> {
+    let tail = var.strip_prefix("FLEET_LIMITER_").unwrap_or(var);
+    let known = SETTINGS
+        .iter()
+        .map(|(_, v, _)| *v)
+        .chain(OTHER_VARIABLES.iter().copied());
+    let (distance, best) = known
+        .map(|k| {
+            let k_tail = k.strip_prefix("FLEET_LIMITER_").unwrap_or(k);
+            (edit_distance(tail, k_tail), k)
+        })
+        .min_by_key(|(d, _)| *d)?;
+    (distance <= 3 && distance * 3 <= tail.len().max(1)).then_some(best)
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions) between two ASCII names.
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// `--store memory` or `--store redis://host:6379`.
+pub(super) fn apply_store_shorthand(
+    doc: &mut toml::Table,
+    raw: &str,
+    origin: &str,
+    origins: &mut HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("memory") {
+        // The shorthand chooses the store whole: a URL or cluster from a lower layer is set aside.
+        set_path(doc, "store.backend", Value::String("memory".into()));
+        if let Some(Value::Table(t)) = doc.get_mut("store") {
+            t.remove("url");
+            t.remove("cluster");
+        }
+        origins.remove("store.url");
+        origins.remove("store.cluster");
+    } else if raw.starts_with("redis://") || raw.starts_with("rediss://") {
+        set_path(doc, "store.backend", Value::String("redis".into()));
+        set_path(doc, "store.url", Value::String(raw.to_owned()));
+        origins.insert("store.url".into(), origin.to_owned());
+    } else {
+        return Err(ConfigError(format!(
+            "{origin}: store: `{}` is neither `memory` nor a redis:// or rediss:// URL",
+            crate::redact::url(raw)
+        )));
+    }
+    origins.insert("store.backend".into(), origin.to_owned());
+    Ok(())
+}
+
+pub(super) fn apply_flag(
+    doc: &mut toml::Table,
+    path: &str,
+    raw: &str,
+    flag: &str,
+    origins: &mut HashMap<String, String>,
+) -> Result<(), ConfigError> {
+    let origin = format!("flag {flag}");
+    if path == "store" {
+        return apply_store_shorthand(doc, raw, &origin, origins);
+    }
+    let kind = SETTINGS
+        .iter()
+        .find(|(p, _, _)| *p == path)
+        .map(|(_, _, k)| *k)
+        .ok_or_else(|| ConfigError(format!("{origin}: `{path}` is not a setting")))?;
+    let v = match (kind, doc_get(doc, path)) {
+        // A repeatable flag adds to what the flag already gave.
+        (Kind::List, Some(Value::Array(prev))) if origins.get(path) == Some(&origin) => {
+            let mut prev = prev.clone();
+            if let Value::Array(more) = parse_kind(raw, kind, &origin, path)? {
+                prev.extend(more);
+            }
+            Value::Array(prev)
+        }
+        _ => parse_kind(raw, kind, &origin, path)?,
+    };
+    set_path(doc, path, v);
+    origins.insert(path.to_owned(), origin);
+    Ok(())
+}
+
+pub(super) fn doc_get<'a>(doc: &'a toml::Table, path: &str) -> Option<&'a Value> {
+    let mut parts = path.split('.');
+    let mut v = doc.get(parts.next()?)?;
+    for p in parts {
+        v = v.as_table()?.get(p)?;
+    }
+    Some(v)
+}

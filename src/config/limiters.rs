@@ -1,0 +1,181 @@
+//! The limiter tables read into [`LimiterSpec`]s: built-ins overlaid with what the operator
+//! set, names and routes checked, route precedence proved unambiguous within a group.
+
+use super::*;
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimiter {
+    pub(super) limit: Option<i64>,
+    pub(super) window: Option<DurationValue>,
+    pub(super) key: Option<KeyKind>,
+    pub(super) routes: Option<Vec<String>>,
+    pub(super) except: Option<Vec<String>>,
+    pub(super) group: Option<String>,
+    pub(super) credential: Option<CredentialMatch>,
+    pub(super) algorithm: Option<Algorithm>,
+    pub(super) mode: Option<Mode>,
+    pub(super) on_store_error: Option<OnStoreError>,
+}
+
+pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
+    let owned = |xs: &[&str]| xs.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    RawLimiter {
+        limit: Some(b.limit as i64),
+        window: Some(DurationValue::Text(b.window.to_owned())),
+        key: Some(b.key),
+        routes: Some(owned(b.routes)),
+        except: Some(owned(b.except)),
+        group: b.group.map(str::to_owned),
+        credential: Some(b.credential),
+        algorithm: None,
+        mode: None,
+        on_store_error: None,
+    }
+}
+
+pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
+    RawLimiter {
+        limit: over.limit.or(base.limit),
+        window: over.window.or(base.window),
+        key: over.key.or(base.key),
+        routes: over.routes.or(base.routes),
+        except: over.except.or(base.except),
+        group: over.group.or(base.group),
+        credential: over.credential.or(base.credential),
+        algorithm: over.algorithm.or(base.algorithm),
+        mode: over.mode.or(base.mode),
+        on_store_error: over.on_store_error.or(base.on_store_error),
+    }
+}
+
+pub(super) fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+pub(super) fn build_limiters(
+    mut given: BTreeMap<String, RawLimiter>,
+    ctx: &Ctx,
+) -> Result<Vec<LimiterSpec>, ConfigError> {
+    let builtin_names: Vec<&str> = defaults::LIMITERS.iter().map(|b| b.name).collect();
+    let mut merged: Vec<(String, RawLimiter, bool)> = defaults::LIMITERS
+        .iter()
+        .map(|b| {
+            let base = builtin_raw(b);
+            let r = match given.remove(b.name) {
+                Some(over) => overlay(base, over),
+                None => base,
+            };
+            (b.name.to_owned(), r, true)
+        })
+        .collect();
+    merged.extend(given.into_iter().map(|(n, r)| (n, r, false)));
+
+    let mut out = Vec::with_capacity(merged.len());
+    for (name, r, builtin) in merged {
+        let at = |f: &str| format!("limiters.{name}.{f}");
+        if !valid_name(&name) {
+            return Err(ctx.err(
+                &format!("limiters.{name}"),
+                "a limiter name is 1-64 characters of a-z, 0-9, `-` and `_`",
+            ));
+        }
+        if !builtin {
+            let missing: Vec<&str> = [
+                ("limit", r.limit.is_none()),
+                ("window", r.window.is_none()),
+                ("key", r.key.is_none()),
+                ("routes", r.routes.is_none()),
+            ]
+            .iter()
+            .filter(|(_, m)| *m)
+            .map(|(f, _)| *f)
+            .collect();
+            if !missing.is_empty() {
+                return Err(ctx.err(
+                    &format!("limiters.{name}"),
+                    format!(
+                        "`{name}` is not a built-in limiter ({}), so it defines a new one and needs {}",
+                        builtin_names.join(", "),
+                        missing.join(", ")
+                    ),
+                ));
+            }
+        }
+        let limit = r.limit.unwrap_or(0);
+        if limit < 1 || limit > u32::MAX as i64 {
+            return Err(ctx.err(
+                &at("limit"),
+                format!("{limit} is not a budget; use a whole number of requests, at least 1"),
+            ));
+        }
+        let window = duration(ctx, &at("window"), r.window, "1m")?;
+        if window > Duration::from_secs(7 * 86_400) {
+            return Err(ctx.err(
+                &at("window"),
+                "is longer than 7 days; use a window from 1s to 7d",
+            ));
+        }
+        let parse_routes =
+            |field: &str, list: Option<Vec<String>>| -> Result<Vec<RoutePattern>, ConfigError> {
+                list.unwrap_or_default()
+                    .iter()
+                    .map(|s| {
+                        s.parse::<RoutePattern>()
+                            .map_err(|e| ctx.err(&at(field), e))
+                    })
+                    .collect()
+            };
+        let routes = parse_routes("routes", r.routes)?;
+        if routes.is_empty() {
+            return Err(ctx.err(
+                &at("routes"),
+                "is empty; name at least one route, e.g. [\"/api/agent/**\"]",
+            ));
+        }
+        let except = parse_routes("except", r.except)?;
+        let group = r.group.unwrap_or_else(|| name.clone());
+        out.push(LimiterSpec {
+            name: Arc::from(name.as_str()),
+            quota: Quota::new(limit as u32, window, r.algorithm.unwrap_or_default()),
+            key: r.key.unwrap_or(KeyKind::Ip),
+            routes,
+            except,
+            group: Arc::from(group.as_str()),
+            credential: r.credential.unwrap_or_default(),
+            mode: r.mode.unwrap_or_default(),
+            on_store_error: r.on_store_error.unwrap_or_default(),
+        });
+    }
+    check_precedence(&out, ctx)?;
+    Ok(out)
+}
+
+/// Within one group the most specific route wins; two routes of equal specificity that can
+/// match the same request leave no winner, which is an error.
+pub(super) fn check_precedence(limiters: &[LimiterSpec], ctx: &Ctx) -> Result<(), ConfigError> {
+    for (i, a) in limiters.iter().enumerate() {
+        for b in &limiters[i + 1..] {
+            if a.group != b.group {
+                continue;
+            }
+            for ra in &a.routes {
+                for rb in &b.routes {
+                    if ra.overlaps(rb) && ra.specificity() == rb.specificity() {
+                        return Err(ctx.err(
+                            &format!("limiters.{}.routes", b.name),
+                            format!(
+                                "route `{rb}` overlaps `{ra}` of limiter `{}` in group `{}` with the same specificity, so neither takes precedence; make one route more specific, or put the limiters in different groups (they then both apply)",
+                                a.name, a.group
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
