@@ -4,6 +4,7 @@
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use fleet_limiter::clock::SystemClock;
 use fleet_limiter::keys::BucketKey;
+use fleet_limiter::limiter::nonzero;
 use fleet_limiter::limiter::Quota;
 use fleet_limiter::store::memory::MemoryStore;
 use fleet_limiter::store::Check;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 /// A budget no benchmark can exhaust: every decision takes the allowed path.
 fn huge() -> Quota {
-    Quota::gcra(u32::MAX, Duration::from_secs(1))
+    Quota::gcra(nonzero(u32::MAX), Duration::from_secs(1))
 }
 
 fn check(principal: &str, quota: Quota) -> Check {
@@ -40,7 +41,7 @@ fn hot_key(c: &mut Criterion) {
     let s = store(1_000);
     let tight = [check(
         "127.0.0.1:agent-0",
-        Quota::gcra(1, Duration::from_secs(3600)),
+        Quota::gcra(nonzero(1), Duration::from_secs(3600)),
     )];
     s.decide_now(&tight);
     g.bench_function("hot_key_refused", |b| {

@@ -7,6 +7,7 @@
 
 use fleet_limiter::clock::SystemClock;
 use fleet_limiter::keys::BucketKey;
+use fleet_limiter::limiter::nonzero;
 use fleet_limiter::limiter::Quota;
 use fleet_limiter::store::memory::MemoryStore;
 use fleet_limiter::store::{Check, Store};
@@ -30,7 +31,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let limiter: Arc<str> = Arc::from("agent-device");
-    let quota = Quota::gcra(30, Duration::from_secs(60));
+    let quota = Quota::gcra(nonzero(30), Duration::from_secs(60));
     let store = MemoryStore::new(n, Arc::new(SystemClock::new()));
     let before = rss_bytes();
     let mut check = [Check {

@@ -298,7 +298,7 @@ fn fallback_verdicts(limiters: &[Arc<LimiterSpec>]) -> Vec<Verdict> {
             let allowed = l.on_store_error == OnStoreError::Allow;
             Verdict {
                 allowed,
-                limit: l.quota.limit,
+                limit: l.quota.limit(),
                 remaining: 0,
                 reset_after_ns: 0,
                 retry_after_ns: if allowed {

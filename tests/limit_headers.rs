@@ -28,7 +28,7 @@ fn result(
         key: BucketKey::new(spec.name.clone(), "127.0.0.1:agent-1"),
         verdict: Verdict {
             allowed: true,
-            limit: spec.quota.limit,
+            limit: spec.quota.limit(),
             remaining,
             reset_after_ns,
             retry_after_ns: 0,

@@ -7,6 +7,7 @@ mod redis_support;
 use common::{Gateway, Launch};
 use fleet_limiter::clock::ManualClock;
 use fleet_limiter::keys::BucketKey;
+use fleet_limiter::limiter::nonzero;
 use fleet_limiter::limiter::{Algorithm, Quota};
 use fleet_limiter::store::memory::MemoryStore;
 use fleet_limiter::store::redis::{
@@ -77,23 +78,39 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
     let run = unique("p");
     let lim = |n: &str| -> Arc<str> { Arc::from(format!("{run}-{n}")) };
     let quotas: Vec<(Arc<str>, Quota, bool)> = vec![
-        (lim("g1"), Quota::gcra(3, Duration::from_secs(10)), false),
-        (lim("g2"), Quota::gcra(5, Duration::from_secs(60)), false),
-        (lim("g3"), Quota::gcra(7, Duration::from_secs(60)), false),
+        (
+            lim("g1"),
+            Quota::gcra(nonzero(3), Duration::from_secs(10)),
+            false,
+        ),
+        (
+            lim("g2"),
+            Quota::gcra(nonzero(5), Duration::from_secs(60)),
+            false,
+        ),
+        (
+            lim("g3"),
+            Quota::gcra(nonzero(7), Duration::from_secs(60)),
+            false,
+        ),
         (
             lim("f1"),
-            Quota::new(3, Duration::from_secs(10), Algorithm::FixedWindow),
+            Quota::new(nonzero(3), Duration::from_secs(10), Algorithm::FixedWindow),
             false,
         ),
         (
             lim("f2"),
-            Quota::new(4, Duration::from_secs(30), Algorithm::FixedWindow),
+            Quota::new(nonzero(4), Duration::from_secs(30), Algorithm::FixedWindow),
             false,
         ),
-        (lim("s1"), Quota::gcra(2, Duration::from_secs(20)), true),
+        (
+            lim("s1"),
+            Quota::gcra(nonzero(2), Duration::from_secs(20)),
+            true,
+        ),
         (
             lim("s2"),
-            Quota::new(1, Duration::from_secs(15), Algorithm::FixedWindow),
+            Quota::new(nonzero(1), Duration::from_secs(15), Algorithm::FixedWindow),
             true,
         ),
     ];
@@ -231,7 +248,7 @@ async fn requests_beyond_the_waiting_cap_fail_at_once() {
             [check(
                 &lim,
                 &format!("p{i}"),
-                Quota::gcra(10, Duration::from_secs(60)),
+                Quota::gcra(nonzero(10), Duration::from_secs(60)),
             )]
         })
         .collect();
@@ -278,7 +295,7 @@ async fn requests_waiting_for_redis_share_one_call() {
     let c = [check(
         &unique("share"),
         "x",
-        Quota::gcra(10, Duration::from_secs(3600)),
+        Quota::gcra(nonzero(10), Duration::from_secs(3600)),
     )];
     // Redis stops answering: the first call waits, every later request queues behind it.
     let answers = decide_while_frozen(&server, &store, &[&c[..]; 40]).await;
@@ -328,11 +345,15 @@ async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
         RedisOptions::new(Duration::from_secs(5)),
     );
     let lim = unique("ttl");
-    let gcra = check(&lim, "10.0.0.1", Quota::gcra(10, Duration::from_secs(10)));
+    let gcra = check(
+        &lim,
+        "10.0.0.1",
+        Quota::gcra(nonzero(10), Duration::from_secs(10)),
+    );
     let fixed = check(
         &format!("{lim}-fw"),
         "10.0.0.1",
-        Quota::new(3, Duration::from_secs(5), Algorithm::FixedWindow),
+        Quota::new(nonzero(3), Duration::from_secs(5), Algorithm::FixedWindow),
     );
     let v = store
         .decide(&[gcra.clone(), fixed.clone()])
@@ -385,11 +406,11 @@ async fn refused_requests_are_answered_locally_until_the_refusal_ends() {
     let memory = MemoryStore::new(1000, Arc::new(clock2));
     let lim = unique("hot");
     let c = [
-        check(&lim, "x", Quota::gcra(2, Duration::from_secs(60))),
+        check(&lim, "x", Quota::gcra(nonzero(2), Duration::from_secs(60))),
         check(
             &format!("{lim}-wide"),
             "x",
-            Quota::gcra(100, Duration::from_secs(60)),
+            Quota::gcra(nonzero(100), Duration::from_secs(60)),
         ),
     ];
     // Two pass, the third is refused by Redis and remembered.
@@ -881,7 +902,7 @@ async fn memory_per_active_key() {
     const N: usize = 100_000;
     let before = used(&mut con).await;
     // The calibration's enrollment shape: 3 per 15 minutes, so every key lives 5 minutes.
-    let quota = Quota::gcra(3, Duration::from_secs(900));
+    let quota = Quota::gcra(nonzero(3), Duration::from_secs(900));
     let limiter: Arc<str> = Arc::from("agent-enroll");
     for batch in 0..N / 500 {
         let checks: Vec<[Check; 1]> = (0..500)
@@ -920,7 +941,7 @@ async fn a_restarted_cluster_is_used_again_without_a_restart() {
     let lim = unique("restart");
     let checks: Vec<Check> = ["a", "b", "c", "d"]
         .iter()
-        .map(|p| check(&lim, p, Quota::gcra(1000, Duration::from_secs(60))))
+        .map(|p| check(&lim, p, Quota::gcra(nonzero(1000), Duration::from_secs(60))))
         .collect();
     assert!(store.decide(&checks).await.is_ok());
     for n in &mut cluster.nodes {
@@ -970,7 +991,7 @@ async fn a_stopped_server_fails_decisions_as_connection_errors() {
     let checks = [check(
         &unique("stopped"),
         "p",
-        Quota::gcra(1000, Duration::from_secs(60)),
+        Quota::gcra(nonzero(1000), Duration::from_secs(60)),
     )];
     assert!(store.decide(&checks).await.is_ok());
     server.stop();
@@ -993,7 +1014,7 @@ async fn a_frozen_server_fails_decisions_as_timeouts() {
     let checks = [check(
         &unique("frozen"),
         "p",
-        Quota::gcra(1000, Duration::from_secs(60)),
+        Quota::gcra(nonzero(1000), Duration::from_secs(60)),
     )];
     assert!(store.decide(&checks).await.is_ok());
     server.pause();

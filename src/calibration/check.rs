@@ -405,7 +405,7 @@ fn judge(
     specs: &[Spec],
     loads: BTreeMap<Workload, (f64, u64, bool)>,
 ) -> LimiterCheck {
-    let limit = l.quota.limit.max(1);
+    let limit = l.quota.limit();
     let window = l.quota.window.as_secs_f64();
     let fixed = l.quota.algorithm == Algorithm::FixedWindow;
     let emission = window / limit as f64;

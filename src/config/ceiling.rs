@@ -55,7 +55,9 @@ impl Explicit {
 /// The ceiling's budget for a window of `window_ns`: the fleet's largest site, every agent at
 /// its full `agent-device` budget.
 pub fn derived_limit(fleet: &FleetConfig, device: &Quota, window_ns: u64) -> Option<u64> {
-    let per_device_window = fleet.max_site_endpoints.checked_mul(device.limit as u64)?;
+    let per_device_window = fleet
+        .max_site_endpoints
+        .checked_mul(u64::from(device.limit()))?;
     let device_ns = device.window.as_nanos();
     if device_ns == 0 {
         return None;
@@ -100,7 +102,7 @@ pub(super) fn derive_agent_ip(
         device.quota.algorithm
     };
     let limit = if explicit.limit {
-        ceiling.quota.limit
+        ceiling.quota.limit()
     } else {
         let n = derived_limit(fleet, &device.quota, window.as_nanos() as u64)
             .filter(|n| *n <= u32::MAX as u64)
@@ -109,11 +111,17 @@ pub(super) fn derive_agent_ip(
                     "fleet.max_site_endpoints",
                     format!(
                         "{} x agent-device's {} per window is too large a budget for agent-ip; set limiters.agent-ip.limit explicitly",
-                        fleet.max_site_endpoints, device.quota.limit
+                        fleet.max_site_endpoints, device.quota.limit()
                     ),
                 )
             })?;
         n as u32
+    };
+    let Some(limit) = std::num::NonZeroU32::new(limit) else {
+        return Err(ctx.err(
+            "fleet.max_site_endpoints",
+            "is 0, which leaves agent-ip no budget; use at least 1",
+        ));
     };
     ceiling.quota = Quota::new(limit, window, algorithm);
     if !explicit.routes {
@@ -164,7 +172,7 @@ mod tests {
             .find(|l| &*l.name == "agent-ip")
             .unwrap();
         let s = |v: &[crate::policy::RoutePattern]| v.iter().map(|r| r.to_string()).collect();
-        (l.quota.limit, l.quota.window, s(&l.routes), s(&l.except))
+        (l.quota.limit(), l.quota.window, s(&l.routes), s(&l.except))
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! set, names and routes checked, route precedence proved unambiguous within a group.
 
 use super::*;
+use std::num::NonZeroU32;
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,13 +106,13 @@ pub(super) fn build_limiters(
                 ));
             }
         }
-        let limit = r.limit.unwrap_or(0);
-        if limit < 1 || limit > u32::MAX as i64 {
+        let raw_limit = r.limit.unwrap_or(0);
+        let Some(limit) = u32::try_from(raw_limit).ok().and_then(NonZeroU32::new) else {
             return Err(ctx.err(
                 &at("limit"),
-                format!("{limit} is not a budget; use a whole number of requests, at least 1"),
+                format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
             ));
-        }
+        };
         let window = duration(ctx, &at("window"), r.window, "1m")?;
         if window > Duration::from_secs(7 * 86_400) {
             return Err(ctx.err(
@@ -140,7 +141,7 @@ pub(super) fn build_limiters(
         let group = r.group.unwrap_or_else(|| name.clone());
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
-            quota: Quota::new(limit as u32, window, r.algorithm.unwrap_or_default()),
+            quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
             key: r.key.unwrap_or(KeyKind::Ip),
             routes,
             except,

@@ -60,7 +60,7 @@ fn the_defaults_are_the_calibration() {
             format!(
                 "{} | {} / {}s | key {} | group {} | credential {} | {} | routes {:?} | except {:?}",
                 l.name,
-                l.quota.limit,
+                l.quota.limit(),
                 l.quota.window.as_secs(),
                 l.key.as_str(),
                 l.group,
@@ -109,7 +109,7 @@ routes = ["POST /api/reports/**"]
     );
     assert_eq!(cfg.server.read_timeout, Duration::from_secs(5));
     let ad = limiter(&cfg, "agent-device");
-    assert_eq!(ad.quota.limit, 60);
+    assert_eq!(ad.quota.limit(), 60);
     assert_eq!(
         ad.quota.window,
         Duration::from_secs(60),
@@ -118,7 +118,7 @@ routes = ["POST /api/reports/**"]
     assert_eq!(ad.key, KeyKind::IpAgent);
     let reports = limiter(&cfg, "reports");
     assert_eq!(
-        (reports.quota.limit, reports.quota.window),
+        (reports.quota.limit(), reports.quota.window),
         (5, Duration::from_secs(3600))
     );
     assert_eq!(&*reports.group, "reports", "a new limiter is its own group");
@@ -145,12 +145,12 @@ fn environment_overrides_the_file_and_flags_override_both() {
         .flag("client_ip.trust_proxy", "172.16.0.0/12", "--trust-proxy")
         .load()
         .expect("valid");
-    assert_eq!(limiter(&cfg, "agent-device").quota.limit, 90);
+    assert_eq!(limiter(&cfg, "agent-device").quota.limit(), 90);
     assert_eq!(
         limiter(&cfg, "key-rotation").quota.window,
         Duration::from_secs(3600)
     );
-    assert_eq!(limiter(&cfg, "key-rotation").quota.limit, 3);
+    assert_eq!(limiter(&cfg, "key-rotation").quota.limit(), 3);
     assert_eq!(cfg.client_ip.ipv6_prefix, 64);
     let ranges: Vec<String> = cfg
         .client_ip

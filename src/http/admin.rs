@@ -483,7 +483,8 @@ mod tests {
     fn diff_names_changed_limiters_and_restart_only_settings() {
         let old = Config::default();
         let mut new = old.clone();
-        new.limiters[0].quota.limit += 1;
+        let q = new.limiters[0].quota;
+        new.limiters[0].quota = q.with_limit(crate::limiter::nonzero(q.limit() + 1));
         let gone = new.limiters.pop().expect("limiters").name.to_string();
         new.server.listen = "127.0.0.1:1".parse().expect("addr");
         new.ops.near_limit_percent = 50;

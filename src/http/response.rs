@@ -210,7 +210,7 @@ fn policy_value(outcome: &Outcome) -> HeaderValue {
     let mut buf = BytesMut::with_capacity(40 * outcome.results.len());
     write_items(&mut buf, decided(), [b";q=", b";w="], |r| {
         [
-            Some(u64::from(r.spec.quota.limit)),
+            Some(u64::from(r.spec.quota.limit())),
             Some(r.spec.quota.window.as_secs().max(1)),
         ]
     });

@@ -8,7 +8,7 @@ use crate::clock::Nanos;
 
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     let window = quota.window_ns();
-    let limit = quota.limit.max(1);
+    let limit = quota.limit();
     let (end, count) = match state {
         Some(State::FixedWindow { ends_at, count }) if now < ends_at => (ends_at, count),
         _ => (now.saturating_add(window), 0),
@@ -44,6 +44,7 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::nonzero;
     use crate::limiter::Algorithm;
     use std::time::Duration;
 
@@ -51,7 +52,7 @@ mod tests {
 
     #[test]
     fn counts_to_limit_then_waits_for_window_end() {
-        let q = Quota::new(5, Duration::from_secs(900), Algorithm::FixedWindow);
+        let q = Quota::new(nonzero(5), Duration::from_secs(900), Algorithm::FixedWindow);
         let mut st = None;
         for i in 0..5 {
             let (v, s) = decide(&q, st, 10 * S + i * S);

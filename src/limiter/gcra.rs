@@ -8,7 +8,7 @@ use crate::clock::Nanos;
 
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     let t = quota.emission_interval_ns();
-    let limit = quota.limit.max(1);
+    let limit = quota.limit();
     let burst = t.saturating_mul(limit as u64);
     let tat = match state {
         Some(State::Gcra { tat }) => tat.max(now),
@@ -40,6 +40,7 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::nonzero;
     use std::time::Duration;
 
     const S: u64 = 1_000_000_000;
@@ -54,7 +55,7 @@ mod tests {
 
     #[test]
     fn burst_of_limit_then_refusal_with_exact_wait() {
-        let q = Quota::gcra(30, Duration::from_secs(60));
+        let q = Quota::gcra(nonzero(30), Duration::from_secs(60));
         let mut st = None;
         let now = 100 * S;
         for i in 0..30 {
@@ -78,7 +79,7 @@ mod tests {
 
     #[test]
     fn first_request_reports_issue_example_headers() {
-        let q = Quota::gcra(30, Duration::from_secs(60));
+        let q = Quota::gcra(nonzero(30), Duration::from_secs(60));
         let (v, s) = decide(&q, None, 10 * S);
         assert!(v.allowed);
         assert_eq!(v.remaining, 29);
@@ -88,7 +89,7 @@ mod tests {
 
     #[test]
     fn refills_continuously() {
-        let q = Quota::gcra(10, Duration::from_secs(10));
+        let q = Quota::gcra(nonzero(10), Duration::from_secs(10));
         let mut st = None;
         for _ in 0..10 {
             assert!(run(&q, &mut st, 0).allowed);
@@ -106,7 +107,7 @@ mod tests {
 
     #[test]
     fn refusal_does_not_change_state() {
-        let q = Quota::gcra(1, Duration::from_secs(60));
+        let q = Quota::gcra(nonzero(1), Duration::from_secs(60));
         let (_, s) = decide(&q, None, 0);
         let (v, s2) = decide(&q, s, 0);
         assert!(!v.allowed);
@@ -115,7 +116,7 @@ mod tests {
 
     #[test]
     fn stale_state_is_a_full_bucket() {
-        let q = Quota::gcra(5, Duration::from_secs(5));
+        let q = Quota::gcra(nonzero(5), Duration::from_secs(5));
         let (v, _) = decide(&q, Some(State::Gcra { tat: 3 * S }), 1000 * S);
         assert!(v.allowed);
         assert_eq!(v.remaining, 4);

@@ -7,6 +7,7 @@ pub mod gcra;
 
 use crate::clock::Nanos;
 use serde::{Deserialize, Serialize};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 /// How a limiter counts.
@@ -29,16 +30,35 @@ impl Algorithm {
     }
 }
 
-/// A budget: `limit` requests per `window`, counted by `algorithm`.
+/// A budget: `limit` requests per `window`, counted by `algorithm`. The limit is never 0: a
+/// budget of nothing is not a limiter (switch it off with `mode = "off"`).
+///
+/// ```
+/// use fleet_limiter::limiter::{nonzero, Algorithm, Quota};
+/// use std::time::Duration;
+///
+/// let q = Quota::new(nonzero(30), Duration::from_secs(60), Algorithm::Gcra);
+/// assert_eq!(q.limit(), 30);
+/// assert_eq!(q.emission_interval_ns(), 2_000_000_000);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
-    pub limit: u32,
+    limit: NonZeroU32,
     pub window: Duration,
     pub algorithm: Algorithm,
 }
 
+/// `n` as a [`NonZeroU32`], for budgets written in code; in a `const` it fails to compile for
+/// 0, elsewhere it panics (a budget of 0 is a bug in the program, not an input).
+pub const fn nonzero(n: u32) -> NonZeroU32 {
+    match NonZeroU32::new(n) {
+        Some(n) => n,
+        None => panic!("a budget is at least 1"),
+    }
+}
+
 impl Quota {
-    pub fn new(limit: u32, window: Duration, algorithm: Algorithm) -> Self {
+    pub fn new(limit: NonZeroU32, window: Duration, algorithm: Algorithm) -> Self {
         Self {
             limit,
             window,
@@ -46,8 +66,18 @@ impl Quota {
         }
     }
 
-    pub fn gcra(limit: u32, window: Duration) -> Self {
+    pub fn gcra(limit: NonZeroU32, window: Duration) -> Self {
         Self::new(limit, window, Algorithm::Gcra)
+    }
+
+    /// Requests per window (at least 1).
+    pub fn limit(&self) -> u32 {
+        self.limit.get()
+    }
+
+    /// The same budget with another limit.
+    pub fn with_limit(self, limit: NonZeroU32) -> Self {
+        Self { limit, ..self }
     }
 
     pub fn window_ns(&self) -> Nanos {
@@ -56,7 +86,7 @@ impl Quota {
 
     /// Time for one request's worth of budget to come back (GCRA's emission interval).
     pub fn emission_interval_ns(&self) -> Nanos {
-        (self.window_ns() / self.limit.max(1) as u64).max(1)
+        (self.window_ns() / u64::from(self.limit.get())).max(1)
     }
 }
 
@@ -164,7 +194,7 @@ pub fn more_quota_after_ns(quota: &Quota, v: &Verdict) -> Option<Nanos> {
             // `remaining` is the whole emission intervals in the slack (burst - reset_after); the
             // next one is complete when the partial one is.
             let t = quota.emission_interval_ns();
-            let burst = t.saturating_mul(quota.limit.max(1) as u64);
+            let burst = t.saturating_mul(u64::from(quota.limit()));
             let slack = burst.saturating_sub(v.reset_after_ns);
             Some(t - slack % t)
         }
@@ -196,7 +226,9 @@ mod tests {
             1u64..=7_200,
             prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::FixedWindow)],
         )
-            .prop_map(|(limit, secs, alg)| Quota::new(limit, Duration::from_secs(secs), alg))
+            .prop_map(|(limit, secs, alg)| {
+                Quota::new(nonzero(limit.max(1)), Duration::from_secs(secs), alg)
+            })
     }
 
     /// A bucket after `hits` requests at the given offsets (in ms) from 0.
@@ -223,7 +255,7 @@ mod tests {
             let now = now + dt * 1_000_000;
             let (v, new) = decide(&q, st, now);
             prop_assert!(v.remaining <= v.limit);
-            prop_assert_eq!(v.limit, q.limit.max(1));
+            prop_assert_eq!(v.limit, q.limit());
             prop_assert!(v.reset_after_ns <= q.window_ns().max(q.emission_interval_ns()) * 2);
             if v.allowed {
                 prop_assert_eq!(v.retry_after_ns, 0);
@@ -281,7 +313,7 @@ mod tests {
     #[test]
     fn more_quota_comes_with_the_next_unit_not_the_whole_bucket() {
         // 30 a minute: one every 2 s.
-        let q = Quota::gcra(30, Duration::from_secs(60));
+        let q = Quota::gcra(nonzero(30), Duration::from_secs(60));
         let mut st = None;
         let mut last = None;
         for _ in 0..30 {
@@ -314,7 +346,7 @@ mod tests {
         let (fresh, _) = decide(&q, None, 0);
         assert_eq!(more_quota_after_ns(&q, &unconsumed(&q, fresh)), None);
         // Fixed window: the window's end.
-        let fw = Quota::new(5, Duration::from_secs(900), Algorithm::FixedWindow);
+        let fw = Quota::new(nonzero(5), Duration::from_secs(900), Algorithm::FixedWindow);
         let (v, _) = decide(&fw, None, 0);
         assert_eq!(more_quota_after_ns(&fw, &v), Some(900 * S));
         assert_eq!(more_quota_after_ns(&fw, &unconsumed(&fw, v)), None);
@@ -332,7 +364,7 @@ mod tests {
 
     #[test]
     fn unconsumed_is_the_state_before_the_request() {
-        let q = Quota::gcra(30, Duration::from_secs(60));
+        let q = Quota::gcra(nonzero(30), Duration::from_secs(60));
         let before = State::Gcra {
             tat: 10_000_000_000,
         };
@@ -348,7 +380,7 @@ mod tests {
         // A fresh bucket that was not charged is simply full.
         let fresh = unconsumed(&q, peek_as_if_one_less);
         assert_eq!((fresh.remaining, fresh.reset_after_ns), (30, 0));
-        let fw = Quota::new(5, Duration::from_secs(60), Algorithm::FixedWindow);
+        let fw = Quota::new(nonzero(5), Duration::from_secs(60), Algorithm::FixedWindow);
         let (v, _) = decide(&fw, None, 0);
         assert_eq!(unconsumed(&fw, v).remaining, 5);
         assert_eq!(unconsumed(&fw, v).reset_after_ns, 0);

@@ -112,7 +112,7 @@ impl SettingsView {
                     Mode::Shadow => "shadow",
                     Mode::Off => "off",
                 },
-                limit: l.quota.limit.to_string(),
+                limit: l.quota.limit().to_string(),
                 window_seconds: l.quota.window.as_secs().to_string(),
             })
             .collect();

@@ -313,13 +313,14 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::keys::BucketKey;
+    use crate::limiter::nonzero;
     use crate::limiter::Quota;
     use std::time::Duration;
 
     fn check(limiter: &str, principal: &str, limit: u32, secs: u64) -> Check {
         Check {
             key: BucketKey::new(Arc::from(limiter), principal),
-            quota: Quota::gcra(limit, Duration::from_secs(secs)),
+            quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             advisory: false,
         }
     }

@@ -147,12 +147,13 @@ impl OverLimitCache {
 mod tests {
     use super::*;
     use crate::clock::{Clock, ManualClock};
+    use crate::limiter::nonzero;
     use std::time::Duration;
 
     fn check(limiter: &str, principal: &str, limit: u32, secs: u64, advisory: bool) -> Check {
         Check {
             key: BucketKey::new(Arc::from(limiter), principal),
-            quota: Quota::gcra(limit, Duration::from_secs(secs)),
+            quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             advisory,
         }
     }

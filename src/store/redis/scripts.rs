@@ -94,7 +94,7 @@ pub(super) struct GroupAnswer {
 
 /// The five script arguments of one check (see `gcra.lua`).
 pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, advisory: bool) {
-    let limit = q.limit.max(1) as u64;
+    let limit = u64::from(q.limit());
     let (algo, p, burst) = match q.algorithm {
         Algorithm::Gcra => {
             let t = q.emission_interval_ns();
@@ -120,7 +120,7 @@ pub(super) fn int(v: &Value) -> RedisResult<i64> {
 pub(super) fn verdict(q: &Quota, v: &[Value]) -> RedisResult<Verdict> {
     Ok(Verdict {
         allowed: int(&v[0])? == 1,
-        limit: q.limit.max(1),
+        limit: q.limit(),
         remaining: int(&v[1])?.clamp(0, u32::MAX as i64) as u32,
         reset_after_ns: int(&v[2])?.max(0) as u64,
         retry_after_ns: int(&v[3])?.max(0) as u64,
