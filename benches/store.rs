@@ -20,7 +20,7 @@ fn check(principal: &str, quota: Quota) -> Check {
     Check {
         key: BucketKey::new(Arc::from("agent-device"), principal),
         quota,
-        advisory: false,
+        shadow: false,
     }
 }
 

@@ -37,7 +37,7 @@ fn main() {
     let mut check = [Check {
         key: BucketKey::new(limiter.clone(), "seed"),
         quota,
-        advisory: false,
+        shadow: false,
     }];
     for i in 0..n {
         let principal = format!(

@@ -221,7 +221,7 @@ impl Decider {
             && verdicts
                 .iter()
                 .zip(&checks)
-                .any(|(v, c)| !v.allowed && !c.advisory);
+                .any(|(v, c)| !v.allowed && !c.shadow);
         let verdicts: Vec<Verdict> = if refused {
             verdicts
                 .into_iter()
@@ -284,7 +284,7 @@ pub fn build_checks(
                 id.user.as_deref(),
             ),
             quota: l.quota,
-            advisory: l.mode != Mode::Enforce,
+            shadow: l.mode != Mode::Enforce,
         })
         .collect()
 }

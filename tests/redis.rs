@@ -134,7 +134,7 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
         31_000_000_000,
     ];
     let mut rng = StdRng::seed_from_u64(7);
-    let (mut refused, mut advisory_refused, mut multi, mut twice) = (0, 0, 0, 0);
+    let (mut refused, mut shadow_refused, mut multi, mut twice) = (0, 0, 0, 0);
     let mut step = 0;
     while step < 3000 {
         clock.advance(Duration::from_nanos(
@@ -145,14 +145,14 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             let n = rng.gen_range(1..=3);
             let mut checks: Vec<Check> = (0..n)
                 .map(|_| {
-                    let (name, quota, advisory) = &quotas[rng.gen_range(0..quotas.len())];
+                    let (name, quota, shadow) = &quotas[rng.gen_range(0..quotas.len())];
                     Check {
                         key: BucketKey::new(
                             name.clone(),
                             principals[rng.gen_range(0..principals.len())],
                         ),
                         quota: *quota,
-                        advisory: *advisory,
+                        shadow: *shadow,
                     }
                 })
                 .collect();
@@ -169,8 +169,8 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             multi += usize::from(checks.len() > 1);
             for (c, v) in checks.iter().zip(&want) {
                 if !v.allowed {
-                    if c.advisory {
-                        advisory_refused += 1;
+                    if c.shadow {
+                        shadow_refused += 1;
                     } else {
                         refused += 1;
                     }
@@ -180,14 +180,11 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
         }
     }
     eprintln!(
-        "refused {refused}, advisory refused {advisory_refused}, multi-key {multi}, same key twice {twice}, {} calls",
+        "refused {refused}, shadow refused {shadow_refused}, multi-key {multi}, same key twice {twice}, {} calls",
         redis.round_trips()
     );
     assert!(refused > 150, "the sequence refused enough ({refused})");
-    assert!(
-        advisory_refused > 50,
-        "advisory refusals ({advisory_refused})"
-    );
+    assert!(shadow_refused > 50, "shadow refusals ({shadow_refused})");
     assert!(
         multi > 1000 && twice > 100,
         "multi-key requests ({multi}, same key twice {twice})"
@@ -331,7 +328,7 @@ fn check(limiter: &str, principal: &str, quota: Quota) -> Check {
     Check {
         key: BucketKey::new(Arc::from(limiter), principal),
         quota,
-        advisory: false,
+        shadow: false,
     }
 }
 
@@ -910,7 +907,7 @@ async fn memory_per_active_key() {
                 [Check {
                     key: BucketKey::new(limiter.clone(), &format!("203.0.113.7:agent-{batch}-{i}")),
                     quota,
-                    advisory: false,
+                    shadow: false,
                 }]
             })
             .collect();

@@ -141,7 +141,7 @@ impl MemoryStore {
         if verdicts
             .iter()
             .zip(checks)
-            .all(|(v, c)| v.allowed || c.advisory)
+            .all(|(v, c)| v.allowed || c.shadow)
         {
             for (c, u) in checks.iter().zip(updates) {
                 if let Some(s) = u {
@@ -321,7 +321,7 @@ mod tests {
         Check {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
-            advisory: false,
+            shadow: false,
         }
     }
 
@@ -347,10 +347,10 @@ mod tests {
     }
 
     #[test]
-    fn advisory_refusal_does_not_block_consumption() {
+    fn shadow_refusal_does_not_block_consumption() {
         let store = MemoryStore::new(1000, Arc::new(ManualClock::new(0)));
         let mut shadow = check("shadow", "k", 1, 60);
-        shadow.advisory = true;
+        shadow.shadow = true;
         let real = check("real", "k", 10, 60);
         store.decide_now(&[shadow.clone(), real.clone()]);
         let v = store.decide_now(&[shadow, real]);

@@ -14,7 +14,7 @@ pub struct Check {
     pub key: BucketKey,
     pub quota: Quota,
     /// A shadow-mode limiter: its refusal never stops the others from consuming.
-    pub advisory: bool,
+    pub shadow: bool,
 }
 
 /// Why a store could not answer, coarse enough to label a metric.

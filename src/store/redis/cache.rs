@@ -29,7 +29,7 @@ impl Snapshot {
                 .checks
                 .iter()
                 .zip(checks)
-                .all(|((k, q, a), c)| *k == c.key && *q == c.quota && *a == c.advisory)
+                .all(|((k, q, a), c)| *k == c.key && *q == c.quota && *a == c.shadow)
     }
 
     fn at_time(&self, now: Nanos) -> Vec<Verdict> {
@@ -77,7 +77,7 @@ impl OverLimitCache {
         if self.per_shard == 0 {
             return None;
         }
-        for c in checks.iter().filter(|c| !c.advisory) {
+        for c in checks.iter().filter(|c| !c.shadow) {
             let snap = self.shard(&c.key).lock().map.get(&c.key).cloned();
             if let Some(s) = snap {
                 if now < s.until && s.matches(checks) {
@@ -96,7 +96,7 @@ impl OverLimitCache {
         let refusing = checks
             .iter()
             .zip(verdicts)
-            .any(|(c, v)| !c.advisory && !v.allowed);
+            .any(|(c, v)| !c.shadow && !v.allowed);
         if !refusing {
             return;
         }
@@ -112,7 +112,7 @@ impl OverLimitCache {
         let snap = Arc::new(Snapshot {
             checks: checks
                 .iter()
-                .map(|c| (c.key.clone(), c.quota, c.advisory))
+                .map(|c| (c.key.clone(), c.quota, c.shadow))
                 .collect(),
             verdicts: verdicts.to_vec(),
             at: now,
@@ -121,7 +121,7 @@ impl OverLimitCache {
         for (c, _) in checks
             .iter()
             .zip(verdicts)
-            .filter(|(c, v)| !c.advisory && !v.allowed)
+            .filter(|(c, v)| !c.shadow && !v.allowed)
         {
             let mut shard = self.shard(&c.key).lock();
             if shard.map.len() >= self.per_shard && !shard.map.contains_key(&c.key) {
@@ -150,11 +150,11 @@ mod tests {
     use crate::limiter::nonzero;
     use std::time::Duration;
 
-    fn check(limiter: &str, principal: &str, limit: u32, secs: u64, advisory: bool) -> Check {
+    fn check(limiter: &str, principal: &str, limit: u32, secs: u64, shadow: bool) -> Check {
         Check {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
-            advisory,
+            shadow,
         }
     }
 
@@ -209,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn cache_ignores_advisory_refusals_and_stays_bounded() {
+    fn cache_ignores_shadow_refusals_and_stays_bounded() {
         let cache = OverLimitCache::new(CACHE_SHARDS * 2);
         let shadow = [check("s", "k", 1, 60, true)];
         cache.remember(&shadow, &[refused(5)], 0);

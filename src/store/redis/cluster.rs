@@ -99,7 +99,7 @@ impl Inner {
             }
             self.push_clock(cmd, now);
             for &i in group {
-                push_check(cmd, &checks[i].quota, checks[i].advisory);
+                push_check(cmd, &checks[i].quota, checks[i].shadow);
             }
         };
         let value = self.slot.run(conn, group.len(), args).await?;

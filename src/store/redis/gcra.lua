@@ -63,7 +63,7 @@ end
 -- decide(kb, n, ab): one request, whose buckets are KEYS[kb + 1 .. kb + n] (in request order; the
 -- same key may appear twice, the later check seeing the earlier one's update) and whose
 -- parameters are five per check from ARGV[ab + 1 ..]: algorithm ("g" gcra, "f" fixed window),
--- limit, emission interval (gcra) or window (fixed window) in ns, burst in ns (gcra), advisory
+-- limit, emission interval (gcra) or window (fixed window) in ns, burst in ns (gcra), shadow
 -- ("1" or "0"). Returns blocked, and four integers per check: allowed, remaining,
 -- reset_after_ns, retry_after_ns.
 local function decide(kb, n, ab)
@@ -78,7 +78,7 @@ local function decide(kb, n, ab)
     local limit = num(ARGV[base + 2])
     local p = num(ARGV[base + 3])
     local burst = num(ARGV[base + 4])
-    local advisory = ARGV[base + 5] == '1'
+    local shadow = ARGV[base + 5] == '1'
 
     local st = pending[key]
     if st == nil then
@@ -121,7 +121,7 @@ local function decide(kb, n, ab)
     if new then
       pending[key] = new
     end
-    if allowed == 0 and not advisory then
+    if allowed == 0 and not shadow then
       blocked = true
     end
     verdicts[#verdicts + 1] = allowed

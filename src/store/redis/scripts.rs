@@ -93,7 +93,7 @@ pub(super) struct GroupAnswer {
 }
 
 /// The five script arguments of one check (see `gcra.lua`).
-pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, advisory: bool) {
+pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool) {
     let limit = u64::from(q.limit());
     let (algo, p, burst) = match q.algorithm {
         Algorithm::Gcra => {
@@ -106,7 +106,7 @@ pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, advisory: bool) {
         .arg(limit)
         .arg(p)
         .arg(burst)
-        .arg(if advisory { "1" } else { "0" });
+        .arg(if shadow { "1" } else { "0" });
 }
 
 pub(super) fn int(v: &Value) -> RedisResult<i64> {

@@ -29,7 +29,7 @@ impl Inner {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Job {
             keys: checks.iter().map(|c| key_name(&c.key)).collect(),
-            checks: checks.iter().map(|c| (c.quota, c.advisory)).collect(),
+            checks: checks.iter().map(|c| (c.quota, c.shadow)).collect(),
             reply,
         };
         if let Err(e) = jobs.try_send(job) {
@@ -81,8 +81,8 @@ impl Inner {
             self.push_clock(cmd, &now);
             for job in &jobs {
                 cmd.arg(job.checks.len());
-                for (quota, advisory) in &job.checks {
-                    push_check(cmd, quota, *advisory);
+                for (quota, shadow) in &job.checks {
+                    push_check(cmd, quota, *shadow);
                 }
             }
         };
