@@ -38,12 +38,12 @@ pub mod keys;
 pub mod limiter;
 pub mod log_sink;
 pub mod metrics;
-pub mod observe;
+pub(crate) mod observe;
 pub mod path;
 pub mod policy;
 pub mod redact;
 pub mod store;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::sync::Arc;
 

@@ -2,9 +2,9 @@
 
 pub mod admin;
 pub mod cors;
-pub mod forward_auth;
+pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
-pub mod governor;
+pub(crate) mod governor;
 pub mod middleware;
 pub mod proxy;
 pub mod response;

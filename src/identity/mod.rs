@@ -3,7 +3,7 @@
 //! Only what verifies counts as identity. A token that does not verify leaves the request keyed
 //! on its IP, so an unverified claim can never mint a fresh bucket.
 
-pub mod jwks;
+pub(crate) mod jwks;
 pub mod jwt;
 #[cfg(test)]
 mod verify_tests;

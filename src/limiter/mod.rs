@@ -2,8 +2,8 @@
 //!
 //! Both stores call [`decide`]; the Redis Lua script mirrors it line for line.
 
-pub mod fixed_window;
-pub mod gcra;
+pub(crate) mod fixed_window;
+pub(crate) mod gcra;
 
 use crate::clock::Nanos;
 use serde::{Deserialize, Serialize};
