@@ -203,7 +203,7 @@ fn dockerfiles_pass_hadolint() {
 fn shipped_configurations_load() {
     for file in [
         "deploy/docker/fleet-limiter.toml",
-        "deploy/compose/fleet-limiter.toml",
+        "deploy/compose/fleet-limiter/fleet-limiter.toml",
         "deploy/systemd/fleet-limiter.toml",
     ] {
         let out = Launch::command(["check", "--config", file])
