@@ -4,7 +4,7 @@ pub mod admin;
 pub mod cors;
 pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
-pub(crate) mod governor;
+pub mod governor;
 pub mod middleware;
 pub mod proxy;
 pub mod response;
