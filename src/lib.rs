@@ -13,14 +13,129 @@
 //! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
 //! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
 //!
-//! Around them: [`metrics`] and [`observe`] count and log each decision; [`http::admin`] serves
+//! Around them: [`metrics`] and `observe` count and log each decision; [`http::admin`] serves
 //! `/metrics`, health and reload, and handles signals; [`http::cors`] lets browsers read refusals.
 //!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
-//! [`clock`] injects time so every limiter can run in virtual time. [`tls`] builds the TLS
-//! client and listener configurations.
-//! [`calibration`] checks a configuration against the fleet it must carry and simulates it.
-//! [`tls`] builds the TLS client configuration every outgoing connection (JWKS, Redis) uses.
+//! [`clock`] injects time so every limiter can run in virtual time. `tls` builds the TLS
+//! client and listener configurations every outgoing connection (JWKS, Redis, upstream) and the
+//! listener use. [`calibration`] checks a configuration against the fleet it must carry,
+//! simulates it and replays access logs through it.
+
+//!
+//! # The public API
+//!
+//! What an embedder needs is public; everything else is `pub(crate)` or lives in private
+//! submodules. The binary (`src/main.rs`) uses the same API, plus [`calibration`] (the `check`,
+//! `simulate` and `replay` commands), [`log_sink`] and [`redact`].
+//!
+//! - [`http::middleware::FleetLimiter`]: the actix-web middleware, built from a configuration.
+//! - [`config::Loader`] and [`config::Config`]: defaults, TOML, `FLEET_LIMITER_*`, flags.
+//! - [`decision::Decider`]: the limiter with no HTTP in it, fed [`decision::RequestFacts`].
+//! - [`store::Store`]: the store trait, with [`store::memory::MemoryStore`] and
+//!   [`store::redis::RedisStore`]; [`limiter::Quota`] and [`limiter::Verdict`] are its terms.
+//! - [`keys`]: how a principal becomes a bucket name ([`keys::normalize_ip`],
+//!   [`keys::principal_key`], [`keys::digest`]).
+//! - [`metrics::Metrics`]: one decider's metrics, rendered for `/metrics`.
+//! - [`clock`]: the injected clock, so everything can run in virtual time.
+//!
+//! The middleware in an app of your own (see `examples/embedded.rs` for a full one):
+//!
+//! ```no_run
+//! use actix_web::{web, App, HttpResponse, HttpServer};
+//! use fleet_limiter::config::Loader;
+//! use fleet_limiter::http::middleware::FleetLimiter;
+//!
+//! # async fn run() -> anyhow::Result<()> {
+//! let cfg = Loader::new().process_env().load()?;
+//! let limiter = FleetLimiter::from_config(&cfg)?;
+//! HttpServer::new(move || {
+//!     App::new()
+//!         .wrap(limiter.clone())
+//!         .route("/api/agent/heartbeat", web::post().to(HttpResponse::Ok))
+//! })
+//! .bind(("127.0.0.1", 8080))?
+//! .run()
+//! .await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The decider on its own, in virtual time: an enrolled agent's heartbeats against the built-in
+//! `agent-device` budget of 30 a minute.
+//!
+//! ```
+//! use fleet_limiter::clock::ManualClock;
+//! use fleet_limiter::config::Config;
+//! use fleet_limiter::decision::{Decider, RequestFacts};
+//! use fleet_limiter::identity::NoVerifier;
+//! use fleet_limiter::path::CanonicalPath;
+//! use fleet_limiter::store::memory::MemoryStore;
+//! use std::sync::Arc;
+//!
+//! # actix_rt::System::new().block_on(async {
+//! let clock = Arc::new(ManualClock::new(1));
+//! let store = Arc::new(MemoryStore::new(10_000, clock.clone()));
+//! let decider = Decider::new(&Config::default(), store, Arc::new(NoVerifier));
+//! let heartbeat = RequestFacts {
+//!     peer: "203.0.113.7".parse().unwrap(),
+//!     method: "POST",
+//!     path: CanonicalPath::of_static("/api/agent/heartbeat"),
+//!     forwarded: &[],
+//!     agent_id: Some(b"agent-1"),
+//!     authorization: None,
+//!     session_token: None,
+//! };
+//! for _ in 0..30 {
+//!     assert!(!decider.decide(&heartbeat).await.refused());
+//! }
+//! let refused = decider.decide(&heartbeat).await;
+//! assert!(refused.refused());
+//! assert_eq!(refused.retry_after_secs(), Some(2), "one request's worth of refill");
+//! clock.advance(std::time::Duration::from_secs(2));
+//! assert!(!decider.decide(&heartbeat).await.refused());
+//! # });
+//! ```
+//!
+//! A bucket's name: the limiter and the principal, digested so that no raw agent id, token or
+//! key is ever stored.
+//!
+//! ```
+//! use fleet_limiter::keys::{digest, normalize_ip, principal_key, KeyKind};
+//!
+//! let ip = normalize_ip("::ffff:198.51.100.9".parse().unwrap(), 56);
+//! assert_eq!(ip, "198.51.100.9");
+//! let v6 = normalize_ip("2001:db8:abcd:12ff::1".parse().unwrap(), 56);
+//! assert_eq!(v6, "2001:db8:abcd:1200::/56");
+//! let principal = principal_key(KeyKind::IpAgent, &ip, Some("agent-1"), None);
+//! assert_eq!(principal, "198.51.100.9:agent-1");
+//! assert_eq!(digest("agent-device", &principal).len(), 16);
+//! ```
+//!
+//! A store of your own implements [`store::Store`]; the memory store shows the contract:
+//! every check of one request is decided together, all-or-nothing.
+//!
+//! ```
+//! use fleet_limiter::clock::ManualClock;
+//! use fleet_limiter::keys::BucketKey;
+//! use fleet_limiter::limiter::{nonzero, Quota};
+//! use fleet_limiter::store::{memory::MemoryStore, Check};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let store = MemoryStore::new(100, Arc::new(ManualClock::new(1)));
+//! let check = |limiter: &str, n: u32| Check {
+//!     key: BucketKey::new(Arc::from(limiter), "198.51.100.9"),
+//!     quota: Quota::gcra(nonzero(n), Duration::from_secs(60)),
+//!     shadow: false,
+//! };
+//! let both = [check("wide", 100), check("tight", 1)];
+//! assert!(store.decide_now(&both).iter().all(|v| v.allowed));
+//! let again = store.decide_now(&both);
+//! assert!(!again[1].allowed, "the tight bucket is empty");
+//! let wide = store.decide_now(&both[..1]);
+//! assert_eq!(wide[0].remaining, 98, "the refused request charged the wide one nothing");
+//! ```
 
 #[cfg(test)]
 #[macro_use]
