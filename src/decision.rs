@@ -4,13 +4,15 @@
 //! the simulator feeds it scripted ones.
 
 use crate::client_ip::{self, TrustedProxies};
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::identity::{self, Identity, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
+use crate::known_agents::{AgentAt, KnownAgents, Seen};
 use crate::limiter::{ceil_secs, Verdict};
 use crate::metrics::{LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
-use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
+use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy, Remember};
 use crate::store::{Check, Store, StoreError};
 use parking_lot::RwLock;
 use smallvec::SmallVec;
@@ -95,6 +97,10 @@ pub struct Decider {
     verifier: Arc<dyn TokenVerifier>,
     /// This decider's own counters: a second decider in the process counts apart.
     metrics: Arc<Metrics>,
+    /// The agent ids each `new-agents` limiter has admitted, per IP.
+    known: KnownAgents,
+    /// The store's clock when it has one, else the system's: `known` runs on it.
+    clock: Arc<dyn Clock>,
 }
 
 /// The parts of the configuration a decision reads; swapped whole on reload.
@@ -129,8 +135,13 @@ impl Settings {
 impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
         let metrics = Arc::new(Metrics::for_store(store.clone()));
+        let clock = store
+            .clock()
+            .unwrap_or_else(|| Arc::new(SystemClock::new()));
         Self {
             state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
+            known: KnownAgents::new(cfg.store.max_keys),
+            clock,
             digest: store.key_digest(),
             store,
             verifier,
@@ -188,11 +199,33 @@ impl Decider {
                 ..Outcome::default()
             };
         }
-        let limiters: SmallVec<[Arc<LimiterSpec>; 4]> = slots
-            .iter()
-            .filter_map(|&i| settings.policy.limiters().get(i).cloned())
-            .collect();
         let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
+        // A `new-agents` limiter meters only agent ids it does not know at this IP.
+        let now = self.clock.now();
+        let mut remember: SmallVec<[(AgentAt, Remember); 1]> = SmallVec::new();
+        let mut limiters: SmallVec<[Arc<LimiterSpec>; 4]> = SmallVec::new();
+        let mut kept: SmallVec<[usize; 4]> = SmallVec::new();
+        for &i in &slots {
+            let Some(spec) = settings.policy.limiters().get(i) else {
+                continue;
+            };
+            if let (Some(r), Some(agent)) = (spec.new_agents, id.agent_id) {
+                let at = self.known.at(&spec.name, &ip_key, agent);
+                remember.push((at, r));
+                if self.known.seen(at, now) == Seen::Known {
+                    continue;
+                }
+            }
+            limiters.push(spec.clone());
+            kept.push(i);
+        }
+        let slots = kept;
+        if limiters.is_empty() {
+            return Outcome {
+                client_ip: Some(ip),
+                ..Outcome::default()
+            };
+        }
         let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
@@ -231,6 +264,13 @@ impl Decider {
         } else {
             verdicts
         };
+        if !refused && !errored {
+            for (at, r) in &remember {
+                let known_for = u64::try_from(r.known_for.as_nanos()).unwrap_or(u64::MAX);
+                self.known
+                    .admitted(*at, now, known_for, r.max_known as usize);
+            }
+        }
         let results = limiters
             .into_iter()
             .zip(slots)

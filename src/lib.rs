@@ -150,6 +150,7 @@ pub mod decision;
 pub mod http;
 pub mod identity;
 pub mod keys;
+pub mod known_agents;
 pub mod limiter;
 pub mod log_sink;
 pub mod metrics;

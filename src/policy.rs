@@ -69,6 +69,35 @@ impl Mode {
     }
 }
 
+/// What a limiter meters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Meter {
+    /// Every request it applies to.
+    #[default]
+    Requests,
+    /// Only requests from agent ids it has not admitted at that IP within `known_for`
+    /// (see [`crate::known_agents`]); a known agent skips it. For `ip`-keyed ceilings.
+    NewAgents,
+}
+
+impl Meter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Meter::Requests => "requests",
+            Meter::NewAgents => "new-agents",
+        }
+    }
+}
+
+/// How long a `new-agents` limiter remembers an admitted agent id, and how many it remembers
+/// per IP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remember {
+    pub known_for: std::time::Duration,
+    pub max_known: u32,
+}
+
 /// The answer when the store cannot decide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -90,6 +119,8 @@ pub struct LimiterSpec {
     pub credential: CredentialMatch,
     pub mode: Mode,
     pub on_store_error: OnStoreError,
+    /// `Some` for a `meter = "new-agents"` limiter: known agents skip it.
+    pub new_agents: Option<Remember>,
 }
 
 impl LimiterSpec {

@@ -23,7 +23,7 @@ use crate::identity::Credential;
 use crate::keys::KeyKind;
 use crate::limiter::Algorithm;
 use crate::path::CanonicalPath;
-use crate::policy::{LimiterSpec, Mode, Policy};
+use crate::policy::{LimiterSpec, Mode, Policy, Remember};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -399,6 +399,42 @@ pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
     Err(Refusal { problems, warnings })
 }
 
+/// What a `new-agents` ceiling must also give the declared fleet: room to remember every agent
+/// of the largest site, and a memory longer than a healthy agent's longest gap.
+fn new_agent_rules(
+    r: Remember,
+    fleet: &FleetConfig,
+    status: &mut Status,
+    reasons: &mut Vec<String>,
+    raise: &impl Fn(&mut Status, Status, String, &mut Vec<String>),
+) {
+    if u64::from(r.max_known) < fleet.max_site_endpoints {
+        raise(
+            status,
+            Status::Unsafe,
+            format!(
+                "remembers {} agents per IP, fewer than max_site_endpoints = {}: the rest are metered as new on every request",
+                r.max_known, fleet.max_site_endpoints
+            ),
+            reasons,
+        );
+    }
+    let gap = fleet
+        .heartbeat_interval_seconds
+        .max(fleet.poll_interval_seconds);
+    if r.known_for.as_secs() <= gap {
+        raise(
+            status,
+            Status::Unsafe,
+            format!(
+                "forgets an agent after known_for = {}, not longer than its {gap}s between requests: healthy agents are metered as new on every request",
+                super::fmt_secs(r.known_for.as_secs_f64())
+            ),
+            reasons,
+        );
+    }
+}
+
 fn judge(
     l: &LimiterSpec,
     fleet: &FleetConfig,
@@ -427,7 +463,16 @@ fn judge(
         } else {
             format!("{sharers} {}s share", spec.unit)
         };
-        if spec.steady {
+        // A ceiling that meters new agent ids sees each idle agent once, all at once at worst
+        // (a rollout, or every agent after the store forgot them); known agents skip it.
+        let (steady, amount) = match l.new_agents {
+            Some(r) if workload == Workload::AgentIdle => {
+                new_agent_rules(r, fleet, &mut status, &mut reasons, &raise);
+                (false, sharers as f64)
+            }
+            _ => (spec.steady, amount),
+        };
+        if steady {
             let headroom = refill_per_min / amount;
             // Time for an emptied bucket to give each sharer one request.
             let worst = if amount > refill_per_min {
@@ -538,7 +583,9 @@ fn judge(
                 carries_heartbeat,
                 headroom,
                 worst_refused_seconds: Some(worst),
-                describe: if sharers == 1 {
+                describe: if l.new_agents.is_some() && workload == Workload::AgentIdle {
+                    format!("new agent ids: {burst} at once, {per_bucket}")
+                } else if sharers == 1 {
                     format!("{}: {burst} {per_bucket}", workload.label())
                 } else {
                     format!("{}: {burst} at once, {per_bucket}", workload.label())
@@ -711,9 +758,9 @@ mod tests {
         let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "12")]));
         assert!(r.is_safe());
         assert_eq!(line(&r, "agent-device").status, Status::Warning);
-        // The agent-ip ceiling is derived from agent-device, so it thins out with it.
-        assert_eq!(line(&r, "agent-ip").status, Status::Warning);
-        assert_eq!(r.warnings, 2);
+        // The agent-ip ceiling meters new agent ids: agent-device's budget does not thin it.
+        assert_eq!(line(&r, "agent-ip").status, Status::Ok);
+        assert_eq!(r.warnings, 1);
     }
 
     #[test]

@@ -314,7 +314,7 @@ pub(super) fn build(
     }
 
     let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
-    let mut limiters = build_limiters(raw.limiters, ctx)?;
+    let mut limiters = build_limiters(raw.limiters, &raw.fleet, ctx)?;
     ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;

@@ -1,14 +1,23 @@
-//! The `agent-ip` ceiling: one IP's total agent traffic, sized from the fleet.
+//! The `agent-ip` ceiling: the agent ids one IP may mint, sized from the fleet.
 //!
 //! `agent-device` keys on `<ip>:<agent-id>`, and the agent id is a header the client chooses, so
-//! a client rotating it would get a fresh bucket per request. `agent-ip` meters the same requests
-//! on the IP alone, in its own group so that both apply. Its budget is what the largest site
-//! the fleet settings describe can legitimately send from one NAT:
+//! a client rotating it would get a fresh bucket per request. `agent-ip` meters the same routes
+//! on the IP alone, in its own group so that both apply, and by default it meters only agent
+//! ids it does not know at that IP (`meter = "new-agents"`, see [`crate::known_agents`]): a
+//! known agent keeps its own `agent-device` budget however hard another client at its NAT
+//! floods. Its budget is the largest site the fleet settings describe appearing at once:
 //!
 //! ```text
-//! limit  = fleet.max_site_endpoints x agent-device.limit   (250 x 30 = 7500)
-//! window = agent-device.window                            (1m)
+//! limit     = fleet.max_site_endpoints new ids      (250)
+//! window    = agent-device.window                   (1m)
+//! max_known = 2 x fleet.max_site_endpoints per IP   (500)
+//! known_for = 15m, renewed by each admitted request
 //! ```
+//!
+//! So one IP's agent traffic is at most `max_known` x agent-device's budget plus the new ids
+//! (500 x 30 + 250 = 15 250 a minute). With `meter = "requests"` the ceiling meters every
+//! request instead, and its derived budget is the whole site at full rate
+//! (`max_site_endpoints x agent-device.limit`, 7 500 a minute).
 //!
 //! Every field not set explicitly under `[limiters.agent-ip]` follows `agent-device` and the
 //! fleet settings, so raising either raises the ceiling with it. An explicit `window` keeps the
@@ -52,12 +61,23 @@ impl Explicit {
     }
 }
 
-/// The ceiling's budget for a window of `window_ns`: the fleet's largest site, every agent at
-/// its full `agent-device` budget.
-pub fn derived_limit(fleet: &FleetConfig, device: &Quota, window_ns: u64) -> Option<u64> {
-    let per_device_window = fleet
-        .max_site_endpoints
-        .checked_mul(u64::from(device.limit()))?;
+/// The ceiling's budget for a window of `window_ns`. Metering requests: the fleet's largest
+/// site, every agent at its full `agent-device` budget. Metering new agent ids: the fleet's
+/// largest site appearing at once (a rollout, or every agent after the store lost its memory)
+/// within one `agent-device` window.
+pub fn derived_limit(
+    fleet: &FleetConfig,
+    device: &Quota,
+    window_ns: u64,
+    new_agents: bool,
+) -> Option<u64> {
+    let per_device_window = if new_agents {
+        fleet.max_site_endpoints
+    } else {
+        fleet
+            .max_site_endpoints
+            .checked_mul(u64::from(device.limit()))?
+    };
     let device_ns = device.window.as_nanos();
     if device_ns == 0 {
         return None;
@@ -104,14 +124,15 @@ pub(super) fn derive_agent_ip(
     let limit = if explicit.limit {
         ceiling.quota.limit()
     } else {
-        let n = derived_limit(fleet, &device.quota, window.as_nanos() as u64)
+        let new_agents = ceiling.new_agents.is_some();
+        let n = derived_limit(fleet, &device.quota, window.as_nanos() as u64, new_agents)
             .filter(|n| *n <= u32::MAX as u64)
             .ok_or_else(|| {
                 ctx.err(
                     "fleet.max_site_endpoints",
                     format!(
-                        "{} x agent-device's {} per window is too large a budget for agent-ip; set limiters.agent-ip.limit explicitly",
-                        fleet.max_site_endpoints, device.quota.limit()
+                        "{} is too large a site to size agent-ip from; set limiters.agent-ip.limit explicitly",
+                        fleet.max_site_endpoints
                     ),
                 )
             })?;
@@ -176,10 +197,10 @@ mod tests {
     }
 
     #[test]
-    fn default_ceiling_is_max_site_endpoints_times_the_agent_budget() {
+    fn default_ceiling_is_the_largest_site_in_new_agent_ids() {
         let cfg = load(&[]).unwrap();
         let (limit, window, routes, except) = agent_ip(&cfg);
-        assert_eq!((limit, window), (250 * 30, Duration::from_secs(60)));
+        assert_eq!((limit, window), (250, Duration::from_secs(60)));
         assert_eq!(routes, ["/api/agent/**"]);
         assert_eq!(
             except,
@@ -189,6 +210,13 @@ mod tests {
                 "POST /api/agent/rotate-key"
             ]
         );
+        let l = cfg
+            .limiters
+            .iter()
+            .find(|l| &*l.name == "agent-ip")
+            .unwrap();
+        let r = l.new_agents.expect("agent-ip meters new agent ids");
+        assert_eq!((r.known_for, r.max_known), (Duration::from_secs(900), 500));
         // The calibration table states the same numbers the derivation gives.
         let row = crate::config::defaults::LIMITERS
             .iter()
@@ -204,17 +232,23 @@ mod tests {
             ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "1000"),
         ])
         .unwrap();
-        assert_eq!(agent_ip(&cfg).0, 60_000);
+        assert_eq!(agent_ip(&cfg).0, 1000);
+        let l = cfg
+            .limiters
+            .iter()
+            .find(|l| &*l.name == "agent-ip")
+            .unwrap();
+        assert_eq!(l.new_agents.unwrap().max_known, 2000);
         let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "2m")]).unwrap();
         assert_eq!(
             (agent_ip(&cfg).0, agent_ip(&cfg).1),
-            (7500, Duration::from_secs(120))
+            (250, Duration::from_secs(120))
         );
-        // An explicit window keeps the rate: 7500 per minute is 125 per second.
-        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_WINDOW", "1s")]).unwrap();
+        // An explicit window keeps the rate: 250 new ids a minute is 25 per 6 s.
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_WINDOW", "6s")]).unwrap();
         assert_eq!(
             (agent_ip(&cfg).0, agent_ip(&cfg).1),
-            (125, Duration::from_secs(1))
+            (25, Duration::from_secs(6))
         );
         // An explicit limit is taken as is, whatever the fleet says.
         let cfg = load(&[
@@ -223,6 +257,9 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(agent_ip(&cfg).0, 900);
+        // Metering requests again: the whole site at full rate.
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_METER", "requests")]).unwrap();
+        assert_eq!(agent_ip(&cfg).0, 7500);
         let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_MODE", "shadow")]).unwrap();
         let l = cfg
             .limiters
@@ -242,9 +279,30 @@ mod tests {
         let e = load(&[
             ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "4000000000"),
             ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100"),
+            ("FLEET_LIMITER_LIMITER_AGENT_IP_METER", "requests"),
         ])
         .unwrap_err();
         assert!(e.contains("set limiters.agent-ip.limit explicitly"), "{e}");
+        let e = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_KEY", "ip+agent")]).unwrap_err();
+        assert!(
+            e.contains("limiters.agent-ip.meter") && e.contains("needs key = \"ip\""),
+            "{e}"
+        );
+        let e = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_KNOWN_FOR", "10s")]).unwrap_err();
+        assert!(
+            e.contains("limiters.agent-ip.known_for: must be from 1m to 1d"),
+            "{e}"
+        );
+        let e = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_MAX_KNOWN", "0")]).unwrap_err();
+        assert!(
+            e.contains("limiters.agent-ip.max_known: 0 is not a number of agents"),
+            "{e}"
+        );
+        let e = load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_KNOWN_FOR", "1h")]).unwrap_err();
+        assert!(
+            e.contains("applies only to a limiter with meter = \"new-agents\""),
+            "{e}"
+        );
         let e = load(&[
             ("FLEET_LIMITER_LIMITER_AGENT_IP_GROUP", "agent"),
             ("FLEET_LIMITER_LIMITER_AGENT_IP_ROUTES", "/api/agent/poll"),
@@ -272,24 +330,29 @@ mod tests {
     }
 
     /// A 250-endpoint site behind one NAT, every agent spending its whole budget at once, never
-    /// meets the ceiling; one more agent id from that IP does.
+    /// meets the ceiling: each agent is new once, then known.
     #[actix_rt::test]
-    async fn a_full_site_fits_and_a_rotating_client_is_capped() {
+    async fn a_full_site_fits_and_known_agents_skip_the_ceiling() {
         let cfg = load(&[]).unwrap();
-        let (d, clock) = decider(&cfg);
+        let (d, _clock) = decider(&cfg);
         for agent in 0..250 {
             let id = format!("agent-{agent}");
-            for _ in 0..30 {
+            for n in 0..30 {
                 let o = d.decide(&facts("/api/agent/heartbeat", "POST", &id)).await;
                 assert!(!o.refused(), "agent {agent} refused inside its own budget");
                 let names: Vec<&str> = o.results.iter().map(|r| &*r.spec.name).collect();
-                assert_eq!(names, ["agent-device", "agent-ip"]);
+                let want: &[&str] = if n == 0 {
+                    &["agent-device", "agent-ip"]
+                } else {
+                    &["agent-device"]
+                };
+                assert_eq!(names, want, "request {n} of agent {agent}");
             }
         }
+        // The ceiling has given its 250 new ids: the 251st waits for its refill.
         let o = d
             .decide(&facts("/api/agent/heartbeat", "POST", "agent-250"))
             .await;
-        assert!(o.refused());
         let refusing: Vec<&str> = o
             .results
             .iter()
@@ -297,24 +360,59 @@ mod tests {
             .map(|r| &*r.spec.name)
             .collect();
         assert_eq!(refusing, ["agent-ip"]);
-        // The refusal consumed nothing from agent-250's own bucket: once the ceiling has
-        // refilled one request (8 ms at 7500/min), agent-250 still has 29 left after its first.
-        clock.advance(Duration::from_millis(8));
-        let o = d
-            .decide(&facts("/api/agent/heartbeat", "POST", "agent-250"))
-            .await;
-        assert!(!o.refused());
-        let dev = o
-            .results
-            .iter()
-            .find(|r| &*r.spec.name == "agent-device")
-            .unwrap();
-        assert_eq!(dev.verdict.remaining, 29);
+    }
+
+    /// The cascade the ceiling must not cause: a client at the site's NAT rotating agent ids
+    /// drains the ceiling, and the site's known agents keep heartbeating through it.
+    #[actix_rt::test]
+    async fn a_rotating_client_drains_the_ceiling_without_refusing_known_agents() {
+        let cfg = load(&[]).unwrap();
+        let (d, clock) = decider(&cfg);
+        for agent in 0..100 {
+            let o = d
+                .decide(&facts(
+                    "/api/agent/heartbeat",
+                    "POST",
+                    &format!("healthy-{agent}"),
+                ))
+                .await;
+            assert!(!o.refused());
+        }
+        let mut admitted = 0;
+        let mut healthy_refused = 0;
+        // Two minutes: 125 fresh ids a second beside 100 agents heartbeating every 60 s.
+        for tick in 0..(120 * 125) {
+            clock.advance(Duration::from_millis(8));
+            let id = format!("rotating-{tick}");
+            if !d
+                .decide(&facts("/api/agent/poll", "GET", &id))
+                .await
+                .refused()
+            {
+                admitted += 1;
+            }
+            if tick % 75 == 0 {
+                let agent = (tick / 75) % 100;
+                let o = d
+                    .decide(&facts(
+                        "/api/agent/heartbeat",
+                        "POST",
+                        &format!("healthy-{agent}"),
+                    ))
+                    .await;
+                healthy_refused += u32::from(o.refused());
+            }
+        }
+        assert_eq!(healthy_refused, 0);
+        // The ceiling's burst of 250, less the 100 healthy agents it admitted first, plus 250 a
+        // minute for two minutes; and never more than 500 remembered at the IP.
+        assert!(admitted <= 150 + 500 + 1, "{admitted}");
+        assert!(admitted >= 500, "{admitted}");
     }
 
     #[actix_rt::test]
-    async fn a_rotating_agent_id_gets_no_more_than_the_ceiling() {
-        let cfg = load(&[]).unwrap();
+    async fn metering_requests_caps_a_rotating_client_at_the_whole_site_rate() {
+        let cfg = load(&[("FLEET_LIMITER_LIMITER_AGENT_IP_METER", "requests")]).unwrap();
         let (d, _clock) = decider(&cfg);
         let mut allowed = 0;
         for i in 0..8000 {

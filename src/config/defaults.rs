@@ -1,7 +1,7 @@
 //! The calibration fleet-limiter ships with, as data. `docs/calibration.md` explains each row.
 
 use crate::keys::KeyKind;
-use crate::policy::CredentialMatch;
+use crate::policy::{CredentialMatch, Meter};
 
 /// One built-in limiter: name, budget, window, key, routes, exceptions, group, credential.
 /// The key and the credential are the types configuration parses into, so a typo here does
@@ -15,6 +15,8 @@ pub struct BuiltIn {
     pub except: &'static [&'static str],
     pub group: Option<&'static str>,
     pub credential: CredentialMatch,
+    /// What it meters: every request, or (the `agent-ip` ceiling) only unknown agent ids.
+    pub meter: Meter,
 }
 
 /// The agent-fleet calibration. Within the `agent` group the most specific route wins, so the
@@ -28,13 +30,15 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["/api/agent/**"],
         except: &[],
         group: Some("agent"),
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
-    // The ceiling over agent ids: `ceiling.rs` derives its budget and routes from agent-device
-    // and the fleet settings (max_site_endpoints 250 x 30 = 7500 per minute).
+    // The ceiling over agent ids: it meters new agent ids per IP (known agents skip it), and
+    // `ceiling.rs` derives its budget and routes from agent-device and the fleet settings
+    // (max_site_endpoints: 250 new ids per minute, 500 known per IP).
     BuiltIn {
         name: "agent-ip",
-        limit: 7500,
+        limit: 250,
         window: "1m",
         key: KeyKind::Ip,
         routes: &["/api/agent/**"],
@@ -44,6 +48,7 @@ pub const LIMITERS: &[BuiltIn] = &[
             "POST /api/agent/rotate-key",
         ],
         group: Some("agent-ip"),
+        meter: Meter::NewAgents,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -54,6 +59,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["POST /api/agent/enroll"],
         except: &[],
         group: Some("agent"),
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -64,6 +70,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["GET /api/agent/download/**"],
         except: &[],
         group: Some("agent"),
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -74,6 +81,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["POST /api/agent/rotate-key"],
         except: &[],
         group: Some("agent"),
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -84,6 +92,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["/api/**"],
         except: &["/api/agent/**", "/api/cron/**", "/api/cli/auth/**"],
         group: None,
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -94,6 +103,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["/api/**"],
         except: &["/api/agent/**", "/api/cron/**"],
         group: None,
+        meter: Meter::Requests,
         credential: CredentialMatch::CliToken,
     },
     BuiltIn {
@@ -104,6 +114,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["/api/**"],
         except: &["/api/agent/**", "/api/cron/**"],
         group: None,
+        meter: Meter::Requests,
         credential: CredentialMatch::ApiKey,
     },
     BuiltIn {
@@ -114,6 +125,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["POST /api/cli/auth/device/code"],
         except: &[],
         group: None,
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -124,6 +136,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["POST /api/cli/auth/device/token"],
         except: &[],
         group: None,
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
     BuiltIn {
@@ -134,6 +147,7 @@ pub const LIMITERS: &[BuiltIn] = &[
         routes: &["POST /api/cli/auth/refresh"],
         except: &[],
         group: None,
+        meter: Meter::Requests,
         credential: CredentialMatch::Any,
     },
 ];

@@ -261,6 +261,9 @@ pub(super) const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("group", Kind::Str),
     ("mode", Kind::Str),
     ("key", Kind::Str),
+    ("meter", Kind::Str),
+    ("known_for", Kind::Str),
+    ("max_known", Kind::Int),
 ];
 
 /// Builds a [`Config`] from its layers.

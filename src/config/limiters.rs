@@ -17,6 +17,9 @@ pub(super) struct RawLimiter {
     pub(super) algorithm: Option<Algorithm>,
     pub(super) mode: Option<Mode>,
     pub(super) on_store_error: Option<OnStoreError>,
+    pub(super) meter: Option<Meter>,
+    pub(super) known_for: Option<DurationValue>,
+    pub(super) max_known: Option<i64>,
 }
 
 pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
@@ -32,6 +35,9 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         algorithm: None,
         mode: None,
         on_store_error: None,
+        meter: Some(b.meter),
+        known_for: None,
+        max_known: None,
     }
 }
 
@@ -47,6 +53,9 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         algorithm: over.algorithm.or(base.algorithm),
         mode: over.mode.or(base.mode),
         on_store_error: over.on_store_error.or(base.on_store_error),
+        meter: over.meter.or(base.meter),
+        known_for: over.known_for.or(base.known_for),
+        max_known: over.max_known.or(base.max_known),
     }
 }
 
@@ -57,8 +66,14 @@ pub(super) fn valid_name(n: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
+/// How long a `new-agents` limiter remembers an admitted agent id by default: several times
+/// the longest gap between a healthy agent's requests (a heartbeat a minute), well past the
+/// 180 s after which the backend marks an agent offline.
+pub(super) const KNOWN_FOR: &str = "15m";
+
 pub(super) fn build_limiters(
     mut given: BTreeMap<String, RawLimiter>,
+    fleet: &FleetConfig,
     ctx: &Ctx,
 ) -> Result<Vec<LimiterSpec>, ConfigError> {
     let builtin_names: Vec<&str> = defaults::LIMITERS.iter().map(|b| b.name).collect();
@@ -139,16 +154,66 @@ pub(super) fn build_limiters(
         }
         let except = parse_routes("except", r.except)?;
         let group = r.group.unwrap_or_else(|| name.clone());
+        let key = r.key.unwrap_or(KeyKind::Ip);
+        let new_agents = match r.meter.unwrap_or_default() {
+            Meter::Requests => {
+                for (field, set) in [
+                    ("known_for", r.known_for.is_some()),
+                    ("max_known", r.max_known.is_some()),
+                ] {
+                    if set {
+                        return Err(ctx.err(
+                            &at(field),
+                            "applies only to a limiter with meter = \"new-agents\"; remove it or set the meter",
+                        ));
+                    }
+                }
+                None
+            }
+            Meter::NewAgents => {
+                if key != KeyKind::Ip {
+                    return Err(ctx.err(
+                        &at("meter"),
+                        format!(
+                            "\"new-agents\" meters the agent ids seen at one IP, so it needs key = \"ip\" (this limiter's key is \"{}\")",
+                            key.as_str()
+                        ),
+                    ));
+                }
+                let known_for = duration(ctx, &at("known_for"), r.known_for, KNOWN_FOR)?;
+                if known_for < Duration::from_secs(60) || known_for > Duration::from_secs(86_400) {
+                    return Err(ctx.err(
+                        &at("known_for"),
+                        "must be from 1m to 1d: long enough to cover a healthy agent's longest gap between requests",
+                    ));
+                }
+                let default_known = fleet.max_site_endpoints.saturating_mul(2).max(1);
+                let raw_known = r
+                    .max_known
+                    .unwrap_or(default_known.min(i64::MAX as u64) as i64);
+                let Some(max_known) = u32::try_from(raw_known).ok().filter(|n| *n >= 1) else {
+                    return Err(ctx.err(
+                        &at("max_known"),
+                        format!("{raw_known} is not a number of agents; use a whole number, at least 1 (default: twice fleet.max_site_endpoints)"),
+                    ));
+                };
+                Some(Remember {
+                    known_for,
+                    max_known,
+                })
+            }
+        };
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
             quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
-            key: r.key.unwrap_or(KeyKind::Ip),
+            key,
             routes,
             except,
             group: Arc::from(group.as_str()),
             credential: r.credential.unwrap_or_default(),
             mode: r.mode.unwrap_or_default(),
             on_store_error: r.on_store_error.unwrap_or_default(),
+            new_agents,
         });
     }
     check_precedence(&out, ctx)?;

@@ -57,8 +57,16 @@ fn the_defaults_are_the_calibration() {
         .map(|l| {
             let routes: Vec<&str> = l.routes.iter().map(RoutePattern::as_str).collect();
             let except: Vec<&str> = l.except.iter().map(RoutePattern::as_str).collect();
+            let meter = match l.new_agents {
+                None => String::new(),
+                Some(r) => format!(
+                    " | meter new-agents, known {}s, at most {} per ip",
+                    r.known_for.as_secs(),
+                    r.max_known
+                ),
+            };
             format!(
-                "{} | {} / {}s | key {} | group {} | credential {} | {} | routes {:?} | except {:?}",
+                "{} | {} / {}s | key {} | group {} | credential {} | {} | routes {:?} | except {:?}{meter}",
                 l.name,
                 l.quota.limit(),
                 l.quota.window.as_secs(),

@@ -299,6 +299,10 @@ impl Store for MemoryStore {
         "memory"
     }
 
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.clock.clone())
+    }
+
     fn tracked_keys(&self) -> u64 {
         self.shards.iter().map(|s| s.lock().map.len() as u64).sum()
     }

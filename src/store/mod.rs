@@ -143,6 +143,13 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// The clock the store decides by, when it keeps one in process (the memory store): what
+    /// else the decider remembers between requests then runs on the same time, virtual or
+    /// not. `None` for a store that reads its own time (Redis).
+    fn clock(&self) -> Option<std::sync::Arc<dyn crate::clock::Clock>> {
+        None
+    }
+
     /// Whether the store answers right now (readiness).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
