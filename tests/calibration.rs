@@ -434,16 +434,28 @@ fn replaced_plot_shows_every_agent_offline() {
 
 #[test]
 fn abuse_plot_draws_each_client_s_admitted_rate() {
-    for (r, rotator) in [(default_run(), 1200.0), (replaced_run(), 10.0)] {
+    for (r, rotator) in [(default_run(), 274.9), (replaced_run(), 10.0)] {
         let d = drawn(&plot::svg(r));
         let ScenarioReport::Abuse(ab) = scenario(r, "abuse") else {
             unreachable!()
         };
-        let rates: Vec<&Drawn> = d
+        let all_rates = d
             .iter()
             .filter(|s| s.series == "admitted-per-minute")
+            .count();
+        let rates: Vec<&Drawn> = d
+            .iter()
+            .filter(|s| {
+                s.series == "admitted-per-minute"
+                    && ab
+                        .attackers
+                        .iter()
+                        .any(|a| s.client.as_deref() == Some(a.name))
+            })
             .collect();
         assert_eq!(rates.len(), ab.attackers.len(), "a series per client");
+        // The rotation scenario draws two more: the site's heartbeats and the rotating client.
+        assert_eq!(all_rates, ab.attackers.len() + 2);
         for at in &ab.attackers {
             let s = rates
                 .iter()

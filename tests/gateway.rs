@@ -146,6 +146,64 @@ async fn assert_problem_429(res: Response) -> u64 {
     retry
 }
 
+/// The cascade the `agent-ip` ceiling must not cause: one host at a site's NAT sends a fresh
+/// agent id on every request, draining the ceiling, while the site's agents heartbeat on. The
+/// ceiling meters new ids only: the known agents are never refused, and the rotating host gets
+/// no more new ids than the ceiling's burst and refill allow.
+#[tokio::test]
+async fn a_client_rotating_agent_ids_never_takes_the_site_s_agents_offline() {
+    let up = upstream().await;
+    let gw = Gateway::serve().upstream(&up.uri()).spawn();
+    let started = std::time::Instant::now();
+    let agents: Vec<String> = (0..20).map(|i| format!("healthy-{i}")).collect();
+    for a in &agents {
+        let res = send(&gw, "POST", "/api/agent/heartbeat", &[("x-agent-id", a)]).await;
+        assert_eq!(res.status(), 200, "{a}");
+    }
+    // Known now: a second heartbeat is metered by the agent's own budget only.
+    let res = send(
+        &gw,
+        "POST",
+        "/api/agent/heartbeat",
+        &[("x-agent-id", "healthy-0")],
+    )
+    .await;
+    assert_eq!(
+        header(&res, "ratelimit-policy"),
+        Some("\"agent-device\";q=30;w=60")
+    );
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    for i in 0..600 {
+        let id = format!("rotating-{i:04}");
+        match send(&gw, "GET", "/api/agent/poll", &[("x-agent-id", &id)])
+            .await
+            .status()
+            .as_u16()
+        {
+            200 => admitted += 1,
+            429 => refused += 1,
+            other => panic!("rotating request {i}: {other}"),
+        }
+        if i % 50 == 0 {
+            for a in &agents {
+                let res = send(&gw, "POST", "/api/agent/heartbeat", &[("x-agent-id", a)]).await;
+                assert_eq!(
+                    res.status(),
+                    200,
+                    "{a} refused while the ceiling is drained"
+                );
+            }
+        }
+    }
+    assert!(refused > 0, "the ceiling never refused the rotating host");
+    // 250 new ids at once (20 of them the site's own), then 250 a minute.
+    let refill = (started.elapsed().as_secs_f64() * 250.0 / 60.0).ceil() as u64;
+    assert!(
+        admitted <= 230 + refill + 1,
+        "{admitted} admitted, refill {refill}"
+    );
+}
+
 #[tokio::test]
 async fn forwards_an_allowed_request_and_reports_its_limit() {
     let up = upstream().await;
@@ -160,11 +218,11 @@ async fn forwards_an_allowed_request_and_reports_its_limit() {
     assert_eq!(res.status(), 200);
     assert_eq!(
         header(&res, "ratelimit-policy"),
-        Some("\"agent-device\";q=30;w=60, \"agent-ip\";q=7500;w=60")
+        Some("\"agent-device\";q=30;w=60, \"agent-ip\";q=250;w=60")
     );
     assert_eq!(
         header(&res, "ratelimit"),
-        Some("\"agent-device\";r=29;t=2, \"agent-ip\";r=7499;t=1")
+        Some("\"agent-device\";r=29;t=2, \"agent-ip\";r=249;t=1")
     );
     assert_eq!(header(&res, "x-ratelimit-limit"), Some("30"));
     assert_eq!(header(&res, "x-ratelimit-remaining"), Some("29"));

@@ -352,7 +352,8 @@ async fn a_weak_secret_starts_with_a_warning_when_explicitly_allowed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
     let up = upstream().await;
-    // A site of 4 endpoints at 3 requests a minute each: the ceiling derives to 12 a minute.
+    // A site of 4 endpoints: the ceiling derives to 4 new agent ids a minute, and each agent,
+    // once admitted, is known and skips it.
     let gw = gateway(
         &up,
         &[
@@ -384,7 +385,7 @@ async fn the_agent_ip_ceiling_caps_rotating_agent_ids_but_not_a_full_site() {
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     assert_eq!(
         r.headers()["ratelimit-policy"],
-        "\"agent-device\";q=3;w=60, \"agent-ip\";q=12;w=60"
+        "\"agent-device\";q=3;w=60, \"agent-ip\";q=4;w=60"
     );
     let state = r.headers()["ratelimit"]
         .to_str()

@@ -584,7 +584,7 @@ fn judge(
                 headroom,
                 worst_refused_seconds: Some(worst),
                 describe: if l.new_agents.is_some() && workload == Workload::AgentIdle {
-                    format!("new agent ids: {burst} at once, {per_bucket}")
+                    format!("new ids: {burst} at once, {per_bucket}")
                 } else if sharers == 1 {
                     format!("{}: {burst} {per_bucket}", workload.label())
                 } else {

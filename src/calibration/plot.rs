@@ -18,8 +18,8 @@
 
 use super::fmt_secs;
 use super::simulate::{
-    AbuseReport, AnalystsReport, FleetReport, RolloutReport, ScenarioReport, Series,
-    SimulationReport,
+    abuse::Attacker, AbuseReport, AnalystsReport, FleetReport, RolloutReport, RotationReport,
+    ScenarioReport, Series, SimulationReport,
 };
 use std::fmt::Write;
 
@@ -59,6 +59,7 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::Rollout(ro) => rollout(&mut body, ro, y),
             ScenarioReport::Analysts(a) => analysts(&mut body, a, y),
             ScenarioReport::Abuse(a) => abuse(&mut body, a, y),
+            ScenarioReport::Rotation(r) => rotation(&mut body, r, y),
         };
     }
     let height = y.ceil();
@@ -741,9 +742,57 @@ fn analysts(o: &mut String, a: &AnalystsReport, y: f64) -> f64 {
 }
 
 fn abuse(o: &mut String, a: &AbuseReport, y: f64) -> f64 {
-    let sent = (a.rate_per_second * 60) as f64;
+    clients(
+        o,
+        ClientsPanel {
+            panel: "abuse",
+            title: "abuse: requests admitted per minute, per client",
+            subtitle: format!(
+                "{} clients on their own addresses, {}/s each, ignoring Retry-After.",
+                a.attackers.len(),
+                a.rate_per_second,
+            ),
+            sent: (a.rate_per_second * 60) as f64,
+            sent_label: "per client",
+        },
+        &a.attackers,
+        y,
+    )
+}
+
+fn rotation(o: &mut String, r: &RotationReport, y: f64) -> f64 {
+    clients(
+        o,
+        ClientsPanel {
+            panel: "rotation",
+            title: "rotation: the site's heartbeats and a rotating client at its NAT, admitted per minute",
+            subtitle: format!(
+                "{} agents; from {} one host sends {}/s with a fresh agent id each.",
+                r.agents,
+                fmt_secs(r.flood_starts_seconds as f64),
+                r.flood_rate_per_second
+            ),
+            sent: (r.flood_rate_per_second * 60) as f64,
+            sent_label: "by the rotating client",
+        },
+        &r.clients,
+        y,
+    )
+}
+
+/// A panel of clients' admitted requests per minute against what the busiest one sends.
+struct ClientsPanel {
+    panel: &'static str,
+    title: &'static str,
+    subtitle: String,
+    sent: f64,
+    sent_label: &'static str,
+}
+
+fn clients(o: &mut String, p: ClientsPanel, attackers: &[Attacker], y: f64) -> f64 {
+    let sent = p.sent;
     let mut lines = Vec::new();
-    for at in &a.attackers {
+    for at in attackers {
         let (bin, admitted, _) = counts(&at.series);
         let per_minute: Vec<f64> = admitted
             .iter()
@@ -772,16 +821,11 @@ fn abuse(o: &mut String, a: &AbuseReport, y: f64) -> f64 {
             )
         })
         .collect();
-    let _ = writeln!(o, r#"<g data-panel="abuse">"#);
+    let _ = writeln!(o, r#"<g data-panel="{}">"#, p.panel);
     fr.draw(
         o,
-        "abuse: requests admitted per minute, per client",
-        &format!(
-            "{} clients on their own addresses, {}/s each, ignoring Retry-After. Averaged per {}.",
-            a.attackers.len(),
-            a.rate_per_second,
-            fmt_secs(bin as f64)
-        ),
+        p.title,
+        &format!("{} Averaged per {}.", p.subtitle, fmt_secs(bin as f64)),
         "admitted per minute",
         &[],
     );
@@ -789,7 +833,7 @@ fn abuse(o: &mut String, a: &AbuseReport, y: f64) -> f64 {
         o,
         sent,
         GREY,
-        &format!("sent: {}/min per client", fmt_num(sent)),
+        &format!("sent: {}/min {}", fmt_num(sent), p.sent_label),
         "",
     );
     for (i, (at, bin, per_minute)) in lines.iter().enumerate() {

@@ -298,6 +298,35 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                     );
                 }
             }
+            ScenarioReport::Rotation(r) => {
+                let _ = writeln!(
+                    o,
+                    "rotation  {} agents behind one NAT; from {} one host there sends {} requests/s, each with a fresh agent id, for {}",
+                    r.agents,
+                    fmt_secs(r.flood_starts_seconds as f64),
+                    r.flood_rate_per_second,
+                    fmt_secs((r.duration_seconds - r.flood_starts_seconds) as f64)
+                );
+                let _ = writeln!(
+                    o,
+                    "          healthy agents marked offline {}  heartbeats refused {} of {}  polls refused {}  longest heartbeat gap {}",
+                    r.agents_marked_offline,
+                    r.heartbeats_refused,
+                    r.heartbeats,
+                    r.polls_refused,
+                    fmt_secs(r.longest_heartbeat_gap_seconds)
+                );
+                let allows = r
+                    .ceiling_allows
+                    .map_or("no new-agents ceiling".to_owned(), |n| {
+                        format!("the ceiling allows at most {n}")
+                    });
+                let _ = writeln!(
+                    o,
+                    "          rotating client admitted {} of {} ({allows})",
+                    r.rotating_admitted, r.rotating_requests
+                );
+            }
         }
     }
     o

@@ -27,6 +27,7 @@ use build::*;
 use layers::*;
 use limiters::*;
 
+pub use ceiling::{AGENT_DEVICE, AGENT_IP};
 pub use duration::parse_duration;
 pub use layers::Loader;
 pub use rate::parse_rate;

@@ -14,11 +14,13 @@ pub mod abuse;
 pub mod analysts;
 pub mod fleet;
 pub mod rollout;
+pub mod rotation;
 
 pub use abuse::AbuseReport;
 pub use analysts::AnalystsReport;
 pub use fleet::FleetReport;
 pub use rollout::RolloutReport;
+pub use rotation::RotationReport;
 
 use crate::clock::{ManualClock, Nanos};
 use crate::config::Config;
@@ -49,14 +51,16 @@ pub enum Scenario {
     Rollout,
     Analysts,
     Abuse,
+    Rotation,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
         Scenario::Abuse,
+        Scenario::Rotation,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,10 +69,11 @@ impl Scenario {
             Scenario::Rollout => "rollout",
             Scenario::Analysts => "analysts",
             Scenario::Abuse => "abuse",
+            Scenario::Rotation => "rotation",
         }
     }
 
-    /// `fleet`, `rollout`, `analysts`, `abuse`, or `all`.
+    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
@@ -78,7 +83,9 @@ impl Scenario {
             .find(|sc| sc.name().eq_ignore_ascii_case(s))
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
-                format!("unknown scenario `{s}`; use fleet, rollout, analysts, abuse or all")
+                format!(
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation or all"
+                )
             })
     }
 }
@@ -91,6 +98,7 @@ pub enum ScenarioReport {
     Rollout(RolloutReport),
     Analysts(AnalystsReport),
     Abuse(AbuseReport),
+    Rotation(RotationReport),
 }
 
 impl ScenarioReport {
@@ -100,6 +108,7 @@ impl ScenarioReport {
             ScenarioReport::Rollout(_) => "rollout",
             ScenarioReport::Analysts(_) => "analysts",
             ScenarioReport::Abuse(_) => "abuse",
+            ScenarioReport::Rotation(_) => "rotation",
         }
     }
 
@@ -110,6 +119,7 @@ impl ScenarioReport {
             ScenarioReport::Rollout(r) => &r.series,
             ScenarioReport::Analysts(r) => &r.series,
             ScenarioReport::Abuse(r) => &r.series,
+            ScenarioReport::Rotation(r) => &r.series,
         }
     }
 }
@@ -150,6 +160,7 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
                 Scenario::Rollout => ScenarioReport::Rollout(rollout::run(cfg, s).await),
                 Scenario::Analysts => ScenarioReport::Analysts(analysts::run(cfg, s).await),
                 Scenario::Abuse => ScenarioReport::Abuse(abuse::run(cfg, s).await),
+                Scenario::Rotation => ScenarioReport::Rotation(rotation::run(cfg, s).await),
             });
         }
         out
@@ -168,6 +179,7 @@ impl Scenario {
             Scenario::Rollout => 0x0a0d_0001,
             Scenario::Analysts => 0x0a7a_1500,
             Scenario::Abuse => 0x0ab0_5e00,
+            Scenario::Rotation => 0x0a9e_1d00,
         }
     }
 }
@@ -460,7 +472,7 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 4);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 5);
         assert_eq!(
             Scenario::parse_list("Fleet").unwrap(),
             vec![Scenario::Fleet]
