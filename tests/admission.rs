@@ -3,7 +3,7 @@
 //! a 503 with `Retry-After` and problem+json, the shed counts match the 503s, a group's share
 //! stays usable while the other routes are saturated, a waiting request is shed after the queue
 //! timeout, a request refused by a limiter never takes a slot, and a slot is held until the
-//! answer's body has been sent.
+//! answer's body has been sent, and a WebSocket handshake holds one only until it is answered.
 
 mod common;
 
@@ -74,6 +74,17 @@ impl Upstream {
             self.seen.fetch_add(1, Ordering::SeqCst);
             let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(n, Ordering::SeqCst);
+            if path.contains("/ws/") {
+                // Switch protocols, then keep the connection open and quiet until the client
+                // closes it: an open WebSocket.
+                self.now.fetch_sub(1, Ordering::SeqCst);
+                conn.write_all(
+                    b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
+                )
+                .await?;
+                while conn.read(&mut chunk).await? > 0 {}
+                return Ok(());
+            }
             if path.contains("/stream/") {
                 conn.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n")
                     .await?;
@@ -338,4 +349,59 @@ async fn a_slot_is_held_until_the_answers_body_has_been_sent() {
         .await
         .expect("an answer");
     assert_eq!(res.status(), 200);
+}
+
+/// A WebSocket handshake over `addr`'s traffic port; returns the connection and the answer's
+/// head.
+async fn handshake(gw: &Gateway, path: &str) -> (TcpStream, String) {
+    let addr = gw.url("").trim_start_matches("http://").to_owned();
+    let mut conn = TcpStream::connect(&addr).await.expect("connect");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = conn.read(&mut byte).await.expect("read");
+        assert_eq!(n, 1, "closed before the answer's head: {head:?}");
+        head.push(byte[0]);
+    }
+    (conn, String::from_utf8_lossy(&head).to_ascii_lowercase())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_handshake_holds_a_slot_only_until_it_is_answered() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 1\nqueue = 0\n",
+    );
+    let http = client();
+    // An open WebSocket: switched, and holding no slot, so a request still gets through.
+    let (_open, head) = handshake(&gw, "/ws/live").await;
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    let res = http
+        .get(gw.url("/api/devices"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+    // With the one slot taken, a handshake is shed, and its connection closed.
+    let held = tokio::spawn(http.get(gw.url("/api/other/hold/1")).send());
+    upstream.wait_serving(1).await;
+    let (_shed, head) = handshake(&gw, "/ws/live").await;
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    assert!(head.contains("\r\nretry-after: 1\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    assert_eq!(
+        gw.metric("fleet_limiter_admission_shed_total{group=\"default\",reason=\"queue_full\"}")
+            .await,
+        Some(1.0)
+    );
+    upstream.release(1);
+    assert_eq!(
+        held.await.expect("joined").expect("an answer").status(),
+        200
+    );
 }
