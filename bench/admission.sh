@@ -30,14 +30,14 @@ SERVER_CPU=${SERVER_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 BUILD=${BUILD:-1}
 OUT=${OUT:-"$ROOT/target/bench-results"}
-P_UP=18291 P_OFF=18292 P_ON=18293
+P_UP=18291 P_OFF=18292 P_ON=18293 P_ON_ADMIN=18294
 
 log() { printf '%s\n' "$*" >&2; }
 
 for tool in wrk nginx taskset curl python3; do
   command -v "$tool" >/dev/null || { log "missing $tool (apt-get install wrk nginx-light util-linux curl python3)"; exit 1; }
 done
-for port in $P_UP $P_OFF $P_ON; do
+for port in $P_UP $P_OFF $P_ON $P_ON_ADMIN; do
   port_free "$port" || { log "port $port is in use; stop what listens there first"; exit 1; }
 done
 if [ "$BUILD" = 1 ]; then
@@ -57,17 +57,20 @@ wait_up "http://127.0.0.1:$P_UP/"
 
 printf '[limiters.agent-device]\nlimit = 1000000000\nwindow = "1m"\n\n[limiters.agent-ip]\nlimit = 1000000000\nwindow = "1m"\n' >"$TMP/limits.toml"
 gateway() {
-  local name=$1 port=$2
-  shift 2
+  local name=$1 port=$2 admin=$3
+  shift 3
   start "$name" env FLEET_LIMITER_LOG=warn "$@" "$GATEWAY" serve --config "$TMP/limits.toml" \
     --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$P_UP" --store memory \
-    --admin-listen 127.0.0.1:0 --allow-unsafe-calibration
+    --admin-listen "127.0.0.1:$admin" --allow-unsafe-calibration
 }
-gateway off "$P_OFF"
-gateway on "$P_ON" FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT="$MAX_IN_FLIGHT" FLEET_LIMITER_ADMISSION_QUEUE=0
+gateway off "$P_OFF" 0
+gateway on "$P_ON" "$P_ON_ADMIN" FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT="$MAX_IN_FLIGHT" FLEET_LIMITER_ADMISSION_QUEUE=0
 for port in $P_OFF $P_ON; do
   wait_up "http://127.0.0.1:$port/api/agent/heartbeat"
 done
+# The `on` gateway must really admit: its metrics carry the default group's gauge.
+curl -s "http://127.0.0.1:$P_ON_ADMIN/metrics" | grep -q '^fleet_limiter_admission_in_flight{group="default"}' ||
+  { log "the on gateway has no admission metrics: admission control is not on"; exit 1; }
 
 measure() {
   local port=$1 out
