@@ -346,6 +346,18 @@ mod tests {
                 "[admission]\nmax_in_flight = 4\nqueu = 1\n",
                 "c.toml: admission.queu",
             ),
+            (
+                "[admission]\nmax_in_flight = 4\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = \"two\"\n",
+                "c.toml: admission.groups.agent.max_in_flight",
+            ),
+            (
+                "[admission]\nmax_in_flight = 4\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 1\nshare = 1\n",
+                "c.toml: admission.groups.agent.share",
+            ),
+            (
+                "[admission]\nmax_in_flight = \"many\"\n",
+                "c.toml: admission.max_in_flight",
+            ),
         ];
         for (toml, want) in cases {
             let e = load(toml).expect_err(toml);
