@@ -210,6 +210,9 @@ async fn a_burst_on_a_slow_upstream_never_exceeds_the_cap_and_every_request_is_a
     }
     assert_eq!(ok + shed, 64);
     let most = upstream.most.load(Ordering::SeqCst);
+    eprintln!(
+        "{ok} answered 200, {shed} shed with 503, the upstream served at most {most} at once"
+    );
     assert!(most <= 4, "the upstream served {most} at once");
     assert!(ok >= 4, "{ok} answered");
     assert!(
