@@ -11,6 +11,7 @@
 //! | store | [`store`] | one decision per key, memory or Redis, same math from [`limiter`] |
 //! | decision | [`decision`] | runs the steps above; all limiters must allow |
 //! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
+//! | admission | [`admission`] | caps allowed requests in flight to the upstream; a short queue, then 503 |
 //! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
 //!
 //! Around them: [`metrics`] and `observe` count and log each decision; [`http::admin`] serves
@@ -142,6 +143,7 @@
 #[path = "../tests/support/macros.rs"]
 mod test_macros;
 
+pub mod admission;
 pub mod calibration;
 pub mod client_ip;
 pub mod clock;

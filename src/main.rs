@@ -156,6 +156,15 @@ struct ServeArgs {
     /// Log lines as `text` or `json` [default: text].
     #[arg(long, value_name = "FORMAT")]
     log_format: Option<String>,
+    /// Most requests forwarded to the upstream at once; 0 for no cap [default: 0, off].
+    #[arg(long, value_name = "N")]
+    admission_max_in_flight: Option<String>,
+    /// How many requests may wait for a slot when every one is taken [default: 16].
+    #[arg(long, value_name = "N")]
+    admission_queue: Option<String>,
+    /// How long one request may wait for a slot before it gets 503 [default: 1s].
+    #[arg(long, value_name = "DURATION")]
+    admission_queue_timeout: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -207,6 +216,21 @@ fn serve_loader(args: &ServeArgs) -> Loader {
             "--shutdown-grace",
         ),
         ("ops.log_format", &args.log_format, "--log-format"),
+        (
+            "admission.max_in_flight",
+            &args.admission_max_in_flight,
+            "--admission-max-in-flight",
+        ),
+        (
+            "admission.queue",
+            &args.admission_queue,
+            "--admission-queue",
+        ),
+        (
+            "admission.queue_timeout",
+            &args.admission_queue_timeout,
+            "--admission-queue-timeout",
+        ),
     ];
     for (path, value, flag) in single {
         if let Some(v) = value {

@@ -35,6 +35,8 @@ pub(super) struct RawConfig {
     pub(super) path: path::RawPath,
     #[serde(default)]
     pub(super) decision: decision::RawDecision,
+    #[serde(default)]
+    pub(super) admission: admission::RawAdmission,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -85,7 +87,12 @@ impl Ctx {
         self.origins
             .get(path)
             .cloned()
-            .or_else(|| self.file.clone().filter(|_| path.starts_with("limiters.")))
+            .or_else(|| {
+                // A table only the file can define: a field missing from it is the file's.
+                self.file.clone().filter(|_| {
+                    path.starts_with("limiters.") || path.starts_with("admission.groups.")
+                })
+            })
             .unwrap_or_else(|| "built-in default".to_owned())
     }
 
@@ -331,6 +338,7 @@ pub(super) fn build(
         cors: ops::build_cors(raw.cors, ctx)?,
         path: path::build_path(raw.path, ctx)?,
         decision,
+        admission: admission::build_admission(raw.admission, ctx)?,
         origins: ctx.origins.clone(),
     })
 }

@@ -214,6 +214,21 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
     ),
     ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
     (
+        "admission.max_in_flight",
+        "FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT",
+        Kind::Int,
+    ),
+    (
+        "admission.queue",
+        "FLEET_LIMITER_ADMISSION_QUEUE",
+        Kind::Int,
+    ),
+    (
+        "admission.queue_timeout",
+        "FLEET_LIMITER_ADMISSION_QUEUE_TIMEOUT",
+        Kind::Str,
+    ),
+    (
         "cors.allowed_origins",
         "FLEET_LIMITER_CORS_ALLOWED_ORIGINS",
         Kind::List,
@@ -374,6 +389,24 @@ pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> C
             ("fleet", Some(t)) => culprit::<FleetConfig>(t),
             ("path", Some(t)) => culprit::<path::RawPath>(t),
             ("decision", Some(t)) => culprit::<decision::RawDecision>(t),
+            ("admission", Some(t)) => match culprit::<admission::RawAdmission>(t) {
+                Some((field, msg)) if field == "groups" => {
+                    let groups = t.get("groups").and_then(Value::as_table);
+                    groups
+                        .and_then(|g| {
+                            g.iter().find_map(|(name, v)| match v.as_table() {
+                                Some(gt) => culprit::<admission::RawAdmissionGroup>(gt)
+                                    .map(|(f, m)| (format!("groups.{name}.{f}"), m)),
+                                None => Some((
+                                    format!("groups.{name}"),
+                                    "must be a table of routes, max_in_flight and queue".to_owned(),
+                                )),
+                            })
+                        })
+                        .or(Some((field, msg)))
+                }
+                other => other,
+            },
             ("ops", Some(t)) => culprit::<ops::RawOps>(t),
             ("cors", Some(t)) => culprit::<ops::RawCors>(t),
             ("identity", Some(t)) => culprit::<identity::RawIdentity>(t),

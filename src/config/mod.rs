@@ -6,8 +6,9 @@
 //!
 //! This file holds the validated types; `layers` merges the layers, `build` reads the merged
 //! document into a [`Config`], `limiters` builds the limiter tables, and each other section
-//! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`).
+//! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`).
 
+pub mod admission;
 mod build;
 mod ceiling;
 pub mod decision;
@@ -177,6 +178,8 @@ pub struct Config {
     pub path: crate::path::PathRules,
     /// The forward-auth decision listener (`[decision]`; off by default).
     pub decision: decision::DecisionConfig,
+    /// Admission control in front of the upstream (`[admission]`; off by default).
+    pub admission: Option<admission::AdmissionConfig>,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }

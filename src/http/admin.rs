@@ -213,6 +213,7 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
         ("ops.log_format", old.ops.log_format != new.ops.log_format),
         ("identity", old.identity != new.identity),
         ("decision", old.decision != new.decision),
+        ("admission", old.admission != new.admission),
     ];
     r.restart_required = restart
         .iter()

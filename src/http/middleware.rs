@@ -25,7 +25,7 @@ use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::response::{self, Problem};
 use crate::path::{CanonicalPath, Rejected};
 use actix_web::body::{EitherBody, MessageBody};
-use actix_web::dev::{forward_ready, Payload, Service, ServiceRequest, ServiceResponse, Transform};
+use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
 use actix_web::http::header::{HeaderMap, HeaderName, AUTHORIZATION, COOKIE, FORWARDED};
 use actix_web::http::uri::PathAndQuery;
 use actix_web::http::Uri;
@@ -310,7 +310,10 @@ const REFUSED_BODY_DRAIN_TIME: Duration = Duration::from_secs(1);
 /// client that is told 429 sends the next request on the same connection: actix-web closes
 /// any connection whose request body was left unread. A larger or slower body is left
 /// unread and the connection closes, as before.
-async fn drain_small_body(payload: &mut Payload) {
+pub(crate) async fn drain_small_body<S, E>(payload: &mut S)
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+{
     let read = async {
         let mut seen = 0usize;
         while let Some(Ok(chunk)) = payload.next().await {

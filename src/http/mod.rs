@@ -84,6 +84,10 @@ pub async fn serve_gateway_with(
         tls,
         // One registry per gateway: the proxy counts into its decider's metrics.
         metrics: decider.metrics().clone(),
+        admission: cfg
+            .admission
+            .as_ref()
+            .map(|a| Arc::new(crate::admission::Admission::new(a, decider.metrics()))),
     };
     // An https:// upstream whose certificate does not verify would fail every request: refuse
     // to start. One that cannot be reached starts anyway, as a plain one does.

@@ -24,6 +24,7 @@
 pub mod pace;
 mod upgrade;
 
+use crate::admission::{Admission, Slot};
 use crate::http::response::Problem;
 use crate::metrics::Metrics;
 use actix_web::body::{BodyStream, SizedStream};
@@ -62,6 +63,9 @@ pub struct Upstream {
     /// Where the proxy counts upstream answers, failures, slow bodies and upgrades: the
     /// gateway's decider's metrics.
     pub metrics: Arc<Metrics>,
+    /// Admission control (`[admission]`): the slots a request takes before it is forwarded;
+    /// `None` forwards every allowed request at once.
+    pub admission: Option<Arc<Admission>>,
 }
 
 /// TLS to an `https://` upstream.
@@ -493,8 +497,20 @@ pub async fn forward(
         // `OPTIONS *` and other non-origin forms name no upstream resource.
         return bad_request("The request target must be a path starting with `/`.");
     }
+    // The slot is taken after the limiter allowed the request (a refused one never gets here)
+    // and held until the answer's body has been sent, or the client went away.
+    let slot = match &upstream.admission {
+        Some(admission) => match admission.enter(req.method().as_str(), req.path()).await {
+            Ok(slot) => Some(slot),
+            Err(shed) => return overloaded(&req, payload, admission, &shed).await,
+        },
+        None => None,
+    };
     if upgrade::requested(&req) {
-        return upgrade::forward(&req, path, payload, &client, &upstream).await;
+        // A handshake holds its slot until the upstream answers it; an open WebSocket holds none.
+        let res = upgrade::forward(&req, path, payload, &client, &upstream).await;
+        drop(slot);
+        return res;
     }
     let chunked = req
         .headers()
@@ -526,7 +542,7 @@ pub async fn forward(
             upstream
                 .metrics
                 .upstream_response(res.status().as_u16(), started.elapsed());
-            answer(res, lease, upstream.read_timeout)
+            answer(res, lease, slot, upstream.read_timeout)
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
         (Err(_), Some(ClientFault::TooSlow(trip))) => {
@@ -578,6 +594,7 @@ fn closing(mut res: HttpResponse) -> HttpResponse {
 fn answer(
     res: hyper::Response<hyper::body::Incoming>,
     lease: Lease,
+    slot: Option<Slot>,
     read_timeout: Duration,
 ) -> HttpResponse {
     let status = actix_web::http::StatusCode::from_u16(res.status().as_u16())
@@ -609,6 +626,7 @@ fn answer(
         AnswerBody {
             body: res.into_body(),
             lease,
+            slot,
         },
         read_timeout,
     );
@@ -616,6 +634,30 @@ fn answer(
         Some(len) => back.body(SizedStream::new(len, body)),
         None => back.body(BodyStream::new(body)),
     }
+}
+
+/// The 503 for a request admission control turned away: `Retry-After`, problem+json, and the
+/// body of a small request read so the connection can stay open (an upgrade's closes).
+async fn overloaded(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    admission: &Admission,
+    shed: &crate::admission::Shed,
+) -> HttpResponse {
+    tracing::debug!(
+        group = %shed.group,
+        reason = shed.reason.as_str(),
+        "admission control shed a request"
+    );
+    let wait = admission.retry_after();
+    let mut res = Problem::overloaded(&shed.group, shed.reason, wait).into_response();
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    if upgrade::requested(req) {
+        return closing(res);
+    }
+    crate::http::middleware::drain_small_body(&mut payload).await;
+    res
 }
 
 fn bad_request(detail: &str) -> HttpResponse {
@@ -850,6 +892,8 @@ impl Body for ProxyBody {
 struct AnswerBody {
     body: hyper::body::Incoming,
     lease: Lease,
+    /// The admission slot, given back when the body ends or is dropped.
+    slot: Option<Slot>,
 }
 
 impl Stream for AnswerBody {
@@ -865,6 +909,7 @@ impl Stream for AnswerBody {
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
                     self.lease.release();
+                    self.slot = None;
                     Poll::Ready(None)
                 }
                 Poll::Pending => Poll::Pending,
@@ -957,6 +1002,7 @@ mod tests {
             body: BodyRules::new(Duration::from_secs(1), 0),
             tls: None,
             metrics: Arc::new(Metrics::new()),
+            admission: None,
         };
         for (base, addr, host, prefix) in [
             ("http://api.internal", "api.internal:80", "api.internal", ""),

@@ -48,6 +48,29 @@ impl Problem {
         }
     }
 
+    /// Admission control turned the request away: every slot of its group was taken and the
+    /// queue was full, or it waited the queue timeout for one.
+    pub fn overloaded(group: &str, reason: crate::metrics::ShedReason, retry_after: u64) -> Self {
+        let unit = if retry_after == 1 {
+            "second"
+        } else {
+            "seconds"
+        };
+        let why = match reason {
+            crate::metrics::ShedReason::QueueFull => "and the queue is full",
+            crate::metrics::ShedReason::QueueTimeout => "and none came free while it waited",
+        };
+        Self {
+            kind: "urn:fleet-limiter:problem:overloaded",
+            title: "Service Unavailable",
+            status: 503,
+            detail: format!(
+                "The upstream API has as many requests in flight as it takes (admission group `{group}`) {why}; retry after {retry_after} {unit}."
+            ),
+            retry_after: Some(retry_after),
+        }
+    }
+
     pub fn bad_gateway(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-unavailable",

@@ -107,6 +107,80 @@ struct LimiterLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabel {
+    group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupReasonLabels {
+    group: String,
+    reason: &'static str,
+}
+
+/// Why admission control answered 503: the `reason` label of
+/// `fleet_limiter_admission_shed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShedReason {
+    /// Every slot was taken and the queue was full: refused at once.
+    QueueFull,
+    /// It waited in the queue for `queue_timeout` and no slot came free.
+    QueueTimeout,
+}
+
+impl ShedReason {
+    pub const ALL: [ShedReason; 2] = [ShedReason::QueueFull, ShedReason::QueueTimeout];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::QueueTimeout => "queue_timeout",
+        }
+    }
+}
+
+/// One admission group's gauges and counters, resolved once when the gate is built: entering,
+/// waiting and shedding are one atomic operation each. Clones share their values.
+#[derive(Clone, Debug, Default)]
+pub struct AdmissionMeter {
+    in_flight: Gauge,
+    queued: Gauge,
+    /// By [`ShedReason`], in `ShedReason::ALL` order.
+    shed: [Counter; 2],
+}
+
+impl AdmissionMeter {
+    /// A request took a slot (`+1`) or gave it back (`-1`).
+    pub fn in_flight(&self, delta: i64) {
+        self.in_flight.inc_by(delta);
+    }
+
+    /// A request started (`+1`) or stopped (`-1`) waiting in the queue.
+    pub fn queued(&self, delta: i64) {
+        self.queued.inc_by(delta);
+    }
+
+    /// A request was answered 503 for `reason`.
+    pub fn shed(&self, reason: ShedReason) {
+        self.shed[reason as usize].inc();
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight_now(&self) -> i64 {
+        self.in_flight.get()
+    }
+
+    /// Requests waiting now.
+    pub fn queued_now(&self) -> i64 {
+        self.queued.get()
+    }
+
+    /// Requests shed for `reason` so far.
+    pub fn shed_count(&self, reason: ShedReason) -> u64 {
+        self.shed[reason as usize].get()
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimiterOutcomeLabels {
     limiter: String,
     outcome: &'static str,
@@ -187,6 +261,9 @@ pub struct Metrics {
     /// Switched, declined.
     upgrades: [Counter; 2],
     upgraded_open: Gauge,
+    admission_in_flight: Family<GroupLabel, Gauge>,
+    admission_queued: Family<GroupLabel, Gauge>,
+    admission_shed: Family<GroupReasonLabels, Counter>,
     settings: Arc<scrape::SettingsView>,
 }
 
@@ -337,6 +414,24 @@ impl Metrics {
             "Upgraded (WebSocket) connections spliced to the upstream now",
             upgraded_open.clone(),
         );
+        let admission_in_flight = Family::<GroupLabel, Gauge>::default();
+        r.register(
+            "fleet_limiter_admission_in_flight",
+            "Requests holding an admission slot now (forwarded to the upstream, answer not yet finished), by admission group",
+            admission_in_flight.clone(),
+        );
+        let admission_queued = Family::<GroupLabel, Gauge>::default();
+        r.register(
+            "fleet_limiter_admission_queued",
+            "Requests waiting for an admission slot now, by admission group",
+            admission_queued.clone(),
+        );
+        let admission_shed = Family::<GroupReasonLabels, Counter>::default();
+        r.register(
+            "fleet_limiter_admission_shed",
+            "Requests answered 503 by admission control, by admission group and reason: queue_full (no slot and no room to wait) or queue_timeout (waited admission.queue_timeout)",
+            admission_shed.clone(),
+        );
         let paths_rejected = series1(
             &mut r,
             "fleet_limiter_paths_rejected",
@@ -381,6 +476,9 @@ impl Metrics {
             paths_rejected,
             upgrades,
             upgraded_open,
+            admission_in_flight,
+            admission_queued,
+            admission_shed,
             settings,
         }
     }
@@ -486,6 +584,24 @@ impl Metrics {
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     (n > 0).then(|| n - 1)
                 });
+    }
+
+    /// The handles of admission group `group`: its series appear (at zero) now. Called once per
+    /// group when the gateway is built.
+    pub fn admission_meter(&self, group: &str) -> AdmissionMeter {
+        let label = || GroupLabel {
+            group: group.to_owned(),
+        };
+        AdmissionMeter {
+            in_flight: self.admission_in_flight.get_or_create_owned(&label()),
+            queued: self.admission_queued.get_or_create_owned(&label()),
+            shed: ShedReason::ALL.map(|reason| {
+                self.admission_shed.get_or_create_owned(&GroupReasonLabels {
+                    group: group.to_owned(),
+                    reason: reason.as_str(),
+                })
+            }),
+        }
     }
 
     /// A reload was asked for: it took effect, or the old configuration stays.

@@ -110,7 +110,7 @@ pub(super) async fn forward(
         metrics.upgrade(false);
         // The connection is this request's alone: it closes once the answer is read.
         drop(sender);
-        return super::closing(super::answer(res, super::Lease(None), read_timeout));
+        return super::closing(super::answer(res, super::Lease(None), None, read_timeout));
     }
     let switched = tokio::time::timeout(read_timeout, hyper::upgrade::on(&mut res)).await;
     drop(sender);

@@ -1,0 +1,404 @@
+//! Admission control: a cap on requests forwarded to the upstream at once, with a short bounded
+//! queue in front of it.
+//!
+//! A [`Gate`] is a semaphore of `max_in_flight` slots and a count of waiters. A request takes a
+//! free slot at once; when none is free it waits, if fewer than `queue` are already waiting, for
+//! at most `queue_timeout`; otherwise it is shed ([`ShedReason`]). Waiters are served in arrival
+//! order, and a newcomer never takes a slot ahead of one. The [`Slot`] gives its place back when
+//! dropped.
+//!
+//! [`Admission`] holds one gate per route group (`[admission.groups.<name>]`, a share reserved
+//! out of the cap) and one for every other route (the `default` group, the rest of the cap), so
+//! the gates' slots add up to `admission.max_in_flight` and one group's traffic never takes
+//! another's slots.
+
+use crate::config::admission::{AdmissionConfig, DEFAULT_GROUP};
+use crate::metrics::{AdmissionMeter, Metrics, ShedReason};
+use crate::policy::{RoutePattern, Specificity};
+use smallvec::SmallVec;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// One pool of slots and its queue.
+#[derive(Debug)]
+pub struct Gate {
+    name: Arc<str>,
+    slots: Arc<Semaphore>,
+    /// Requests waiting for a slot now.
+    waiting: AtomicUsize,
+    queue: usize,
+    queue_timeout: Duration,
+    meter: AdmissionMeter,
+}
+
+/// A place among the requests in flight; given back when dropped.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    meter: AdmissionMeter,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.meter.in_flight(-1);
+    }
+}
+
+/// A request the gate turned away: which group, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shed {
+    pub group: Arc<str>,
+    pub reason: ShedReason,
+}
+
+/// Counts one waiter for as long as it waits (dropped when the wait ends, however it ends,
+/// including when the request itself is dropped mid-wait).
+struct Waiting<'a>(&'a Gate);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.0.meter.queued(-1);
+    }
+}
+
+impl Gate {
+    /// `slots` requests in flight at once; `queue` more may wait, each at most `queue_timeout`.
+    pub fn new(
+        name: &str,
+        slots: usize,
+        queue: usize,
+        queue_timeout: Duration,
+        meter: AdmissionMeter,
+    ) -> Self {
+        Self {
+            name: Arc::from(name),
+            slots: Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS))),
+            waiting: AtomicUsize::new(0),
+            queue,
+            queue_timeout,
+            meter,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A slot: at once when one is free, after a wait in the queue when there is room in it,
+    /// or the reason there is none. Never waits longer than `queue_timeout`.
+    pub async fn enter(&self) -> Result<Slot, Shed> {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return Ok(self.slot(permit));
+        }
+        let joined = self
+            .waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.queue).then_some(n + 1)
+            });
+        if joined.is_err() {
+            return Err(self.shed(ShedReason::QueueFull));
+        }
+        self.meter.queued(1);
+        let waiting = Waiting(self);
+        let acquired =
+            tokio::time::timeout(self.queue_timeout, self.slots.clone().acquire_owned()).await;
+        drop(waiting);
+        match acquired {
+            Ok(Ok(permit)) => Ok(self.slot(permit)),
+            // The semaphore is never closed; were it, the request could not be admitted.
+            Ok(Err(_)) | Err(_) => Err(self.shed(ShedReason::QueueTimeout)),
+        }
+    }
+
+    fn slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+        self.meter.in_flight(1);
+        Slot {
+            _permit: permit,
+            meter: self.meter.clone(),
+        }
+    }
+
+    fn shed(&self, reason: ShedReason) -> Shed {
+        self.meter.shed(reason);
+        Shed {
+            group: self.name.clone(),
+            reason,
+        }
+    }
+}
+
+/// The gates of one gateway: one per route group, and the default one.
+#[derive(Debug)]
+pub struct Admission {
+    groups: Vec<(Vec<RoutePattern>, Gate)>,
+    default: Gate,
+    /// The `Retry-After` of a 503: the queue timeout in whole seconds, at least 1.
+    retry_after: u64,
+}
+
+impl Admission {
+    /// The gates `cfg` describes, counting into `metrics`.
+    pub fn new(cfg: &AdmissionConfig, metrics: &Metrics) -> Self {
+        let groups = cfg
+            .groups
+            .iter()
+            .map(|g| {
+                let gate = Gate::new(
+                    &g.name,
+                    g.max_in_flight,
+                    g.queue,
+                    cfg.queue_timeout,
+                    metrics.admission_meter(&g.name),
+                );
+                (g.routes.clone(), gate)
+            })
+            .collect();
+        let default = Gate::new(
+            DEFAULT_GROUP,
+            cfg.default_share(),
+            cfg.queue,
+            cfg.queue_timeout,
+            metrics.admission_meter(DEFAULT_GROUP),
+        );
+        let retry_after =
+            cfg.queue_timeout.as_secs() + u64::from(cfg.queue_timeout.subsec_nanos() > 0);
+        Self {
+            groups,
+            default,
+            retry_after: retry_after.max(1),
+        }
+    }
+
+    /// The gate of the group whose route matches `method` and the canonical `path` most
+    /// specifically, or the default one.
+    pub fn gate(&self, method: &str, path: &str) -> &Gate {
+        if self.groups.is_empty() {
+            return &self.default;
+        }
+        let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut best: Option<(Specificity, &Gate)> = None;
+        for (routes, gate) in &self.groups {
+            let spec = routes
+                .iter()
+                .filter(|r| r.matches(method, &segs))
+                .map(RoutePattern::specificity)
+                .max();
+            if let Some(spec) = spec {
+                if best.as_ref().is_none_or(|(b, _)| spec > *b) {
+                    best = Some((spec, gate));
+                }
+            }
+        }
+        best.map_or(&self.default, |(_, g)| g)
+    }
+
+    /// A slot for a request of `method` on the canonical `path`.
+    pub async fn enter(&self, method: &str, path: &str) -> Result<Slot, Shed> {
+        self.gate(method, path).enter().await
+    }
+
+    /// How many seconds a shed request is told to wait (`Retry-After`).
+    pub fn retry_after(&self) -> u64 {
+        self.retry_after
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gate(slots: usize, queue: usize, timeout_ms: u64) -> (Gate, AdmissionMeter) {
+        let meter = AdmissionMeter::default();
+        let g = Gate::new(
+            "g",
+            slots,
+            queue,
+            Duration::from_millis(timeout_ms),
+            meter.clone(),
+        );
+        (g, meter)
+    }
+
+    #[tokio::test]
+    async fn takes_free_slots_then_sheds_when_the_queue_is_zero() {
+        let (g, m) = gate(2, 0, 1000);
+        let a = g.enter().await.expect("first slot");
+        let _b = g.enter().await.expect("second slot");
+        assert_eq!(m.in_flight_now(), 2);
+        let shed = g.enter().await.expect_err("no slot, no queue");
+        assert_eq!(shed.reason, ShedReason::QueueFull);
+        assert_eq!(&*shed.group, "g");
+        assert_eq!(m.shed_count(ShedReason::QueueFull), 1);
+        drop(a);
+        assert_eq!(m.in_flight_now(), 1);
+        let _c = g.enter().await.expect("a slot came free");
+        assert_eq!(m.in_flight_now(), 2);
+        assert_eq!(m.shed_count(ShedReason::QueueTimeout), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_gets_the_slot_given_back() {
+        let (g, m) = gate(1, 1, 1000);
+        let g = Arc::new(g);
+        let held = g.enter().await.expect("slot");
+        let waiter = tokio::spawn({
+            let g = g.clone();
+            async move { g.enter().await.map(|_| ()) }
+        });
+        while m.queued_now() == 0 {
+            tokio::task::yield_now().await;
+        }
+        // The queue holds one: the next is refused at once.
+        assert_eq!(
+            g.enter().await.map(|_| ()),
+            Err(Shed {
+                group: Arc::from("g"),
+                reason: ShedReason::QueueFull
+            })
+        );
+        drop(held);
+        assert_eq!(waiter.await.expect("joined"), Ok(()));
+        assert_eq!(m.queued_now(), 0);
+        assert_eq!(m.in_flight_now(), 0);
+        assert_eq!(m.shed_count(ShedReason::QueueFull), 1);
+        assert_eq!(m.shed_count(ShedReason::QueueTimeout), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_is_shed_after_the_queue_timeout() {
+        let (g, m) = gate(1, 4, 250);
+        let _held = g.enter().await.expect("slot");
+        let shed = g.enter().await.expect_err("no slot came free");
+        assert_eq!(shed.reason, ShedReason::QueueTimeout);
+        assert_eq!(m.shed_count(ShedReason::QueueTimeout), 1);
+        assert_eq!(m.queued_now(), 0);
+        assert_eq!(m.in_flight_now(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_wait_leaves_the_queue() {
+        let (g, m) = gate(1, 1, 1000);
+        let g = Arc::new(g);
+        let _held = g.enter().await.expect("slot");
+        let waiter = tokio::spawn({
+            let g = g.clone();
+            async move { g.enter().await.map(|_| ()) }
+        });
+        while m.queued_now() == 0 {
+            tokio::task::yield_now().await;
+        }
+        waiter.abort();
+        let _ = waiter.await;
+        assert_eq!(m.queued_now(), 0);
+        // Its place is free again: the next one may wait (and times out, nothing freed).
+        assert_eq!(
+            g.enter().await.map(|_| ()).map_err(|s| s.reason),
+            Err(ShedReason::QueueTimeout)
+        );
+        assert_eq!(m.shed_count(ShedReason::QueueFull), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn never_more_in_flight_than_slots_under_contention() {
+        // The queue timeout is never reached: slots are held until everything is counted.
+        let (g, m) = gate(4, 4, 60_000);
+        let g = Arc::new(g);
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Semaphore::new(0));
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let (g, now, most, release) =
+                    (g.clone(), now.clone(), most.clone(), release.clone());
+                tokio::spawn(async move {
+                    let slot = g.enter().await;
+                    if slot.is_ok() {
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        if let Ok(p) = release.acquire().await {
+                            p.forget();
+                        }
+                        now.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    slot.map(|_| ()).map_err(|s| s.reason)
+                })
+            })
+            .collect();
+        // Four hold slots, four wait, the other 56 were refused: then let them all go.
+        while !(m.in_flight_now() == 4
+            && m.queued_now() == 4
+            && m.shed_count(ShedReason::QueueFull) == 56)
+        {
+            tokio::task::yield_now().await;
+        }
+        release.add_permits(64);
+        let (mut ok, mut full, mut timed_out) = (0, 0, 0);
+        for t in tasks {
+            match t.await.expect("joined") {
+                Ok(()) => ok += 1,
+                Err(ShedReason::QueueFull) => full += 1,
+                Err(ShedReason::QueueTimeout) => timed_out += 1,
+            }
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 4);
+        assert_eq!((ok, full, timed_out), (8, 56, 0));
+        assert_eq!((m.in_flight_now(), m.queued_now()), (0, 0));
+    }
+
+    fn admission(toml: &str) -> (Admission, Arc<Metrics>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, toml).expect("write");
+        let cfg = crate::config::Loader::new()
+            .file(&path)
+            .load()
+            .expect("valid")
+            .admission
+            .expect("on");
+        let metrics = Arc::new(Metrics::new());
+        (Admission::new(&cfg, &metrics), metrics)
+    }
+
+    #[test]
+    fn requests_go_to_their_most_specific_group_or_the_default() {
+        let (a, _) = admission(
+            "[admission]\nmax_in_flight = 10\nqueue_timeout = \"1500ms\"\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 3\n[admission.groups.enroll]\nroutes = [\"POST /api/agent/enroll\"]\nmax_in_flight = 1\n",
+        );
+        let group = |m: &str, p: &str| a.gate(m, p).name().to_owned();
+        assert_eq!(group("GET", "/api/agent/heartbeat"), "agent");
+        assert_eq!(group("POST", "/api/agent/enroll"), "enroll");
+        assert_eq!(group("GET", "/api/agent/enroll"), "agent");
+        assert_eq!(group("GET", "/api/dashboard/devices"), "default");
+        assert_eq!(a.default.slots.available_permits(), 6);
+        // 1.5 s rounds up: never told to come back sooner than a wait could last.
+        assert_eq!(a.retry_after(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_full_group_leaves_the_others_their_slots() {
+        let (a, metrics) = admission(
+            "[admission]\nmax_in_flight = 3\nqueue = 0\nqueue_timeout = \"100ms\"\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 1\n",
+        );
+        let _d1 = a.enter("GET", "/dash/1").await.expect("default slot 1");
+        let _d2 = a.enter("GET", "/dash/2").await.expect("default slot 2");
+        let shed = a.enter("GET", "/dash/3").await.expect_err("default full");
+        assert_eq!(&*shed.group, "default");
+        let _agent = a
+            .enter("POST", "/api/agent/heartbeat")
+            .await
+            .expect("the agent share is its own");
+        let text = metrics.render();
+        for sample in [
+            "fleet_limiter_admission_in_flight{group=\"default\"} 2",
+            "fleet_limiter_admission_in_flight{group=\"agent\"} 1",
+            "fleet_limiter_admission_shed_total{group=\"default\",reason=\"queue_full\"} 1",
+            "fleet_limiter_admission_shed_total{group=\"agent\",reason=\"queue_full\"} 0",
+            "fleet_limiter_admission_queued{group=\"agent\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == sample), "{sample}\n{text}");
+        }
+    }
+}

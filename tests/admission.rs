@@ -1,0 +1,410 @@
+//! Admission control through the real binary, against an upstream written here that counts the
+//! requests it is serving at once: the cap holds under a burst, every request gets either 200 or
+//! a 503 with `Retry-After` and problem+json, the shed counts match the 503s, a group's share
+//! stays usable while the other routes are saturated, a waiting request is shed after the queue
+//! timeout, a request refused by a limiter never takes a slot, and a slot is held until the
+//! answer's body has been sent, and a WebSocket handshake holds one only until it is answered.
+
+mod common;
+
+use common::{client, Gateway, Launch, PATIENCE};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+/// A keep-alive HTTP/1.1 upstream for bodiless requests that counts what it serves:
+///
+/// - a path containing `/hold/` is answered once the test lets one go ([`Upstream::release`]);
+/// - a path containing `/stream/` gets its answer's head and a first chunk at once, and the end
+///   of its body once the test lets one go;
+/// - any other path is held `delay` (the slow upstream), then answered `200 ok`.
+///
+/// A request counts as being served from its head's arrival until its answer has been written.
+#[derive(Clone)]
+struct Upstream {
+    url: String,
+    now: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    seen: Arc<AtomicUsize>,
+    release: Arc<Semaphore>,
+}
+
+impl Upstream {
+    async fn start(delay: Duration) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let up = Upstream {
+            url: format!("http://{}", listener.local_addr().expect("addr")),
+            now: Arc::default(),
+            most: Arc::default(),
+            seen: Arc::default(),
+            release: Arc::new(Semaphore::new(0)),
+        };
+        let server = up.clone();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let up = server.clone();
+                tokio::spawn(async move {
+                    let _ = up.serve(conn, delay).await;
+                });
+            }
+        });
+        up
+    }
+
+    async fn serve(&self, mut conn: TcpStream, delay: Duration) -> std::io::Result<()> {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let head_end = loop {
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                let n = conn.read(&mut chunk).await?;
+                if n == 0 {
+                    return Ok(());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            };
+            let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+            buf.drain(..head_end);
+            let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+            self.seen.fetch_add(1, Ordering::SeqCst);
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            if path.contains("/ws/") {
+                // Switch protocols, then keep the connection open and quiet until the client
+                // closes it: an open WebSocket.
+                self.now.fetch_sub(1, Ordering::SeqCst);
+                conn.write_all(
+                    b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
+                )
+                .await?;
+                while conn.read(&mut chunk).await? > 0 {}
+                return Ok(());
+            }
+            if path.contains("/stream/") {
+                conn.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n")
+                    .await?;
+                self.wait_for_release().await;
+                self.now.fetch_sub(1, Ordering::SeqCst);
+                conn.write_all(b"0\r\n\r\n").await?;
+                continue;
+            }
+            if path.contains("/hold/") {
+                self.wait_for_release().await;
+            } else {
+                tokio::time::sleep(delay).await;
+            }
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await?;
+        }
+    }
+
+    async fn wait_for_release(&self) {
+        if let Ok(permit) = self.release.acquire().await {
+            permit.forget();
+        }
+    }
+
+    /// Let `n` held requests (or streamed bodies) finish.
+    fn release(&self, n: usize) {
+        self.release.add_permits(n);
+    }
+
+    /// Wait until the upstream is serving exactly `n` requests at once.
+    async fn wait_serving(&self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.now.load(Ordering::SeqCst) != n {
+            assert!(
+                Instant::now() < deadline,
+                "the upstream never served {n} at once (now {})",
+                self.now.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn gateway(upstream: &Upstream, toml: &str) -> Gateway {
+    Launch::serve()
+        .upstream(&upstream.url)
+        .config_toml(toml)
+        .admin()
+        .spawn()
+}
+
+/// What a 503 from admission control must carry: `Retry-After` of at least one second, and a
+/// problem document of the overloaded type.
+async fn assert_shed(res: reqwest::Response) -> u64 {
+    assert_eq!(res.status(), 503);
+    let retry_after: u64 = res
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After in whole seconds");
+    assert!(retry_after >= 1, "Retry-After {retry_after}");
+    assert_eq!(
+        res.headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("application/problem+json")
+    );
+    let body: serde_json::Value = res.json().await.expect("problem+json");
+    assert_eq!(body["type"], "urn:fleet-limiter:problem:overloaded");
+    assert_eq!(body["title"], "Service Unavailable");
+    assert_eq!(body["status"], 503);
+    assert_eq!(body["retry_after"], retry_after);
+    assert!(
+        body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{body}"
+    );
+    retry_after
+}
+
+async fn shed_total(gw: &Gateway, group: &str) -> f64 {
+    let mut total = 0.0;
+    for reason in ["queue_full", "queue_timeout"] {
+        total += gw
+            .metric(&format!(
+                "fleet_limiter_admission_shed_total{{group=\"{group}\",reason=\"{reason}\"}}"
+            ))
+            .await
+            .unwrap_or(f64::NAN);
+    }
+    total
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_a_slow_upstream_never_exceeds_the_cap_and_every_request_is_answered() {
+    let upstream = Upstream::start(Duration::from_millis(300)).await;
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 4\nqueue = 4\nqueue_timeout = \"1s\"\n",
+    );
+    let http = client();
+    let requests: Vec<_> = (0..64)
+        .map(|i| {
+            let req = http.get(gw.url(&format!("/api/devices/{i}"))).send();
+            tokio::spawn(req)
+        })
+        .collect();
+    let (mut ok, mut shed) = (0u64, 0u64);
+    for r in requests {
+        let res = r.await.expect("joined").expect("an answer");
+        match res.status().as_u16() {
+            200 => {
+                assert_eq!(res.text().await.expect("body"), "ok");
+                ok += 1;
+            }
+            503 => {
+                assert_shed(res).await;
+                shed += 1;
+            }
+            other => panic!("status {other}"),
+        }
+    }
+    assert_eq!(ok + shed, 64);
+    let most = upstream.most.load(Ordering::SeqCst);
+    eprintln!(
+        "{ok} answered 200, {shed} shed with 503, the upstream served at most {most} at once"
+    );
+    assert!(most <= 4, "the upstream served {most} at once");
+    assert!(ok >= 4, "{ok} answered");
+    assert!(
+        shed > 0,
+        "a burst of 64 on 4 slots and 4 places shed nothing"
+    );
+    assert_eq!(upstream.seen.load(Ordering::SeqCst) as u64, ok);
+    assert_eq!(shed_total(&gw, "default").await, shed as f64);
+    gw.wait_metric(
+        "fleet_limiter_admission_in_flight{group=\"default\"}",
+        |v| v == 0.0,
+    )
+    .await;
+    assert_eq!(
+        gw.metric("fleet_limiter_admission_queued{group=\"default\"}")
+            .await,
+        Some(0.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_routes_keep_their_share_while_the_dashboard_saturates_its_own() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 3\nqueue = 0\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 1\n",
+    );
+    let http = client();
+    // The dashboard's two slots (three less the agent's one), taken and held.
+    let held: Vec<_> = (0..2)
+        .map(|i| tokio::spawn(http.get(gw.url(&format!("/api/dashboard/hold/{i}"))).send()))
+        .collect();
+    upstream.wait_serving(2).await;
+    for i in 0..5 {
+        let res = http
+            .get(gw.url(&format!("/api/dashboard/devices/{i}")))
+            .send()
+            .await
+            .expect("an answer");
+        assert_shed(res).await;
+    }
+    for _ in 0..3 {
+        let res = http
+            .post(gw.url("/api/agent/heartbeat"))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(res.status(), 200, "the agent share was taken");
+    }
+    let sample = |group: &str, reason: &str| {
+        format!("fleet_limiter_admission_shed_total{{group=\"{group}\",reason=\"{reason}\"}}")
+    };
+    assert_eq!(gw.metric(&sample("default", "queue_full")).await, Some(5.0));
+    assert_eq!(gw.metric(&sample("agent", "queue_full")).await, Some(0.0));
+    assert_eq!(
+        gw.metric("fleet_limiter_admission_in_flight{group=\"default\"}")
+            .await,
+        Some(2.0)
+    );
+    upstream.release(2);
+    for h in held {
+        let res = h.await.expect("joined").expect("an answer");
+        assert_eq!(res.status(), 200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_is_shed_after_the_queue_timeout_and_a_limiter_refusal_takes_no_slot() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    let gw = gateway(
+        &upstream,
+        "[admission]\nmax_in_flight = 1\nqueue = 1\nqueue_timeout = \"200ms\"\n[limiters.reports]\nlimit = 1\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"/api/reports/**\"]\n",
+    );
+    let http = client();
+    let held = tokio::spawn(http.get(gw.url("/api/other/hold/1")).send());
+    upstream.wait_serving(1).await;
+    // Allowed by its limiter, then it waits for the one slot, and is shed when none comes free.
+    let res = http
+        .get(gw.url("/api/reports/weekly"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(assert_shed(res).await, 1, "200ms rounds up to one second");
+    // Over its limiter's budget: 429 from the limiter, never a wait for a slot.
+    let res = http
+        .get(gw.url("/api/reports/weekly"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 429);
+    let sample = |reason: &str| {
+        format!("fleet_limiter_admission_shed_total{{group=\"default\",reason=\"{reason}\"}}")
+    };
+    assert_eq!(gw.metric(&sample("queue_timeout")).await, Some(1.0));
+    assert_eq!(gw.metric(&sample("queue_full")).await, Some(0.0));
+    upstream.release(1);
+    let res = held.await.expect("joined").expect("an answer");
+    assert_eq!(res.status(), 200);
+    assert_eq!(upstream.seen.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_is_held_until_the_answers_body_has_been_sent() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 1\nqueue = 0\n",
+    );
+    let http = client();
+    // The head and a first chunk arrive; the rest of the body waits on the upstream.
+    let mut streaming = http
+        .get(gw.url("/api/export/stream/1"))
+        .send()
+        .await
+        .expect("the head");
+    assert_eq!(streaming.status(), 200);
+    assert_eq!(
+        streaming.chunk().await.expect("a chunk").as_deref(),
+        Some(&b"ok"[..])
+    );
+    let res = http
+        .get(gw.url("/api/devices"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_shed(res).await;
+    upstream.release(1);
+    while streaming.chunk().await.expect("the body").is_some() {}
+    gw.wait_metric(
+        "fleet_limiter_admission_in_flight{group=\"default\"}",
+        |v| v == 0.0,
+    )
+    .await;
+    let res = http
+        .get(gw.url("/api/devices"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+}
+
+/// A WebSocket handshake over `addr`'s traffic port; returns the connection and the answer's
+/// head.
+async fn handshake(gw: &Gateway, path: &str) -> (TcpStream, String) {
+    let addr = gw.url("").trim_start_matches("http://").to_owned();
+    let mut conn = TcpStream::connect(&addr).await.expect("connect");
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    conn.write_all(req.as_bytes()).await.expect("send");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = conn.read(&mut byte).await.expect("read");
+        assert_eq!(n, 1, "closed before the answer's head: {head:?}");
+        head.push(byte[0]);
+    }
+    (conn, String::from_utf8_lossy(&head).to_ascii_lowercase())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_handshake_holds_a_slot_only_until_it_is_answered() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 1\nqueue = 0\n",
+    );
+    let http = client();
+    // An open WebSocket: switched, and holding no slot, so a request still gets through.
+    let (_open, head) = handshake(&gw, "/ws/live").await;
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    let res = http
+        .get(gw.url("/api/devices"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+    // With the one slot taken, a handshake is shed, and its connection closed.
+    let held = tokio::spawn(http.get(gw.url("/api/other/hold/1")).send());
+    upstream.wait_serving(1).await;
+    let (_shed, head) = handshake(&gw, "/ws/live").await;
+    assert!(head.starts_with("http/1.1 503"), "{head}");
+    assert!(head.contains("\r\nretry-after: 1\r\n"), "{head}");
+    assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
+    assert_eq!(
+        gw.metric("fleet_limiter_admission_shed_total{group=\"default\",reason=\"queue_full\"}")
+            .await,
+        Some(1.0)
+    );
+    upstream.release(1);
+    assert_eq!(
+        held.await.expect("joined").expect("an answer").status(),
+        200
+    );
+}
