@@ -31,7 +31,8 @@ struct Cli {
 enum Command {
     /// Run the gateway: rate-limit every request by its principal, forward the allowed ones.
     Serve(Box<ServeArgs>),
-    /// Check the calibration against the fleet's declared cadences; exit 1 if it is unsafe.
+    /// Check the calibration against the fleet's declared cadences; exit 1 if it is unsafe (or,
+    /// with --fail-on-risk, at risk).
     Check(CheckArgs),
     /// Run scripted populations through the real limiter in virtual time and report what they met.
     Simulate(SimulateArgs),
@@ -71,6 +72,10 @@ struct CheckArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
+    /// Also exit 1 when a limiter is at risk: dashboards keyed on the IP for want of an
+    /// `[identity]` token verifier, more than their shared bucket carries.
+    #[arg(long)]
+    fail_on_risk: bool,
 }
 
 #[derive(clap::Args)]
@@ -369,7 +374,7 @@ fn main() -> ExitCode {
         Command::Check(args) => {
             let l = loader(&args.cfg);
             warn_unknown(&l);
-            fleet_limiter::calibration::run_check(l, args.format)
+            fleet_limiter::calibration::run_check_with(l, args.format, args.fail_on_risk)
         }
         Command::Simulate(args) => fleet_limiter::calibration::run_simulate(
             {

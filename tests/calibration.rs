@@ -68,13 +68,148 @@ fn scenario<'a>(r: &'a SimulationReport, name: &str) -> &'a ScenarioReport {
 fn check_default_calibration_passes() {
     let table = run(&["check"]);
     assert_eq!(table.code, Some(0), "{}", table.stderr);
-    assert!(table.stdout.contains("safe: 0 unsafe, 0 warning(s)"));
+    // Safe, but with no [identity] the analysts' dashboards share one IP bucket.
+    assert!(table
+        .stdout
+        .contains("at risk: 0 unsafe, 1 at risk, 0 warning(s)"));
     snap!("check_default_table", table.stdout);
     let json = run(&["check", "--format", "json"]);
     assert_eq!(json.code, Some(0));
     let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
     assert_eq!(v["unsafe_limiters"], 0);
+    assert_eq!(v["at_risk"], 1);
     snap!("check_default_json", json.stdout);
+}
+
+/// The `[identity]` block of docs/identity/oidc.md, its key set moved to `jwks_url`.
+fn oidc_identity(jwks_url: &str) -> String {
+    let md = std::fs::read_to_string(common::manifest_dir().join("docs/identity/oidc.md"))
+        .expect("docs/identity/oidc.md");
+    let mut lines = md.lines().skip_while(|l| l.trim() != "```toml");
+    lines.next().expect("a ```toml block");
+    let block: Vec<String> = lines
+        .take_while(|l| l.trim() != "```")
+        .map(|l| {
+            if l.starts_with("jwks_url") {
+                format!("jwks_url = \"{jwks_url}\"")
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect();
+    let block = block.join("\n") + "\n";
+    assert!(
+        block.starts_with("[identity]") && block.contains("jwt_issuer"),
+        "{block}"
+    );
+    block
+}
+
+/// A local key-set address nobody answers at: a listener that records whether anything
+/// connected to it.
+struct KeySet(std::net::TcpListener);
+
+impl KeySet {
+    fn new() -> Self {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        Self(l)
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/jwks.json", self.0.local_addr().expect("addr"))
+    }
+
+    fn was_asked(&self) -> bool {
+        self.0.accept().is_ok()
+    }
+}
+
+#[test]
+fn check_reports_ip_keyed_dashboards_at_risk_until_identity_is_configured() {
+    // Without [identity] the 20 declared analysts share one IP bucket: at risk, exit 0.
+    let o = run(&["check"]);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let out = &o.stdout;
+    for needle in [
+        "Dashboards: 6 requests per poll (5 widgets and the notification bell), 36/min per analyst;",
+        "keyed on the IP (no [identity] token verifier): the 20 analysts behind one NAT share one bucket.",
+        "dashboards: 720/min, 20 analysts on one IP",
+        "AT RISK",
+        "at risk: ui: keyed on the IP: no token verifier is configured, so the 20 analysts behind one NAT share one bucket and ask 720/min of its refill of 66.7/min (36/min each)",
+        "FLEET_LIMITER_JWKS_URL",
+        "docs/identity/",
+    ] {
+        assert!(out.contains(needle), "{needle}:\n{out}");
+    }
+    let strict = run(&["check", "--fail-on-risk"]);
+    assert_eq!(strict.code, Some(1), "{}", strict.stdout);
+    let json = run(&["check", "--format", "json"]);
+    assert_eq!(json.code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
+    assert_eq!(v["dashboards"]["verified_users"], false);
+    assert!(
+        json.stderr.contains("at risk: ui: keyed on the IP"),
+        "{}",
+        json.stderr
+    );
+
+    // With the OIDC recipe's [identity] block each analyst is a verified user; check reads
+    // the block without fetching the key set.
+    let keys = KeySet::new();
+    let o = cli(&["check"])
+        .config_toml(oidc_identity(&keys.url()))
+        .run(LIMIT);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let out = &o.stdout;
+    for needle in [
+        "verified users ([identity] is configured): each analyst has a budget of their own.",
+        "dashboards: 36/min per verified analyst",
+        "safe: 0 unsafe, 0 at risk, 0 warning(s).",
+    ] {
+        assert!(out.contains(needle), "{needle}:\n{out}");
+    }
+    assert!(!out.contains("keyed on the IP"), "{out}");
+    let strict = cli(&["check", "--fail-on-risk"])
+        .config_toml(oidc_identity(&keys.url()))
+        .run(LIMIT);
+    assert_eq!(strict.code, Some(0), "{}", strict.stdout);
+    assert!(!keys.was_asked(), "check fetched the key set");
+}
+
+#[test]
+fn serve_warns_when_dashboards_are_keyed_on_the_ip_and_starts() {
+    // The default configuration starts, and says what would key dashboards on the user.
+    let gw = as_by_default(Launch::serve())
+        .upstream("http://127.0.0.1:9")
+        .spawn();
+    let err = gw.stderr();
+    let line = err
+        .lines()
+        .find(|l| l.contains("keyed on the IP"))
+        .unwrap_or_else(|| panic!("no warning about IP-keyed dashboards:\n{err}"));
+    assert!(line.contains("WARN"), "{line}");
+    for needle in [
+        "calibration: ui: keyed on the IP: no token verifier is configured",
+        "[identity]",
+        "identity.jwks_url",
+        "FLEET_LIMITER_JWKS_URL",
+        "docs/identity/",
+    ] {
+        assert!(line.contains(needle), "{needle}: {line}");
+    }
+    assert!(!err.contains("refusing to start"), "{err}");
+    drop(gw);
+
+    // With an [identity] block, no such warning.
+    let keys = KeySet::new();
+    let gw = as_by_default(Launch::serve())
+        .upstream("http://127.0.0.1:9")
+        .config_toml(oidc_identity(&keys.url()))
+        .spawn();
+    let err = gw.stderr();
+    assert!(!err.contains("keyed on the IP"), "{err}");
+    assert!(!err.contains("calibration:"), "{err}");
 }
 
 #[test]
@@ -145,9 +280,11 @@ fn check_reads_the_fleet_settings() {
     assert_eq!(o.code, Some(1));
     let err = o.stdout;
     assert!(!err.contains("unsafe: enrollment"), "{err}");
+    // 6 requests a second per analyst, 20 analysts on one IP: even one analyst alone (360/min)
+    // would not fit, so it is unsafe, not merely at risk.
     assert!(
         err.contains(
-            "unsafe: ui: refills 40/min per bucket, slower than the declared cadence of 60/min"
+            "unsafe: ui: refills 40/min per bucket, slower than the declared cadence of 7200/min"
         ),
         "{err}"
     );

@@ -3,21 +3,31 @@
 //! The fleet settings declare four workloads. For each, the configured [`Policy`] says which
 //! limiters meter its requests (the same routing the gateway uses), and the limiter's key says
 //! how many clients share one bucket: an `ip+agent` bucket holds one agent, a `user-or-ip` bucket
-//! one verified analyst, an `ip` bucket everyone behind the NAT.
+//! one verified analyst, an `ip` bucket everyone behind the NAT. Analysts are verified users
+//! only when a token verifier is configured (`[identity]`, [`IdentityConfig::verifies`]);
+//! without one their dashboards are keyed as anonymous requests, on the NAT's IP, and all
+//! `analysts_per_nat` of them share one `user-or-ip` bucket.
 //!
 //! | workload | requests | clients | rules |
 //! |---|---|---|---|
 //! | agent idle | heartbeat every `heartbeat_interval_seconds`, task poll every `poll_interval_seconds` | `max_site_endpoints` agents | refill at least the cadence; a refused agent is admitted again before `heartbeat_timeout_seconds` pass without a heartbeat; warn under 10x headroom |
 //! | rollout | one download and one enrollment per endpoint, all at once | `max_site_endpoints` installers | the burst fits the budget |
-//! | dashboards | one poll every `dashboard_poll_seconds` with a verified token | `analysts_per_nat` analysts | refill at least the cadence |
+//! | dashboards | [`traffic::DASHBOARD_REQUESTS_PER_POLL`] requests (the page's widgets and the notification bell) every `dashboard_poll_seconds`, with a verified token when `[identity]` is configured | `analysts_per_nat` analysts | refill at least the cadence; one IP-keyed bucket shared for want of a verifier that cannot carry them all is *at risk* |
 //! | CLI login | device-flow token poll every 5 s (RFC 8628's default interval) | one CLI | refill at least the cadence |
 //!
 //! "Worst refusal run" is how long a client of the workload can be refused in a row when its
 //! bucket has just been emptied (a burst of result posts, a retry storm): for a token bucket,
 //! the time the bucket takes to give every client sharing it one request (`sharers x limit/window`);
 //! for a fixed window, the windows that takes (each `window` long, the first one whole).
+//!
+//! Verdicts: *unsafe* findings stop `serve` (unless allowed); *at risk* marks dashboards that
+//! share one IP bucket only because no token verifier is configured, which `serve` starts with
+//! and warns about (the built-in configuration is at risk until `[identity]` is set), and
+//! `check --fail-on-risk` fails on; *warnings* only inform.
 
 use super::traffic;
+#[cfg(doc)]
+use crate::config::identity::IdentityConfig;
 use crate::config::{Config, FleetConfig};
 use crate::identity::Credential;
 use crate::keys::KeyKind;
@@ -41,6 +51,9 @@ pub enum Status {
     Unloaded,
     Ok,
     Warning,
+    /// Dashboards keyed on the IP for want of a token verifier, more than their shared bucket
+    /// carries: refused once it runs dry, but `serve` still starts.
+    AtRisk,
     Unsafe,
 }
 
@@ -51,6 +64,7 @@ impl Status {
             Status::Unloaded => "guard",
             Status::Ok => "ok",
             Status::Warning => "warning",
+            Status::AtRisk => "AT RISK",
             Status::Unsafe => "UNSAFE",
         }
     }
@@ -91,6 +105,10 @@ pub struct Load {
     pub burst: Option<u64>,
     /// Whether the agents' heartbeat is among the requests.
     pub carries_heartbeat: bool,
+    /// The clients share one bucket only because no token verifier is configured: a
+    /// `user-or-ip` limiter falling back to the IP for dashboards (present only when `true`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ip_fallback: bool,
     /// Capacity over demand: refill over cadence, or budget over burst.
     pub headroom: f64,
     /// Longest run of refusals for a client of this workload, in seconds; `None` if unbounded.
@@ -114,6 +132,9 @@ pub struct LimiterCheck {
     pub loads: Vec<Load>,
     pub status: Status,
     pub reasons: Vec<String>,
+    /// The class of each reason, in step with `reasons` (a limiter can mix them).
+    #[serde(skip)]
+    pub reason_status: Vec<Status>,
 }
 
 impl LimiterCheck {
@@ -148,9 +169,27 @@ pub struct CheckReport {
     pub store: String,
     #[serde(serialize_with = "fleet_json")]
     pub fleet: FleetConfig,
+    /// The dashboard load and how dashboards are keyed.
+    pub dashboards: Dashboards,
     pub limiters: Vec<LimiterCheck>,
     pub unsafe_limiters: usize,
     pub warnings: usize,
+    /// Limiters at risk: dashboards sharing one IP bucket for want of a token verifier.
+    pub at_risk: usize,
+}
+
+/// What one analyst's dashboard sends, and whose bucket it lands in.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dashboards {
+    /// Requests an open dashboard sends every `dashboard_poll_seconds`: its page's widgets and
+    /// the notification bell ([`traffic::DASHBOARD_REQUESTS_PER_POLL`]).
+    pub requests_per_poll: u64,
+    /// The dashboard load of one analyst, requests per minute ([`traffic::dashboard_per_minute`]).
+    pub per_analyst_per_minute: f64,
+    /// Whether a token verifier is configured (`[identity]`): then each analyst is a verified
+    /// user with their own `user-or-ip` bucket; else the `analysts_per_nat` analysts behind one
+    /// NAT share its IP's bucket.
+    pub verified_users: bool,
 }
 
 impl CheckReport {
@@ -168,11 +207,26 @@ impl CheckReport {
         self.findings(Status::Warning)
     }
 
+    /// `limiter: reason` for every at-risk finding.
+    pub fn risk_lines(&self) -> Vec<String> {
+        self.findings(Status::AtRisk)
+    }
+
+    /// Whether any limiter is at risk.
+    pub fn is_at_risk(&self) -> bool {
+        self.at_risk > 0
+    }
+
     fn findings(&self, status: Status) -> Vec<String> {
         self.limiters
             .iter()
-            .filter(|l| l.status == status)
-            .flat_map(|l| l.reasons.iter().map(move |r| format!("{}: {r}", l.name)))
+            .flat_map(|l| {
+                l.reasons
+                    .iter()
+                    .zip(&l.reason_status)
+                    .filter(move |(_, s)| **s == status)
+                    .map(move |(r, _)| format!("{}: {r}", l.name))
+            })
             .collect()
     }
 }
@@ -190,12 +244,14 @@ fn fleet_json<S: serde::Serializer>(f: &FleetConfig, s: S) -> Result<S::Ok, S::E
 }
 
 /// One request of a workload: method, path, the credential it carries, whether it names an
-/// agent or a verified user (its own bucket under `ip+agent` or `user-or-ip`), its rate.
+/// agent or a verified user (its own bucket under `ip+agent` or `user-or-ip`), whether it
+/// carries a dashboard token that would name a user if a verifier were configured, its rate.
 struct Req {
     route: (&'static str, &'static str),
     credential: Credential,
     agent_id: bool,
     user: bool,
+    token: bool,
     /// Requests per minute per client (steady), or requests per client (burst).
     amount: f64,
 }
@@ -208,13 +264,16 @@ struct Spec {
     reqs: Vec<Req>,
 }
 
-fn workloads(f: &FleetConfig) -> Vec<Spec> {
+/// The declared workloads; `verified`: a token verifier is configured, so a dashboard's token
+/// names its analyst (without one it verifies as nothing and the request is anonymous).
+fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
     let per_min = |secs: u64| 60.0 / secs.max(1) as f64;
     let agent = |route, amount| Req {
         route,
         credential: Credential::None,
         agent_id: true,
         user: false,
+        token: false,
         amount,
     };
     let anon = |route, credential, amount| Req {
@@ -222,6 +281,7 @@ fn workloads(f: &FleetConfig) -> Vec<Spec> {
         credential,
         agent_id: false,
         user: false,
+        token: false,
         amount,
     };
     vec![
@@ -249,13 +309,22 @@ fn workloads(f: &FleetConfig) -> Vec<Spec> {
             workload: Workload::Dashboards,
             clients: f.analysts_per_nat,
             steady: true,
-            unit: "analyst",
+            unit: if verified {
+                "verified analyst"
+            } else {
+                "analyst"
+            },
             reqs: vec![Req {
                 route: traffic::DASHBOARD,
-                credential: Credential::VerifiedUser,
+                credential: if verified {
+                    Credential::VerifiedUser
+                } else {
+                    Credential::None
+                },
                 agent_id: false,
-                user: true,
-                amount: per_min(f.dashboard_poll_seconds),
+                user: verified,
+                token: true,
+                amount: traffic::dashboard_per_minute(f.dashboard_poll_seconds),
             }],
         },
         Spec {
@@ -286,7 +355,8 @@ fn sharers(key: KeyKind, req: &Req, clients: u64) -> u64 {
     }
 }
 
-fn fmt_rate(per_min: f64) -> String {
+/// A rate as `36/min` or `66.7/min`.
+pub(crate) fn fmt_rate(per_min: f64) -> String {
     if (per_min - per_min.round()).abs() < 0.05 {
         format!("{}/min", per_min.round() as u64)
     } else {
@@ -294,13 +364,24 @@ fn fmt_rate(per_min: f64) -> String {
     }
 }
 
+/// What one workload asks of one limiter's bucket, before it is judged.
+#[derive(Debug, Clone, Copy)]
+struct Demand {
+    amount: f64,
+    sharers: u64,
+    carries_heartbeat: bool,
+    /// Shared only because no verifier names the users (see [`Load::ip_fallback`]).
+    ip_fallback: bool,
+}
+
 /// Run the check on a configuration.
 pub fn check(cfg: &Config) -> CheckReport {
     let fleet = cfg.fleet.clone();
+    let verified = cfg.identity.verifies();
     let policy = Policy::new(cfg.limiters.clone());
-    // limiter name -> (workload -> (demand per bucket, sharers, carries heartbeat))
-    let mut demand: BTreeMap<String, BTreeMap<Workload, (f64, u64, bool)>> = BTreeMap::new();
-    let specs = workloads(&fleet);
+    // limiter name -> workload -> demand on one bucket
+    let mut demand: BTreeMap<String, BTreeMap<Workload, Demand>> = BTreeMap::new();
+    let specs = workloads(&fleet, verified);
     for spec in &specs {
         for req in &spec.reqs {
             let (method, path) = req.route;
@@ -310,10 +391,16 @@ pub fn check(cfg: &Config) -> CheckReport {
                     .entry(l.name.to_string())
                     .or_default()
                     .entry(spec.workload)
-                    .or_insert((0.0, n, false));
-                e.0 += req.amount * n as f64;
-                e.1 = e.1.max(n);
-                e.2 |= req.route == traffic::HEARTBEAT;
+                    .or_insert(Demand {
+                        amount: 0.0,
+                        sharers: n,
+                        carries_heartbeat: false,
+                        ip_fallback: false,
+                    });
+                e.amount += req.amount * n as f64;
+                e.sharers = e.sharers.max(n);
+                e.carries_heartbeat |= req.route == traffic::HEARTBEAT;
+                e.ip_fallback |= l.key == KeyKind::UserOrIp && req.token && !req.user && n > 1;
             }
         }
     }
@@ -333,21 +420,32 @@ pub fn check(cfg: &Config) -> CheckReport {
         .iter()
         .filter(|l| l.status == Status::Warning)
         .count();
+    let at_risk = limiters
+        .iter()
+        .filter(|l| l.status == Status::AtRisk)
+        .count();
     CheckReport {
         config: cfg.source.clone(),
         enabled: cfg.enabled,
         store: cfg.store.describe(),
+        dashboards: Dashboards {
+            requests_per_poll: traffic::DASHBOARD_REQUESTS_PER_POLL,
+            per_analyst_per_minute: traffic::dashboard_per_minute(fleet.dashboard_poll_seconds),
+            verified_users: verified,
+        },
         fleet,
         limiters,
         unsafe_limiters,
         warnings,
+        at_risk,
     }
 }
 
 /// A calibration [`admit`] lets in, with what the operator should hear about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admitted {
-    /// `limiter: reason` for every warning (thin headroom, shadow mode …).
+    /// `limiter: reason` for every warning (thin headroom, shadow mode …) and every at-risk
+    /// finding (dashboards keyed on the IP for want of `[identity]`), at-risk first.
     pub warnings: Vec<String>,
     /// `limiter: reason` for every unsafe finding let in because the operator allowed it.
     pub overridden: Vec<String>,
@@ -358,7 +456,7 @@ pub struct Admitted {
 pub struct Refusal {
     /// `limiter: reason` for every unsafe finding.
     pub problems: Vec<String>,
-    /// `limiter: reason` for every warning.
+    /// `limiter: reason` for every at-risk finding and every warning.
     pub warnings: Vec<String>,
 }
 
@@ -377,9 +475,10 @@ impl std::error::Error for Refusal {}
 
 /// The one admission rule, for start-up and every reload: a calibration with an unsafe finding
 /// is refused unless `allow_unsafe` (`--allow-unsafe-calibration`,
-/// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`). With limiting switched off nothing is
-/// enforced, so nothing can lock a client out and everything is admitted. Returns the findings;
-/// the caller says them.
+/// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`). At-risk findings are let in as warnings:
+/// the built-in configuration, with no `[identity]`, keys dashboards on the IP and must still
+/// start. With limiting switched off nothing is enforced, so nothing can lock a client out and
+/// everything is admitted. Returns the findings; the caller says them.
 pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
     if !cfg.enabled {
         return Ok(Admitted {
@@ -388,7 +487,8 @@ pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
         });
     }
     let report = check(cfg);
-    let warnings = report.warning_lines();
+    let mut warnings = report.risk_lines();
+    warnings.extend(report.warning_lines());
     let problems = report.problems();
     if problems.is_empty() || allow_unsafe {
         return Ok(Admitted {
@@ -439,7 +539,7 @@ fn judge(
     l: &LimiterSpec,
     fleet: &FleetConfig,
     specs: &[Spec],
-    loads: BTreeMap<Workload, (f64, u64, bool)>,
+    loads: BTreeMap<Workload, Demand>,
 ) -> LimiterCheck {
     let limit = l.quota.limit();
     let window = l.quota.window.as_secs_f64();
@@ -449,11 +549,17 @@ fn judge(
     let mut status = Status::Unloaded;
     let mut reasons = Vec::new();
     let mut out = Vec::new();
-    let raise = |s: &mut Status, to: Status, why: String, reasons: &mut Vec<String>| {
+    let raise = |s: &mut Status, to: Status, why: String, reasons: &mut Vec<(String, Status)>| {
         *s = (*s).max(to);
-        reasons.push(why);
+        reasons.push((why, to));
     };
-    for (workload, (amount, sharers, carries_heartbeat)) in loads {
+    for (workload, d) in loads {
+        let Demand {
+            amount,
+            sharers,
+            carries_heartbeat,
+            ip_fallback,
+        } = d;
         let Some(spec) = specs.iter().find(|s| s.workload == workload) else {
             continue;
         };
@@ -484,10 +590,33 @@ fn judge(
             };
             let describe = if sharers == 1 {
                 format!("{}: {} {per_bucket}", workload.label(), fmt_rate(amount))
+            } else if ip_fallback {
+                format!(
+                    "{}: {}, {sharers} {}s on one IP",
+                    workload.label(),
+                    fmt_rate(amount),
+                    spec.unit
+                )
             } else {
                 format!("{}: {}, {per_bucket}", workload.label(), fmt_rate(amount))
             };
-            if amount > refill_per_min {
+            // Each client on a bucket of its own would fit: only the missing verifier shares it.
+            let fits_alone = amount / sharers as f64 <= refill_per_min;
+            if amount > refill_per_min && ip_fallback && fits_alone {
+                raise(
+                    &mut status,
+                    Status::AtRisk,
+                    format!(
+                        "keyed on the IP: no token verifier is configured, so the {sharers} {unit}s behind one NAT share one bucket and ask {} of its refill of {} ({} each): their {label} will be refused once it runs dry. Configure [identity] (identity.jwks_url, identity.jwt_public_key_pem or identity.jwt_hs256_secret; FLEET_LIMITER_JWKS_URL, FLEET_LIMITER_JWT_PUBLIC_KEY_PEM or FLEET_LIMITER_JWT_HS256_SECRET) so each {unit} is a verified user with a budget of their own: docs/identity/",
+                        fmt_rate(amount),
+                        fmt_rate(refill_per_min),
+                        fmt_rate(amount / sharers as f64),
+                        unit = spec.unit,
+                        label = workload.label(),
+                    ),
+                    &mut reasons,
+                );
+            } else if amount > refill_per_min {
                 let what = if workload == Workload::AgentIdle {
                     "the agents' idle cadence"
                 } else {
@@ -548,6 +677,7 @@ fn judge(
                 per_minute: Some(amount),
                 burst: None,
                 carries_heartbeat,
+                ip_fallback,
                 headroom,
                 worst_refused_seconds: worst,
                 describe,
@@ -581,6 +711,7 @@ fn judge(
                 per_minute: None,
                 burst: Some(burst),
                 carries_heartbeat,
+                ip_fallback,
                 headroom,
                 worst_refused_seconds: Some(worst),
                 describe: if l.new_agents.is_some() && workload == Workload::AgentIdle {
@@ -595,15 +726,23 @@ fn judge(
     }
     let mode = l.mode.as_str();
     match l.mode {
-        Mode::Off => status = Status::Off,
-        Mode::Shadow if status == Status::Unsafe => {
+        Mode::Off => {
+            // Never consulted: nothing it would do is a finding.
+            status = Status::Off;
+            for (_, s) in &mut reasons {
+                *s = Status::Off;
+            }
+        }
+        Mode::Shadow if status >= Status::AtRisk => {
             status = Status::Warning;
-            for r in &mut reasons {
+            for (r, s) in &mut reasons {
                 *r = format!("in shadow mode, so not enforced; once enforced: {r}");
+                *s = Status::Warning;
             }
         }
         _ => {}
     }
+    let (reasons, reason_status) = reasons.into_iter().unzip();
     LimiterCheck {
         name: l.name.to_string(),
         limit,
@@ -615,6 +754,7 @@ fn judge(
         loads: out,
         status,
         reasons,
+        reason_status,
     }
 }
 
@@ -634,6 +774,19 @@ mod tests {
         r.limiters.iter().find(|l| l.name == name).unwrap()
     }
 
+    /// A complete `[identity]` block as the OIDC recipe gives it (loading it fetches nothing).
+    const OIDC: &[(&str, &str)] = &[
+        (
+            "FLEET_LIMITER_JWKS_URL",
+            "https://sso.example.com/realms/acme/protocol/openid-connect/certs",
+        ),
+        (
+            "FLEET_LIMITER_JWT_ISSUER",
+            "https://sso.example.com/realms/acme",
+        ),
+        ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard-api"),
+    ];
+
     #[test]
     fn default_calibration_is_safe_without_warnings() {
         let r = check(&Config::default());
@@ -645,6 +798,149 @@ mod tests {
         assert_eq!(agent.worst_refused(), Some(Some(2.0)));
         assert_eq!(line(&r, "enrollment").loads[0].burst, Some(250));
         assert_eq!(line(&r, "key-rotation").status, Status::Unloaded);
+    }
+
+    #[test]
+    fn one_dashboard_load_six_requests_every_ten_seconds() {
+        assert_eq!(traffic::DASHBOARD_REQUESTS_PER_POLL, 6);
+        assert_eq!(traffic::dashboard_per_minute(10), 36.0);
+        assert_eq!(traffic::dashboard_per_minute(15), 24.0);
+        assert_eq!(traffic::dashboard_per_minute(0), 360.0);
+        let r = check(&Config::default());
+        assert_eq!(r.dashboards.requests_per_poll, 6);
+        assert_eq!(r.dashboards.per_analyst_per_minute, 36.0);
+        let r = check(&load(OIDC));
+        assert_eq!(line(&r, "ui").loads[0].per_minute, Some(36.0));
+    }
+
+    #[test]
+    fn without_a_verifier_the_analysts_share_one_ip_bucket_at_risk() {
+        let cfg = Config::default();
+        assert!(!cfg.identity.verifies());
+        let r = check(&cfg);
+        assert!(!r.dashboards.verified_users);
+        let ui = line(&r, "ui");
+        assert_eq!(ui.status, Status::AtRisk);
+        let load = &ui.loads[0];
+        assert_eq!(load.workload, Workload::Dashboards);
+        assert_eq!((load.sharers, load.per_minute), (20, Some(720.0)));
+        assert!(load.ip_fallback);
+        assert_eq!(load.describe, "dashboards: 720/min, 20 analysts on one IP");
+        // At risk, not unsafe: the report is safe, and `serve` admits it with a warning.
+        assert!(r.is_safe() && r.is_at_risk());
+        assert_eq!((r.unsafe_limiters, r.at_risk, r.warnings), (0, 1, 0));
+        let risks = r.risk_lines();
+        assert_eq!(risks.len(), 1, "{risks:?}");
+        for needle in [
+            "ui: keyed on the IP: no token verifier is configured",
+            "the 20 analysts behind one NAT share one bucket and ask 720/min of its refill of 66.7/min (36/min each)",
+            "[identity]",
+            "FLEET_LIMITER_JWKS_URL",
+            "docs/identity/",
+        ] {
+            assert!(risks[0].contains(needle), "{needle}: {}", risks[0]);
+        }
+        let admitted = admit(&cfg, false).unwrap();
+        assert_eq!(admitted.warnings, risks);
+        assert!(admitted.overridden.is_empty());
+        // JSON: the verdict and the flag are additions beside the existing fields.
+        let v: serde_json::Value =
+            serde_json::from_str(&crate::calibration::report::json(&r)).unwrap();
+        assert_eq!(v["at_risk"], 1);
+        assert_eq!(v["unsafe_limiters"], 0);
+        assert_eq!(v["dashboards"]["verified_users"], false);
+        let ui = v["limiters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == "ui")
+            .unwrap();
+        assert_eq!(ui["status"], "at-risk");
+        assert_eq!(ui["loads"][0]["ip_fallback"], true);
+    }
+
+    #[test]
+    fn with_a_verifier_each_analyst_has_their_own_bucket() {
+        let cfg = load(OIDC);
+        assert!(cfg.identity.verifies());
+        let r = check(&cfg);
+        assert!(r.dashboards.verified_users);
+        let ui = line(&r, "ui");
+        assert_eq!(ui.status, Status::Ok);
+        let load = &ui.loads[0];
+        assert_eq!((load.sharers, load.per_minute), (1, Some(36.0)));
+        assert!(!load.ip_fallback);
+        assert_eq!(load.describe, "dashboards: 36/min per verified analyst");
+        assert!(!r.is_at_risk() && r.is_safe());
+        assert_eq!(r.warnings, 0, "{:?}", r.warning_lines());
+        assert!(admit(&cfg, false).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_dashboard_its_own_bucket_cannot_carry_is_unsafe_either_way() {
+        // One analyst alone asks 360/min of a refill of 40/min: a verifier would not help.
+        let slow = [
+            ("FLEET_LIMITER_DASHBOARD_POLL_SECONDS", "1"),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "600"),
+        ];
+        let r = check(&load(&slow));
+        assert_eq!(line(&r, "ui").status, Status::Unsafe);
+        assert!(!r.is_at_risk());
+        let with_oidc: Vec<_> = slow.iter().chain(OIDC).copied().collect();
+        let r = check(&load(&with_oidc));
+        assert_eq!(line(&r, "ui").status, Status::Unsafe);
+        assert!(
+            r.problems()[0].contains("slower than the declared cadence of 360/min"),
+            "{:?}",
+            r.problems()
+        );
+    }
+
+    #[test]
+    fn ip_keyed_dashboards_that_fit_or_are_not_enforced_are_not_at_risk() {
+        // One analyst per NAT shares with nobody.
+        let r = check(&load(&[("FLEET_LIMITER_ANALYSTS_PER_NAT", "1")]));
+        assert_eq!(line(&r, "ui").status, Status::Ok);
+        // A budget the whole NAT fits in.
+        let r = check(&load(&[("FLEET_LIMITER_LIMITER_UI_LIMIT", "11000")]));
+        assert_eq!(line(&r, "ui").status, Status::Ok);
+        assert!(line(&r, "ui").loads[0].ip_fallback);
+        // Shadow mode only warns; off is never consulted.
+        let r = check(&load(&[("FLEET_LIMITER_LIMITER_UI_MODE", "shadow")]));
+        let ui = line(&r, "ui");
+        assert_eq!(ui.status, Status::Warning);
+        assert!(ui.reasons[0]
+            .starts_with("in shadow mode, so not enforced; once enforced: keyed on the IP"));
+        assert_eq!((r.at_risk, r.warnings), (0, 1));
+        let r = check(&load(&[("FLEET_LIMITER_LIMITER_UI_MODE", "off")]));
+        assert_eq!(line(&r, "ui").status, Status::Off);
+        assert!(r.risk_lines().is_empty() && r.problems().is_empty());
+    }
+
+    #[test]
+    fn an_unsafe_limiter_keeps_its_at_risk_reason_apart() {
+        // ui both at risk (shared IP) and unsafe (the CLI's device flow on the same limiter).
+        let r = check(&load(&[
+            ("FLEET_LIMITER_LIMITER_UI_ROUTES", "/api/**"),
+            ("FLEET_LIMITER_LIMITER_UI_EXCEPT", "/api/agent/**"),
+            ("FLEET_LIMITER_LIMITER_UI_KEY", "user-or-ip"),
+            ("FLEET_LIMITER_LIMITER_UI_LIMIT", "10"),
+            ("FLEET_LIMITER_LIMITER_UI_WINDOW", "1m"),
+            ("FLEET_LIMITER_ANALYSTS_PER_NAT", "2"),
+            ("FLEET_LIMITER_DASHBOARD_POLL_SECONDS", "60"),
+        ]));
+        let ui = line(&r, "ui");
+        assert_eq!(ui.status, Status::Unsafe, "{:?}", ui.reasons);
+        assert!(
+            r.risk_lines().iter().all(|l| l.contains("keyed on the IP")),
+            "{:?}",
+            r.risk_lines()
+        );
+        assert!(
+            r.problems().iter().all(|l| !l.contains("keyed on the IP")),
+            "{:?}",
+            r.problems()
+        );
     }
 
     #[test]

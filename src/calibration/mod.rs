@@ -17,9 +17,14 @@ use report::Format;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// `fleet-limiter check`: print the report; exit 0 when safe (warnings included), 1 when a
-/// limiter is unsafe, 2 when the configuration cannot be loaded.
+/// `fleet-limiter check`: print the report; exit 0 when safe (warnings and at-risk findings
+/// included), 1 when a limiter is unsafe, 2 when the configuration cannot be loaded.
 pub fn run_check(loader: Loader, format: Format) -> ExitCode {
+    run_check_with(loader, format, false)
+}
+
+/// [`run_check`]; with `fail_on_risk` (`check --fail-on-risk`) an at-risk limiter exits 1 too.
+pub fn run_check_with(loader: Loader, format: Format, fail_on_risk: bool) -> ExitCode {
     let cfg = match loader.load() {
         Ok(c) => c,
         Err(e) => {
@@ -32,17 +37,20 @@ pub fn run_check(loader: Loader, format: Format) -> ExitCode {
         Format::Table => crate::log_sink::print(&report::check_table(&r)),
         Format::Json => crate::log_sink::print(&report::json(&r)),
     }
-    if r.is_safe() {
-        ExitCode::SUCCESS
-    } else {
-        // The table already lists every finding; JSON on stdout is for programs, so a person
-        // reading the terminal gets the reasons on stderr.
-        if format == Format::Json {
-            for p in r.problems() {
-                crate::log_sink::eprint_line(format!("unsafe: {p}"));
-            }
+    // The table already lists every finding; JSON on stdout is for programs, so a person
+    // reading the terminal gets the reasons on stderr.
+    if format == Format::Json {
+        for p in r.problems() {
+            crate::log_sink::eprint_line(format!("unsafe: {p}"));
         }
+        for p in r.risk_lines() {
+            crate::log_sink::eprint_line(format!("at risk: {p}"));
+        }
+    }
+    if !r.is_safe() || (fail_on_risk && r.is_at_risk()) {
         ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 
@@ -189,6 +197,20 @@ pub mod traffic {
     pub const ENROLL: (&str, &str) = ("POST", "/api/agent/enroll");
     /// A dashboard page polling the API.
     pub const DASHBOARD: (&str, &str) = ("GET", "/api/tasks");
+    /// Widgets an open dashboard page refreshes on every poll, one request each: the agent or
+    /// task list, its counters and the analytics panels beside it (the page's first load fans
+    /// out wider, across thirty-odd endpoints, and is a one-off burst).
+    pub const DASHBOARD_WIDGETS_PER_PAGE: u64 = 5;
+    /// Requests one open dashboard sends every `fleet.dashboard_poll_seconds`: its page's
+    /// widgets and the notification bell.
+    pub const DASHBOARD_REQUESTS_PER_POLL: u64 = DASHBOARD_WIDGETS_PER_PAGE + 1;
+
+    /// The dashboard load: requests per minute one analyst's open dashboard sends,
+    /// [`DASHBOARD_REQUESTS_PER_POLL`] every `dashboard_poll_seconds` (6 every 10 s: 36 a
+    /// minute). `check` and `simulate` both use it, and docs/calibration.md states it.
+    pub fn dashboard_per_minute(dashboard_poll_seconds: u64) -> f64 {
+        DASHBOARD_REQUESTS_PER_POLL as f64 * 60.0 / dashboard_poll_seconds.max(1) as f64
+    }
     /// A CLI polling the device-authorisation token endpoint while its user logs in.
     pub const DEVICE_POLL: (&str, &str) = ("POST", "/api/cli/auth/device/token");
     /// How often a CLI polls during the device flow: the default `interval` of RFC 8628.

@@ -732,9 +732,10 @@ fn analysts(o: &mut String, a: &AnalystsReport, y: f64) -> f64 {
     }
     let _ = writeln!(
         o,
-        r##"<text x="{LEFT}" y="{:.1}" fill="{GREY}">{} dashboards polling every {}s for {}, in two separate runs, each on its own axis from 0. Green admitted, red refused.</text>"##,
+        r##"<text x="{LEFT}" y="{:.1}" fill="{GREY}">{} dashboards sending {} requests every {}s for {}, in two separate runs, each on its own axis from 0. Green admitted, red refused.</text>"##,
         y + 18.0,
         a.analysts,
+        a.requests_per_poll,
         a.poll_seconds,
         fmt_secs(a.duration_seconds as f64)
     );

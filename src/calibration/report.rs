@@ -1,6 +1,6 @@
 //! Rendering `check` and `simulate` reports: a table for a terminal, or JSON.
 
-use super::check::{CheckReport, LimiterCheck, Status};
+use super::check::{fmt_rate, CheckReport, LimiterCheck, Status};
 use super::fmt_secs;
 use super::simulate::{
     fleet as fleet_consts, rollout as rollout_consts, ScenarioReport, SimulationReport,
@@ -57,6 +57,26 @@ pub fn check_table(r: &CheckReport) -> String {
         f.dashboard_poll_seconds,
         super::traffic::DEVICE_POLL_SECONDS
     );
+    let d = &r.dashboards;
+    let _ = writeln!(
+        o,
+        "Dashboards: {} requests per poll ({} widgets and the notification bell), {} per analyst;",
+        d.requests_per_poll,
+        super::traffic::DASHBOARD_WIDGETS_PER_PAGE,
+        fmt_rate(d.per_analyst_per_minute)
+    );
+    if d.verified_users {
+        let _ = writeln!(
+            o,
+            "            verified users ([identity] is configured): each analyst has a budget of their own."
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "            keyed on the IP (no [identity] token verifier): the {} analysts behind one NAT share one bucket.",
+            f.analysts_per_nat
+        );
+    }
     if !r.enabled {
         let _ = writeln!(
             o,
@@ -140,22 +160,29 @@ pub fn check_table(r: &CheckReport) -> String {
     if !findings.is_empty() {
         let _ = writeln!(o);
         for l in findings {
-            for reason in &l.reasons {
-                let tag = if l.status == Status::Unsafe {
-                    "unsafe"
-                } else {
-                    "warning"
+            for (reason, status) in l.reasons.iter().zip(&l.reason_status) {
+                let tag = match status {
+                    Status::Unsafe => "unsafe",
+                    Status::AtRisk => "at risk",
+                    _ => "warning",
                 };
                 let _ = writeln!(o, "{tag}: {}: {reason}", l.name);
             }
         }
     }
+    let verdict = if !r.is_safe() {
+        "UNSAFE"
+    } else if r.is_at_risk() {
+        "at risk"
+    } else {
+        "safe"
+    };
     let _ = writeln!(o);
     let _ = writeln!(
         o,
-        "{}: {} unsafe, {} warning(s).\nWORST RUN: the longest a client of that cadence is refused in a row once its bucket is empty.",
-        if r.is_safe() { "safe" } else { "UNSAFE" },
+        "{verdict}: {} unsafe, {} at risk, {} warning(s).\nWORST RUN: the longest a client of that cadence is refused in a row once its bucket is empty.",
         r.unsafe_limiters,
+        r.at_risk,
         r.warnings
     );
     o
@@ -253,9 +280,11 @@ pub fn simulate_table(r: &SimulationReport) -> String {
             ScenarioReport::Analysts(a) => {
                 let _ = writeln!(
                     o,
-                    "analysts  {} dashboards behind one NAT polling every {}s for {}, ignoring Retry-After",
+                    "analysts  {} dashboards behind one NAT, each sending {} requests every {}s ({}) for {}, ignoring Retry-After",
                     a.analysts,
+                    a.requests_per_poll,
                     a.poll_seconds,
+                    fmt_rate(super::traffic::dashboard_per_minute(a.poll_seconds)),
                     fmt_secs(a.duration_seconds as f64)
                 );
                 let _ = writeln!(

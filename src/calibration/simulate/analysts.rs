@@ -1,9 +1,11 @@
 //! `analysts`: a site's analysts behind one NAT, each with a dashboard open that polls the API
-//! every `dashboard_poll_seconds`, run twice: with verified dashboard tokens (each analyst is a
-//! `user:<id>` principal) and without (every dashboard falls back to the NAT's IP).
+//! every `dashboard_poll_seconds`, each poll [`traffic::DASHBOARD_REQUESTS_PER_POLL`] requests
+//! at once (the page's widgets and the notification bell: the dashboard load `check` uses,
+//! [`traffic::dashboard_per_minute`]), run twice: with verified dashboard tokens (each analyst
+//! is a `user:<id>` principal) and without (every dashboard falls back to the NAT's IP).
 //!
-//! Dashboards poll on a timer and do not read `Retry-After`: a refused poll is a blank widget
-//! until the next tick. Verified tokens are issued and checked by [`super::SimVerifier`], which
+//! Dashboards poll on a timer and do not read `Retry-After`: a refused request is a blank
+//! widget until the next tick. Verified tokens are issued and checked by [`super::SimVerifier`], which
 //! stands for a configured verifier.
 
 use super::{ip, Answer, Queue, Req, Rng, Series, Sim, NS, SIM_TOKEN_PREFIX, SITE_NAT};
@@ -27,6 +29,8 @@ pub struct AnalystsReport {
     pub scenario: &'static str,
     pub analysts: u64,
     pub poll_seconds: u64,
+    /// Requests each dashboard sends per poll: its widgets and the notification bell.
+    pub requests_per_poll: u64,
     pub duration_seconds: u64,
     /// How the tokens were verified: a simulator verifier that accepts exactly the tokens the
     /// scenario issues, standing for a configured verifier and verified users.
@@ -68,8 +72,11 @@ async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
             agent_id: None,
             bearer: token.as_deref(),
         };
-        if let Answer::Refused { .. } = sim.send(t, &req).await {
-            refused[i] += 1;
+        // One poll: every widget of the page and the bell, together.
+        for _ in 0..traffic::DASHBOARD_REQUESTS_PER_POLL {
+            if let Answer::Refused { .. } = sim.send(t, &req).await {
+                refused[i] += 1;
+            }
         }
         q.push(t + every, Ev(i));
     }
@@ -89,6 +96,7 @@ pub async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
         scenario: "analysts",
         analysts: cfg.fleet.analysts_per_nat,
         poll_seconds: cfg.fleet.dashboard_poll_seconds,
+        requests_per_poll: traffic::DASHBOARD_REQUESTS_PER_POLL,
         duration_seconds: DURATION_SECONDS,
         token_verification: "simulated: the tokens the scenario issues verify as their analyst",
         requests: with.requests,
