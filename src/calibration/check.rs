@@ -505,8 +505,8 @@ fn new_agent_rules(
     r: Remember,
     fleet: &FleetConfig,
     status: &mut Status,
-    reasons: &mut Vec<String>,
-    raise: &impl Fn(&mut Status, Status, String, &mut Vec<String>),
+    reasons: &mut Vec<(String, Status)>,
+    raise: &impl Fn(&mut Status, Status, String, &mut Vec<(String, Status)>),
 ) {
     if u64::from(r.max_known) < fleet.max_site_endpoints {
         raise(
