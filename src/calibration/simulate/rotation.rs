@@ -38,7 +38,7 @@ pub struct RotationReport {
     pub rotating_admitted: u64,
     /// The most new agent ids the `agent-ip` ceiling lets one IP mint over the flood: its burst
     /// plus its refill over the flood's length (`None` when no `agent-ip` limiter is
-    /// configured, or it meters requests).
+    /// configured, it is off, or it meters requests).
     pub ceiling_allows: Option<u64>,
     /// The site's heartbeats and the rotating client, admitted per bin, for the plot.
     #[serde(skip)]
@@ -62,6 +62,9 @@ fn ceiling_allows(cfg: &Config, flood_ns: Nanos) -> Option<u64> {
         .iter()
         .find(|l| &*l.name == crate::config::AGENT_IP)?;
     l.new_agents?;
+    if l.mode == crate::policy::Mode::Off {
+        return None;
+    }
     let window = u64::try_from(l.quota.window.as_nanos()).ok()?.max(1);
     let limit = u64::from(l.quota.limit());
     Some(limit + (u128::from(limit) * u128::from(flood_ns) / u128::from(window)) as u64)
