@@ -133,7 +133,8 @@ builtin_limiters() {
 # config FILE LIMIT WINDOW: raise (or drop) the budgets that meter a heartbeat.
 write_config() {
   local file=$1 limit=$2 window=$3 name
-  : >"$file"
+  # A site as large as the load script's 1 000 agents, so the agent-ip ceiling knows them all.
+  printf '[fleet]\nmax_site_endpoints = 1000\n\n' >"$file"
   for name in agent-device agent-ip; do
     if builtin_limiters | grep -qx "$name"; then
       printf '[limiters.%s]\nlimit = %s\nwindow = "%s"\n\n' "$name" "$limit" "$window" >>"$file"

@@ -37,9 +37,25 @@ pub enum Seen {
 }
 
 /// The ids one IP has, for one limiter: digest -> expiry.
-#[derive(Default)]
 struct Ip {
     agents: HashMap<u64, Nanos, BuildHasherDefault<Prehashed>>,
+    /// No id expires before this (a lower bound: renewals only move expiries later). A full IP
+    /// is swept only once it has passed, so a flood of new ids at a full IP costs a lookup
+    /// each, not a pass over every id.
+    earliest: Nanos,
+}
+
+impl Ip {
+    /// Drop the expired ids; returns how many were dropped.
+    fn sweep(&mut self, now: Nanos) -> usize {
+        if now < self.earliest {
+            return 0;
+        }
+        let before = self.agents.len();
+        self.agents.retain(|_, u| *u > now);
+        self.earliest = self.agents.values().copied().min().unwrap_or(Nanos::MAX);
+        before - self.agents.len()
+    }
 }
 
 /// Digests are already uniform: the table uses them as they are.
@@ -152,9 +168,7 @@ impl KnownAgents {
                 return;
             }
             if ip.agents.len() >= max_known {
-                let before = ip.agents.len();
-                ip.agents.retain(|_, u| *u > now);
-                shard.held -= before - ip.agents.len();
+                shard.held -= ip.sweep(now);
                 if ip.agents.len() >= max_known {
                     self.not_remembered.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -168,12 +182,12 @@ impl KnownAgents {
                 return;
             }
         }
-        shard
-            .ips
-            .entry(at.ip)
-            .or_default()
-            .agents
-            .insert(at.agent, until);
+        let ip = shard.ips.entry(at.ip).or_insert_with(|| Ip {
+            agents: HashMap::default(),
+            earliest: Nanos::MAX,
+        });
+        ip.earliest = ip.earliest.min(until);
+        ip.agents.insert(at.agent, until);
         shard.held += 1;
     }
 
@@ -192,7 +206,7 @@ impl KnownAgents {
 fn sweep(shard: &mut Shard, now: Nanos) {
     let mut held = 0;
     shard.ips.retain(|_, ip| {
-        ip.agents.retain(|_, u| *u > now);
+        ip.sweep(now);
         held += ip.agents.len();
         !ip.agents.is_empty()
     });
@@ -246,6 +260,30 @@ mod tests {
         t.admitted(sixth, 61 * S, 60 * S, 5);
         assert_eq!(t.seen(sixth, 62 * S), Seen::Known);
         assert_eq!(t.held(), 2);
+    }
+
+    #[test]
+    fn a_full_ip_is_not_swept_again_before_its_earliest_id_expires() {
+        let t = KnownAgents::new(100_000);
+        for i in 0..3 {
+            t.admitted(t.at("l", "ip", &format!("a{i}")), i * S, 60 * S, 3);
+        }
+        let shard = |t: &KnownAgents| {
+            let at = t.at("l", "ip", "x");
+            let g = t.shard(at).lock();
+            g.ips.get(&at.ip).map(|ip| ip.earliest)
+        };
+        assert_eq!(shard(&t), Some(60 * S));
+        // Renewing the earliest id leaves the bound where it was (a lower bound).
+        t.admitted(t.at("l", "ip", "a0"), 10 * S, 60 * S, 3);
+        for n in 0..1000 {
+            t.admitted(t.at("l", "ip", &format!("new{n}")), 20 * S, 60 * S, 3);
+        }
+        assert_eq!(t.not_remembered(), 1000);
+        // At 61 s the bound has passed: one sweep finds a1 (expired at 61 s) and makes room.
+        t.admitted(t.at("l", "ip", "late"), 61 * S, 60 * S, 3);
+        assert_eq!(t.seen(t.at("l", "ip", "late"), 62 * S), Seen::Known);
+        assert_eq!(shard(&t), Some(62 * S), "a2 expires next");
     }
 
     #[test]
