@@ -123,20 +123,20 @@ impl KnownAgents {
         }
     }
 
-    fn hash(&self, parts: &[&[u8]]) -> u64 {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        for p in parts {
-            h.write(p);
-            h.write_u8(0);
-        }
-        h.finish()
-    }
-
-    /// The place of `agent` at `ip` for `limiter`.
+    /// The place of `agent` at `ip` for `limiter`: one SipHash pass over `limiter NUL ip NUL`,
+    /// finished there for the IP, and carried on over `agent` for the id.
     pub fn at(&self, limiter: &str, ip: &str, agent: &str) -> AgentAt {
-        let ip = self.hash(&[limiter.as_bytes(), ip.as_bytes()]);
-        let agent = self.hash(&[ip.to_le_bytes().as_slice(), agent.as_bytes()]);
-        AgentAt { ip, agent }
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        h.write(limiter.as_bytes());
+        h.write_u8(0);
+        h.write(ip.as_bytes());
+        h.write_u8(0);
+        let ip = h.finish();
+        h.write(agent.as_bytes());
+        AgentAt {
+            ip,
+            agent: h.finish(),
+        }
     }
 
     fn shard(&self, at: AgentAt) -> &Mutex<Shard> {

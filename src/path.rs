@@ -207,13 +207,40 @@ fn is_unreserved(b: u8) -> bool {
 
 /// Characters that stand for themselves in a canonical segment, sent raw: unreserved, the
 /// sub-delimiters but `;`, `:` and `@` (RFC 3986 `pchar`).
+#[inline]
 fn is_literal(b: u8) -> bool {
-    is_unreserved(b)
-        || matches!(
-            b,
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b'=' | b':' | b'@'
-        )
+    LITERAL[b as usize]
 }
+
+/// [`is_literal`] for every byte, made at compile time: one load per byte of every path.
+static LITERAL: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        t[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b'='
+                    | b':'
+                    | b'@'
+            );
+        i += 1;
+    }
+    t
+};
 
 /// Whether [`canonicalize`] would return `path` unchanged; one pass over the bytes, since this
 /// runs on every request. Conservative: `false` only sends a path to the full parser.
@@ -472,6 +499,28 @@ mod tests {
         Class::ALL
             .into_iter()
             .fold(PathRules::STRICT, PathRules::allowing)
+    }
+
+    #[test]
+    fn the_literal_table_is_the_definition() {
+        for b in 0..=255u8 {
+            let by_definition = is_unreserved(b)
+                || matches!(
+                    b,
+                    b'!' | b'$'
+                        | b'&'
+                        | b'\''
+                        | b'('
+                        | b')'
+                        | b'*'
+                        | b'+'
+                        | b','
+                        | b'='
+                        | b':'
+                        | b'@'
+                );
+            assert_eq!(is_literal(b), by_definition, "byte {b}");
+        }
     }
 
     #[test]

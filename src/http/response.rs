@@ -174,34 +174,50 @@ fn render(outcome: &Outcome, mut out: impl FnMut(HeaderName, HeaderValue)) {
         return;
     }
     out(LIMIT_HEADER_NAMES[0].clone(), policy_value(outcome));
-    let mut buf = BytesMut::with_capacity(24 * outcome.results.len() + 32);
-    let mut ends = [0usize; 4];
-    let mut num = itoa::Buffer::new();
+    let mut buf = BytesMut::with_capacity(24 * outcome.results.len());
     write_items(&mut buf, decided(), [b";r=", b";t="], |r| {
         [
             Some(u64::from(r.verdict.remaining)),
             more_quota_after_secs(&r.spec.quota, &r.verdict),
         ]
     });
-    ends[0] = buf.len();
-    let mut count = 1;
+    if let Ok(v) = HeaderValue::from_maybe_shared(buf.freeze()) {
+        out(LIMIT_HEADER_NAMES[1].clone(), v);
+    }
     if let Some(t) = outcome.tightest() {
-        buf.extend_from_slice(num.format(t.verdict.limit).as_bytes());
-        ends[1] = buf.len();
-        buf.extend_from_slice(num.format(t.verdict.remaining).as_bytes());
-        ends[2] = buf.len();
-        buf.extend_from_slice(num.format(ceil_secs(t.verdict.reset_after_ns)).as_bytes());
-        ends[3] = buf.len();
-        count = 4;
-    }
-    let all = buf.freeze();
-    let mut start = 0;
-    for (name, end) in LIMIT_HEADER_NAMES[1..=count].iter().zip(ends) {
-        if let Ok(v) = HeaderValue::from_maybe_shared(all.slice(start..end)) {
-            out(name.clone(), v);
+        let reset = ceil_secs(t.verdict.reset_after_ns);
+        for (name, n) in LIMIT_HEADER_NAMES[2..].iter().zip([
+            u64::from(t.verdict.limit),
+            u64::from(t.verdict.remaining),
+            reset,
+        ]) {
+            out(name.clone(), number(n));
         }
-        start = end;
     }
+}
+
+/// Numbers below this are written once per process and shared by every response.
+const SMALL_NUMBERS: u64 = 4096;
+
+/// A number as a header value: one made once per process for the small numbers most limit
+/// headers carry (a budget, what is left of it, a wait in seconds), a fresh one otherwise.
+fn number(n: u64) -> HeaderValue {
+    static SMALL: std::sync::OnceLock<Box<[HeaderValue]>> = std::sync::OnceLock::new();
+    if n < SMALL_NUMBERS {
+        let table = SMALL.get_or_init(|| {
+            (0..SMALL_NUMBERS)
+                .map(|i| {
+                    // Leaked once: 4 096 short strings, so each clone is a copy of a pointer.
+                    let s: &'static str = Box::leak(i.to_string().into_boxed_str());
+                    HeaderValue::from_static(s)
+                })
+                .collect()
+        });
+        if let Some(v) = table.get(n as usize) {
+            return v.clone();
+        }
+    }
+    HeaderValue::from(n)
 }
 
 /// The limiters a `RateLimit-Policy` value names, and the value.
