@@ -67,6 +67,38 @@ fn policy_state_and_tightest_headers() {
     );
 }
 
+/// Numbers past the table of small ones (a budget of millions, a wait of hours) are written
+/// out in full, beside small ones from the table, in the same response.
+#[test]
+fn large_and_small_numbers_render_alike() {
+    let cfg = fleet_limiter::config::Loader::new()
+        .env([(
+            "FLEET_LIMITER_LIMITER_UI_LIMIT".to_owned(),
+            "5000000".to_owned(),
+        )])
+        .load()
+        .expect("config");
+    let policy = Policy::new(cfg.limiters);
+    for (remaining, reset_ns, want) in [
+        (4_999_999, 7_200_000_000_000, ["5000000", "4999999", "7200"]),
+        (4095, 4_095_000_000_000, ["5000000", "4095", "4095"]),
+        (4096, 1, ["5000000", "4096", "1"]),
+        (0, 0, ["5000000", "0", "0"]),
+    ] {
+        let outcome = Outcome {
+            client_ip: None,
+            results: vec![result(&policy, "ui", remaining, reset_ns, false)],
+            store_error: None,
+        };
+        let numbers: Vec<String> = limit_headers(&outcome)
+            .into_iter()
+            .filter(|(n, _)| n.as_str().starts_with("x-ratelimit-"))
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(numbers, want, "remaining {remaining}, reset {reset_ns} ns");
+    }
+}
+
 #[test]
 fn no_headers_when_every_limiter_failed_to_decide() {
     let policy = Policy::new(Config::default().limiters);

@@ -174,50 +174,73 @@ fn render(outcome: &Outcome, mut out: impl FnMut(HeaderName, HeaderValue)) {
         return;
     }
     out(LIMIT_HEADER_NAMES[0].clone(), policy_value(outcome));
-    let mut buf = BytesMut::with_capacity(24 * outcome.results.len());
+    // One buffer for the `RateLimit` value and any number too large for the table below, each
+    // header value a slice of it.
+    let mut buf = BytesMut::with_capacity(24 * outcome.results.len() + 32);
     write_items(&mut buf, decided(), [b";r=", b";t="], |r| {
         [
             Some(u64::from(r.verdict.remaining)),
             more_quota_after_secs(&r.spec.quota, &r.verdict),
         ]
     });
-    if let Ok(v) = HeaderValue::from_maybe_shared(buf.freeze()) {
-        out(LIMIT_HEADER_NAMES[1].clone(), v);
-    }
+    let rate_end = buf.len();
+    let mut numbers: [Option<Result<HeaderValue, (usize, usize)>>; 3] = [None, None, None];
     if let Some(t) = outcome.tightest() {
-        let reset = ceil_secs(t.verdict.reset_after_ns);
-        for (name, n) in LIMIT_HEADER_NAMES[2..].iter().zip([
+        let mut digits = itoa::Buffer::new();
+        let values = [
             u64::from(t.verdict.limit),
             u64::from(t.verdict.remaining),
-            reset,
-        ]) {
-            out(name.clone(), number(n));
+            ceil_secs(t.verdict.reset_after_ns),
+        ];
+        for (slot, n) in numbers.iter_mut().zip(values) {
+            *slot = Some(match small_number(n) {
+                Some(v) => Ok(v),
+                None => {
+                    let start = buf.len();
+                    buf.extend_from_slice(digits.format(n).as_bytes());
+                    Err((start, buf.len()))
+                }
+            });
         }
+    }
+    let all = buf.freeze();
+    if let Ok(v) = HeaderValue::from_maybe_shared(all.slice(..rate_end)) {
+        out(LIMIT_HEADER_NAMES[1].clone(), v);
+    }
+    for (name, n) in LIMIT_HEADER_NAMES[2..].iter().zip(numbers) {
+        let v = match n {
+            None => continue,
+            Some(Ok(v)) => v,
+            Some(Err((a, b))) => match HeaderValue::from_maybe_shared(all.slice(a..b)) {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
+        };
+        out(name.clone(), v);
     }
 }
 
 /// Numbers below this are written once per process and shared by every response.
 const SMALL_NUMBERS: u64 = 4096;
 
-/// A number as a header value: one made once per process for the small numbers most limit
-/// headers carry (a budget, what is left of it, a wait in seconds), a fresh one otherwise.
-fn number(n: u64) -> HeaderValue {
+/// A small number as a header value made once per process (the numbers most limit headers
+/// carry: a budget, what is left of it, a wait in seconds), shared by every response that
+/// sends it; `None` from [`SMALL_NUMBERS`] up.
+fn small_number(n: u64) -> Option<HeaderValue> {
     static SMALL: std::sync::OnceLock<Box<[HeaderValue]>> = std::sync::OnceLock::new();
-    if n < SMALL_NUMBERS {
-        let table = SMALL.get_or_init(|| {
-            (0..SMALL_NUMBERS)
-                .map(|i| {
-                    // Leaked once: 4 096 short strings, so each clone is a copy of a pointer.
-                    let s: &'static str = Box::leak(i.to_string().into_boxed_str());
-                    HeaderValue::from_static(s)
-                })
-                .collect()
-        });
-        if let Some(v) = table.get(n as usize) {
-            return v.clone();
-        }
+    if n >= SMALL_NUMBERS {
+        return None;
     }
-    HeaderValue::from(n)
+    let table = SMALL.get_or_init(|| {
+        (0..SMALL_NUMBERS)
+            .map(|i| {
+                // Leaked once: 4 096 short strings, so each clone is a copy of a pointer.
+                let s: &'static str = Box::leak(i.to_string().into_boxed_str());
+                HeaderValue::from_static(s)
+            })
+            .collect()
+    });
+    table.get(n as usize).cloned()
 }
 
 /// The limiters a `RateLimit-Policy` value names, and the value.
