@@ -8,10 +8,10 @@ use crate::config::Config;
 use crate::identity::{self, Identity, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
 use crate::limiter::{ceil_secs, Verdict};
-use crate::metrics::{LimiterMeter, Metrics};
+use crate::metrics::{GiveBackResult, LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy};
-use crate::store::{Check, Store, StoreError};
+use crate::store::{Check, GiveBack, Store, StoreError};
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 use std::net::IpAddr;
@@ -86,8 +86,14 @@ impl Outcome {
     }
 }
 
+/// Most give-backs under way at once per decider. Beyond it a give-back is dropped (the request
+/// stays counted) and counted as `dropped`, so a flood of answers never queues without bound.
+pub const MAX_GIVE_BACKS_IN_FLIGHT: usize = 4096;
+
 /// The limiter with no HTTP: configuration, store and verifier.
 pub struct Decider {
+    /// Give-backs under way (see [`MAX_GIVE_BACKS_IN_FLIGHT`]).
+    give_backs: Arc<std::sync::atomic::AtomicUsize>,
     state: RwLock<Arc<Settings>>,
     store: Arc<dyn Store>,
     /// How the store wants its bucket names digested.
@@ -130,6 +136,7 @@ impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
         let metrics = Arc::new(Metrics::for_store(store.clone()));
         Self {
+            give_backs: Arc::default(),
             state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
             digest: store.key_digest(),
             store,
@@ -157,6 +164,72 @@ impl Decider {
     /// Count and log one decision made under `settings` (see [`crate::observe`]).
     pub fn observe(&self, settings: &Settings, outcome: &Outcome, elapsed: std::time::Duration) {
         crate::observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
+    }
+
+    /// Once the answer is known: give back what the limiters whose `count` says an answer with
+    /// `status` should not have counted took for this request (`since_decision` after it was
+    /// decided). Returns the work to run after the response (spawned by the middleware, awaited
+    /// by the simulator), or `None` when nothing is given back. A refused request consumed
+    /// nothing and gives nothing back; neither does a limiter whose store failed. Beyond
+    /// [`MAX_GIVE_BACKS_IN_FLIGHT`] the give-back is dropped and counted.
+    pub fn give_back(
+        &self,
+        settings: &Settings,
+        outcome: &Outcome,
+        status: u16,
+        since_decision: std::time::Duration,
+    ) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        if outcome.refused() {
+            return None;
+        }
+        let elapsed = u64::try_from(since_decision.as_nanos()).unwrap_or(u64::MAX);
+        let mut items: SmallVec<[(GiveBack, Option<LimiterMeter>); 4]> = SmallVec::new();
+        for r in &outcome.results {
+            if !r.verdict.allowed || r.store_error || !r.spec.gives_back(status) {
+                continue;
+            }
+            let meter = settings.meters.get(r.slot).cloned();
+            items.push((
+                GiveBack {
+                    key: r.key.clone(),
+                    quota: r.spec.quota,
+                    units: 1,
+                    outstanding_ns: r.verdict.reset_after_ns.saturating_sub(elapsed),
+                },
+                meter,
+            ));
+        }
+        if items.is_empty() {
+            return None;
+        }
+        use std::sync::atomic::Ordering;
+        let under_way = self.give_backs.fetch_add(1, Ordering::AcqRel);
+        if under_way >= MAX_GIVE_BACKS_IN_FLIGHT {
+            self.give_backs.fetch_sub(1, Ordering::AcqRel);
+            for (_, m) in &items {
+                if let Some(m) = m {
+                    m.give_back(GiveBackResult::Dropped);
+                }
+            }
+            return None;
+        }
+        let store = self.store.clone();
+        let count = self.give_backs.clone();
+        Some(Box::pin(async move {
+            let (list, meters): (Vec<GiveBack>, Vec<Option<LimiterMeter>>) =
+                items.into_iter().unzip();
+            let result = match store.give_back(&list).await {
+                Ok(()) => GiveBackResult::Done,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a give-back failed; the request stays counted");
+                    GiveBackResult::Failed
+                }
+            };
+            for m in meters.iter().flatten() {
+                m.give_back(result);
+            }
+            count.fetch_sub(1, Ordering::AcqRel);
+        }))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -78,6 +78,89 @@ pub enum OnStoreError {
     Deny,
 }
 
+/// Which answers a limiter counts. Every request is admitted against the bucket as usual; an
+/// answer this says should not have counted is given back once its status is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Count {
+    /// Every admitted request counts.
+    #[default]
+    All,
+    /// Only answers whose status is in `failed_statuses` count (failed logins, bad keys).
+    Failed,
+    /// Only answers whose status is not in `failed_statuses` count.
+    Succeeded,
+}
+
+impl Count {
+    /// The name configuration and metrics use: `all`, `failed`, `succeeded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Count::All => "all",
+            Count::Failed => "failed",
+            Count::Succeeded => "succeeded",
+        }
+    }
+}
+
+/// The statuses that make an answer failed: inclusive ranges of status codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusRanges(pub Vec<(u16, u16)>);
+
+impl Default for StatusRanges {
+    /// 400 and above.
+    fn default() -> Self {
+        Self(vec![(400, 999)])
+    }
+}
+
+impl StatusRanges {
+    pub fn contains(&self, status: u16) -> bool {
+        self.0.iter().any(|&(lo, hi)| lo <= status && status <= hi)
+    }
+
+    /// `400-499` or `503`: a status code from 100 to 999, or an inclusive range of them.
+    pub fn parse_item(s: &str) -> Result<(u16, u16), String> {
+        let code = |t: &str| -> Result<u16, String> {
+            let t = t.trim();
+            match t.parse::<u16>() {
+                Ok(n) if (100..=999).contains(&n) && t.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+                _ => Err(format!(
+                    "`{s}` is not a status code; use a code from 100 to 999 (503) or a range (\"400-499\")"
+                )),
+            }
+        };
+        match s.split_once('-') {
+            Some((a, b)) => {
+                let (lo, hi) = (code(a)?, code(b)?);
+                if lo > hi {
+                    return Err(format!(
+                        "`{s}` runs backwards; write the lower code first (\"{hi}-{lo}\")"
+                    ));
+                }
+                Ok((lo, hi))
+            }
+            None => code(s).map(|c| (c, c)),
+        }
+    }
+}
+
+impl fmt::Display for StatusRanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (lo, hi)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if lo == hi {
+                write!(f, "{lo}")?;
+            } else {
+                write!(f, "{lo}-{hi}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One configured limiter, ready to match requests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimiterSpec {
@@ -90,9 +173,23 @@ pub struct LimiterSpec {
     pub credential: CredentialMatch,
     pub mode: Mode,
     pub on_store_error: OnStoreError,
+    /// Which answers count; the others are given back.
+    pub count: Count,
+    /// The statuses `count` reads as failed.
+    pub failed_statuses: StatusRanges,
 }
 
 impl LimiterSpec {
+    /// Whether an admitted request answered with `status` is given back: it should not have
+    /// counted.
+    pub fn gives_back(&self, status: u16) -> bool {
+        match self.count {
+            Count::All => false,
+            Count::Failed => !self.failed_statuses.contains(status),
+            Count::Succeeded => self.failed_statuses.contains(status),
+        }
+    }
+
     /// The specificity of this limiter's best route for the request, or `None` if it does not apply.
     fn matches(&self, method: &str, segs: &[&str], cred: Credential) -> Option<Specificity> {
         if self.mode == Mode::Off || !self.credential.admits(cred) {

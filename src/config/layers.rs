@@ -261,6 +261,8 @@ pub(super) const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("group", Kind::Str),
     ("mode", Kind::Str),
     ("key", Kind::Str),
+    ("count", Kind::Str),
+    ("failed_statuses", Kind::List),
 ];
 
 /// Builds a [`Config`] from its layers.

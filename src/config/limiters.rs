@@ -17,6 +17,16 @@ pub(super) struct RawLimiter {
     pub(super) algorithm: Option<Algorithm>,
     pub(super) mode: Option<Mode>,
     pub(super) on_store_error: Option<OnStoreError>,
+    pub(super) count: Option<Count>,
+    pub(super) failed_statuses: Option<Vec<StatusItem>>,
+}
+
+/// One entry of `failed_statuses`: a code (`503`) or a range as text (`"400-499"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum StatusItem {
+    Code(i64),
+    Text(String),
 }
 
 pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
@@ -32,6 +42,8 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         algorithm: None,
         mode: None,
         on_store_error: None,
+        count: None,
+        failed_statuses: None,
     }
 }
 
@@ -47,6 +59,8 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         algorithm: over.algorithm.or(base.algorithm),
         mode: over.mode.or(base.mode),
         on_store_error: over.on_store_error.or(base.on_store_error),
+        count: over.count.or(base.count),
+        failed_statuses: over.failed_statuses.or(base.failed_statuses),
     }
 }
 
@@ -139,6 +153,27 @@ pub(super) fn build_limiters(
         }
         let except = parse_routes("except", r.except)?;
         let group = r.group.unwrap_or_else(|| name.clone());
+        let failed_statuses = match r.failed_statuses {
+            None => StatusRanges::default(),
+            Some(items) if items.is_empty() => {
+                return Err(ctx.err(
+                    &at("failed_statuses"),
+                    "is empty; list the statuses that count as failed, e.g. [\"400-499\", 503], or leave it out for 400 and above",
+                ))
+            }
+            Some(items) => StatusRanges(
+                items
+                    .iter()
+                    .map(|i| {
+                        let text = match i {
+                            StatusItem::Code(n) => n.to_string(),
+                            StatusItem::Text(t) => t.clone(),
+                        };
+                        StatusRanges::parse_item(&text).map_err(|e| ctx.err(&at("failed_statuses"), e))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
             quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
@@ -149,6 +184,8 @@ pub(super) fn build_limiters(
             credential: r.credential.unwrap_or_default(),
             mode: r.mode.unwrap_or_default(),
             on_store_error: r.on_store_error.unwrap_or_default(),
+            count: r.count.unwrap_or_default(),
+            failed_statuses,
         });
     }
     check_precedence(&out, ctx)?;

@@ -35,7 +35,9 @@ pub use trust::covers_everything;
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
 use crate::limiter::{Algorithm, Quota};
-use crate::policy::{CredentialMatch, LimiterSpec, Mode, OnStoreError, RoutePattern};
+use crate::policy::{
+    Count, CredentialMatch, LimiterSpec, Mode, OnStoreError, RoutePattern, StatusRanges,
+};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -311,6 +311,70 @@ fn error_zero_limit() {
 }
 
 #[test]
+fn counting_failed_answers_is_opt_in_and_its_statuses_are_checked() {
+    let cfg = Config::default();
+    assert!(cfg.limiters.iter().all(|l| l.count == Count::All));
+    let f = file("[limiters.api-key]\ncount = \"failed\"\nfailed_statuses = [\"400-499\", 503]\n");
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    let l = limiter(&cfg, "api-key");
+    assert_eq!(l.count, Count::Failed);
+    assert_eq!(
+        l.failed_statuses,
+        StatusRanges(vec![(400, 499), (503, 503)])
+    );
+    assert!(l.gives_back(200) && l.gives_back(500) && !l.gives_back(401) && !l.gives_back(503));
+    let cfg = Loader::new()
+        .env([
+            (
+                "FLEET_LIMITER_LIMITER_CLI_BEARER_COUNT".to_owned(),
+                "succeeded".to_owned(),
+            ),
+            (
+                "FLEET_LIMITER_LIMITER_CLI_BEARER_FAILED_STATUSES".to_owned(),
+                "401-403, 429".to_owned(),
+            ),
+        ])
+        .load()
+        .expect("valid");
+    let l = limiter(&cfg, "cli-bearer");
+    assert_eq!(l.count, Count::Succeeded);
+    assert_eq!(l.failed_statuses.to_string(), "401-403, 429");
+    assert!(l.gives_back(401) && !l.gives_back(200));
+    assert_eq!(limiter(&cfg, "ui").failed_statuses.to_string(), "400-999");
+}
+
+#[test]
+fn error_failed_statuses() {
+    snap!(
+        "config_error_failed_statuses_backwards",
+        file_error(
+            "[limiters.api-key]\ncount = \"failed\"\nfailed_statuses = [\"499-400\"]\n",
+            &[]
+        )
+    );
+    snap!(
+        "config_error_failed_statuses_code",
+        file_error("[limiters.api-key]\nfailed_statuses = [42]\n", &[])
+    );
+    snap!(
+        "config_error_failed_statuses_text",
+        file_error("[limiters.api-key]\nfailed_statuses = [\"4xx\"]\n", &[])
+    );
+    snap!(
+        "config_error_failed_statuses_empty",
+        file_error("[limiters.api-key]\nfailed_statuses = []\n", &[])
+    );
+    snap!(
+        "config_error_count",
+        file_error("[limiters.api-key]\ncount = \"errors\"\n", &[])
+    );
+    snap!(
+        "config_error_env_failed_statuses",
+        env_error(&[("FLEET_LIMITER_LIMITER_API_KEY_FAILED_STATUSES", "400-4999")])
+    );
+}
+
+#[test]
 fn error_unparsable_window() {
     snap!(
         "config_error_window",

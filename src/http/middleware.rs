@@ -155,6 +155,7 @@ where
             };
             let started = std::time::Instant::now();
             let outcome = decide(&limiter, &settings, &req, path).await;
+            let decided_at = std::time::Instant::now();
             limiter
                 .decider
                 .observe(&settings, &outcome, started.elapsed());
@@ -179,7 +180,23 @@ where
             } else {
                 &outcome
             };
-            let mut res = service.call(req).await?;
+            let answered = service.call(req).await;
+            // The answer's status decides whether limiters counting only failed (or only
+            // succeeded) answers give the request back; an error is a failed answer. The
+            // give-back runs after the response, never in its way. A client that disconnects
+            // before the answer drops this future: the request stays counted.
+            let status = match &answered {
+                Ok(res) => res.status().as_u16(),
+                Err(e) => e.as_response_error().status_code().as_u16(),
+            };
+            if let Some(work) =
+                limiter
+                    .decider
+                    .give_back(&settings, outcome, status, decided_at.elapsed())
+            {
+                actix_web::rt::spawn(work);
+            }
+            let mut res = answered?;
             response::apply_headers(res.headers_mut(), outcome);
             Ok(res.map_into_left_body())
         })

@@ -9,7 +9,7 @@
 //!   for the evicted principal, never closed for a newcomer, and a flood of fresh keys mostly
 //!   evicts its own young buckets while the deep debts of refused clients stay.
 
-use super::{Check, Store, StoreError};
+use super::{Check, GiveBack, Store, StoreError};
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{self, State, Verdict};
 use futures_util::future::BoxFuture;
@@ -155,6 +155,21 @@ impl MemoryStore {
         verdicts
     }
 
+    /// Give back answered requests under each bucket's shard lock (see [`Store::give_back`]).
+    pub fn give_back_now(&self, items: &[GiveBack]) {
+        let now = self.clock.now();
+        for g in items {
+            let mut shard = self.shards[self.shard_of(&g.key.digest)].lock();
+            if let Some(slot) = shard.map.get_mut(&g.key.digest) {
+                if let Some(s) =
+                    limiter::give_back_answered(&g.quota, *slot, g.units, g.outstanding_ns, now)
+                {
+                    *slot = s;
+                }
+            }
+        }
+    }
+
     fn put(&self, shard: &mut Shard, key: [u8; 16], state: State, now: Nanos) {
         if let Some(slot) = shard.map.get_mut(&key) {
             *slot = state;
@@ -289,6 +304,11 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
         let out = self.decide_now(checks);
         Box::pin(async move { Ok(out) })
+    }
+
+    fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.give_back_now(items);
+        Box::pin(async { Ok(()) })
     }
 
     fn key_digest(&self) -> crate::keys::KeyDigest {
