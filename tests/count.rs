@@ -173,3 +173,46 @@ async fn redis_cluster_failed_only_counts_failures() {
     failed_only_counts_failures(&store).await;
     shadow_counts_the_same(&store).await;
 }
+
+/// The decision endpoint never sees the answer: there a failed-only limiter counts every
+/// request, and a gateway that only answers a proxy's questions says so when it starts.
+#[tokio::test]
+async fn the_decision_endpoint_counts_every_request_and_start_up_says_so() {
+    let name = unique();
+    let gw = Launch::serve()
+        .config_toml(login_limiter(&name, "enforce", ""))
+        .decision_only()
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .spawn();
+    let d = gw.decision_addr.expect("decision listener");
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let res = common::client()
+            .get(format!("http://{d}/caddy"))
+            .header("x-forwarded-method", "GET")
+            .header("x-forwarded-uri", "/login/ok")
+            .send()
+            .await
+            .expect("ask");
+        seen.push(res.status().as_u16());
+    }
+    assert_eq!(seen, [200, 200, 200, 429]);
+    let warning = format!("limiters.{name}.count: `failed` has no effect on the decision endpoint");
+    assert!(gw.stderr().contains(&warning), "{}", gw.stderr());
+
+    // `check` says the same.
+    let toml = format!(
+        "[decision]\nlisten = \"127.0.0.1:0\"\nallow_from = [\"127.0.0.1\"]\n[client_ip]\ntrust_proxy = [\"127.0.0.1\"]\n{}",
+        login_limiter(&name, "enforce", "")
+    );
+    let out = Launch::command(["check"])
+        .config_toml(toml)
+        .run(common::PATIENCE);
+    assert!(out.stderr.contains(&warning), "{}", out.stderr);
+    // With the gateway in front, nothing to say.
+    let out = Launch::command(["check"])
+        .config_toml(login_limiter(&name, "enforce", ""))
+        .run(common::PATIENCE);
+    assert!(!out.stderr.contains("has no effect"), "{}", out.stderr);
+}
