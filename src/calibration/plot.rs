@@ -59,6 +59,8 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::Rollout(ro) => rollout(&mut body, ro, y),
             ScenarioReport::Analysts(a) => analysts(&mut body, a, y),
             ScenarioReport::Abuse(a) => abuse(&mut body, a, y),
+            // Two clients and two numbers: the report's table says it all.
+            ScenarioReport::FailedOnly(_) => y,
         };
     }
     let height = y.ceil();

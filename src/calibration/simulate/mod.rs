@@ -12,11 +12,13 @@
 
 pub mod abuse;
 pub mod analysts;
+pub mod failed_only;
 pub mod fleet;
 pub mod rollout;
 
 pub use abuse::AbuseReport;
 pub use analysts::AnalystsReport;
+pub use failed_only::FailedOnlyReport;
 pub use fleet::FleetReport;
 pub use rollout::RolloutReport;
 
@@ -49,14 +51,16 @@ pub enum Scenario {
     Rollout,
     Analysts,
     Abuse,
+    FailedOnly,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
         Scenario::Abuse,
+        Scenario::FailedOnly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -65,10 +69,11 @@ impl Scenario {
             Scenario::Rollout => "rollout",
             Scenario::Analysts => "analysts",
             Scenario::Abuse => "abuse",
+            Scenario::FailedOnly => "failed-only",
         }
     }
 
-    /// `fleet`, `rollout`, `analysts`, `abuse`, or `all`.
+    /// `fleet`, `rollout`, `analysts`, `abuse`, `failed-only`, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
@@ -78,7 +83,9 @@ impl Scenario {
             .find(|sc| sc.name().eq_ignore_ascii_case(s))
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
-                format!("unknown scenario `{s}`; use fleet, rollout, analysts, abuse or all")
+                format!(
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, failed-only or all"
+                )
             })
     }
 }
@@ -91,6 +98,7 @@ pub enum ScenarioReport {
     Rollout(RolloutReport),
     Analysts(AnalystsReport),
     Abuse(AbuseReport),
+    FailedOnly(FailedOnlyReport),
 }
 
 impl ScenarioReport {
@@ -100,6 +108,7 @@ impl ScenarioReport {
             ScenarioReport::Rollout(_) => "rollout",
             ScenarioReport::Analysts(_) => "analysts",
             ScenarioReport::Abuse(_) => "abuse",
+            ScenarioReport::FailedOnly(_) => "failed-only",
         }
     }
 
@@ -110,6 +119,7 @@ impl ScenarioReport {
             ScenarioReport::Rollout(r) => &r.series,
             ScenarioReport::Analysts(r) => &r.series,
             ScenarioReport::Abuse(r) => &r.series,
+            ScenarioReport::FailedOnly(r) => &r.series,
         }
     }
 }
@@ -150,6 +160,7 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
                 Scenario::Rollout => ScenarioReport::Rollout(rollout::run(cfg, s).await),
                 Scenario::Analysts => ScenarioReport::Analysts(analysts::run(cfg, s).await),
                 Scenario::Abuse => ScenarioReport::Abuse(abuse::run(cfg, s).await),
+                Scenario::FailedOnly => ScenarioReport::FailedOnly(failed_only::run(cfg, s).await),
             });
         }
         out
@@ -168,6 +179,7 @@ impl Scenario {
             Scenario::Rollout => 0x0a0d_0001,
             Scenario::Analysts => 0x0a7a_1500,
             Scenario::Abuse => 0x0ab0_5e00,
+            Scenario::FailedOnly => 0x0fa1_1ed0,
         }
     }
 }
@@ -330,6 +342,16 @@ impl Sim {
 
     /// Decide one request at `at` nanoseconds of virtual time.
     pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
+        self.send_inner(at, req, None).await
+    }
+
+    /// [`Sim::send`], and when admitted, answered with `status` at once: limiters that count only
+    /// failed (or only succeeded) answers give it back as the gateway does.
+    pub async fn send_answered(&mut self, at: Nanos, req: &Req<'_>, status: u16) -> Answer {
+        self.send_inner(at, req, Some(status)).await
+    }
+
+    async fn send_inner(&mut self, at: Nanos, req: &Req<'_>, status: Option<u16>) -> Answer {
         EMITTER.with_borrow_mut(|e| {
             if let Some(emit) = e {
                 emit(at, req);
@@ -346,7 +368,16 @@ impl Sim {
             authorization: authorization.as_deref().map(str::as_bytes),
             session_token: None,
         };
-        let outcome = self.decider.decide(&facts).await;
+        let settings = self.decider.settings();
+        let outcome = self.decider.decide_with(&settings, &facts).await;
+        if let Some(status) = status {
+            if let Some(work) =
+                self.decider
+                    .give_back(&settings, &outcome, status, std::time::Duration::ZERO)
+            {
+                work.await;
+            }
+        }
         self.requests += 1;
         let refused = outcome.refused();
         self.series.record(at, !refused);
@@ -460,7 +491,7 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 4);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 5);
         assert_eq!(
             Scenario::parse_list("Fleet").unwrap(),
             vec![Scenario::Fleet]
