@@ -5,7 +5,7 @@
 
 use crate::client_ip::{self, TrustedProxies};
 use crate::config::Config;
-use crate::identity::{self, Identity, TokenVerifier};
+use crate::identity::{self, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
 use crate::limiter::{ceil_secs, Verdict};
 use crate::metrics::{GiveBackResult, LimiterMeter, Metrics};
@@ -30,6 +30,38 @@ pub struct RequestFacts<'a> {
     pub authorization: Option<&'a [u8]>,
     /// A dashboard session token from a cookie, when one was sent.
     pub session_token: Option<&'a str>,
+    /// The request's headers, for limiters keyed on one (`key = "header:<name>"`).
+    pub key_headers: KeyHeaders<'a>,
+}
+
+/// A lookup of the request's headers by lower-case name, for `header:<name>` keys: the header's
+/// only value, or `None` when it is absent or sent more than once (a value a proxy set is sent
+/// once; two values are read as none, so a client cannot add its own beside the proxy's).
+/// `KeyHeaders::default()` has none: every `header:<name>` limiter keys on the IP.
+#[derive(Clone, Copy, Default)]
+pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>);
+
+/// Header values by lower-case name (see [`KeyHeaders`]).
+pub type HeaderLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + Sync + 'a;
+
+impl<'a> KeyHeaders<'a> {
+    pub fn new(lookup: &'a HeaderLookup<'a>) -> Self {
+        Self(Some(lookup))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'a [u8]> {
+        self.0.and_then(|f| f(name))
+    }
+}
+
+impl std::fmt::Debug for KeyHeaders<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "KeyHeaders(..)"
+        } else {
+            "KeyHeaders(none)"
+        })
+    }
 }
 
 /// What one limiter said about the request.
@@ -266,7 +298,26 @@ impl Decider {
             .filter_map(|&i| settings.policy.limiters().get(i).cloned())
             .collect();
         let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
-        let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
+        // A credential key digests the token once; the raw value goes no further.
+        let credential = limiters
+            .iter()
+            .any(|l| l.key == keys::KeyKind::Credential)
+            .then(|| req.authorization.and_then(identity::bearer_token))
+            .flatten()
+            .map(keys::credential_digest);
+        // A header key is read only when the peer is a trusted proxy.
+        let from_proxy = settings.trusted.contains(req.peer);
+        let principal = |l: &LimiterSpec| keys::Principal {
+            ip: &ip_key,
+            agent_id: id.agent_id,
+            user: id.user.as_deref(),
+            credential: credential.as_deref(),
+            header: match (&l.key_header, from_proxy) {
+                (Some(name), true) => req.key_headers.get(name).and_then(keys::valid_key_header),
+                _ => None,
+            },
+        };
+        let checks = build_checks(&self.digest, &limiters, principal);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
         let elapsed = started.elapsed();
@@ -313,13 +364,7 @@ impl Decider {
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
                     check.key
                 } else {
-                    KeyDigest::Shared.bucket(
-                        check.key.limiter,
-                        spec.key,
-                        &ip_key,
-                        id.agent_id,
-                        id.user.as_deref(),
-                    )
+                    KeyDigest::Shared.bucket_of(check.key.limiter, spec.key, &principal(&spec))
                 };
                 LimitResult {
                     spec,
@@ -340,22 +385,15 @@ impl Decider {
 
 /// One check per limiter, keyed on the principal that limiter meters (on the stack for the
 /// usual handful of limiters).
-pub fn build_checks(
+pub fn build_checks<'p>(
     digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
-    ip_key: &str,
-    id: &Identity<'_>,
+    principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
         .map(|l| Check {
-            key: digest.bucket(
-                l.name.clone(),
-                l.key,
-                ip_key,
-                id.agent_id,
-                id.user.as_deref(),
-            ),
+            key: digest.bucket_of(l.name.clone(), l.key, &principal(l)),
             quota: l.quota,
             shadow: l.mode != Mode::Enforce,
         })
@@ -401,6 +439,7 @@ mod tests {
             agent_id: None,
             authorization: Some(auth),
             session_token: None,
+            key_headers: KeyHeaders::default(),
         }
     }
 

@@ -85,6 +85,7 @@
 //!     agent_id: Some(b"agent-1"),
 //!     authorization: None,
 //!     session_token: None,
+//!     key_headers: fleet_limiter::decision::KeyHeaders::default(),
 //! };
 //! for _ in 0..30 {
 //!     assert!(!decider.decide(&heartbeat).await.refused());

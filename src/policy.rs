@@ -173,6 +173,8 @@ pub struct LimiterSpec {
     pub credential: CredentialMatch,
     pub mode: Mode,
     pub on_store_error: OnStoreError,
+    /// The header a `header:<name>` key reads (lower-case); `None` for other key kinds.
+    pub key_header: Option<Arc<str>>,
     /// Which answers count; the others are given back.
     pub count: Count,
     /// The statuses `count` reads as failed.
@@ -496,6 +498,30 @@ impl RoutePattern {
     pub fn as_str(&self) -> &str {
         &self.raw
     }
+
+    /// Whether every request `other` matches, this matches too.
+    pub fn covers(&self, other: &RoutePattern) -> bool {
+        let methods = match (&self.method, &other.method) {
+            (None, _) => true,
+            (Some(a), Some(b)) => a == b,
+            (Some(_), None) => false,
+        };
+        methods && segs_cover(&self.segs, &other.segs)
+    }
+}
+
+fn segs_cover(outer: &[Seg], inner: &[Seg]) -> bool {
+    match (outer.split_first(), inner.split_first()) {
+        (None, None) => true,
+        (Some((Seg::DoubleStar, or)), _) => {
+            segs_cover(or, inner) || (!inner.is_empty() && segs_cover(outer, &inner[1..]))
+        }
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some((_, _)), Some((Seg::DoubleStar, _))) => false,
+        (Some((Seg::Star, or)), Some((_, ir))) => segs_cover(or, ir),
+        (Some((Seg::Lit(a), or)), Some((Seg::Lit(b), ir))) => a == b && segs_cover(or, ir),
+        (Some((Seg::Lit(_), _)), Some((Seg::Star, _))) => false,
+    }
 }
 
 fn match_segs(pat: &[Seg], path: &[&str]) -> bool {
@@ -658,6 +684,18 @@ mod tests {
         assert!(!p("/api/agent/**").overlaps(&p("/api/cron/**")));
         assert!(p("/a/**/z").overlaps(&p("/a/b/**")));
         assert!(!p("/a/b").overlaps(&p("/a/b/c")));
+    }
+
+    #[test]
+    fn coverage() {
+        assert!(p("/api/**").covers(&p("GET /api/tasks")));
+        assert!(p("/api/**").covers(&p("/api/*/x/**")));
+        assert!(p("/api/*").covers(&p("/api/x")));
+        assert!(!p("/api/*").covers(&p("/api/**")));
+        assert!(!p("/api/x").covers(&p("/api/*")));
+        assert!(!p("GET /api/**").covers(&p("/api/x")));
+        assert!(!p("/api/agent/**").covers(&p("/api/**")));
+        assert!(p("/**").covers(&p("/a/b/**")));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 pub(super) struct RawLimiter {
     pub(super) limit: Option<i64>,
     pub(super) window: Option<DurationValue>,
-    pub(super) key: Option<KeyKind>,
+    pub(super) key: Option<String>,
     pub(super) routes: Option<Vec<String>>,
     pub(super) except: Option<Vec<String>>,
     pub(super) group: Option<String>,
@@ -34,7 +34,7 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
     RawLimiter {
         limit: Some(b.limit as i64),
         window: Some(DurationValue::Text(b.window.to_owned())),
-        key: Some(b.key),
+        key: Some(b.key.as_str().to_owned()),
         routes: Some(owned(b.routes)),
         except: Some(owned(b.except)),
         group: b.group.map(str::to_owned),
@@ -153,6 +153,8 @@ pub(super) fn build_limiters(
         }
         let except = parse_routes("except", r.except)?;
         let group = r.group.unwrap_or_else(|| name.clone());
+        let (key, key_header) =
+            parse_key(r.key.as_deref().unwrap_or("ip")).map_err(|e| ctx.err(&at("key"), e))?;
         let failed_statuses = match r.failed_statuses {
             None => StatusRanges::default(),
             Some(items) if items.is_empty() => {
@@ -177,7 +179,8 @@ pub(super) fn build_limiters(
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
             quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
-            key: r.key.unwrap_or(KeyKind::Ip),
+            key,
+            key_header,
             routes,
             except,
             group: Arc::from(group.as_str()),
@@ -189,7 +192,103 @@ pub(super) fn build_limiters(
         });
     }
     check_precedence(&out, ctx)?;
+    check_credential_keys(&out, ctx)?;
     Ok(out)
+}
+
+/// Longest header name a `header:<name>` key may name.
+const MAX_KEY_HEADER_NAME: usize = 64;
+
+/// Headers whose values a client or the gateway itself controls in other ways: keying on them
+/// would let the client choose its bucket, or would duplicate a key kind that does it right.
+const RESERVED_KEY_HEADERS: &[&str] = &[
+    "authorization",
+    "cookie",
+    "host",
+    "x-forwarded-for",
+    "forwarded",
+    "x-agent-id",
+    "connection",
+    "content-length",
+    "transfer-encoding",
+];
+
+/// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
+/// lower-cased).
+pub(super) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
+    let kinds = "use ip, ip+agent, user-or-ip, credential, global or header:<name> (e.g. \"header:x-tenant-id\")";
+    if let Some(name) = s.strip_prefix("header:") {
+        let name = name.trim().to_ascii_lowercase();
+        let token = !name.is_empty()
+            && name.len() <= MAX_KEY_HEADER_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !token {
+            return Err(format!(
+                "`{s}`: a header name is 1-{MAX_KEY_HEADER_NAME} characters of a-z, 0-9, `-` and `_`, e.g. \"header:x-tenant-id\""
+            ));
+        }
+        if RESERVED_KEY_HEADERS.contains(&name.as_str()) {
+            return Err(format!(
+                "`{s}`: `{name}` cannot key a limiter (the client or the gateway sets it); name the header your trusted proxy sets, e.g. \"header:x-tenant-id\", or use the key kind made for it"
+            ));
+        }
+        return Ok((KeyKind::Header, Some(Arc::from(name.as_str()))));
+    }
+    let kind =
+        match s {
+            "ip" => KeyKind::Ip,
+            "ip+agent" => KeyKind::IpAgent,
+            "user-or-ip" => KeyKind::UserOrIp,
+            "credential" => KeyKind::Credential,
+            "global" => KeyKind::Global,
+            "header" => return Err(
+                "`header` needs the header's name: \"header:<name>\", e.g. \"header:x-tenant-id\""
+                    .to_owned(),
+            ),
+            other => return Err(format!("`{other}` is not a key kind; {kinds}")),
+        };
+    Ok((kind, None))
+}
+
+/// A `credential` limiter keys on whatever token the client presents, so a client could send a
+/// fresh random token with every request and get a fresh bucket each time. It is only allowed
+/// where a limiter keyed on the client's address (`ip` or `ip+agent`) meters every route it
+/// does too, in another group (so both apply): random credentials then spend the address's
+/// budget.
+pub(super) fn check_credential_keys(
+    limiters: &[LimiterSpec],
+    ctx: &Ctx,
+) -> Result<(), ConfigError> {
+    for l in limiters
+        .iter()
+        .filter(|l| l.key == KeyKind::Credential && l.mode != Mode::Off)
+    {
+        for r in &l.routes {
+            let guarded = limiters.iter().any(|g| {
+                matches!(g.key, KeyKind::Ip | KeyKind::IpAgent)
+                    && g.mode == Mode::Enforce
+                    && g.group != l.group
+                    && (g.credential == CredentialMatch::Any || g.credential == l.credential)
+                    && g.routes.iter().any(|gr| gr.covers(r))
+                    && !g
+                        .except
+                        .iter()
+                        .any(|e| e.overlaps(r) && !l.except.iter().any(|le| le.covers(e)))
+            });
+            if !guarded {
+                return Err(ctx.err(
+                    &format!("limiters.{}.key", l.name),
+                    format!(
+                        "`credential` keys on whatever token a client sends, so random tokens would each get a fresh bucket; route `{r}` needs an enforcing limiter keyed on `ip` (or `ip+agent`) in another group that meters all of it too (what that limiter's `except` skips, this one must skip as well), e.g. [limiters.{}-ip] with key = \"ip\", routes = [\"{r}\"] and its own limit",
+                        l.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Within one group the most specific route wins; two routes of equal specificity that can

@@ -343,6 +343,62 @@ fn counting_failed_answers_is_opt_in_and_its_statuses_are_checked() {
     assert_eq!(limiter(&cfg, "ui").failed_statuses.to_string(), "400-999");
 }
 
+const CREDENTIAL_LIMITER: &str = "[limiters.api-by-key]\nlimit = 600\nwindow = \"1m\"\nkey = \"credential\"\ncredential = \"api-key\"\nroutes = [\"/api/**\"]\nexcept = [\"/api/agent/**\", \"/api/cron/**\"]\n";
+
+#[test]
+fn the_new_key_kinds_load() {
+    let f = file(&format!(
+        "{CREDENTIAL_LIMITER}[limiters.per-tenant]\nlimit = 100\nwindow = \"1m\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/tenant/**\"]\n[limiters.whole-route]\nlimit = 5\nwindow = \"1m\"\nkey = \"global\"\nroutes = [\"POST /api/exports\"]\n[client_ip]\ntrust_proxy = [\"10.0.0.0/8\"]\n"
+    ));
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    assert_eq!(limiter(&cfg, "api-by-key").key, KeyKind::Credential);
+    let t = limiter(&cfg, "per-tenant");
+    assert_eq!(
+        (t.key, t.key_header.as_deref()),
+        (KeyKind::Header, Some("x-tenant-id"))
+    );
+    assert_eq!(limiter(&cfg, "whole-route").key, KeyKind::Global);
+}
+
+#[test]
+fn error_new_key_kinds() {
+    // Without an address-keyed limiter on every route it meters, random tokens mint buckets.
+    snap!(
+        "config_error_credential_unguarded",
+        file_error(
+            "[limiters.by-key]\nlimit = 5\nwindow = \"1m\"\nkey = \"credential\"\nroutes = [\"/reports/**\"]\n",
+            &[]
+        )
+    );
+    // The built-in api-key limiter skips /api/agent/**: so must a credential limiter it guards.
+    snap!(
+        "config_error_credential_partly_guarded",
+        file_error(
+            &CREDENTIAL_LIMITER.replace("except = [\"/api/agent/**\", \"/api/cron/**\"]\n", ""),
+            &[]
+        )
+    );
+    snap!(
+        "config_error_header_untrusted",
+        file_error(
+            "[limiters.per-tenant]\nlimit = 5\nwindow = \"1m\"\nkey = \"header:x-tenant-id\"\nroutes = [\"/t/**\"]\n",
+            &[]
+        )
+    );
+    snap!(
+        "config_error_header_name",
+        file_error("[limiters.ui]\nkey = \"header:x tenant\"\n", &[])
+    );
+    snap!(
+        "config_error_header_reserved",
+        file_error("[limiters.ui]\nkey = \"header:Authorization\"\n", &[])
+    );
+    snap!(
+        "config_error_header_no_name",
+        file_error("[limiters.ui]\nkey = \"header\"\n", &[])
+    );
+}
+
 #[test]
 fn error_failed_statuses() {
     snap!(

@@ -263,6 +263,7 @@ async fn decide(
         &settings.trusted,
         limiter.session_cookie.as_deref(),
     );
+    let lookup = |name: &str| crate::http::middleware::only_value(headers, name);
     let facts = RequestFacts {
         peer,
         method: req.method().as_str(),
@@ -271,6 +272,7 @@ async fn decide(
         agent_id: h.agent_id,
         authorization: h.authorization,
         session_token: h.session_token,
+        key_headers: crate::decision::KeyHeaders::new(&lookup),
     };
     limiter.decider.decide_with(settings, &facts).await
 }
@@ -308,6 +310,17 @@ pub(crate) fn header_facts<'a>(
         authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
         session_token: session_cookie
             .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name)),
+    }
+}
+
+/// The value of header `name` when it was sent exactly once (see
+/// [`crate::decision::KeyHeaders`]).
+pub(crate) fn only_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+    let mut all = headers.get_all(name);
+    let first = all.next();
+    match all.next() {
+        Some(_) => None,
+        None => first.map(|v| v.as_bytes()),
     }
 }
 

@@ -367,6 +367,7 @@ impl Sim {
             agent_id: req.agent_id.map(str::as_bytes),
             authorization: authorization.as_deref().map(str::as_bytes),
             session_token: None,
+            key_headers: crate::decision::KeyHeaders::default(),
         };
         let settings = self.decider.settings();
         let outcome = self.decider.decide_with(&settings, &facts).await;
