@@ -34,9 +34,10 @@ pub struct RequestFacts<'a> {
     pub key_headers: KeyHeaders<'a>,
 }
 
-/// A lookup of the request's headers by lower-case name, for `header:<name>` keys: the header's
-/// only value, or `None` when it is absent or sent more than once (a value a proxy set is sent
-/// once; two values are read as none, so a client cannot add its own beside the proxy's).
+/// A lookup of the request's headers by lower-case name, for `header:<name>` keys and
+/// `cost_header`: the header's only value, `None` when it is absent, and an empty value (which
+/// neither reads as valid) when it was sent more than once: a value a proxy set is sent once, so
+/// a client cannot add its own beside the proxy's, nor dodge a cost by repeating the header.
 /// `KeyHeaders::default()` has none: every `header:<name>` limiter keys on the IP.
 #[derive(Clone, Copy, Default)]
 pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>);
@@ -77,6 +78,8 @@ pub struct LimitResult {
     pub verdict: Verdict,
     /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
     pub store_error: bool,
+    /// What the request cost this limiter's bucket (charged only when the request was allowed).
+    pub units: u32,
 }
 
 impl LimitResult {
@@ -225,7 +228,7 @@ impl Decider {
                 GiveBack {
                     key: r.key.clone(),
                     quota: r.spec.quota,
-                    units: 1,
+                    units: r.units,
                     outstanding_ns: r.verdict.reset_after_ns.saturating_sub(elapsed),
                 },
                 meter,
@@ -317,7 +320,11 @@ impl Decider {
                 _ => None,
             },
         };
-        let checks = build_checks(&self.digest, &limiters, principal);
+        let units = |l: &LimiterSpec| {
+            l.cost
+                .of(l.cost.header().and_then(|h| req.key_headers.get(h)))
+        };
+        let checks = build_checks(&self.digest, &limiters, principal, units);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
         let elapsed = started.elapsed();
@@ -350,7 +357,7 @@ impl Decider {
             verdicts
                 .into_iter()
                 .zip(&checks)
-                .map(|(v, c)| crate::limiter::unconsumed(&c.quota, v))
+                .map(|(v, c)| crate::limiter::unconsumed_units(&c.quota, v, c.units))
                 .collect()
         } else {
             verdicts
@@ -372,6 +379,7 @@ impl Decider {
                     key,
                     verdict,
                     store_error: errored,
+                    units: check.units,
                 }
             })
             .collect();
@@ -389,6 +397,7 @@ pub fn build_checks<'p>(
     digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
     principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,
+    units: impl Fn(&LimiterSpec) -> u32,
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
@@ -396,6 +405,7 @@ pub fn build_checks<'p>(
             key: digest.bucket_of(l.name.clone(), l.key, &principal(l)),
             quota: l.quota,
             shadow: l.mode != Mode::Enforce,
+            units: units(l),
         })
         .collect()
 }

@@ -161,6 +161,58 @@ impl fmt::Display for StatusRanges {
     }
 }
 
+/// What one request costs a limiter's bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cost {
+    /// Always this many units (`cost = N`; 1 by default).
+    Fixed(u32),
+    /// What the request's header says (`cost_header`), capped at `max` (`cost_max`).
+    Header { name: Arc<str>, max: u32 },
+}
+
+impl Default for Cost {
+    fn default() -> Self {
+        Cost::Fixed(1)
+    }
+}
+
+impl Cost {
+    /// The units a request costs, given the value of the cost header (`None` when it was not
+    /// sent). A header cost: absent, 1; a positive whole number (ASCII digits, surrounding
+    /// spaces ignored), that number capped at `max`; anything else (empty, zero, negative, a
+    /// sign, a fraction, non-ASCII, sent more than once), `max`: a client that says nothing
+    /// sensible pays the most, never less than an honest one.
+    pub fn of(&self, value: Option<&[u8]>) -> u32 {
+        match self {
+            Cost::Fixed(n) => (*n).max(1),
+            Cost::Header { max, .. } => {
+                let max = (*max).max(1);
+                let Some(v) = value else { return 1 };
+                let v = v.trim_ascii();
+                if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+                    return max;
+                }
+                let n = v.iter().fold(0u64, |n, d| {
+                    n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
+                if n == 0 {
+                    max
+                } else {
+                    u32::try_from(n).unwrap_or(u32::MAX).min(max)
+                }
+            }
+        }
+    }
+
+    /// The header a request's cost is read from, if any.
+    pub fn header(&self) -> Option<&str> {
+        match self {
+            Cost::Fixed(_) => None,
+            Cost::Header { name, .. } => Some(name),
+        }
+    }
+}
+
 /// One configured limiter, ready to match requests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimiterSpec {
@@ -173,6 +225,8 @@ pub struct LimiterSpec {
     pub credential: CredentialMatch,
     pub mode: Mode,
     pub on_store_error: OnStoreError,
+    /// What one request costs this limiter's bucket.
+    pub cost: Cost,
     /// The header a `header:<name>` key reads (lower-case); `None` for other key kinds.
     pub key_header: Option<Arc<str>>,
     /// Which answers count; the others are given back.
@@ -684,6 +738,33 @@ mod tests {
         assert!(!p("/api/agent/**").overlaps(&p("/api/cron/**")));
         assert!(p("/a/**/z").overlaps(&p("/a/b/**")));
         assert!(!p("/a/b").overlaps(&p("/a/b/c")));
+    }
+
+    #[test]
+    fn a_header_cost_is_honest_or_the_most() {
+        let c = Cost::Header {
+            name: Arc::from("x-batch-size"),
+            max: 50,
+        };
+        for (v, want) in [
+            (None, 1),
+            (Some(&b"7"[..]), 7),
+            (Some(b" 12 "), 12),
+            (Some(b"50"), 50),
+            (Some(b"51"), 50),
+            (Some(b"99999999999999999999999999999"), 50),
+            (Some(b"0"), 50),
+            (Some(b"-3"), 50),
+            (Some(b"+3"), 50),
+            (Some(b"3.5"), 50),
+            (Some(b"0x10"), 50),
+            (Some(b""), 50),
+            (Some("\u{663}".as_bytes()), 50),
+        ] {
+            assert_eq!(c.of(v), want, "{v:?}");
+        }
+        assert_eq!(Cost::Fixed(4).of(Some(b"1")), 4);
+        assert_eq!(Cost::default().of(None), 1);
     }
 
     #[test]

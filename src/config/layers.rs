@@ -263,6 +263,9 @@ pub(super) const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("key", Kind::Str),
     ("count", Kind::Str),
     ("failed_statuses", Kind::List),
+    ("cost", Kind::Int),
+    ("cost_header", Kind::Str),
+    ("cost_max", Kind::Int),
 ];
 
 /// Builds a [`Config`] from its layers.

@@ -19,6 +19,9 @@ pub(super) struct RawLimiter {
     pub(super) on_store_error: Option<OnStoreError>,
     pub(super) count: Option<Count>,
     pub(super) failed_statuses: Option<Vec<StatusItem>>,
+    pub(super) cost: Option<i64>,
+    pub(super) cost_header: Option<String>,
+    pub(super) cost_max: Option<i64>,
 }
 
 /// One entry of `failed_statuses`: a code (`503`) or a range as text (`"400-499"`).
@@ -44,6 +47,9 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         on_store_error: None,
         count: None,
         failed_statuses: None,
+        cost: None,
+        cost_header: None,
+        cost_max: None,
     }
 }
 
@@ -61,6 +67,9 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         on_store_error: over.on_store_error.or(base.on_store_error),
         count: over.count.or(base.count),
         failed_statuses: over.failed_statuses.or(base.failed_statuses),
+        cost: over.cost.or(base.cost),
+        cost_header: over.cost_header.or(base.cost_header),
+        cost_max: over.cost_max.or(base.cost_max),
     }
 }
 
@@ -127,6 +136,7 @@ pub(super) fn build_limiters(
                 format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
             ));
         };
+        let cost = build_cost(&r, limit.get(), &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
         let window = duration(ctx, &at("window"), r.window, "1m")?;
         if window > Duration::from_secs(7 * 86_400) {
             return Err(ctx.err(
@@ -181,6 +191,7 @@ pub(super) fn build_limiters(
             quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
             key,
             key_header,
+            cost,
             routes,
             except,
             group: Arc::from(group.as_str()),
@@ -194,6 +205,80 @@ pub(super) fn build_limiters(
     check_precedence(&out, ctx)?;
     check_credential_keys(&out, ctx)?;
     Ok(out)
+}
+
+/// A limiter's cost per request: `cost = N`, or `cost_header` with `cost_max` (default: the
+/// limit). A cost above the limit could never pass, so it is refused. Errors name the field.
+fn build_cost(
+    r: &RawLimiter,
+    limit: u32,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Cost, (&'static str, String)> {
+    let units = |field: &'static str, n: i64| -> Result<u32, (&'static str, String)> {
+        let Ok(n) = u32::try_from(n) else {
+            return Err((
+                field,
+                format!(
+                    "{n} is not a cost; use a whole number of units from 1 to the limit ({limit})"
+                ),
+            ));
+        };
+        if n == 0 {
+            return Err((
+                field,
+                format!("0 is not a cost; use a whole number of units from 1 to the limit ({limit}), or leave it out for 1"),
+            ));
+        }
+        if n > limit {
+            return Err((
+                field,
+                format!("{n} is more than limit = {limit}, so a request charged that much could never pass; lower {} to at most {limit}, or raise {}", at(field), at("limit")),
+            ));
+        }
+        Ok(n)
+    };
+    match (r.cost, &r.cost_header, r.cost_max) {
+        (Some(_), Some(_), _) => Err((
+            "cost",
+            format!(
+                "is set together with {}; a fixed cost and a cost read from a header exclude each other, so keep one",
+                at("cost_header")
+            ),
+        )),
+        (_, None, Some(_)) => Err((
+            "cost_max",
+            format!(
+                "caps a cost read from a header, and {} is not set; set it (e.g. \"X-Batch-Size\") or drop cost_max",
+                at("cost_header")
+            ),
+        )),
+        (Some(n), None, None) => units("cost", n).map(Cost::Fixed),
+        (None, None, None) => Ok(Cost::Fixed(1)),
+        (None, Some(name), max) => {
+            let lower = name.trim().to_ascii_lowercase();
+            let token = !lower.is_empty()
+                && lower.len() <= MAX_KEY_HEADER_NAME
+                && lower.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                });
+            if !token || RESERVED_KEY_HEADERS.contains(&lower.as_str()) {
+                return Err((
+                    "cost_header",
+                    format!(
+                        "`{name}` cannot carry a cost; name a request header of 1-{MAX_KEY_HEADER_NAME} characters of a-z, 0-9, `-` and `_` other than the ones the gateway reads, e.g. \"X-Batch-Size\""
+                    ),
+                ));
+            }
+            let max = match max {
+                Some(m) => units("cost_max", m)?,
+                None => limit,
+            };
+            Ok(Cost::Header {
+                name: Arc::from(lower.as_str()),
+                max,
+            })
+        }
+    }
 }
 
 /// Longest header name a `header:<name>` key may name.

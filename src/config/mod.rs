@@ -36,7 +36,7 @@ use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
 use crate::limiter::{Algorithm, Quota};
 use crate::policy::{
-    Count, CredentialMatch, LimiterSpec, Mode, OnStoreError, RoutePattern, StatusRanges,
+    Cost, Count, CredentialMatch, LimiterSpec, Mode, OnStoreError, RoutePattern, StatusRanges,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};

@@ -400,6 +400,70 @@ fn error_new_key_kinds() {
 }
 
 #[test]
+fn a_cost_is_opt_in_and_never_above_the_limit() {
+    assert!(Config::default()
+        .limiters
+        .iter()
+        .all(|l| l.cost == Cost::Fixed(1)));
+    let f = file("[limiters.ui]\ncost = 5\n[limiters.api-key]\ncost_header = \"X-Batch-Size\"\ncost_max = 20\n[limiters.cli-bearer]\ncost_header = \"x-items\"\n");
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    assert_eq!(limiter(&cfg, "ui").cost, Cost::Fixed(5));
+    assert_eq!(
+        limiter(&cfg, "api-key").cost,
+        Cost::Header {
+            name: Arc::from("x-batch-size"),
+            max: 20
+        }
+    );
+    assert_eq!(
+        limiter(&cfg, "cli-bearer").cost,
+        Cost::Header {
+            name: Arc::from("x-items"),
+            max: 60
+        },
+        "cost_max defaults to the limit"
+    );
+}
+
+#[test]
+fn error_cost() {
+    snap!(
+        "config_error_cost_above_limit",
+        file_error("[limiters.api-key]\ncost = 61\n", &[])
+    );
+    snap!(
+        "config_error_cost_zero",
+        file_error("[limiters.api-key]\ncost = 0\n", &[])
+    );
+    snap!(
+        "config_error_cost_max_above_limit",
+        file_error(
+            "[limiters.api-key]\ncost_header = \"X-Batch-Size\"\ncost_max = 1000\n",
+            &[]
+        )
+    );
+    snap!(
+        "config_error_cost_both",
+        file_error(
+            "[limiters.api-key]\ncost = 2\ncost_header = \"X-Batch-Size\"\n",
+            &[]
+        )
+    );
+    snap!(
+        "config_error_cost_max_alone",
+        file_error("[limiters.api-key]\ncost_max = 5\n", &[])
+    );
+    snap!(
+        "config_error_cost_header_name",
+        file_error("[limiters.api-key]\ncost_header = \"Authorization\"\n", &[])
+    );
+    snap!(
+        "config_error_env_cost",
+        env_error(&[("FLEET_LIMITER_LIMITER_API_KEY_COST", "-4")])
+    );
+}
+
+#[test]
 fn error_failed_statuses() {
     snap!(
         "config_error_failed_statuses_backwards",

@@ -313,13 +313,13 @@ pub(crate) fn header_facts<'a>(
     }
 }
 
-/// The value of header `name` when it was sent exactly once (see
+/// The value of header `name` when it was sent once, empty when sent more than once (see
 /// [`crate::decision::KeyHeaders`]).
 pub(crate) fn only_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
     let mut all = headers.get_all(name);
     let first = all.next();
     match all.next() {
-        Some(_) => None,
+        Some(_) => Some(b""),
         None => first.map(|v| v.as_bytes()),
     }
 }

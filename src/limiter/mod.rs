@@ -117,9 +117,21 @@ pub struct Verdict {
 /// Decide one request. Returns the verdict and the state to store: `Some` when the
 /// request was allowed (budget consumed), `None` when nothing changes.
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+    decide_units(quota, state, now, 1)
+}
+
+/// [`decide`] for a request that costs `units` (at least 1): allowed only when all of them
+/// fit, and then all of them are consumed; a refusal's `retry_after_ns` is the wait until they
+/// all fit (for a fixed window, until it ends).
+pub fn decide_units(
+    quota: &Quota,
+    state: Option<State>,
+    now: Nanos,
+    units: u32,
+) -> (Verdict, Option<State>) {
     match quota.algorithm {
-        Algorithm::Gcra => gcra::decide(quota, state, now),
-        Algorithm::FixedWindow => fixed_window::decide(quota, state, now),
+        Algorithm::Gcra => gcra::decide_units(quota, state, now, units),
+        Algorithm::FixedWindow => fixed_window::decide_units(quota, state, now, units),
     }
 }
 
@@ -196,14 +208,22 @@ pub fn give_back_answered(
 /// nothing was consumed: one more remaining and, for GCRA, one emission interval less to wait
 /// until the bucket is full.
 pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
+    unconsumed_units(quota, v, 1)
+}
+
+/// [`unconsumed`] for a check that would have consumed `units`.
+pub fn unconsumed_units(quota: &Quota, v: Verdict, units: u32) -> Verdict {
     if !v.allowed {
         return v;
     }
-    let remaining = v.remaining.saturating_add(1).min(v.limit);
+    let units = units.max(1);
+    let remaining = v.remaining.saturating_add(units).min(v.limit);
     let reset_after_ns = match quota.algorithm {
-        Algorithm::Gcra => v
-            .reset_after_ns
-            .saturating_sub(quota.emission_interval_ns()),
+        Algorithm::Gcra => v.reset_after_ns.saturating_sub(
+            quota
+                .emission_interval_ns()
+                .saturating_mul(u64::from(units)),
+        ),
         // A window with nothing counted in it was never opened.
         Algorithm::FixedWindow if remaining == v.limit => 0,
         Algorithm::FixedWindow => v.reset_after_ns,

@@ -90,13 +90,13 @@ impl MemoryStore {
                 let mut shard = self.shards[self.shard_of(&one.key.digest)].lock();
                 // One table probe for a bucket that exists (the common case).
                 if let Some(slot) = shard.map.get_mut(&one.key.digest) {
-                    let (v, new) = limiter::decide(&one.quota, Some(*slot), now);
+                    let (v, new) = limiter::decide_units(&one.quota, Some(*slot), now, one.units);
                     if let Some(s) = new {
                         *slot = s;
                     }
                     return vec![v];
                 }
-                let (v, new) = limiter::decide(&one.quota, None, now);
+                let (v, new) = limiter::decide_units(&one.quota, None, now, one.units);
                 if let Some(s) = new {
                     self.put(&mut shard, one.key.digest, s, now);
                 }
@@ -134,7 +134,7 @@ impl MemoryStore {
                     .find(|(i, _)| *i == shard_i)
                     .and_then(|(_, g)| g.map.get(&c.key.digest).copied())
             });
-            let (v, new) = limiter::decide(&c.quota, stored, now);
+            let (v, new) = limiter::decide_units(&c.quota, stored, now, c.units);
             verdicts.push(v);
             updates.push(new);
         }
@@ -342,6 +342,7 @@ mod tests {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             shadow: false,
+            units: 1,
         }
     }
 

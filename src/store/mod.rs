@@ -15,6 +15,9 @@ pub struct Check {
     pub quota: Quota,
     /// A shadow-mode limiter: its refusal never stops the others from consuming.
     pub shadow: bool,
+    /// What the request costs in this bucket (at least 1): all of it fits, or the request is
+    /// refused and charges nothing.
+    pub units: u32,
 }
 
 /// An admitted check to give back because the request's answer says it should not have counted
