@@ -125,6 +125,15 @@ impl Outcome {
 /// stays counted) and counted as `dropped`, so a flood of answers never queues without bound.
 pub const MAX_GIVE_BACKS_IN_FLIGHT: usize = 4096;
 
+/// One give-back under way: counted until dropped.
+struct UnderWay(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// The limiter with no HTTP: configuration, store and verifier.
 pub struct Decider {
     /// Give-backs under way (see [`MAX_GIVE_BACKS_IN_FLIGHT`]).
@@ -249,8 +258,10 @@ impl Decider {
             return None;
         }
         let store = self.store.clone();
-        let count = self.give_backs.clone();
+        // Counted under way until the work finishes or is dropped unfinished.
+        let under_way = UnderWay(self.give_backs.clone());
         Some(Box::pin(async move {
+            let _under_way = under_way;
             let (list, meters): (Vec<GiveBack>, Vec<Option<LimiterMeter>>) =
                 items.into_iter().unzip();
             let result = match store.give_back(&list).await {
@@ -263,7 +274,6 @@ impl Decider {
             for m in meters.iter().flatten() {
                 m.give_back(result);
             }
-            count.fetch_sub(1, Ordering::AcqRel);
         }))
     }
 
@@ -451,6 +461,56 @@ mod tests {
             session_token: None,
             key_headers: KeyHeaders::default(),
         }
+    }
+
+    #[actix_rt::test]
+    async fn give_backs_beyond_the_cap_are_dropped_and_counted() {
+        let cfg = Loader::new()
+            .env([(
+                "FLEET_LIMITER_LIMITER_API_KEY_COUNT".to_owned(),
+                "failed".to_owned(),
+            )])
+            .load()
+            .unwrap();
+        let store = Arc::new(MemoryStore::new(1000, Arc::new(ManualClock::new(1))));
+        let d = Decider::new(&cfg, store, Arc::new(NoVerifier));
+        let settings = d.settings();
+        let outcome = d.decide(&facts(b"Bearer pa_valid")).await;
+        assert!(!outcome.refused());
+        let since = std::time::Duration::ZERO;
+        assert!(
+            d.give_back(&settings, &outcome, 401, since).is_none(),
+            "a failure counts"
+        );
+        // Work handed out but not yet run holds its place.
+        let held: Vec<_> = (0..MAX_GIVE_BACKS_IN_FLIGHT)
+            .map(|_| {
+                d.give_back(&settings, &outcome, 200, since)
+                    .expect("under the cap")
+            })
+            .collect();
+        assert!(
+            d.give_back(&settings, &outcome, 200, since).is_none(),
+            "over the cap"
+        );
+        let page = d.metrics().render();
+        assert!(
+            page.contains(
+                r#"fleet_limiter_give_backs_total{limiter="api-key",result="dropped"} 1"#
+            ),
+            "{page}"
+        );
+        // Dropped unfinished, the work frees its place; run to the end, it is counted done.
+        drop(held);
+        let work = d
+            .give_back(&settings, &outcome, 200, since)
+            .expect("room again");
+        work.await;
+        let page = d.metrics().render();
+        assert!(
+            page.contains(r#"fleet_limiter_give_backs_total{limiter="api-key",result="done"} 1"#),
+            "{page}"
+        );
     }
 
     #[actix_rt::test]

@@ -48,13 +48,21 @@ async fn a_batch_costs_its_size(store: &str) {
         .spawn();
     let b = |n: &'static str| [("x-batch-size", n)];
     let a = get(&gw, &b("4")).await;
-    assert_eq!((a.status, a.remaining), (200, Some(6)), "remaining after the cost");
+    assert_eq!(
+        (a.status, a.remaining),
+        (200, Some(6)),
+        "remaining after the cost"
+    );
     // Seven do not fit in six: refused whole, charging nothing, and told to wait for 7 units.
     let a = get(&gw, &b("7")).await;
     assert_eq!(a.status, 429);
     assert_eq!(a.retry_after, Some(6), "one more unit, 6 s away");
     let a = get(&gw, &b("6")).await;
-    assert_eq!((a.status, a.remaining), (200, Some(0)), "the refusal charged nothing");
+    assert_eq!(
+        (a.status, a.remaining),
+        (200, Some(0)),
+        "the refusal charged nothing"
+    );
     assert_eq!(common::received(&upstream).await, 2);
 }
 
@@ -68,7 +76,11 @@ async fn redis_a_batch_costs_its_size() {
     let Some(redis) = redis_support::standalone() else {
         return;
     };
-    a_batch_costs_its_size(&format!("[store]\nurl = \"{}\"\ntimeout = \"2s\"", redis.url())).await;
+    a_batch_costs_its_size(&format!(
+        "[store]\nurl = \"{}\"\ntimeout = \"2s\"",
+        redis.url()
+    ))
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -174,6 +174,47 @@ async fn redis_cluster_failed_only_counts_failures() {
     shadow_counts_the_same(&store).await;
 }
 
+/// A flood of requests that will all succeed: each holds its unit until answered, so at most
+/// `limit` are in flight at once and the rest are refused; once answered and given back, the
+/// budget is whole again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_successes_never_has_more_than_the_limit_in_flight() {
+    let upstream = common::upstream().await;
+    Mock::given(path("/login/slow"))
+        .respond_with(ResponseTemplate::new(200).set_delay(std::time::Duration::from_secs(2)))
+        .with_priority(1)
+        .mount(&upstream)
+        .await;
+    let name = unique();
+    let gw = gateway(&login_limiter(&name, "enforce", ""), &upstream.uri());
+    let url = gw.url("/login/slow");
+    let flood = (0..12).map(|_| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            common::client()
+                .get(url)
+                .send()
+                .await
+                .expect("request")
+                .status()
+                .as_u16()
+        })
+    });
+    let mut statuses = Vec::new();
+    for s in futures_util::future::join_all(flood).await {
+        statuses.push(s.expect("task"));
+    }
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!((ok, refused), (3, 9), "{statuses:?}");
+    gw.wait_metric(&done(&name), |v| v >= 3.0).await;
+    for i in 0..3 {
+        assert_eq!(status(&gw, "/login/ok").await, 200, "after the flood, {i}");
+        gw.wait_metric(&done(&name), |v| v >= f64::from(4 + i))
+            .await;
+    }
+}
+
 /// The decision endpoint never sees the answer: there a failed-only limiter counts every
 /// request, and a gateway that only answers a proxy's questions says so when it starts.
 #[tokio::test]
