@@ -169,13 +169,15 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             group.push(checks);
         }
         let got = futures_util::future::join_all(group.iter().map(|c| redis.decide(c))).await;
+        let mut backs: Vec<Vec<GiveBack>> = Vec::new();
         for (checks, got) in group.iter().zip(got) {
             let want = memory.decide(checks).await.expect("memory decides");
             assert_eq!(got.expect("redis decides"), want, "step {step}: {checks:?}");
             multi += usize::from(checks.len() > 1);
             costly += checks.iter().filter(|c| c.units > 1).count();
             // Some admitted requests are given back, as an answer that should not count would
-            // be, a random part of the way into their charge: both stores must agree after.
+            // be, a random part of the way into their charge (after the whole group is decided,
+            // as Redis decided it): both stores must agree after.
             if want.iter().zip(checks).all(|(v, c)| v.allowed || c.shadow) && rng.gen_bool(0.2) {
                 let back: Vec<GiveBack> = checks
                     .iter()
@@ -188,9 +190,8 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                         outstanding_ns: v.reset_after_ns - v.reset_after_ns / rng.gen_range(1..=4),
                     })
                     .collect();
-                memory.give_back(&back).await.expect("memory gives back");
-                redis.give_back(&back).await.expect("redis gives back");
                 given_back += back.len();
+                backs.push(back);
             }
             for (c, v) in checks.iter().zip(&want) {
                 if !v.allowed {
@@ -202,6 +203,10 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                 }
             }
             step += 1;
+        }
+        for back in &backs {
+            memory.give_back(back).await.expect("memory gives back");
+            redis.give_back(back).await.expect("redis gives back");
         }
     }
     eprintln!(
