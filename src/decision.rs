@@ -319,7 +319,8 @@ impl Decider {
             .flatten()
             .map(keys::credential_digest);
         // A header key is read only when the peer is a trusted proxy.
-        let from_proxy = settings.trusted.contains(req.peer);
+        let from_proxy =
+            limiters.iter().any(|l| l.key_header.is_some()) && settings.trusted.contains(req.peer);
         let principal = |l: &LimiterSpec| keys::Principal {
             ip: &ip_key,
             agent_id: id.agent_id,
