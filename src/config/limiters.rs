@@ -296,6 +296,12 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
     "connection",
     "content-length",
     "transfer-encoding",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
 ];
 
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
