@@ -21,6 +21,7 @@ fn check(principal: &str, quota: Quota) -> Check {
         key: BucketKey::new(Arc::from("agent-device"), principal),
         quota,
         shadow: false,
+        units: 1,
     }
 }
 

@@ -38,6 +38,7 @@ fn main() {
         key: BucketKey::new(limiter.clone(), "seed"),
         quota,
         shadow: false,
+        units: 1,
     }];
     for i in 0..n {
         let principal = format!(

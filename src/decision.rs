@@ -6,14 +6,14 @@
 use crate::client_ip::{self, TrustedProxies};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::identity::{self, Identity, TokenVerifier};
+use crate::identity::{self, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
 use crate::known_agents::{AgentAt, KnownAgents, Seen};
 use crate::limiter::{ceil_secs, Verdict};
-use crate::metrics::{LimiterMeter, Metrics};
+use crate::metrics::{GiveBackResult, LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy, Remember};
-use crate::store::{Check, Store, StoreError};
+use crate::store::{Check, GiveBack, Store, StoreError};
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 use std::net::IpAddr;
@@ -32,6 +32,39 @@ pub struct RequestFacts<'a> {
     pub authorization: Option<&'a [u8]>,
     /// A dashboard session token from a cookie, when one was sent.
     pub session_token: Option<&'a str>,
+    /// The request's headers, for limiters keyed on one (`key = "header:<name>"`).
+    pub key_headers: KeyHeaders<'a>,
+}
+
+/// A lookup of the request's headers by lower-case name, for `header:<name>` keys and
+/// `cost_header`: the header's only value, `None` when it is absent, and an empty value (which
+/// neither reads as valid) when it was sent more than once: a value a proxy set is sent once, so
+/// a client cannot add its own beside the proxy's, nor dodge a cost by repeating the header.
+/// `KeyHeaders::default()` has none: every `header:<name>` limiter keys on the IP.
+#[derive(Clone, Copy, Default)]
+pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>);
+
+/// Header values by lower-case name (see [`KeyHeaders`]).
+pub type HeaderLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + Sync + 'a;
+
+impl<'a> KeyHeaders<'a> {
+    pub fn new(lookup: &'a HeaderLookup<'a>) -> Self {
+        Self(Some(lookup))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&'a [u8]> {
+        self.0.and_then(|f| f(name))
+    }
+}
+
+impl std::fmt::Debug for KeyHeaders<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "KeyHeaders(..)"
+        } else {
+            "KeyHeaders(none)"
+        })
+    }
 }
 
 /// What one limiter said about the request.
@@ -47,6 +80,8 @@ pub struct LimitResult {
     pub verdict: Verdict,
     /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
     pub store_error: bool,
+    /// What the request cost this limiter's bucket (charged only when the request was allowed).
+    pub units: u32,
 }
 
 impl LimitResult {
@@ -88,8 +123,23 @@ impl Outcome {
     }
 }
 
+/// Most give-backs under way at once per decider. Beyond it a give-back is dropped (the request
+/// stays counted) and counted as `dropped`, so a flood of answers never queues without bound.
+pub const MAX_GIVE_BACKS_IN_FLIGHT: usize = 4096;
+
+/// One give-back under way: counted until dropped.
+struct UnderWay(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// The limiter with no HTTP: configuration, store and verifier.
 pub struct Decider {
+    /// Give-backs under way (see [`MAX_GIVE_BACKS_IN_FLIGHT`]).
+    give_backs: Arc<std::sync::atomic::AtomicUsize>,
     state: RwLock<Arc<Settings>>,
     store: Arc<dyn Store>,
     /// How the store wants its bucket names digested.
@@ -139,6 +189,7 @@ impl Decider {
             .clock()
             .unwrap_or_else(|| Arc::new(SystemClock::new()));
         Self {
+            give_backs: Arc::default(),
             state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
             known: KnownAgents::new(cfg.store.max_keys),
             clock,
@@ -168,6 +219,73 @@ impl Decider {
     /// Count and log one decision made under `settings` (see [`crate::observe`]).
     pub fn observe(&self, settings: &Settings, outcome: &Outcome, elapsed: std::time::Duration) {
         crate::observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
+    }
+
+    /// Once the answer is known: give back what the limiters whose `count` says an answer with
+    /// `status` should not have counted took for this request (`since_decision` after it was
+    /// decided). Returns the work to run after the response (spawned by the middleware, awaited
+    /// by the simulator), or `None` when nothing is given back. A refused request consumed
+    /// nothing and gives nothing back; neither does a limiter whose store failed. Beyond
+    /// [`MAX_GIVE_BACKS_IN_FLIGHT`] the give-back is dropped and counted.
+    pub fn give_back(
+        &self,
+        settings: &Settings,
+        outcome: &Outcome,
+        status: u16,
+        since_decision: std::time::Duration,
+    ) -> Option<futures_util::future::BoxFuture<'static, ()>> {
+        if outcome.refused() {
+            return None;
+        }
+        let elapsed = u64::try_from(since_decision.as_nanos()).unwrap_or(u64::MAX);
+        let mut items: SmallVec<[(GiveBack, Option<LimiterMeter>); 4]> = SmallVec::new();
+        for r in &outcome.results {
+            if !r.verdict.allowed || r.store_error || !r.spec.gives_back(status) {
+                continue;
+            }
+            let meter = settings.meters.get(r.slot).cloned();
+            items.push((
+                GiveBack {
+                    key: r.key.clone(),
+                    quota: r.spec.quota,
+                    units: r.units,
+                    outstanding_ns: r.verdict.reset_after_ns.saturating_sub(elapsed),
+                },
+                meter,
+            ));
+        }
+        if items.is_empty() {
+            return None;
+        }
+        use std::sync::atomic::Ordering;
+        let under_way = self.give_backs.fetch_add(1, Ordering::AcqRel);
+        if under_way >= MAX_GIVE_BACKS_IN_FLIGHT {
+            self.give_backs.fetch_sub(1, Ordering::AcqRel);
+            for (_, m) in &items {
+                if let Some(m) = m {
+                    m.give_back(GiveBackResult::Dropped);
+                }
+            }
+            return None;
+        }
+        let store = self.store.clone();
+        // Counted under way until the work finishes or is dropped unfinished.
+        let under_way = UnderWay(self.give_backs.clone());
+        Some(Box::pin(async move {
+            let _under_way = under_way;
+            let (list, meters): (Vec<GiveBack>, Vec<Option<LimiterMeter>>) =
+                items.into_iter().unzip();
+            let result = match store.give_back(&list).await {
+                Ok(()) => GiveBackResult::Done,
+                Err(e) => {
+                    tracing::debug!(error = %e, "a give-back failed; the request stays counted");
+                    GiveBackResult::Failed
+                }
+            };
+            for m in meters.iter().flatten() {
+                m.give_back(result);
+            }
+        }))
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -226,7 +344,31 @@ impl Decider {
                 ..Outcome::default()
             };
         }
-        let checks = build_checks(&self.digest, &limiters, &ip_key, &id);
+        // A credential key digests the token once; the raw value goes no further.
+        let credential = limiters
+            .iter()
+            .any(|l| l.key == keys::KeyKind::Credential)
+            .then(|| req.authorization.and_then(identity::bearer_token))
+            .flatten()
+            .map(keys::credential_digest);
+        // A header key is read only when the peer is a trusted proxy.
+        let from_proxy =
+            limiters.iter().any(|l| l.key_header.is_some()) && settings.trusted.contains(req.peer);
+        let principal = |l: &LimiterSpec| keys::Principal {
+            ip: &ip_key,
+            agent_id: id.agent_id,
+            user: id.user.as_deref(),
+            credential: credential.as_deref(),
+            header: match (&l.key_header, from_proxy) {
+                (Some(name), true) => req.key_headers.get(name).and_then(keys::valid_key_header),
+                _ => None,
+            },
+        };
+        let units = |l: &LimiterSpec| {
+            l.cost
+                .of(l.cost.header().and_then(|h| req.key_headers.get(h)))
+        };
+        let checks = build_checks(&self.digest, &limiters, principal, units);
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
         let elapsed = started.elapsed();
@@ -259,7 +401,7 @@ impl Decider {
             verdicts
                 .into_iter()
                 .zip(&checks)
-                .map(|(v, c)| crate::limiter::unconsumed(&c.quota, v))
+                .map(|(v, c)| crate::limiter::unconsumed_units(&c.quota, v, c.units))
                 .collect()
         } else {
             verdicts
@@ -280,13 +422,7 @@ impl Decider {
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
                     check.key
                 } else {
-                    KeyDigest::Shared.bucket(
-                        check.key.limiter,
-                        spec.key,
-                        &ip_key,
-                        id.agent_id,
-                        id.user.as_deref(),
-                    )
+                    KeyDigest::Shared.bucket_of(check.key.limiter, spec.key, &principal(&spec))
                 };
                 LimitResult {
                     spec,
@@ -294,6 +430,7 @@ impl Decider {
                     key,
                     verdict,
                     store_error: errored,
+                    units: check.units,
                 }
             })
             .collect();
@@ -307,24 +444,19 @@ impl Decider {
 
 /// One check per limiter, keyed on the principal that limiter meters (on the stack for the
 /// usual handful of limiters).
-pub fn build_checks(
+pub fn build_checks<'p>(
     digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
-    ip_key: &str,
-    id: &Identity<'_>,
+    principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,
+    units: impl Fn(&LimiterSpec) -> u32,
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
         .map(|l| Check {
-            key: digest.bucket(
-                l.name.clone(),
-                l.key,
-                ip_key,
-                id.agent_id,
-                id.user.as_deref(),
-            ),
+            key: digest.bucket_of(l.name.clone(), l.key, &principal(l)),
             quota: l.quota,
             shadow: l.mode != Mode::Enforce,
+            units: units(l),
         })
         .collect()
 }
@@ -368,7 +500,58 @@ mod tests {
             agent_id: None,
             authorization: Some(auth),
             session_token: None,
+            key_headers: KeyHeaders::default(),
         }
+    }
+
+    #[actix_rt::test]
+    async fn give_backs_beyond_the_cap_are_dropped_and_counted() {
+        let cfg = Loader::new()
+            .env([(
+                "FLEET_LIMITER_LIMITER_API_KEY_COUNT".to_owned(),
+                "failed".to_owned(),
+            )])
+            .load()
+            .unwrap();
+        let store = Arc::new(MemoryStore::new(1000, Arc::new(ManualClock::new(1))));
+        let d = Decider::new(&cfg, store, Arc::new(NoVerifier));
+        let settings = d.settings();
+        let outcome = d.decide(&facts(b"Bearer pa_valid")).await;
+        assert!(!outcome.refused());
+        let since = std::time::Duration::ZERO;
+        assert!(
+            d.give_back(&settings, &outcome, 401, since).is_none(),
+            "a failure counts"
+        );
+        // Work handed out but not yet run holds its place.
+        let held: Vec<_> = (0..MAX_GIVE_BACKS_IN_FLIGHT)
+            .map(|_| {
+                d.give_back(&settings, &outcome, 200, since)
+                    .expect("under the cap")
+            })
+            .collect();
+        assert!(
+            d.give_back(&settings, &outcome, 200, since).is_none(),
+            "over the cap"
+        );
+        let page = d.metrics().render();
+        assert!(
+            page.contains(
+                r#"fleet_limiter_give_backs_total{limiter="api-key",result="dropped"} 1"#
+            ),
+            "{page}"
+        );
+        // Dropped unfinished, the work frees its place; run to the end, it is counted done.
+        drop(held);
+        let work = d
+            .give_back(&settings, &outcome, 200, since)
+            .expect("room again");
+        work.await;
+        let page = d.metrics().render();
+        assert!(
+            page.contains(r#"fleet_limiter_give_backs_total{limiter="api-key",result="done"} 1"#),
+            "{page}"
+        );
     }
 
     #[actix_rt::test]

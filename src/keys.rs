@@ -29,6 +29,51 @@ pub enum KeyKind {
     /// `user:<sub>` from a verified token, else `ip:<ip>`.
     #[serde(rename = "user-or-ip")]
     UserOrIp,
+    /// `cred:<hex SHA-256 of the bearer token>` for a request presenting an API key or bearer
+    /// token, else `ip:<ip>`. The raw value is never part of any stored name.
+    #[serde(rename = "credential")]
+    Credential,
+    /// `hdr:<value>` of a header a trusted proxy sets (`key = "header:<name>"`, the name kept
+    /// by the limiter), else `ip:<ip>`.
+    #[serde(rename = "header")]
+    Header,
+    /// `global`: one bucket for every client of the limiter's routes.
+    #[serde(rename = "global")]
+    Global,
+}
+
+/// Longest header value a `header:<name>` key reads; a longer one keys on the IP.
+pub const MAX_KEY_HEADER_LEN: usize = 128;
+
+/// A `header:<name>` key's value counts when it is 1–128 bytes of visible ASCII (no spaces or
+/// control characters); anything else keys on the IP, so junk values cannot mint buckets.
+pub fn valid_key_header(raw: &[u8]) -> Option<&str> {
+    let ok = !raw.is_empty()
+        && raw.len() <= MAX_KEY_HEADER_LEN
+        && raw.iter().all(|b| (0x21..=0x7e).contains(b));
+    if ok {
+        std::str::from_utf8(raw).ok()
+    } else {
+        None
+    }
+}
+
+/// The principal's part of a `credential` key: hex SHA-256 of the token (64 characters), so the
+/// token itself never reaches a key, a log or a store.
+pub fn credential_digest(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// Everything a principal key can be made of, for one request. `credential` is already
+/// digested ([`credential_digest`]); `header` already validated ([`valid_key_header`]) and read
+/// only from a trusted proxy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Principal<'a> {
+    pub ip: &'a str,
+    pub agent_id: Option<&'a str>,
+    pub user: Option<&'a str>,
+    pub credential: Option<&'a str>,
+    pub header: Option<&'a str>,
 }
 
 impl KeyKind {
@@ -37,6 +82,9 @@ impl KeyKind {
             KeyKind::Ip => "ip",
             KeyKind::IpAgent => "ip+agent",
             KeyKind::UserOrIp => "user-or-ip",
+            KeyKind::Credential => "credential",
+            KeyKind::Header => "header",
+            KeyKind::Global => "global",
         }
     }
 }
@@ -96,14 +144,21 @@ pub fn principal_key(
     agent_id: Option<&str>,
     user: Option<&str>,
 ) -> String {
-    match kind {
-        KeyKind::Ip => ip.to_owned(),
-        KeyKind::IpAgent => format!("{}:{}", ip, agent_id.unwrap_or("none")),
-        KeyKind::UserOrIp => match user {
-            Some(sub) => format!("user:{sub}"),
-            None => format!("ip:{ip}"),
+    principal_key_of(
+        kind,
+        &Principal {
+            ip,
+            agent_id,
+            user,
+            ..Principal::default()
         },
-    }
+    )
+}
+
+/// [`principal_key`] for every key kind, from all of a request's principal facts.
+pub fn principal_key_of(kind: KeyKind, p: &Principal<'_>) -> String {
+    let (parts, n) = principal_parts(kind, p);
+    parts[..n].concat()
 }
 
 /// First 16 bytes of SHA-256 over `limiter NUL principal`.
@@ -165,7 +220,21 @@ impl KeyDigest {
         agent_id: Option<&str>,
         user: Option<&str>,
     ) -> BucketKey {
-        let (parts, n) = principal_parts(kind, ip, agent_id, user);
+        self.bucket_of(
+            limiter,
+            kind,
+            &Principal {
+                ip,
+                agent_id,
+                user,
+                ..Principal::default()
+            },
+        )
+    }
+
+    /// [`KeyDigest::bucket`] for every key kind, from all of a request's principal facts.
+    pub fn bucket_of(&self, limiter: Arc<str>, kind: KeyKind, p: &Principal<'_>) -> BucketKey {
+        let (parts, n) = principal_parts(kind, p);
         let digest = match *self {
             KeyDigest::Shared => digest_parts(&limiter, &parts[..n]),
             KeyDigest::Local { k0, k1 } => {
@@ -185,19 +254,24 @@ impl KeyDigest {
 }
 
 /// The pieces of [`principal_key`]'s string, in order (their concatenation is the key).
-fn principal_parts<'a>(
-    kind: KeyKind,
-    ip: &'a str,
-    agent_id: Option<&'a str>,
-    user: Option<&'a str>,
-) -> ([&'a str; 3], usize) {
+fn principal_parts<'a>(kind: KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usize) {
+    let ip = p.ip;
     match kind {
         KeyKind::Ip => ([ip, "", ""], 1),
-        KeyKind::IpAgent => ([ip, ":", agent_id.unwrap_or("none")], 3),
-        KeyKind::UserOrIp => match user {
+        KeyKind::IpAgent => ([ip, ":", p.agent_id.unwrap_or("none")], 3),
+        KeyKind::UserOrIp => match p.user {
             Some(sub) => (["user:", sub, ""], 2),
             None => (["ip:", ip, ""], 2),
         },
+        KeyKind::Credential => match p.credential {
+            Some(c) => (["cred:", c, ""], 2),
+            None => (["ip:", ip, ""], 2),
+        },
+        KeyKind::Header => match p.header {
+            Some(h) => (["hdr:", h, ""], 2),
+            None => (["ip:", ip, ""], 2),
+        },
+        KeyKind::Global => (["global", "", ""], 1),
     }
 }
 

@@ -86,6 +86,7 @@
 //!     agent_id: Some(b"agent-1"),
 //!     authorization: None,
 //!     session_token: None,
+//!     key_headers: fleet_limiter::decision::KeyHeaders::default(),
 //! };
 //! for _ in 0..30 {
 //!     assert!(!decider.decide(&heartbeat).await.refused());
@@ -129,6 +130,7 @@
 //!     key: BucketKey::new(Arc::from(limiter), "198.51.100.9"),
 //!     quota: Quota::gcra(nonzero(n), Duration::from_secs(60)),
 //!     shadow: false,
+//!     units: 1,
 //! };
 //! let both = [check("wide", 100), check("tight", 1)];
 //! assert!(store.decide_now(&both).iter().all(|v| v.allowed));

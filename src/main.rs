@@ -328,6 +328,9 @@ fn main() -> ExitCode {
                 fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
                 return ExitCode::from(2);
             }
+            for w in cfg.count_warnings() {
+                tracing::warn!("{w}");
+            }
             if let Err(code) = admit_at_startup(&cfg, args.allow_unsafe_calibration) {
                 return code;
             }

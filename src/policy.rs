@@ -107,6 +107,141 @@ pub enum OnStoreError {
     Deny,
 }
 
+/// Which answers a limiter counts. Every request is admitted against the bucket as usual; an
+/// answer this says should not have counted is given back once its status is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Count {
+    /// Every admitted request counts.
+    #[default]
+    All,
+    /// Only answers whose status is in `failed_statuses` count (failed logins, bad keys).
+    Failed,
+    /// Only answers whose status is not in `failed_statuses` count.
+    Succeeded,
+}
+
+impl Count {
+    /// The name configuration and metrics use: `all`, `failed`, `succeeded`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Count::All => "all",
+            Count::Failed => "failed",
+            Count::Succeeded => "succeeded",
+        }
+    }
+}
+
+/// The statuses that make an answer failed: inclusive ranges of status codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusRanges(pub Vec<(u16, u16)>);
+
+impl Default for StatusRanges {
+    /// 400 and above.
+    fn default() -> Self {
+        Self(vec![(400, 999)])
+    }
+}
+
+impl StatusRanges {
+    pub fn contains(&self, status: u16) -> bool {
+        self.0.iter().any(|&(lo, hi)| lo <= status && status <= hi)
+    }
+
+    /// `400-499` or `503`: a status code from 100 to 999, or an inclusive range of them.
+    pub fn parse_item(s: &str) -> Result<(u16, u16), String> {
+        let code = |t: &str| -> Result<u16, String> {
+            let t = t.trim();
+            match t.parse::<u16>() {
+                Ok(n) if (100..=999).contains(&n) && t.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+                _ => Err(format!(
+                    "`{s}` is not a status code; use a code from 100 to 999 (503) or a range (\"400-499\")"
+                )),
+            }
+        };
+        match s.split_once('-') {
+            Some((a, b)) => {
+                let (lo, hi) = (code(a)?, code(b)?);
+                if lo > hi {
+                    return Err(format!(
+                        "`{s}` runs backwards; write the lower code first (\"{hi}-{lo}\")"
+                    ));
+                }
+                Ok((lo, hi))
+            }
+            None => code(s).map(|c| (c, c)),
+        }
+    }
+}
+
+impl fmt::Display for StatusRanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (lo, hi)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            if lo == hi {
+                write!(f, "{lo}")?;
+            } else {
+                write!(f, "{lo}-{hi}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one request costs a limiter's bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cost {
+    /// Always this many units (`cost = N`; 1 by default).
+    Fixed(u32),
+    /// What the request's header says (`cost_header`), capped at `max` (`cost_max`).
+    Header { name: Arc<str>, max: u32 },
+}
+
+impl Default for Cost {
+    fn default() -> Self {
+        Cost::Fixed(1)
+    }
+}
+
+impl Cost {
+    /// The units a request costs, given the value of the cost header (`None` when it was not
+    /// sent). A header cost: absent, 1; a positive whole number (ASCII digits, surrounding
+    /// spaces ignored), that number capped at `max`; anything else (empty, zero, negative, a
+    /// sign, a fraction, non-ASCII, sent more than once), `max`: a client that says nothing
+    /// sensible pays the most, never less than an honest one.
+    pub fn of(&self, value: Option<&[u8]>) -> u32 {
+        match self {
+            Cost::Fixed(n) => (*n).max(1),
+            Cost::Header { max, .. } => {
+                let max = (*max).max(1);
+                let Some(v) = value else { return 1 };
+                let v = v.trim_ascii();
+                if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+                    return max;
+                }
+                let n = v.iter().fold(0u64, |n, d| {
+                    n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                });
+                if n == 0 {
+                    max
+                } else {
+                    u32::try_from(n).unwrap_or(u32::MAX).min(max)
+                }
+            }
+        }
+    }
+
+    /// The header a request's cost is read from, if any.
+    pub fn header(&self) -> Option<&str> {
+        match self {
+            Cost::Fixed(_) => None,
+            Cost::Header { name, .. } => Some(name),
+        }
+    }
+}
+
 /// One configured limiter, ready to match requests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LimiterSpec {
@@ -121,9 +256,27 @@ pub struct LimiterSpec {
     pub on_store_error: OnStoreError,
     /// `Some` for a `meter = "new-agents"` limiter: known agents skip it.
     pub new_agents: Option<Remember>,
+    /// What one request costs this limiter's bucket.
+    pub cost: Cost,
+    /// The header a `header:<name>` key reads (lower-case); `None` for other key kinds.
+    pub key_header: Option<Arc<str>>,
+    /// Which answers count; the others are given back.
+    pub count: Count,
+    /// The statuses `count` reads as failed.
+    pub failed_statuses: StatusRanges,
 }
 
 impl LimiterSpec {
+    /// Whether an admitted request answered with `status` is given back: it should not have
+    /// counted.
+    pub fn gives_back(&self, status: u16) -> bool {
+        match self.count {
+            Count::All => false,
+            Count::Failed => !self.failed_statuses.contains(status),
+            Count::Succeeded => self.failed_statuses.contains(status),
+        }
+    }
+
     /// The specificity of this limiter's best route for the request, or `None` if it does not apply.
     fn matches(&self, method: &str, segs: &[&str], cred: Credential) -> Option<Specificity> {
         if self.mode == Mode::Off || !self.credential.admits(cred) {
@@ -430,6 +583,30 @@ impl RoutePattern {
     pub fn as_str(&self) -> &str {
         &self.raw
     }
+
+    /// Whether every request `other` matches, this matches too.
+    pub fn covers(&self, other: &RoutePattern) -> bool {
+        let methods = match (&self.method, &other.method) {
+            (None, _) => true,
+            (Some(a), Some(b)) => a == b,
+            (Some(_), None) => false,
+        };
+        methods && segs_cover(&self.segs, &other.segs)
+    }
+}
+
+fn segs_cover(outer: &[Seg], inner: &[Seg]) -> bool {
+    match (outer.split_first(), inner.split_first()) {
+        (None, None) => true,
+        (Some((Seg::DoubleStar, or)), _) => {
+            segs_cover(or, inner) || (!inner.is_empty() && segs_cover(outer, &inner[1..]))
+        }
+        (None, Some(_)) | (Some(_), None) => false,
+        (Some((_, _)), Some((Seg::DoubleStar, _))) => false,
+        (Some((Seg::Star, or)), Some((_, ir))) => segs_cover(or, ir),
+        (Some((Seg::Lit(a), or)), Some((Seg::Lit(b), ir))) => a == b && segs_cover(or, ir),
+        (Some((Seg::Lit(_), _)), Some((Seg::Star, _))) => false,
+    }
 }
 
 fn match_segs(pat: &[Seg], path: &[&str]) -> bool {
@@ -592,6 +769,45 @@ mod tests {
         assert!(!p("/api/agent/**").overlaps(&p("/api/cron/**")));
         assert!(p("/a/**/z").overlaps(&p("/a/b/**")));
         assert!(!p("/a/b").overlaps(&p("/a/b/c")));
+    }
+
+    #[test]
+    fn a_header_cost_is_honest_or_the_most() {
+        let c = Cost::Header {
+            name: Arc::from("x-batch-size"),
+            max: 50,
+        };
+        for (v, want) in [
+            (None, 1),
+            (Some(&b"7"[..]), 7),
+            (Some(b" 12 "), 12),
+            (Some(b"50"), 50),
+            (Some(b"51"), 50),
+            (Some(b"99999999999999999999999999999"), 50),
+            (Some(b"0"), 50),
+            (Some(b"-3"), 50),
+            (Some(b"+3"), 50),
+            (Some(b"3.5"), 50),
+            (Some(b"0x10"), 50),
+            (Some(b""), 50),
+            (Some("\u{663}".as_bytes()), 50),
+        ] {
+            assert_eq!(c.of(v), want, "{v:?}");
+        }
+        assert_eq!(Cost::Fixed(4).of(Some(b"1")), 4);
+        assert_eq!(Cost::default().of(None), 1);
+    }
+
+    #[test]
+    fn coverage() {
+        assert!(p("/api/**").covers(&p("GET /api/tasks")));
+        assert!(p("/api/**").covers(&p("/api/*/x/**")));
+        assert!(p("/api/*").covers(&p("/api/x")));
+        assert!(!p("/api/*").covers(&p("/api/**")));
+        assert!(!p("/api/x").covers(&p("/api/*")));
+        assert!(!p("GET /api/**").covers(&p("/api/x")));
+        assert!(!p("/api/agent/**").covers(&p("/api/**")));
+        assert!(p("/**").covers(&p("/a/b/**")));
     }
 
     #[test]

@@ -35,6 +35,7 @@ fn result(
         },
         spec,
         store_error,
+        units: 1,
     }
 }
 

@@ -13,7 +13,7 @@ use fleet_limiter::store::memory::MemoryStore;
 use fleet_limiter::store::redis::{
     self as redis_store, key_name, RedisOptions, RedisStore, RedisTarget,
 };
-use fleet_limiter::store::{Check, Store, StoreErrorKind};
+use fleet_limiter::store::{Check, GiveBack, Store, StoreErrorKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis_support::gateway;
@@ -135,6 +135,7 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
     ];
     let mut rng = StdRng::seed_from_u64(7);
     let (mut refused, mut shadow_refused, mut multi, mut twice) = (0, 0, 0, 0);
+    let (mut costly, mut given_back) = (0, 0);
     let mut step = 0;
     while step < 3000 {
         clock.advance(Duration::from_nanos(
@@ -153,6 +154,11 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                         ),
                         quota: *quota,
                         shadow: *shadow,
+                        units: if rng.gen_bool(0.3) {
+                            rng.gen_range(1..=quota.limit())
+                        } else {
+                            1
+                        },
                     }
                 })
                 .collect();
@@ -163,10 +169,30 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             group.push(checks);
         }
         let got = futures_util::future::join_all(group.iter().map(|c| redis.decide(c))).await;
+        let mut backs: Vec<Vec<GiveBack>> = Vec::new();
         for (checks, got) in group.iter().zip(got) {
             let want = memory.decide(checks).await.expect("memory decides");
             assert_eq!(got.expect("redis decides"), want, "step {step}: {checks:?}");
             multi += usize::from(checks.len() > 1);
+            costly += checks.iter().filter(|c| c.units > 1).count();
+            // Some admitted requests are given back, as an answer that should not count would
+            // be, a random part of the way into their charge (after the whole group is decided,
+            // as Redis decided it): both stores must agree after.
+            if want.iter().zip(checks).all(|(v, c)| v.allowed || c.shadow) && rng.gen_bool(0.2) {
+                let back: Vec<GiveBack> = checks
+                    .iter()
+                    .zip(&want)
+                    .filter(|(_, v)| v.allowed)
+                    .map(|(c, v)| GiveBack {
+                        key: c.key.clone(),
+                        quota: c.quota,
+                        units: c.units,
+                        outstanding_ns: v.reset_after_ns - v.reset_after_ns / rng.gen_range(1..=4),
+                    })
+                    .collect();
+                given_back += back.len();
+                backs.push(back);
+            }
             for (c, v) in checks.iter().zip(&want) {
                 if !v.allowed {
                     if c.shadow {
@@ -178,12 +204,20 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             }
             step += 1;
         }
+        for back in &backs {
+            memory.give_back(back).await.expect("memory gives back");
+            redis.give_back(back).await.expect("redis gives back");
+        }
     }
     eprintln!(
-        "refused {refused}, shadow refused {shadow_refused}, multi-key {multi}, same key twice {twice}, {} calls",
+        "refused {refused}, shadow refused {shadow_refused}, multi-key {multi}, same key twice {twice}, costly {costly}, given back {given_back}, {} calls",
         redis.round_trips()
     );
     assert!(refused > 150, "the sequence refused enough ({refused})");
+    assert!(
+        costly > 500 && given_back > 300,
+        "costs ({costly}), give-backs ({given_back})"
+    );
     assert!(shadow_refused > 50, "shadow refusals ({shadow_refused})");
     assert!(
         multi > 1000 && twice > 100,
@@ -329,6 +363,7 @@ fn check(limiter: &str, principal: &str, quota: Quota) -> Check {
         key: BucketKey::new(Arc::from(limiter), principal),
         quota,
         shadow: false,
+        units: 1,
     }
 }
 
@@ -908,6 +943,7 @@ async fn memory_per_active_key() {
                     key: BucketKey::new(limiter.clone(), &format!("203.0.113.7:agent-{batch}-{i}")),
                     quota,
                     shadow: false,
+                    units: 1,
                 }]
             })
             .collect();

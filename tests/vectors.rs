@@ -126,6 +126,7 @@ fn principal_key_and_digest_vectors() {
             KeyKind::Ip => (&[None], &[None]),
             KeyKind::IpAgent => (&agents, &[None]),
             KeyKind::UserOrIp => (&[None], &users),
+            other => panic!("the built-in calibration keys no limiter on {other:?}"),
         };
         for raw_ip in ips {
             let normalised = keys::normalize_ip(ip(raw_ip), 56);
@@ -155,6 +156,82 @@ fn principal_key_and_digest_vectors() {
         }
     }
     snap!("vectors_principal_keys", out);
+}
+
+#[test]
+fn credential_header_and_global_key_vectors() {
+    let ip_key = keys::normalize_ip(ip("203.0.113.5"), 56);
+    let mut out = String::from(
+        "limiter | key kind | input | principal key | bucket key = limiter:hex(sha256(limiter NUL principal)[..16])\n",
+    );
+    let long = "x".repeat(keys::MAX_KEY_HEADER_LEN + 1);
+    let max = "y".repeat(keys::MAX_KEY_HEADER_LEN);
+    let mut row = |limiter: &str, kind: KeyKind, input: String, p: keys::Principal<'_>| {
+        let principal = keys::principal_key_of(kind, &p);
+        let bucket = BucketKey::new(limiter.into(), &principal);
+        let via_parts = keys::KeyDigest::Shared.bucket_of(limiter.into(), kind, &p);
+        assert_eq!(bucket, via_parts, "{input}");
+        writeln!(
+            out,
+            "{limiter} | {} | {input} | {principal} | {bucket}",
+            kind.as_str()
+        )
+        .unwrap();
+    };
+    // credential: the bearer token's SHA-256, never the token; no token keys on the IP.
+    for auth in [
+        Some(&b"Bearer pa_live_0123456789"[..]),
+        Some(b"bearer   pa_live_0123456789  "),
+        Some(b"Bearer cli-token-abc"),
+        Some(b"Basic dXNlcjpwYXNz"),
+        Some(b"Bearer "),
+        Some("Bearer t\u{eb}st".as_bytes()),
+        None,
+    ] {
+        let digest = auth
+            .and_then(fleet_limiter::identity::bearer_token)
+            .map(keys::credential_digest);
+        let p = keys::Principal {
+            ip: &ip_key,
+            credential: digest.as_deref(),
+            ..Default::default()
+        };
+        let input = auth.map_or_else(|| "-".to_owned(), |a| format!("{:?}", shown(a)));
+        if let Some(a) = auth.and_then(fleet_limiter::identity::bearer_token) {
+            assert!(!keys::principal_key_of(KeyKind::Credential, &p).contains(a));
+        }
+        row("api-by-key", KeyKind::Credential, input, p);
+    }
+    // header: a valid value from a trusted proxy; anything else keys on the IP.
+    for value in [
+        Some(&b"tenant-42"[..]),
+        Some(b"runner:eu/7"),
+        Some(max.as_bytes()),
+        Some(long.as_bytes()),
+        Some(b""),
+        Some(b"two words"),
+        Some(b"tab\there"),
+        Some("t\u{eb}nant".as_bytes()),
+        None,
+    ] {
+        let p = keys::Principal {
+            ip: &ip_key,
+            header: value.and_then(keys::valid_key_header),
+            ..Default::default()
+        };
+        let input = value.map_or_else(|| "-".to_owned(), |v| format!("{:?}", shown(v)));
+        row("per-tenant", KeyKind::Header, input, p);
+    }
+    // global: one bucket whoever asks.
+    for other_ip in ["203.0.113.5", "198.51.100.1"] {
+        let k = keys::normalize_ip(ip(other_ip), 56);
+        let p = keys::Principal {
+            ip: &k,
+            ..Default::default()
+        };
+        row("whole-route", KeyKind::Global, other_ip.to_owned(), p);
+    }
+    snap!("vectors_new_key_kinds", out);
 }
 
 #[test]
@@ -262,6 +339,7 @@ async fn decide(
         agent_id: agent,
         authorization: auth,
         session_token: None,
+        key_headers: fleet_limiter::decision::KeyHeaders::default(),
     };
     d.decide(&facts).await
 }

@@ -541,7 +541,13 @@ fn judge(
     specs: &[Spec],
     loads: BTreeMap<Workload, Demand>,
 ) -> LimiterCheck {
-    let limit = l.quota.limit();
+    // A fixed cost of N leaves the bucket room for limit / N requests. A cost read from a
+    // header is judged at 1 a request: what clients send is not known here.
+    let cost = match l.cost {
+        crate::policy::Cost::Fixed(n) => n.max(1),
+        crate::policy::Cost::Header { .. } => 1,
+    };
+    let limit = (l.quota.limit() / cost).max(1);
     let window = l.quota.window.as_secs_f64();
     let fixed = l.quota.algorithm == Algorithm::FixedWindow;
     let emission = window / limit as f64;
@@ -786,6 +792,27 @@ mod tests {
         ),
         ("FLEET_LIMITER_JWT_AUDIENCE", "dashboard-api"),
     ];
+
+    #[test]
+    fn a_fixed_cost_shrinks_what_a_bucket_carries() {
+        let cfg = crate::config::Loader::new()
+            .env([(
+                "FLEET_LIMITER_LIMITER_AGENT_DEVICE_COST".to_owned(),
+                "30".to_owned(),
+            )])
+            .load()
+            .unwrap();
+        let r = check(&cfg);
+        assert!(
+            !r.is_safe(),
+            "30 units a request leave agent-device one request a minute"
+        );
+        assert!(
+            r.problems().iter().any(|p| p.starts_with("agent-device")),
+            "{:?}",
+            r.problems()
+        );
+    }
 
     #[test]
     fn default_calibration_is_safe_without_warnings() {

@@ -32,6 +32,9 @@ pub fn run_check_with(loader: Loader, format: Format, fail_on_risk: bool) -> Exi
             return ExitCode::from(2);
         }
     };
+    for w in cfg.count_warnings() {
+        crate::log_sink::eprint_line(format!("fleet-limiter: warning: {w}"));
+    }
     let r = check::check(&cfg);
     match format {
         Format::Table => crate::log_sink::print(&report::check_table(&r)),

@@ -60,6 +60,8 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::Analysts(a) => analysts(&mut body, a, y),
             ScenarioReport::Abuse(a) => abuse(&mut body, a, y),
             ScenarioReport::Rotation(r) => rotation(&mut body, r, y),
+            // Two clients and two numbers: the report's table says it all.
+            ScenarioReport::FailedOnly(_) => y,
         };
     }
     let height = y.ceil();

@@ -307,6 +307,28 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                 );
                 let _ = writeln!(o, "{after}");
             }
+            ScenarioReport::FailedOnly(f) => {
+                let _ = writeln!(
+                    o,
+                    "failed-only  2 API clients for {}; api-key counts {}, budget {} over the run",
+                    fmt_secs(f.duration_seconds as f64),
+                    f.api_key_count.unwrap_or("(no api-key limiter)"),
+                    f.api_key_budget
+                        .map_or_else(|| "-".to_owned(), |b| b.to_string())
+                );
+                for c in &f.clients {
+                    let _ = writeln!(
+                        o,
+                        "          {} {}/s answered {}  admitted {}  refused {} of {}",
+                        pad(c.name, 17),
+                        c.rate_per_second,
+                        c.status,
+                        c.admitted,
+                        c.refused,
+                        c.requests
+                    );
+                }
+            }
             ScenarioReport::Abuse(a) => {
                 let _ = writeln!(
                     o,

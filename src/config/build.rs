@@ -323,6 +323,20 @@ pub(super) fn build(
     let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
     let mut limiters = build_limiters(raw.limiters, &raw.fleet, ctx)?;
     ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
+    if client_ip.trusted.ranges.is_empty() {
+        if let Some(l) = limiters
+            .iter()
+            .find(|l| l.key == KeyKind::Header && l.mode != Mode::Off)
+        {
+            return Err(ctx.err(
+                &format!("limiters.{}.key", l.name),
+                format!(
+                    "`header:{}` is read only from a trusted proxy, and client_ip.trust_proxy lists none, so every request would key on its IP; set client_ip.trust_proxy (--trust-proxy) to the proxy that sets the header, or use key = \"ip\"",
+                    l.key_header.as_deref().unwrap_or("")
+                ),
+            ));
+        }
+    }
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     Ok(Config {

@@ -320,6 +320,7 @@ mod tests {
             agent_id: Some(agent.as_bytes()),
             authorization: None,
             session_token: None,
+            key_headers: crate::decision::KeyHeaders::default(),
         }
     }
 

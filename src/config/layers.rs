@@ -279,6 +279,11 @@ pub(super) const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("meter", Kind::Str),
     ("known_for", Kind::Str),
     ("max_known", Kind::Int),
+    ("count", Kind::Str),
+    ("failed_statuses", Kind::List),
+    ("cost", Kind::Int),
+    ("cost_header", Kind::Str),
+    ("cost_max", Kind::Int),
 ];
 
 /// Builds a [`Config`] from its layers.

@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 pub(super) struct RawLimiter {
     pub(super) limit: Option<i64>,
     pub(super) window: Option<DurationValue>,
-    pub(super) key: Option<KeyKind>,
+    pub(super) key: Option<String>,
     pub(super) routes: Option<Vec<String>>,
     pub(super) except: Option<Vec<String>>,
     pub(super) group: Option<String>,
@@ -20,6 +20,19 @@ pub(super) struct RawLimiter {
     pub(super) meter: Option<Meter>,
     pub(super) known_for: Option<DurationValue>,
     pub(super) max_known: Option<i64>,
+    pub(super) count: Option<Count>,
+    pub(super) failed_statuses: Option<Vec<StatusItem>>,
+    pub(super) cost: Option<i64>,
+    pub(super) cost_header: Option<String>,
+    pub(super) cost_max: Option<i64>,
+}
+
+/// One entry of `failed_statuses`: a code (`503`) or a range as text (`"400-499"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum StatusItem {
+    Code(i64),
+    Text(String),
 }
 
 pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
@@ -27,7 +40,7 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
     RawLimiter {
         limit: Some(b.limit as i64),
         window: Some(DurationValue::Text(b.window.to_owned())),
-        key: Some(b.key),
+        key: Some(b.key.as_str().to_owned()),
         routes: Some(owned(b.routes)),
         except: Some(owned(b.except)),
         group: b.group.map(str::to_owned),
@@ -38,6 +51,11 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         meter: Some(b.meter),
         known_for: None,
         max_known: None,
+        count: None,
+        failed_statuses: None,
+        cost: None,
+        cost_header: None,
+        cost_max: None,
     }
 }
 
@@ -56,6 +74,11 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         meter: over.meter.or(base.meter),
         known_for: over.known_for.or(base.known_for),
         max_known: over.max_known.or(base.max_known),
+        count: over.count.or(base.count),
+        failed_statuses: over.failed_statuses.or(base.failed_statuses),
+        cost: over.cost.or(base.cost),
+        cost_header: over.cost_header.or(base.cost_header),
+        cost_max: over.cost_max.or(base.cost_max),
     }
 }
 
@@ -128,6 +151,7 @@ pub(super) fn build_limiters(
                 format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
             ));
         };
+        let cost = build_cost(&r, limit.get(), &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
         let window = duration(ctx, &at("window"), r.window, "1m")?;
         if window > Duration::from_secs(7 * 86_400) {
             return Err(ctx.err(
@@ -154,7 +178,29 @@ pub(super) fn build_limiters(
         }
         let except = parse_routes("except", r.except)?;
         let group = r.group.unwrap_or_else(|| name.clone());
-        let key = r.key.unwrap_or(KeyKind::Ip);
+        let (key, key_header) =
+            parse_key(r.key.as_deref().unwrap_or("ip")).map_err(|e| ctx.err(&at("key"), e))?;
+        let failed_statuses = match r.failed_statuses {
+            None => StatusRanges::default(),
+            Some(items) if items.is_empty() => {
+                return Err(ctx.err(
+                    &at("failed_statuses"),
+                    "is empty; list the statuses that count as failed, e.g. [\"400-499\", 503], or leave it out for 400 and above",
+                ))
+            }
+            Some(items) => StatusRanges(
+                items
+                    .iter()
+                    .map(|i| {
+                        let text = match i {
+                            StatusItem::Code(n) => n.to_string(),
+                            StatusItem::Text(t) => t.clone(),
+                        };
+                        StatusRanges::parse_item(&text).map_err(|e| ctx.err(&at("failed_statuses"), e))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
         let new_agents = match r.meter.unwrap_or_default() {
             Meter::Requests => {
                 for (field, set) in [
@@ -207,6 +253,8 @@ pub(super) fn build_limiters(
             name: Arc::from(name.as_str()),
             quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
             key,
+            key_header,
+            cost,
             routes,
             except,
             group: Arc::from(group.as_str()),
@@ -214,10 +262,188 @@ pub(super) fn build_limiters(
             mode: r.mode.unwrap_or_default(),
             on_store_error: r.on_store_error.unwrap_or_default(),
             new_agents,
+            count: r.count.unwrap_or_default(),
+            failed_statuses,
         });
     }
     check_precedence(&out, ctx)?;
+    check_credential_keys(&out, ctx)?;
     Ok(out)
+}
+
+/// A limiter's cost per request: `cost = N`, or `cost_header` with `cost_max` (default: the
+/// limit). A cost above the limit could never pass, so it is refused. Errors name the field.
+fn build_cost(
+    r: &RawLimiter,
+    limit: u32,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Cost, (&'static str, String)> {
+    let units = |field: &'static str, n: i64| -> Result<u32, (&'static str, String)> {
+        let Ok(n) = u32::try_from(n) else {
+            return Err((
+                field,
+                format!(
+                    "{n} is not a cost; use a whole number of units from 1 to the limit ({limit})"
+                ),
+            ));
+        };
+        if n == 0 {
+            return Err((
+                field,
+                format!("0 is not a cost; use a whole number of units from 1 to the limit ({limit}), or leave it out for 1"),
+            ));
+        }
+        if n > limit {
+            return Err((
+                field,
+                format!("{n} is more than limit = {limit}, so a request charged that much could never pass; lower {} to at most {limit}, or raise {}", at(field), at("limit")),
+            ));
+        }
+        Ok(n)
+    };
+    match (r.cost, &r.cost_header, r.cost_max) {
+        (Some(_), Some(_), _) => Err((
+            "cost",
+            format!(
+                "is set together with {}; a fixed cost and a cost read from a header exclude each other, so keep one",
+                at("cost_header")
+            ),
+        )),
+        (_, None, Some(_)) => Err((
+            "cost_max",
+            format!(
+                "caps a cost read from a header, and {} is not set; set it (e.g. \"X-Batch-Size\") or drop cost_max",
+                at("cost_header")
+            ),
+        )),
+        (Some(n), None, None) => units("cost", n).map(Cost::Fixed),
+        (None, None, None) => Ok(Cost::Fixed(1)),
+        (None, Some(name), max) => {
+            let lower = name.trim().to_ascii_lowercase();
+            let token = !lower.is_empty()
+                && lower.len() <= MAX_KEY_HEADER_NAME
+                && lower.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                });
+            if !token || RESERVED_KEY_HEADERS.contains(&lower.as_str()) {
+                return Err((
+                    "cost_header",
+                    format!(
+                        "`{name}` cannot carry a cost; name a request header of 1-{MAX_KEY_HEADER_NAME} characters of a-z, 0-9, `-` and `_` other than the ones the gateway reads, e.g. \"X-Batch-Size\""
+                    ),
+                ));
+            }
+            let max = match max {
+                Some(m) => units("cost_max", m)?,
+                None => limit,
+            };
+            Ok(Cost::Header {
+                name: Arc::from(lower.as_str()),
+                max,
+            })
+        }
+    }
+}
+
+/// Longest header name a `header:<name>` key may name.
+const MAX_KEY_HEADER_NAME: usize = 64;
+
+/// Headers whose values a client or the gateway itself controls in other ways: keying on them
+/// would let the client choose its bucket, or would duplicate a key kind that does it right.
+const RESERVED_KEY_HEADERS: &[&str] = &[
+    "authorization",
+    "cookie",
+    "host",
+    "x-forwarded-for",
+    "forwarded",
+    "x-agent-id",
+    "connection",
+    "content-length",
+    "transfer-encoding",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+];
+
+/// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
+/// lower-cased).
+pub(super) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
+    let kinds = "use ip, ip+agent, user-or-ip, credential, global or header:<name> (e.g. \"header:x-tenant-id\")";
+    if let Some(name) = s.strip_prefix("header:") {
+        let name = name.trim().to_ascii_lowercase();
+        let token = !name.is_empty()
+            && name.len() <= MAX_KEY_HEADER_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !token {
+            return Err(format!(
+                "`{s}`: a header name is 1-{MAX_KEY_HEADER_NAME} characters of a-z, 0-9, `-` and `_`, e.g. \"header:x-tenant-id\""
+            ));
+        }
+        if RESERVED_KEY_HEADERS.contains(&name.as_str()) {
+            return Err(format!(
+                "`{s}`: `{name}` cannot key a limiter (the client or the gateway sets it); name the header your trusted proxy sets, e.g. \"header:x-tenant-id\", or use the key kind made for it"
+            ));
+        }
+        return Ok((KeyKind::Header, Some(Arc::from(name.as_str()))));
+    }
+    let kind =
+        match s {
+            "ip" => KeyKind::Ip,
+            "ip+agent" => KeyKind::IpAgent,
+            "user-or-ip" => KeyKind::UserOrIp,
+            "credential" => KeyKind::Credential,
+            "global" => KeyKind::Global,
+            "header" => return Err(
+                "`header` needs the header's name: \"header:<name>\", e.g. \"header:x-tenant-id\""
+                    .to_owned(),
+            ),
+            other => return Err(format!("`{other}` is not a key kind; {kinds}")),
+        };
+    Ok((kind, None))
+}
+
+/// A `credential` limiter keys on whatever token the client presents, so a client could send a
+/// fresh random token with every request and get a fresh bucket each time. It is only allowed
+/// where a limiter keyed on the client's address (`ip` or `ip+agent`) meters every route it
+/// does too, in another group (so both apply): random credentials then spend the address's
+/// budget.
+pub(super) fn check_credential_keys(
+    limiters: &[LimiterSpec],
+    ctx: &Ctx,
+) -> Result<(), ConfigError> {
+    for l in limiters
+        .iter()
+        .filter(|l| l.key == KeyKind::Credential && l.mode != Mode::Off)
+    {
+        for r in &l.routes {
+            let guarded = limiters.iter().any(|g| {
+                matches!(g.key, KeyKind::Ip | KeyKind::IpAgent)
+                    && g.mode == Mode::Enforce
+                    && g.group != l.group
+                    && (g.credential == CredentialMatch::Any || g.credential == l.credential)
+                    && g.routes.iter().any(|gr| gr.covers(r))
+                    && !g
+                        .except
+                        .iter()
+                        .any(|e| e.overlaps(r) && !l.except.iter().any(|le| le.covers(e)))
+            });
+            if !guarded {
+                return Err(ctx.err(
+                    &format!("limiters.{}.key", l.name),
+                    format!(
+                        "`credential` keys on whatever token a client sends, so random tokens would each get a fresh bucket; route `{r}` needs an enforcing limiter keyed on `ip` (or `ip+agent`) in another group that meters all of it too (what that limiter's `except` skips, this one must skip as well), e.g. [limiters.{}-ip] with key = \"ip\", routes = [\"{r}\"] and its own limit",
+                        l.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Within one group the most specific route wins; two routes of equal specificity that can

@@ -38,7 +38,8 @@ use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
 use crate::limiter::{Algorithm, Quota};
 use crate::policy::{
-    CredentialMatch, LimiterSpec, Meter, Mode, OnStoreError, Remember, RoutePattern,
+    Cost, Count, CredentialMatch, LimiterSpec, Meter, Mode, OnStoreError, Remember, RoutePattern,
+    StatusRanges,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -185,6 +186,27 @@ pub struct Config {
 }
 
 impl Config {
+    /// One line per limiter that counts only failed (or only succeeded) answers while the
+    /// gateway only answers a proxy's questions (`decision.listen` with no `server.upstream`):
+    /// the decision endpoint never sees the answer, so there every admitted request counts.
+    pub fn count_warnings(&self) -> Vec<String> {
+        if self.server.upstream.is_some() || self.decision.listen.is_none() {
+            return Vec::new();
+        }
+        self.limiters
+            .iter()
+            .filter(|l| l.count != Count::All && l.mode != Mode::Off)
+            .map(|l| {
+                format!(
+                    "limiters.{}.count: `{}` has no effect on the decision endpoint, which never sees the answer: every admitted request counts; put the gateway in front (server.upstream) to count only {} answers",
+                    l.name,
+                    l.count.as_str(),
+                    l.count.as_str()
+                )
+            })
+            .collect()
+    }
+
     /// Where the value of the setting at `path` came from, as configuration errors name it: the
     /// file's path, `environment variable FLEET_LIMITER_…`, `flag --…`, or `built-in default`.
     pub fn origin(&self, path: &str) -> String {

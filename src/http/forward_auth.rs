@@ -186,6 +186,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         &settings.trusted,
         endpoint.session_cookie.as_deref(),
     );
+    let lookup = |name: &str| crate::http::middleware::only_value(headers, name);
     let facts = RequestFacts {
         peer,
         method,
@@ -194,6 +195,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         agent_id: h.agent_id,
         authorization: h.authorization,
         session_token: h.session_token,
+        key_headers: crate::decision::KeyHeaders::new(&lookup),
     };
     let started = std::time::Instant::now();
     let outcome = endpoint.decider.decide_with(&settings, &facts).await;

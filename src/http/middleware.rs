@@ -155,6 +155,7 @@ where
             };
             let started = std::time::Instant::now();
             let outcome = decide(&limiter, &settings, &req, path).await;
+            let decided_at = std::time::Instant::now();
             limiter
                 .decider
                 .observe(&settings, &outcome, started.elapsed());
@@ -179,7 +180,23 @@ where
             } else {
                 &outcome
             };
-            let mut res = service.call(req).await?;
+            let answered = service.call(req).await;
+            // The answer's status decides whether limiters counting only failed (or only
+            // succeeded) answers give the request back; an error is a failed answer. The
+            // give-back runs after the response, never in its way. A client that disconnects
+            // before the answer drops this future: the request stays counted.
+            let status = match &answered {
+                Ok(res) => res.status().as_u16(),
+                Err(e) => e.as_response_error().status_code().as_u16(),
+            };
+            if let Some(work) =
+                limiter
+                    .decider
+                    .give_back(&settings, outcome, status, decided_at.elapsed())
+            {
+                actix_web::rt::spawn(work);
+            }
+            let mut res = answered?;
             response::apply_headers(res.headers_mut(), outcome);
             Ok(res.map_into_left_body())
         })
@@ -246,6 +263,7 @@ async fn decide(
         &settings.trusted,
         limiter.session_cookie.as_deref(),
     );
+    let lookup = |name: &str| crate::http::middleware::only_value(headers, name);
     let facts = RequestFacts {
         peer,
         method: req.method().as_str(),
@@ -254,6 +272,7 @@ async fn decide(
         agent_id: h.agent_id,
         authorization: h.authorization,
         session_token: h.session_token,
+        key_headers: crate::decision::KeyHeaders::new(&lookup),
     };
     limiter.decider.decide_with(settings, &facts).await
 }
@@ -291,6 +310,17 @@ pub(crate) fn header_facts<'a>(
         authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
         session_token: session_cookie
             .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name)),
+    }
+}
+
+/// The value of header `name` when it was sent once, empty when sent more than once (see
+/// [`crate::decision::KeyHeaders`]).
+pub(crate) fn only_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
+    let mut all = headers.get_all(name);
+    let first = all.next();
+    match all.next() {
+        Some(_) => Some(b""),
+        None => first.map(|v| v.as_bytes()),
     }
 }
 

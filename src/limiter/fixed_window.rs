@@ -6,7 +6,20 @@
 use super::{Quota, State, Verdict};
 use crate::clock::Nanos;
 
+/// [`decide_units`] for one unit.
+#[cfg(test)]
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+    decide_units(quota, state, now, 1)
+}
+
+/// [`decide`] for a request that costs `units`: allowed when all of them fit in the window.
+pub fn decide_units(
+    quota: &Quota,
+    state: Option<State>,
+    now: Nanos,
+    units: u32,
+) -> (Verdict, Option<State>) {
+    let units = units.max(1);
     let window = quota.window_ns();
     let limit = quota.limit();
     let (end, count) = match state {
@@ -14,7 +27,7 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
         _ => (now.saturating_add(window), 0),
     };
     let ends_in = end - now;
-    if count >= limit {
+    if u64::from(count) + u64::from(units) > u64::from(limit) {
         let verdict = Verdict {
             allowed: false,
             limit,
@@ -24,7 +37,7 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
         };
         return (verdict, None);
     }
-    let count = count + 1;
+    let count = count + units;
     let verdict = Verdict {
         allowed: true,
         limit,

@@ -6,7 +6,20 @@
 use super::{Quota, State, Verdict};
 use crate::clock::Nanos;
 
+/// [`decide_units`] for one unit.
+#[cfg(test)]
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+    decide_units(quota, state, now, 1)
+}
+
+/// [`decide`] for a request that costs `units`: allowed when all of them fit, moving `tat` by
+/// `units` emission intervals; a refusal waits until they all fit.
+pub fn decide_units(
+    quota: &Quota,
+    state: Option<State>,
+    now: Nanos,
+    units: u32,
+) -> (Verdict, Option<State>) {
     let t = quota.emission_interval_ns();
     let limit = quota.limit();
     let burst = t.saturating_mul(limit as u64);
@@ -14,7 +27,7 @@ pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Opti
         Some(State::Gcra { tat }) => tat.max(now),
         _ => now,
     };
-    let new_tat = tat.saturating_add(t);
+    let new_tat = tat.saturating_add(t.saturating_mul(u64::from(units.max(1))));
     let used = new_tat - now;
     if used > burst {
         let verdict = Verdict {

@@ -117,9 +117,21 @@ pub struct Verdict {
 /// Decide one request. Returns the verdict and the state to store: `Some` when the
 /// request was allowed (budget consumed), `None` when nothing changes.
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+    decide_units(quota, state, now, 1)
+}
+
+/// [`decide`] for a request that costs `units` (at least 1): allowed only when all of them
+/// fit, and then all of them are consumed; a refusal's `retry_after_ns` is the wait until they
+/// all fit (for a fixed window, until it ends).
+pub fn decide_units(
+    quota: &Quota,
+    state: Option<State>,
+    now: Nanos,
+    units: u32,
+) -> (Verdict, Option<State>) {
     match quota.algorithm {
-        Algorithm::Gcra => gcra::decide(quota, state, now),
-        Algorithm::FixedWindow => fixed_window::decide(quota, state, now),
+        Algorithm::Gcra => gcra::decide_units(quota, state, now, units),
+        Algorithm::FixedWindow => fixed_window::decide_units(quota, state, now, units),
     }
 }
 
@@ -153,18 +165,65 @@ pub fn give_back(quota: &Quota, state: State, units: u32) -> State {
     }
 }
 
+/// The state after giving back an admitted request whose answer says it should not have
+/// counted (`count = "failed"` or `"succeeded"`). `outstanding_ns` is what was left of the
+/// decision's `reset_after_ns` when the answer came (`reset_after_ns` minus the time since):
+/// the part of the request's charge the bucket still carries. `None` when nothing changes.
+///
+/// GCRA moves the arrival time back by `units` emission intervals, but never by more than is
+/// still outstanding, so a request whose charge has already refilled gives nothing back twice. A
+/// fixed window counts the units back only in the window that counted them (its end within half
+/// a window of where the decision put it); a window that has closed since gives nothing back.
+/// The Redis store's `refund.lua` does the same.
+pub fn give_back_answered(
+    quota: &Quota,
+    state: State,
+    units: u32,
+    outstanding_ns: Nanos,
+    now: Nanos,
+) -> Option<State> {
+    if outstanding_ns == 0 || units == 0 {
+        return None;
+    }
+    match state {
+        State::Gcra { tat } if tat > now => {
+            let back = quota
+                .emission_interval_ns()
+                .saturating_mul(u64::from(units))
+                .min(outstanding_ns);
+            Some(State::Gcra {
+                tat: tat.saturating_sub(back).max(now),
+            })
+        }
+        State::Gcra { .. } => None,
+        State::FixedWindow { ends_at, count } => {
+            let expected = now.saturating_add(outstanding_ns);
+            let same_window = ends_at > now && ends_at.abs_diff(expected) < quota.window_ns() / 2;
+            (same_window && count > 0).then(|| give_back(quota, state, units))
+        }
+    }
+}
+
 /// What an allowed verdict reports when its request was refused by another limiter, so that
 /// nothing was consumed: one more remaining and, for GCRA, one emission interval less to wait
 /// until the bucket is full.
 pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
+    unconsumed_units(quota, v, 1)
+}
+
+/// [`unconsumed`] for a check that would have consumed `units`.
+pub fn unconsumed_units(quota: &Quota, v: Verdict, units: u32) -> Verdict {
     if !v.allowed {
         return v;
     }
-    let remaining = v.remaining.saturating_add(1).min(v.limit);
+    let units = units.max(1);
+    let remaining = v.remaining.saturating_add(units).min(v.limit);
     let reset_after_ns = match quota.algorithm {
-        Algorithm::Gcra => v
-            .reset_after_ns
-            .saturating_sub(quota.emission_interval_ns()),
+        Algorithm::Gcra => v.reset_after_ns.saturating_sub(
+            quota
+                .emission_interval_ns()
+                .saturating_mul(u64::from(units)),
+        ),
         // A window with nothing counted in it was never opened.
         Algorithm::FixedWindow if remaining == v.limit => 0,
         Algorithm::FixedWindow => v.reset_after_ns,
@@ -229,6 +288,73 @@ mod tests {
             .prop_map(|(limit, secs, alg)| {
                 Quota::new(nonzero(limit.max(1)), Duration::from_secs(secs), alg)
             })
+    }
+
+    #[test]
+    fn an_answered_give_back_restores_the_budget_it_took() {
+        for alg in [Algorithm::Gcra, Algorithm::FixedWindow] {
+            let q = Quota::new(nonzero(3), Duration::from_secs(60), alg);
+            let mut st = None;
+            // Ten requests whose answers are all given back 100 ms later: all allowed.
+            for i in 0..10 {
+                let now = i * S;
+                let (v, new) = decide(&q, st, now);
+                assert!(v.allowed, "{alg:?} request {i}");
+                let later = now + S / 10;
+                st = new.and_then(|s| {
+                    give_back_answered(&q, s, 1, v.reset_after_ns - S / 10, later).or(Some(s))
+                });
+            }
+            // Three kept, then the fourth is refused.
+            for i in 0..3 {
+                let (v, new) = decide(&q, st, 20 * S + i);
+                assert!(v.allowed, "{alg:?} kept {i}");
+                st = new;
+            }
+            assert!(!decide(&q, st, 20 * S + 5).0.allowed, "{alg:?}");
+        }
+    }
+
+    #[test]
+    fn a_charge_already_refilled_or_a_closed_window_gives_nothing_back() {
+        let g = Quota::new(nonzero(3), Duration::from_secs(60), Algorithm::Gcra);
+        // Admitted at 0 (reset 20 s); answered 30 s later: the charge has refilled.
+        let (v, s) = decide(&g, None, 0);
+        let s = s.unwrap();
+        assert_eq!(
+            give_back_answered(&g, s, 1, v.reset_after_ns.saturating_sub(30 * S), 30 * S),
+            None
+        );
+        // Others used the bucket meanwhile: only what is left of this charge comes back.
+        let busy = State::Gcra { tat: 50 * S };
+        assert_eq!(
+            give_back_answered(&g, busy, 1, 5 * S, 15 * S),
+            Some(State::Gcra { tat: 45 * S })
+        );
+        let f = Quota::new(nonzero(3), Duration::from_secs(60), Algorithm::FixedWindow);
+        // The window that counted the request closed; a new one (ends at 130 s) does not pay.
+        let next = State::FixedWindow {
+            ends_at: 130 * S,
+            count: 2,
+        };
+        assert_eq!(give_back_answered(&f, next, 1, 0, 70 * S), None);
+        assert_eq!(
+            give_back_answered(&f, next, 1, 1, 70 * S),
+            None,
+            "a window away"
+        );
+        assert_eq!(
+            give_back_answered(&f, next, 1, 60 * S, 70 * S),
+            Some(State::FixedWindow {
+                ends_at: 130 * S,
+                count: 1
+            })
+        );
+        let empty = State::FixedWindow {
+            ends_at: 130 * S,
+            count: 0,
+        };
+        assert_eq!(give_back_answered(&f, empty, 1, 60 * S, 70 * S), None);
     }
 
     /// A bucket after `hits` requests at the given offsets (in ms) from 0.

@@ -106,6 +106,40 @@ struct LimiterLabel {
     limiter: String,
 }
 
+/// What became of one give-back (a `count = "failed"` or `"succeeded"` limiter returning an
+/// admitted request): the `result` label of `fleet_limiter_give_backs_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBackResult {
+    /// The store took it back.
+    Done,
+    /// The store could not (an error or a timeout): the request stays counted.
+    Failed,
+    /// Too many give-backs were already under way: dropped, the request stays counted.
+    Dropped,
+}
+
+impl GiveBackResult {
+    pub const ALL: [GiveBackResult; 3] = [
+        GiveBackResult::Done,
+        GiveBackResult::Failed,
+        GiveBackResult::Dropped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GiveBackResult::Done => "done",
+            GiveBackResult::Failed => "failed",
+            GiveBackResult::Dropped => "dropped",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimiterResultLabels {
+    limiter: String,
+    result: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GroupLabel {
     group: String,
@@ -210,9 +244,22 @@ pub struct LimiterMeter {
     retry_after: Histogram,
     /// An allowed verdict that leaves less than this share of the budget is near the limit.
     near_limit_percent: u8,
+    /// By [`GiveBackResult`]; only for a limiter that gives back (`count` other than `all`).
+    give_backs: Option<[Counter; 3]>,
 }
 
 impl LimiterMeter {
+    /// Count one give-back of this limiter.
+    pub fn give_back(&self, result: GiveBackResult) {
+        if let Some(c) = self
+            .give_backs
+            .as_ref()
+            .and_then(|c| c.get(result as usize))
+        {
+            c.inc();
+        }
+    }
+
     /// Count one verdict: its fate, whether an allowed one left less than the near-limit share
     /// of the budget, and the wait an over-budget one asked for (whole seconds, at least 1).
     pub fn record(&self, fate: LimiterFate, remaining: u32, limit: u32, retry_after_secs: u64) {
@@ -240,6 +287,7 @@ pub struct Metrics {
     registry: Registry,
     decisions: Family<LimiterOutcomeLabels, Counter>,
     near_limit: Family<LimiterLabel, Counter>,
+    give_backs: Family<LimiterResultLabels, Counter>,
     retry_after: Family<LimiterLabel, Histogram, RetryAfterBuckets>,
     /// By [`RequestFate`].
     requests: [Counter; 3],
@@ -334,6 +382,12 @@ impl Metrics {
             "fleet_limiter_near_limit",
             "Allowed decisions that left less than the near-limit share of the budget",
             near_limit.clone(),
+        );
+        let give_backs = Family::<LimiterResultLabels, Counter>::default();
+        r.register(
+            "fleet_limiter_give_backs",
+            "Admitted requests given back because their answer should not count (limiters with count = failed or succeeded), by limiter and result: done, failed (the store could not), dropped (too many under way)",
+            give_backs.clone(),
         );
         let retry_after = Family::new_with_constructor(RetryAfterBuckets);
         r.register(
@@ -462,6 +516,7 @@ impl Metrics {
             registry: r,
             decisions,
             near_limit,
+            give_backs,
             retry_after,
             requests,
             decision_latency,
@@ -511,6 +566,14 @@ impl Metrics {
                     near_limit: self.near_limit.get_or_create_owned(&limiter()),
                     retry_after: self.retry_after.get_or_create_owned(&limiter()),
                     near_limit_percent,
+                    give_backs: (l.count != crate::policy::Count::All).then(|| {
+                        GiveBackResult::ALL.map(|r| {
+                            self.give_backs.get_or_create_owned(&LimiterResultLabels {
+                                limiter: l.name.to_string(),
+                                result: r.as_str(),
+                            })
+                        })
+                    }),
                 }
             })
             .collect()

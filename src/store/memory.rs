@@ -9,7 +9,7 @@
 //!   for the evicted principal, never closed for a newcomer, and a flood of fresh keys mostly
 //!   evicts its own young buckets while the deep debts of refused clients stay.
 
-use super::{Check, Store, StoreError};
+use super::{Check, GiveBack, Store, StoreError};
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{self, State, Verdict};
 use futures_util::future::BoxFuture;
@@ -90,13 +90,13 @@ impl MemoryStore {
                 let mut shard = self.shards[self.shard_of(&one.key.digest)].lock();
                 // One table probe for a bucket that exists (the common case).
                 if let Some(slot) = shard.map.get_mut(&one.key.digest) {
-                    let (v, new) = limiter::decide(&one.quota, Some(*slot), now);
+                    let (v, new) = limiter::decide_units(&one.quota, Some(*slot), now, one.units);
                     if let Some(s) = new {
                         *slot = s;
                     }
                     return vec![v];
                 }
-                let (v, new) = limiter::decide(&one.quota, None, now);
+                let (v, new) = limiter::decide_units(&one.quota, None, now, one.units);
                 if let Some(s) = new {
                     self.put(&mut shard, one.key.digest, s, now);
                 }
@@ -134,7 +134,7 @@ impl MemoryStore {
                     .find(|(i, _)| *i == shard_i)
                     .and_then(|(_, g)| g.map.get(&c.key.digest).copied())
             });
-            let (v, new) = limiter::decide(&c.quota, stored, now);
+            let (v, new) = limiter::decide_units(&c.quota, stored, now, c.units);
             verdicts.push(v);
             updates.push(new);
         }
@@ -153,6 +153,21 @@ impl MemoryStore {
             }
         }
         verdicts
+    }
+
+    /// Give back answered requests under each bucket's shard lock (see [`Store::give_back`]).
+    pub fn give_back_now(&self, items: &[GiveBack]) {
+        let now = self.clock.now();
+        for g in items {
+            let mut shard = self.shards[self.shard_of(&g.key.digest)].lock();
+            if let Some(slot) = shard.map.get_mut(&g.key.digest) {
+                if let Some(s) =
+                    limiter::give_back_answered(&g.quota, *slot, g.units, g.outstanding_ns, now)
+                {
+                    *slot = s;
+                }
+            }
+        }
     }
 
     fn put(&self, shard: &mut Shard, key: [u8; 16], state: State, now: Nanos) {
@@ -291,6 +306,11 @@ impl Store for MemoryStore {
         Box::pin(async move { Ok(out) })
     }
 
+    fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.give_back_now(items);
+        Box::pin(async { Ok(()) })
+    }
+
     fn key_digest(&self) -> crate::keys::KeyDigest {
         self.digest
     }
@@ -326,6 +346,7 @@ mod tests {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             shadow: false,
+            units: 1,
         }
     }
 

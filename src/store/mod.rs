@@ -15,6 +15,22 @@ pub struct Check {
     pub quota: Quota,
     /// A shadow-mode limiter: its refusal never stops the others from consuming.
     pub shadow: bool,
+    /// What the request costs in this bucket (at least 1): all of it fits, or the request is
+    /// refused and charges nothing.
+    pub units: u32,
+}
+
+/// An admitted check to give back because the request's answer says it should not have counted
+/// (a limiter with `count = "failed"` or `"succeeded"`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GiveBack {
+    pub key: BucketKey,
+    pub quota: Quota,
+    /// Units the request consumed.
+    pub units: u32,
+    /// What was left of the decision's `reset_after_ns` when the answer came: the part of the
+    /// charge the bucket still carries (see [`crate::limiter::give_back_answered`]).
+    pub outstanding_ns: u64,
 }
 
 /// Why a store could not answer, coarse enough to label a metric.
@@ -107,6 +123,11 @@ pub trait Store: Send + Sync + 'static {
     /// consume (a refused request costs its principal nothing). Verdicts come back in order.
     fn decide<'a>(&'a self, checks: &'a [Check])
         -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
+
+    /// Give back admitted requests whose answers say they should not have counted, each bucket
+    /// at most by what the request still weighs on it. Runs after the answer, never on a
+    /// decision's path.
+    fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// How this store wants bucket names digested: [`KeyDigest::Shared`] (the default) for a
     /// store other instances read, a [`KeyDigest::Local`] one for a store private to this

@@ -328,6 +328,7 @@ impl Replayer {
             agent_id: p.agent_id.as_deref().map(str::as_bytes),
             authorization: None,
             session_token: None,
+            key_headers: crate::decision::KeyHeaders::default(),
         };
         let outcome = self.decider.decide(&facts).await;
         self.report.replayed += 1;

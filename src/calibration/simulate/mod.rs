@@ -12,12 +12,14 @@
 
 pub mod abuse;
 pub mod analysts;
+pub mod failed_only;
 pub mod fleet;
 pub mod rollout;
 pub mod rotation;
 
 pub use abuse::AbuseReport;
 pub use analysts::AnalystsReport;
+pub use failed_only::FailedOnlyReport;
 pub use fleet::FleetReport;
 pub use rollout::RolloutReport;
 pub use rotation::RotationReport;
@@ -52,15 +54,17 @@ pub enum Scenario {
     Analysts,
     Abuse,
     Rotation,
+    FailedOnly,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
         Scenario::Abuse,
         Scenario::Rotation,
+        Scenario::FailedOnly,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,10 +74,11 @@ impl Scenario {
             Scenario::Analysts => "analysts",
             Scenario::Abuse => "abuse",
             Scenario::Rotation => "rotation",
+            Scenario::FailedOnly => "failed-only",
         }
     }
 
-    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, or `all`.
+    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
@@ -84,7 +89,7 @@ impl Scenario {
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
                 format!(
-                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation or all"
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only or all"
                 )
             })
     }
@@ -99,6 +104,7 @@ pub enum ScenarioReport {
     Analysts(AnalystsReport),
     Abuse(AbuseReport),
     Rotation(RotationReport),
+    FailedOnly(FailedOnlyReport),
 }
 
 impl ScenarioReport {
@@ -109,6 +115,7 @@ impl ScenarioReport {
             ScenarioReport::Analysts(_) => "analysts",
             ScenarioReport::Abuse(_) => "abuse",
             ScenarioReport::Rotation(_) => "rotation",
+            ScenarioReport::FailedOnly(_) => "failed-only",
         }
     }
 
@@ -120,6 +127,7 @@ impl ScenarioReport {
             ScenarioReport::Analysts(r) => &r.series,
             ScenarioReport::Abuse(r) => &r.series,
             ScenarioReport::Rotation(r) => &r.series,
+            ScenarioReport::FailedOnly(r) => &r.series,
         }
     }
 }
@@ -161,6 +169,7 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
                 Scenario::Analysts => ScenarioReport::Analysts(analysts::run(cfg, s).await),
                 Scenario::Abuse => ScenarioReport::Abuse(abuse::run(cfg, s).await),
                 Scenario::Rotation => ScenarioReport::Rotation(rotation::run(cfg, s).await),
+                Scenario::FailedOnly => ScenarioReport::FailedOnly(failed_only::run(cfg, s).await),
             });
         }
         out
@@ -180,6 +189,7 @@ impl Scenario {
             Scenario::Analysts => 0x0a7a_1500,
             Scenario::Abuse => 0x0ab0_5e00,
             Scenario::Rotation => 0x0a9e_1d00,
+            Scenario::FailedOnly => 0x0fa1_1ed0,
         }
     }
 }
@@ -342,6 +352,16 @@ impl Sim {
 
     /// Decide one request at `at` nanoseconds of virtual time.
     pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
+        self.send_inner(at, req, None).await
+    }
+
+    /// [`Sim::send`], and when admitted, answered with `status` at once: limiters that count only
+    /// failed (or only succeeded) answers give it back as the gateway does.
+    pub async fn send_answered(&mut self, at: Nanos, req: &Req<'_>, status: u16) -> Answer {
+        self.send_inner(at, req, Some(status)).await
+    }
+
+    async fn send_inner(&mut self, at: Nanos, req: &Req<'_>, status: Option<u16>) -> Answer {
         EMITTER.with_borrow_mut(|e| {
             if let Some(emit) = e {
                 emit(at, req);
@@ -357,8 +377,18 @@ impl Sim {
             agent_id: req.agent_id.map(str::as_bytes),
             authorization: authorization.as_deref().map(str::as_bytes),
             session_token: None,
+            key_headers: crate::decision::KeyHeaders::default(),
         };
-        let outcome = self.decider.decide(&facts).await;
+        let settings = self.decider.settings();
+        let outcome = self.decider.decide_with(&settings, &facts).await;
+        if let Some(status) = status {
+            if let Some(work) =
+                self.decider
+                    .give_back(&settings, &outcome, status, std::time::Duration::ZERO)
+            {
+                work.await;
+            }
+        }
         self.requests += 1;
         let refused = outcome.refused();
         self.series.record(at, !refused);
@@ -472,7 +502,7 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 5);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 6);
         assert_eq!(
             Scenario::parse_list("Fleet").unwrap(),
             vec![Scenario::Fleet]

@@ -20,7 +20,7 @@ while ab <= #ARGV do
     out[#out + 1] = verdicts[i]
   end
   kb = kb + n
-  ab = ab + 1 + 5 * n
+  ab = ab + 1 + 6 * n
 end
 write()
 return out

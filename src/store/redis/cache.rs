@@ -15,7 +15,7 @@ const CACHE_SHARDS: usize = 16;
 
 /// What a refused request looked like, so an identical one can be answered without Redis.
 struct Snapshot {
-    checks: Vec<(BucketKey, Quota, bool)>,
+    checks: Vec<(BucketKey, Quota, bool, u32)>,
     verdicts: Vec<Verdict>,
     at: Nanos,
     /// The earliest instant one of its refusals ends.
@@ -25,11 +25,9 @@ struct Snapshot {
 impl Snapshot {
     fn matches(&self, checks: &[Check]) -> bool {
         self.checks.len() == checks.len()
-            && self
-                .checks
-                .iter()
-                .zip(checks)
-                .all(|((k, q, a), c)| *k == c.key && *q == c.quota && *a == c.shadow)
+            && self.checks.iter().zip(checks).all(|((k, q, a, u), c)| {
+                *k == c.key && *q == c.quota && *a == c.shadow && *u == c.units
+            })
     }
 
     fn at_time(&self, now: Nanos) -> Vec<Verdict> {
@@ -112,7 +110,7 @@ impl OverLimitCache {
         let snap = Arc::new(Snapshot {
             checks: checks
                 .iter()
-                .map(|c| (c.key.clone(), c.quota, c.shadow))
+                .map(|c| (c.key.clone(), c.quota, c.shadow, c.units))
                 .collect(),
             verdicts: verdicts.to_vec(),
             at: now,
@@ -155,6 +153,7 @@ mod tests {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             shadow,
+            units: 1,
         }
     }
 

@@ -99,7 +99,7 @@ impl Inner {
             }
             self.push_clock(cmd, now);
             for &i in group {
-                push_check(cmd, &checks[i].quota, checks[i].shadow);
+                push_check(cmd, &checks[i].quota, checks[i].shadow, checks[i].units);
             }
         };
         let value = self.slot.run(conn, group.len(), args).await?;
@@ -124,7 +124,11 @@ impl Inner {
                 }
                 let same: Vec<usize> = (0..g.len()).filter(|&p| keys[g[p]] == keys[i]).collect();
                 let first = same.first().copied().unwrap_or(pos);
-                let units = same.iter().filter(|&&p| a.verdicts[p].allowed).count();
+                let units: u64 = same
+                    .iter()
+                    .filter(|&&p| a.verdicts[p].allowed)
+                    .map(|&p| u64::from(checks[g[p]].units.max(1)))
+                    .sum();
                 let q = &checks[i].quota;
                 let algo = if q.algorithm == Algorithm::Gcra {
                     "g"

@@ -62,9 +62,9 @@ end
 
 -- decide(kb, n, ab): one request, whose buckets are KEYS[kb + 1 .. kb + n] (in request order; the
 -- same key may appear twice, the later check seeing the earlier one's update) and whose
--- parameters are five per check from ARGV[ab + 1 ..]: algorithm ("g" gcra, "f" fixed window),
+-- parameters are six per check from ARGV[ab + 1 ..]: algorithm ("g" gcra, "f" fixed window),
 -- limit, emission interval (gcra) or window (fixed window) in ns, burst in ns (gcra), shadow
--- ("1" or "0"). Returns blocked, and four integers per check: allowed, remaining,
+-- ("1" or "0"), units the request costs (at least 1). Returns blocked, and four integers per check: allowed, remaining,
 -- reset_after_ns, retry_after_ns.
 local function decide(kb, n, ab)
   local verdicts = {}
@@ -73,12 +73,13 @@ local function decide(kb, n, ab)
 
   for i = 1, n do
     local key = KEYS[kb + i]
-    local base = ab + (i - 1) * 5
+    local base = ab + (i - 1) * 6
     local algo = ARGV[base + 1]
     local limit = num(ARGV[base + 2])
     local p = num(ARGV[base + 3])
     local burst = num(ARGV[base + 4])
     local shadow = ARGV[base + 5] == '1'
+    local units = num(ARGV[base + 6])
 
     local st = pending[key]
     if st == nil then
@@ -92,7 +93,7 @@ local function decide(kb, n, ab)
       if st and st[1] > 0 then
         tat = st[1]
       end
-      local used = tat + t
+      local used = tat + units * t
       if used > burst then
         allowed, remaining, reset_after, retry_after = 0, 0, tat, used - burst
       else
@@ -109,10 +110,10 @@ local function decide(kb, n, ab)
       if st and st[1] > 0 then
         ends, count = st[1], st[2]
       end
-      if count >= limit then
+      if count + units > limit then
         allowed, remaining, reset_after, retry_after = 0, 0, ends, ends
       else
-        count = count + 1
+        count = count + units
         allowed, remaining, reset_after, retry_after = 1, limit - count, ends, 0
         new = { ends, count }
       end

@@ -46,7 +46,7 @@ use self::connection::Conn;
 use self::keys_count::count_keys;
 use self::scripts::{Script, BATCH_LUA, REFUND_LUA, SLOT_LUA};
 use self::shared_calls::{share_calls, Job};
-use super::{Check, Store, StoreError, StoreErrorKind};
+use super::{Check, GiveBack, Store, StoreError, StoreErrorKind};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::Verdict;
 use futures_util::future::BoxFuture;
@@ -346,6 +346,10 @@ impl Store for RedisStore {
         Box::pin(self.inner.decide(checks))
     }
 
+    fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.inner.give_back_answered(items))
+    }
+
     fn kind(&self) -> &'static str {
         "redis"
     }
@@ -435,6 +439,68 @@ impl Inner {
         self.succeeded();
         self.cache.remember(checks, &verdicts, local_now);
         Ok(verdicts)
+    }
+
+    /// Give back answered requests: one `refund.lua` call (one per slot on a Cluster), bounded
+    /// by the store's timeout. A failure is returned, not counted as a failed decision.
+    async fn give_back_answered(&self, items: &[GiveBack]) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let Some(conn) = self.conn.read().clone() else {
+            return Err(StoreError::new(
+                StoreErrorKind::Connection,
+                "redis: not connected; the give-back is dropped",
+            ));
+        };
+        let now = self.now_args();
+        let keys: Vec<String> = items.iter().map(|g| key_name(&g.key)).collect();
+        let groups = match &self.jobs {
+            Some(_) => vec![(0..items.len()).collect::<Vec<usize>>()],
+            None => self.groups(&keys),
+        };
+        let calls = groups.iter().map(|g| {
+            let (conn, keys, now) = (&conn, &keys, &now);
+            self.refund.run(conn, g.len(), move |cmd: &mut redis::Cmd| {
+                for &i in g {
+                    cmd.arg(&keys[i]);
+                }
+                self.push_clock(cmd, now);
+                cmd.arg("answer");
+                for &i in g {
+                    let q = &items[i].quota;
+                    let (algo, p) = match q.algorithm {
+                        crate::limiter::Algorithm::Gcra => ("g", q.emission_interval_ns()),
+                        crate::limiter::Algorithm::FixedWindow => ("f", q.window_ns()),
+                    };
+                    cmd.arg(algo)
+                        .arg(p)
+                        .arg(items[i].units)
+                        .arg(items[i].outstanding_ns.min(MAX_WINDOW_NS));
+                }
+            })
+        });
+        let answers =
+            tokio::time::timeout(self.opts.timeout, futures_util::future::join_all(calls))
+                .await
+                .map_err(|_| {
+                    StoreError::new(
+                        StoreErrorKind::Timeout,
+                        format!("redis: give-back unanswered within {:?}", self.opts.timeout),
+                    )
+                })?;
+        for a in answers {
+            if let Err(e) = a {
+                return Err(StoreError::new(
+                    connection::classify(&e),
+                    format!(
+                        "redis: give-back: {}",
+                        crate::redact::urls_in(&e.to_string())
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Count an error; log only the first of a burst.

@@ -92,8 +92,8 @@ pub(super) struct GroupAnswer {
     pub(super) written: Vec<String>,
 }
 
-/// The five script arguments of one check (see `gcra.lua`).
-pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool) {
+/// The six script arguments of one check (see `gcra.lua`).
+pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: u32) {
     let limit = u64::from(q.limit());
     let (algo, p, burst) = match q.algorithm {
         Algorithm::Gcra => {
@@ -106,7 +106,8 @@ pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool) {
         .arg(limit)
         .arg(p)
         .arg(burst)
-        .arg(if shadow { "1" } else { "0" });
+        .arg(if shadow { "1" } else { "0" })
+        .arg(units.max(1));
 }
 
 pub(super) fn int(v: &Value) -> RedisResult<i64> {
@@ -148,7 +149,7 @@ pub(super) fn parse_shared(value: &Value, jobs: &[Job]) -> RedisResult<Vec<Vec<V
     for job in jobs {
         at += 1; // committed: the verdicts already say it
         let mut verdicts = Vec::with_capacity(job.checks.len());
-        for (q, _) in &job.checks {
+        for (q, _, _) in &job.checks {
             verdicts.push(verdict(q, &items[at..at + 4])?);
             at += 4;
         }

@@ -29,7 +29,10 @@ impl Inner {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let job = Job {
             keys: checks.iter().map(|c| key_name(&c.key)).collect(),
-            checks: checks.iter().map(|c| (c.quota, c.shadow)).collect(),
+            checks: checks
+                .iter()
+                .map(|c| (c.quota, c.shadow, c.units))
+                .collect(),
             reply,
         };
         if let Err(e) = jobs.try_send(job) {
@@ -81,8 +84,8 @@ impl Inner {
             self.push_clock(cmd, &now);
             for job in &jobs {
                 cmd.arg(job.checks.len());
-                for (quota, shadow) in &job.checks {
-                    push_check(cmd, quota, *shadow);
+                for (quota, shadow, units) in &job.checks {
+                    push_check(cmd, quota, *shadow, *units);
                 }
             }
         };
@@ -117,7 +120,7 @@ impl Inner {
 /// A standalone request waiting for a shared call.
 pub(super) struct Job {
     pub(super) keys: Vec<String>,
-    pub(super) checks: Vec<(Quota, bool)>,
+    pub(super) checks: Vec<(Quota, bool, u32)>,
     pub(super) reply: tokio::sync::oneshot::Sender<Result<Vec<Verdict>, (StoreErrorKind, String)>>,
 }
 

@@ -1,0 +1,102 @@
+//! The `credential`, `header:<name>` and `global` key kinds, end to end: the real binary in front
+//! of a real upstream, with hostile header values.
+
+mod common;
+
+use common::{Gateway, Launch};
+
+fn gateway(toml: &str, upstream: &str) -> Gateway {
+    Launch::serve().config_toml(toml).upstream(upstream).spawn()
+}
+
+async fn status(gw: &Gateway, p: &str, headers: &[(&str, &str)]) -> u16 {
+    let mut req = common::client().get(gw.url(p));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.expect("request").status().as_u16()
+}
+
+#[tokio::test]
+async fn global_is_one_bucket_for_every_client() {
+    let upstream = common::upstream().await;
+    let gw = gateway(
+        "[client_ip]\ntrust_proxy = [\"127.0.0.1\"]\n[limiters.exports]\nlimit = 2\nwindow = \"1h\"\nkey = \"global\"\nroutes = [\"/exports/**\"]\n",
+        &upstream.uri(),
+    );
+    let from = |ip: &'static str| [("x-forwarded-for", ip)];
+    assert_eq!(status(&gw, "/exports/a", &from("198.51.100.1")).await, 200);
+    assert_eq!(status(&gw, "/exports/b", &from("198.51.100.2")).await, 200);
+    assert_eq!(status(&gw, "/exports/c", &from("198.51.100.3")).await, 429);
+    assert_eq!(status(&gw, "/exports/d", &[]).await, 429);
+}
+
+const TENANT: &str = "[limiters.per-tenant]\nlimit = 2\nwindow = \"1h\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/t/**\"]\n";
+
+#[tokio::test]
+async fn a_header_key_from_a_trusted_proxy_keys_each_tenant() {
+    let upstream = common::upstream().await;
+    let gw = gateway(
+        &format!("[client_ip]\ntrust_proxy = [\"127.0.0.1\"]\n{TENANT}"),
+        &upstream.uri(),
+    );
+    let t = |v: &'static str| [("x-tenant-id", v)];
+    assert_eq!(status(&gw, "/t/1", &t("tenant-a")).await, 200);
+    assert_eq!(status(&gw, "/t/2", &t("tenant-a")).await, 200);
+    assert_eq!(status(&gw, "/t/3", &t("tenant-a")).await, 429);
+    assert_eq!(
+        status(&gw, "/t/4", &t("tenant-b")).await,
+        200,
+        "its own bucket"
+    );
+    // Hostile values key on the address (127.0.0.1), one shared bucket: they mint nothing.
+    let long = "x".repeat(129);
+    let hostile: Vec<Vec<(&str, &str)>> = vec![
+        vec![("x-tenant-id", long.as_str())],
+        vec![("x-tenant-id", "two words")],
+        vec![("x-tenant-id", "fresh-1"), ("x-tenant-id", "fresh-2")],
+        vec![],
+    ];
+    let mut seen = Vec::new();
+    for h in &hostile {
+        seen.push(status(&gw, "/t/h", h).await);
+    }
+    assert_eq!(seen, [200, 200, 429, 429], "one bucket for all of them");
+}
+
+#[tokio::test]
+async fn a_header_key_from_an_untrusted_peer_keys_on_the_address() {
+    let upstream = common::upstream().await;
+    // The loopback client is not the trusted proxy: its header is not read.
+    let gw = gateway(
+        &format!("[client_ip]\ntrust_proxy = [\"10.0.0.0/8\"]\n{TENANT}"),
+        &upstream.uri(),
+    );
+    let t = |v: &'static str| [("x-tenant-id", v)];
+    assert_eq!(status(&gw, "/t/1", &t("tenant-a")).await, 200);
+    assert_eq!(status(&gw, "/t/2", &t("tenant-b")).await, 200);
+    assert_eq!(status(&gw, "/t/3", &t("tenant-c")).await, 429);
+}
+
+#[tokio::test]
+async fn random_credentials_spend_the_address_budget() {
+    let upstream = common::upstream().await;
+    let gw = gateway(
+        "[limiters.by-key]\nlimit = 2\nwindow = \"1h\"\nkey = \"credential\"\nroutes = [\"/c/**\"]\n[limiters.by-address]\nlimit = 5\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"/c/**\"]\n",
+        &upstream.uri(),
+    );
+    let key = |k: &'static str| [("authorization", k)];
+    assert_eq!(status(&gw, "/c/1", &key("Bearer k1")).await, 200);
+    assert_eq!(status(&gw, "/c/2", &key("Bearer k1")).await, 200);
+    assert_eq!(
+        status(&gw, "/c/3", &key("Bearer k1")).await,
+        429,
+        "k1's own budget"
+    );
+    assert_eq!(status(&gw, "/c/4", &key("Bearer k2")).await, 200);
+    assert_eq!(status(&gw, "/c/5", &key("Bearer k2")).await, 200);
+    assert_eq!(status(&gw, "/c/6", &key("Bearer r1")).await, 200);
+    // Five from this address: a fresh random key gets nothing more.
+    assert_eq!(status(&gw, "/c/7", &key("Bearer r2")).await, 429);
+    assert_eq!(status(&gw, "/c/8", &key("Bearer r3")).await, 429);
+}
