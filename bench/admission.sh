@@ -3,9 +3,11 @@
 # upstream (`return 200 "ok"`) behind two gateways that differ only in `[admission]`, each asked
 # for POST /api/agent/heartbeat from 1 000 rotating agents (bench/heartbeat.lua):
 #
-#   off   admission control off (the default)
-#   on    admission control on, its cap (MAX_IN_FLIGHT, 1024) far above the load's CONNS
-#         connections: every request takes and gives back a slot, none waits or is shed
+#   off     admission control off, every limiter counting every answer (the defaults)
+#   on      admission control on, its cap (MAX_IN_FLIGHT, 1024) far above the load's CONNS
+#           connections: every request takes and gives back a slot, none waits or is shed
+#   failed  agent-device counting only failed answers (`count = "failed"`): every 200 the
+#           upstream sends is given back to its bucket after the answer
 #
 # Memory store, budgets nothing exhausts; servers on SERVER_CPU and wrk on LOAD_CPU, rounds
 # interleaved (each starting with the other gateway), ratios taken within a round, medians
@@ -30,14 +32,14 @@ SERVER_CPU=${SERVER_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 BUILD=${BUILD:-1}
 OUT=${OUT:-"$ROOT/target/bench-results"}
-P_UP=18291 P_OFF=18292 P_ON=18293 P_ON_ADMIN=18294
+P_UP=18291 P_OFF=18292 P_ON=18293 P_ON_ADMIN=18294 P_FAILED=18295 P_FAILED_ADMIN=18296
 
 log() { printf '%s\n' "$*" >&2; }
 
 for tool in wrk nginx taskset curl python3; do
   command -v "$tool" >/dev/null || { log "missing $tool (apt-get install wrk nginx-light util-linux curl python3)"; exit 1; }
 done
-for port in $P_UP $P_OFF $P_ON $P_ON_ADMIN; do
+for port in $P_UP $P_OFF $P_ON $P_ON_ADMIN $P_FAILED $P_FAILED_ADMIN; do
   port_free "$port" || { log "port $port is in use; stop what listens there first"; exit 1; }
 done
 if [ "$BUILD" = 1 ]; then
@@ -65,12 +67,16 @@ gateway() {
 }
 gateway off "$P_OFF" 0
 gateway on "$P_ON" "$P_ON_ADMIN" FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT="$MAX_IN_FLIGHT" FLEET_LIMITER_ADMISSION_QUEUE=0
-for port in $P_OFF $P_ON; do
+gateway failed "$P_FAILED" "$P_FAILED_ADMIN" FLEET_LIMITER_LIMITER_AGENT_DEVICE_COUNT=failed
+for port in $P_OFF $P_ON $P_FAILED; do
   wait_up "http://127.0.0.1:$port/api/agent/heartbeat"
 done
 # The `on` gateway must really admit: its metrics carry the default group's gauge.
 curl -s "http://127.0.0.1:$P_ON_ADMIN/metrics" | grep -q '^fleet_limiter_admission_in_flight{group="default"}' ||
   { log "the on gateway has no admission metrics: admission control is not on"; exit 1; }
+# The `failed` gateway must really give back: its metrics carry agent-device's give-backs.
+curl -s "http://127.0.0.1:$P_FAILED_ADMIN/metrics" | grep -q '^fleet_limiter_give_backs_total{limiter="agent-device"' ||
+  { log "the failed gateway has no give-back metrics: failure-only counting is not on"; exit 1; }
 
 measure() {
   local port=$1 out
@@ -83,16 +89,16 @@ measure() {
 : >"$OUT/admission-wrk.log"
 results="$OUT/admission.tsv"
 : >"$results"
-for port in $P_OFF $P_ON; do
+for port in $P_OFF $P_ON $P_FAILED; do
   taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
     "http://127.0.0.1:$port/api/agent/heartbeat" >/dev/null
 done
 log "servers on cpu $SERVER_CPU, wrk on cpu $LOAD_CPU; $ROUNDS rounds x $DURATION, $CONNS connections, cap $MAX_IN_FLIGHT"
-entries=("off:$P_OFF" "on:$P_ON")
+entries=("off:$P_OFF" "on:$P_ON" "failed:$P_FAILED")
 for round in $(seq "$ROUNDS"); do
-  k=$(((round - 1) % 2))
-  for i in 0 1; do
-    entry=${entries[$(((k + i) % 2))]}
+  k=$(((round - 1) % 3))
+  for i in 0 1 2; do
+    entry=${entries[$(((k + i) % 3))]}
     name=${entry%%:*} port=${entry#*:}
     m=$(measure "$port")
     printf '%s\t%s\t%s\n' "$round" "$name" "$m" >>"$results"
@@ -116,9 +122,9 @@ rounds = len(col("off", 0))
 by_round = {}
 for r in rows:
     by_round.setdefault(r[0], {})[r[1]] = float(r[2])
-print(f"| admission | req/s at {conns} conns (median of {rounds}) | p50 / p99 (µs) | non-2xx | req/s / off (median of per-round ratios) |")
+print(f"| gateway | req/s at {conns} conns (median of {rounds}) | p50 / p99 (µs) | non-2xx | req/s / off (median of per-round ratios) |")
 print("|---|---|---|---|---|")
-for name in ("off", "on"):
+for name in ("off", "on", "failed"):
     ratio = statistics.median(v[name] / v["off"] for v in by_round.values() if name in v and "off" in v)
     non2xx = sum(int(float(r[5])) for r in rows if r[1] == name)
     print(
