@@ -78,33 +78,9 @@ curl -s "http://127.0.0.1:$P_ON_ADMIN/metrics" | grep -q '^fleet_limiter_admissi
 curl -s "http://127.0.0.1:$P_FAILED_ADMIN/metrics" | grep -q '^fleet_limiter_give_backs_total{limiter="agent-device"' ||
   { log "the failed gateway has no give-back metrics: failure-only counting is not on"; exit 1; }
 
-measure() {
-  local port=$1 out
-  out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-    -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$port/api/agent/heartbeat")
-  printf '%s\n' "$out" >>"$OUT/admission-wrk.log"
-  python3 "$BENCH/parse_wrk.py" <<<"$out"
-}
-
-: >"$OUT/admission-wrk.log"
 results="$OUT/admission.tsv"
-: >"$results"
-for port in $P_OFF $P_ON $P_FAILED; do
-  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
-    "http://127.0.0.1:$port/api/agent/heartbeat" >/dev/null
-done
 log "servers on cpu $SERVER_CPU, wrk on cpu $LOAD_CPU; $ROUNDS rounds x $DURATION, $CONNS connections, cap $MAX_IN_FLIGHT"
-entries=("off:$P_OFF" "on:$P_ON" "failed:$P_FAILED")
-for round in $(seq "$ROUNDS"); do
-  k=$(((round - 1) % 3))
-  for i in 0 1 2; do
-    entry=${entries[$(((k + i) % 3))]}
-    name=${entry%%:*} port=${entry#*:}
-    m=$(measure "$port")
-    printf '%s\t%s\t%s\n' "$round" "$name" "$m" >>"$results"
-    log "round $round $name: $m"
-  done
-done
+interleaved_rounds "$results" "$OUT/admission-wrk.log" "off:$P_OFF" "on:$P_ON" "failed:$P_FAILED"
 
 python3 - "$results" "$CONNS" <<'PY' | tee "$OUT/admission.md"
 import statistics

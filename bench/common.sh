@@ -56,3 +56,33 @@ wait_up() {
   printf 'nothing answers at %s\n' "$1" >&2
   return 1
 }
+
+# `interleaved_rounds RESULTS WRK_LOG NAME:PORT...`: warm each server up for WARMUP, then
+# ROUNDS rounds of one `wrk` run (CONNS connections, DURATION, heartbeat.lua, on LOAD_CPU)
+# against each server in turn, each round starting one server further along so that none
+# always runs in the same slot. Appends `round<TAB>name<TAB>parse_wrk.py's fields` to RESULTS
+# and wrk's own output to WRK_LOG.
+interleaved_rounds() {
+  local results=$1 wrk_log=$2
+  shift 2
+  local entries=("$@") n=$# round i k entry name port out m
+  : >"$results"
+  : >"$wrk_log"
+  for entry in "${entries[@]}"; do
+    taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
+      "http://127.0.0.1:${entry#*:}/api/agent/heartbeat" >/dev/null
+  done
+  for round in $(seq "$ROUNDS"); do
+    k=$(((round - 1) % n))
+    for i in $(seq 0 $((n - 1))); do
+      entry=${entries[$(((k + i) % n))]}
+      name=${entry%%:*} port=${entry#*:}
+      out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
+        -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$port/api/agent/heartbeat")
+      printf '%s\n' "$out" >>"$wrk_log"
+      m=$(python3 "$BENCH/parse_wrk.py" <<<"$out")
+      printf '%s\t%s\t%s\n' "$round" "$name" "$m" >>"$results"
+      printf 'round %s %s: %s\n' "$round" "$name" "$m" >&2
+    done
+  done
+}

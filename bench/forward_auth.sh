@@ -111,34 +111,9 @@ done
 curl -s -D - -o /dev/null -X POST -H 'X-Agent-ID: agent-0001' "http://127.0.0.1:$P_AUTH/api/agent/heartbeat" |
   grep -qi '^ratelimit-policy:' || { log "nginx+auth answered without RateLimit-Policy: not asking the limiter"; exit 1; }
 
-measure() {
-  local port=$1 out
-  out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$DURATION" --latency \
-    -s "$BENCH/heartbeat.lua" "http://127.0.0.1:$port/api/agent/heartbeat")
-  printf '%s\n' "$out" >>"$OUT/forward-auth-wrk.log"
-  python3 "$BENCH/parse_wrk.py" <<<"$out"
-}
-
-: >"$OUT/forward-auth-wrk.log"
 results="$OUT/forward-auth.tsv"
-: >"$results"
-for port in $P_NGINX $P_AUTH $P_GW; do
-  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$BENCH/heartbeat.lua" \
-    "http://127.0.0.1:$port/api/agent/heartbeat" >/dev/null
-done
 log "servers on cpu $SERVER_CPU, wrk on cpu $LOAD_CPU; $ROUNDS rounds x $DURATION, $CONNS connections"
-entries=("nginx:$P_NGINX" "nginx+auth:$P_AUTH" "gateway:$P_GW")
-for round in $(seq "$ROUNDS"); do
-  # Each round starts one configuration further along.
-  k=$(((round - 1) % 3))
-  for i in 0 1 2; do
-    entry=${entries[$(((k + i) % 3))]}
-    name=${entry%%:*} port=${entry#*:}
-    m=$(measure "$port")
-    printf '%s\t%s\t%s\n' "$round" "$name" "$m" >>"$results"
-    log "round $round $name: $m"
-  done
-done
+interleaved_rounds "$results" "$OUT/forward-auth-wrk.log" "nginx:$P_NGINX" "nginx+auth:$P_AUTH" "gateway:$P_GW"
 
 python3 - "$results" "$CONNS" <<'PY' | tee "$OUT/forward-auth.md"
 import statistics
