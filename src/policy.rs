@@ -343,6 +343,52 @@ impl Policy {
         })
     }
 
+    /// The first request, if any, on which a limiter that `needs_ceiling` applies with no
+    /// limiter beside it that `is_ceiling` for it: its index, and the request as `METHOD /path`
+    /// with the credential kind. Asked of the real route picker (precedence, exceptions and
+    /// credential kinds exactly as requests meet them) over sample requests: every route and
+    /// exception of every limiter, its wildcards filled with a segment no route names (`*` with
+    /// one, `**` with none, one and two), under every method and every credential kind. A
+    /// start-up check, never on a request's path.
+    pub(crate) fn first_unguarded(
+        &self,
+        needs_ceiling: impl Fn(&LimiterSpec) -> bool,
+        is_ceiling: impl Fn(&LimiterSpec, &LimiterSpec) -> bool,
+    ) -> Option<(usize, String, Credential)> {
+        let patterns: Vec<&RoutePattern> = self
+            .limiters
+            .iter()
+            .flat_map(|l| l.routes.iter().chain(&l.except))
+            .collect();
+        let fresh = fresh_segment(&patterns);
+        let mut paths: Vec<String> = patterns
+            .iter()
+            .flat_map(|p| p.sample_paths(&fresh))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        for path in &paths {
+            for method in METHODS {
+                for cred in Credential::ALL {
+                    let picked = self.applicable_to(method, path, cred);
+                    for &i in &picked {
+                        let l = &self.limiters[i];
+                        if !needs_ceiling(l) {
+                            continue;
+                        }
+                        let guarded = picked
+                            .iter()
+                            .any(|&j| j != i && is_ceiling(&self.limiters[j], l));
+                        if !guarded {
+                            return Some((i, format!("{method} {path}"), cred));
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
     /// Indices of the limiters that meter `path`.
     fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Picked {
         let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
@@ -546,6 +592,22 @@ impl Serialize for RoutePattern {
     }
 }
 
+/// A path segment that no route names: sample requests fill wildcards with it.
+fn fresh_segment(patterns: &[&RoutePattern]) -> String {
+    let mut fresh = "x".to_owned();
+    while patterns.iter().any(|p| {
+        p.segs
+            .iter()
+            .any(|s| matches!(s, Seg::Lit(l) if *l == fresh))
+    }) {
+        fresh.push('x');
+    }
+    fresh
+}
+
+/// Most sample paths one route yields (a route with many `**` stops there).
+const MAX_SAMPLES_PER_ROUTE: usize = 243;
+
 impl RoutePattern {
     pub fn matches(&self, method: &str, segs: &[&str]) -> bool {
         if let Some(m) = &self.method {
@@ -582,6 +644,39 @@ impl RoutePattern {
 
     pub fn as_str(&self) -> &str {
         &self.raw
+    }
+
+    /// Requests paths this route matches, its wildcards filled with `fresh`: `*` with one
+    /// segment, `**` with none, one and two.
+    fn sample_paths(&self, fresh: &str) -> Vec<String> {
+        let two = format!("{fresh}/{fresh}");
+        let mut out = vec![String::new()];
+        for seg in &self.segs {
+            let fills: Vec<&str> = match seg {
+                Seg::Lit(l) => vec![l.as_str()],
+                Seg::Star => vec![fresh],
+                Seg::DoubleStar => vec!["", fresh, &two],
+            };
+            out = out
+                .iter()
+                .flat_map(|p| {
+                    fills
+                        .iter()
+                        .map(move |f| match (p.is_empty(), f.is_empty()) {
+                            (_, true) => p.clone(),
+                            (true, false) => format!("/{f}"),
+                            (false, false) => format!("{p}/{f}"),
+                        })
+                })
+                .take(MAX_SAMPLES_PER_ROUTE)
+                .collect();
+        }
+        for p in &mut out {
+            if p.is_empty() {
+                p.push('/');
+            }
+        }
+        out
     }
 
     /// Whether every request `other` matches, this matches too.

@@ -337,6 +337,7 @@ pub(super) fn build(
             ));
         }
     }
+    check_client_chosen_keys(&limiters, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     Ok(Config {
