@@ -18,7 +18,11 @@ export interface MiddlewareOptions extends Options {
 /** The request to decide on. Header names are lower-case. */
 export interface Question {
   method: string;
-  /** Path and query, as the client sent them. */
+  /**
+   * The path and query the function routes on, percent-encoded (visible ASCII, starting with
+   * `/`). The limiter meters exactly this path and refuses one that is not its own canonical
+   * form (`//x`, `/a/../b`, `%72`): pass what your router reads, not the raw target.
+   */
   url: string;
   /** The client's address. */
   ip?: string;
@@ -27,7 +31,11 @@ export interface Question {
 
 export interface Decision {
   allowed: boolean;
-  /** 200 when allowed; otherwise the status to answer with (429, 400, or 503 with onError "deny"). */
+  /**
+   * 200 when allowed; otherwise the status to answer with (429; 400 for a path the limiter will
+   * not meter as given, decided here without asking when it is not visible ASCII starting with
+   * `/`; or 503 with onError "deny").
+   */
   status: number;
   /** RateLimit, RateLimit-Policy, X-RateLimit-*, and Retry-After on a refusal. */
   headers: Record<string, string>;

@@ -3,6 +3,12 @@
 // whether a request may pass, with the same keys and budgets as the gateway and every other
 // client of the same store. `check()` is plain `fetch` (serverless functions, any framework);
 // `fleetLimiter()` is Express middleware built on it.
+//
+// The limiter meters the path it is told, and only a path that is its own canonical form: the
+// middleware tells it the path Express routes on (parsed as Express's router parses it), and
+// answers a refusal, such as a 400 for `//x/…` or `/a/../b`, without calling next().
+
+const parseurl = require('parseurl');
 
 /** The headers the decision endpoint reads from the original request. */
 const PASSED = ['x-agent-id', 'authorization', 'cookie'];
@@ -21,6 +27,22 @@ const UNREACHABLE = {
   status: 503,
   detail: 'The rate limiter could not be reached; try again shortly.',
 };
+/** A target the limiter can be told: visible ASCII, starting with `/`. */
+const SENDABLE = /^\/[\x21-\x7e]*$/;
+/** The answer for a target that cannot be: refused here, as the limiter would refuse it. */
+function unsendable() {
+  return {
+    allowed: false,
+    status: 400,
+    headers: {},
+    body: JSON.stringify({
+      type: 'urn:fleet-limiter:problem:non-canonical-path',
+      title: 'Bad Request',
+      status: 400,
+      detail: 'The request target is not a path of visible ASCII characters starting with `/`, so the rate limiter cannot be asked about it; send the path percent-encoded.',
+    }),
+  };
+}
 
 function options(opts) {
   if (!opts || typeof opts.url !== 'string') {
@@ -41,7 +63,8 @@ function options(opts) {
 /**
  * Ask whether one request may pass.
  * @param {object} opts `{ url, timeoutMs = 250, onError = 'allow', fetch }`
- * @param {object} req `{ method, url (path and query), ip, headers }`; header names lower-case
+ * @param {object} req `{ method, url, ip, headers }`: `url` is the path and query the function
+ *   routes on, percent-encoded; header names lower-case
  * @returns {Promise<{allowed: boolean, status: number, headers: Record<string,string>, body: string, error?: Error}>}
  */
 async function check(opts, req) {
@@ -50,9 +73,13 @@ async function check(opts, req) {
 }
 
 async function ask(o, req) {
+  const target = String(req.url || '/');
+  // Asked about anything else, fetch would throw or the limiter refuse; a throw must not
+  // become `onError: 'allow'`.
+  if (!SENDABLE.test(target)) return unsendable();
   const headers = {
     'x-forwarded-method': String(req.method || 'GET'),
-    'x-forwarded-uri': String(req.url || '/'),
+    'x-forwarded-uri': target,
   };
   if (req.ip) headers['x-forwarded-for'] = String(req.ip);
   for (const name of PASSED) {
@@ -92,8 +119,28 @@ async function ask(o, req) {
 }
 
 /**
+ * The path and query Express routes `req` on from here: its router matches the pathname
+ * `parseurl` makes of `req.url` (below a mount point, `req.url` is what is left after
+ * `req.baseUrl`). Not `req.originalUrl`, which is the target as sent: `/a#/../b` is routed as
+ * `/a`, `http://host/a` as `/a`, and a middleware before this one may have rewritten `req.url`.
+ * `null` when there is no path to route on.
+ */
+function routedTarget(req) {
+  let parsed;
+  try {
+    parsed = parseurl(req);
+  } catch {
+    return null;
+  }
+  if (!parsed || typeof parsed.pathname !== 'string') return null;
+  const base = typeof req.baseUrl === 'string' ? req.baseUrl : '';
+  return base + parsed.pathname + (parsed.search || '');
+}
+
+/**
  * Express middleware: `app.use(fleetLimiter({ url: 'http://127.0.0.1:7392' }))`.
- * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's 429.
+ * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's answer
+ * (429, or 400 for a path it will not meter as Express routes it) and never reach a route.
  * `req.ip` is the client address: set Express's `trust proxy` as for any other use of it.
  */
 function fleetLimiter(opts) {
@@ -102,9 +149,10 @@ function fleetLimiter(opts) {
   return async function fleetLimiterMiddleware(req, res, next) {
     let answer;
     try {
-      answer = await ask(o, {
+      const target = routedTarget(req);
+      answer = target === null ? unsendable() : await ask(o, {
         method: req.method,
-        url: req.originalUrl || req.url,
+        url: target,
         ip: req.ip,
         headers: req.headers,
       });

@@ -12,7 +12,14 @@
 //! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above |
 //!
 //! Allowed: `200`, empty, with the `RateLimit*` headers for the proxy to copy onto its answer.
-//! A path with no canonical form: `400` (`401` on `/nginx`, with `X-FleetLimiter-Status: 400`).
+//!
+//! The proxy forwards the original target as it was sent, and this cannot rewrite it, so only a
+//! target that is its own canonical form is metered ([`CanonicalPath::exact`]): a path with no
+//! canonical form, one the gateway would have rewritten (`//x/…`, `/a/../b`, `%72`, lower-case
+//! hex, raw non-ASCII), a `#` and a target that is not a path are refused with `400`
+//! `non-canonical-path` naming the class (`401` on `/nginx`, with `X-FleetLimiter-Status: 400`).
+//! So is a question whose original-request headers are sent twice, or contradict each other
+//! (`X-Original-URI` and `X-Forwarded-Uri` naming two targets).
 //! The client's address is read from the forwarding header exactly as the gateway reads it
 //! (`client_ip.trust_proxy`); the other headers (`X-Agent-ID`, `Authorization`, the session
 //! cookie) are the original request's, which every one of these proxies passes along.
@@ -23,7 +30,7 @@ use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts};
 use crate::http::middleware::header_facts;
 use crate::http::response::{self, Problem};
-use crate::path::CanonicalPath;
+use crate::path::{CanonicalPath, Class, Rejected};
 use actix_web::body::MessageBody;
 use actix_web::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use actix_web::http::StatusCode;
@@ -116,15 +123,15 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         .into_response();
     }
     let own_path = req.path();
-    let (flavour, envoy_path) = if own_path == "/nginx" {
-        (Flavour::Nginx, None)
+    let flavour = if own_path == "/nginx" {
+        Flavour::Nginx
     } else if own_path == "/caddy" || own_path == "/traefik" || own_path == "/forward" {
-        (Flavour::Forwarded, None)
+        Flavour::Forwarded
     } else if let Some(rest) = own_path.strip_prefix("/envoy") {
         if !rest.starts_with('/') {
             return bad_request(Flavour::Envoy, "The Envoy path prefix is `/envoy`: set `path_prefix: /envoy` in the ext_authz http_service.".to_owned());
         }
-        (Flavour::Envoy, Some(rest))
+        Flavour::Envoy
     } else {
         return Problem {
             kind: "urn:fleet-limiter:problem:unknown-decision-path",
@@ -136,21 +143,13 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         .into_response();
     };
     let headers = req.headers();
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let (method, uri): (&str, &str) = match flavour {
-        Flavour::Nginx => match (text("x-original-method"), text("x-original-uri")) {
-            (Some(m), Some(u)) => (m, u),
-            _ => {
-                return bad_request(flavour, "X-Original-Method or X-Original-URI is missing: in the auth_request location set `proxy_set_header X-Original-Method $request_method;` and `proxy_set_header X-Original-URI $request_uri;`.".to_owned())
-            }
-        },
-        Flavour::Forwarded => match (text("x-forwarded-method"), text("x-forwarded-uri")) {
-            (Some(m), Some(u)) => (m, u),
-            _ => {
-                return bad_request(flavour, "X-Forwarded-Method or X-Forwarded-Uri is missing: Caddy's forward_auth and Traefik's ForwardAuth set both.".to_owned())
-            }
-        },
-        Flavour::Envoy => (req.method().as_str(), envoy_path.unwrap_or("/")),
+    let settings = endpoint.decider.settings();
+    let (method, uri) = match original(&req, flavour) {
+        Ok(o) => o,
+        Err(Refusal::Question(detail)) => return bad_request(flavour, detail),
+        Err(Refusal::Target(rejected)) => {
+            return refuse_target(&endpoint, flavour, &rejected);
+        }
     };
     if uri.len() > MAX_URI_LEN {
         return bad_request(
@@ -164,21 +163,19 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
             "The original method is not an HTTP method.".to_owned(),
         );
     }
-    let path = uri.split(['?', '#']).next().unwrap_or("");
-    if !path.starts_with('/') {
-        return bad_request(
-            flavour,
-            "The original URI must be a path starting with `/`.".to_owned(),
-        );
+    // The proxy forwards the target as it was sent: only a target that is its own canonical
+    // form is metered, so the path decided on is the path the upstream routes on.
+    if let Some(at) = uri.find('#') {
+        let rejected = Rejected {
+            class: Class::Fragment,
+            at,
+        };
+        return refuse_target(&endpoint, flavour, &rejected);
     }
-    let settings = endpoint.decider.settings();
-    let path = match CanonicalPath::parse(path, settings.paths) {
+    let path = uri.split('?').next().unwrap_or("");
+    let path = match CanonicalPath::exact(path, settings.paths) {
         Ok(p) => p,
-        Err(rejected) => {
-            endpoint.decider.metrics().path_rejected(rejected.class);
-            let problem = Problem::non_canonical_path(&rejected);
-            return for_proxy(flavour, problem.into_response());
-        }
+        Err(rejected) => return refuse_target(&endpoint, flavour, &rejected),
     };
     let h = header_facts(
         headers,
@@ -203,6 +200,118 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         .decider
         .observe(&settings, &outcome, started.elapsed());
     render(flavour, &outcome)
+}
+
+/// Why a question is not answered with a decision.
+enum Refusal {
+    /// The question itself is malformed: a header missing, sent twice, or contradicted.
+    Question(String),
+    /// The original target is not one the limiter meters as the upstream will route it.
+    Target(Rejected),
+}
+
+/// The headers that can name the original request: each proxy sets one pair, and may pass the
+/// other pair on from its client.
+const ORIGINAL_HEADERS: [(HeaderName, &str); 4] = [
+    (X_ORIGINAL_METHOD, "X-Original-Method"),
+    (X_ORIGINAL_URI, "X-Original-URI"),
+    (X_FORWARDED_METHOD, "X-Forwarded-Method"),
+    (X_FORWARDED_URI, "X-Forwarded-Uri"),
+];
+const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
+
+/// The original request's method and target as the proxy names them. Every header that can
+/// name them is sent at most once (a second one did not come from the proxy, and which of the
+/// two the upstream's request matches cannot be told), and a header of another proxy's kind,
+/// when present, must name the same method or target as the one this path reads (it came from
+/// the client or another hop; something downstream may act on it).
+fn original(req: &HttpRequest, flavour: Flavour) -> Result<(&str, &str), Refusal> {
+    let headers = req.headers();
+    for (header, name) in &ORIGINAL_HEADERS {
+        if headers.get_all(header).nth(1).is_some() {
+            return Err(Refusal::Question(format!(
+                "{name} is sent more than once. The proxy sets it once; another one came from the client or another hop, and which of them names the request the upstream gets cannot be told."
+            )));
+        }
+    }
+    let (method, uri) = match flavour {
+        Flavour::Nginx | Flavour::Forwarded => {
+            let (m, u, missing) = if flavour == Flavour::Nginx {
+                (X_ORIGINAL_METHOD, X_ORIGINAL_URI, "X-Original-Method or X-Original-URI is missing: in the auth_request location set `proxy_set_header X-Original-Method $request_method;` and `proxy_set_header X-Original-URI $request_uri;`.")
+            } else {
+                (X_FORWARDED_METHOD, X_FORWARDED_URI, "X-Forwarded-Method or X-Forwarded-Uri is missing: Caddy's forward_auth and Traefik's ForwardAuth set both.")
+            };
+            let (Some(method), Some(uri)) = (headers.get(m), headers.get(u)) else {
+                return Err(Refusal::Question(missing.to_owned()));
+            };
+            let Ok(method) = method.to_str() else {
+                return Err(Refusal::Question(
+                    "The original method is not an HTTP method.".to_owned(),
+                ));
+            };
+            let uri = std::str::from_utf8(uri.as_bytes()).map_err(|e| {
+                Refusal::Target(Rejected {
+                    class: Class::InvalidUtf8,
+                    at: e.valid_up_to(),
+                })
+            })?;
+            (method, uri)
+        }
+        Flavour::Envoy => {
+            // The check request is the original, its target behind `/envoy` (which `answer`
+            // has checked is there).
+            let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            (
+                req.method().as_str(),
+                target.strip_prefix("/envoy").unwrap_or(target),
+            )
+        }
+    };
+    // The pair this path reads: the first two of ORIGINAL_HEADERS for nginx, the last two for
+    // the others; none for Envoy, whose check request is the original.
+    let own = match flavour {
+        Flavour::Nginx => Some(0),
+        Flavour::Forwarded => Some(2),
+        Flavour::Envoy => None,
+    };
+    for (i, (header, name)) in ORIGINAL_HEADERS.iter().enumerate() {
+        if own.is_some_and(|o| (i & !1) == o) {
+            continue;
+        }
+        let Some(value) = headers.get(header) else {
+            continue;
+        };
+        let (read, what) = if i % 2 == 0 {
+            (method, "method")
+        } else {
+            (uri, "target")
+        };
+        if value.as_bytes() != read.as_bytes() {
+            let reader = own.map_or("the check request's own", |o| ORIGINAL_HEADERS[o + i % 2].1);
+            return Err(Refusal::Question(format!(
+                "{name} names another {what} than {reader}, which this path reads. It came from the client or another hop; the request is refused rather than metered on one reading while something downstream may act on the other."
+            )));
+        }
+    }
+    Ok((method, uri))
+}
+
+/// Refuse an original target that has no canonical form, or is not its own: `400`
+/// `non-canonical-path` naming the class, counted with the gateway's.
+fn refuse_target(endpoint: &Endpoint, flavour: Flavour, rejected: &Rejected) -> HttpResponse {
+    endpoint.decider.metrics().path_rejected(rejected.class);
+    tracing::debug!(
+        class = rejected.class.as_str(),
+        at = rejected.at,
+        "original target refused"
+    );
+    for_proxy(
+        flavour,
+        Problem::non_canonical_path(rejected).into_response(),
+    )
 }
 
 /// The proxy's answer for an outcome.

@@ -81,18 +81,29 @@ impl Problem {
         }
     }
 
-    /// A path with no canonical form (see [`crate::path`]), refused before any limiter.
+    /// A path with no canonical form (see [`crate::path`]), refused before any limiter; or, at
+    /// the decision endpoint, a target that is not its own canonical form.
     pub fn non_canonical_path(rejected: &crate::path::Rejected) -> Self {
-        Self {
-            kind: "urn:fleet-limiter:problem:non-canonical-path",
-            title: "Bad Request",
-            status: 400,
-            detail: format!(
+        let detail = if rejected.class.decision_only() {
+            format!(
+                "The request target contains {} (at byte {}). The proxy in front forwards the target as it was sent, and the upstream may route that spelling elsewhere than the path the rate limiter would read, so it is refused. Send the path in canonical form ({}).",
+                rejected.class.describe(),
+                rejected.at,
+                rejected.class.as_str()
+            )
+        } else {
+            format!(
                 "The request path contains {} (at byte {}), which HTTP servers and routers read differently; this gateway does not forward it. Send the path without it ({}).",
                 rejected.class.describe(),
                 rejected.at,
                 rejected.class.as_str()
-            ),
+            )
+        };
+        Self {
+            kind: "urn:fleet-limiter:problem:non-canonical-path",
+            title: "Bad Request",
+            status: 400,
+            detail,
             retry_after: None,
         }
     }

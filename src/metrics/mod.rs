@@ -489,7 +489,7 @@ impl Metrics {
         let paths_rejected = series1(
             &mut r,
             "fleet_limiter_paths_rejected",
-            "Requests refused with 400 before any limiter because their path has no canonical form, by class",
+            "Requests refused with 400 before any limiter because their path has no canonical form (at the decision endpoint: because the original target is not its own canonical form), by class",
             Class::ALL,
             |c| [("class", c.as_str())],
         );
