@@ -297,7 +297,10 @@ pub(super) fn build(
     {
         return Err(ctx.err(
             path_of(u),
-            format!("`{u}` is not a redis:// or rediss:// (TLS) URL"),
+            format!(
+                "`{}` is not a redis:// or rediss:// (TLS) URL",
+                crate::redact::url(u)
+            ),
         ));
     }
     // One client speaks to every node: TLS for all of them or for none.
@@ -390,18 +393,25 @@ pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigErro
             ctx.err(
                 "server.upstream",
                 format!(
-                    "`{u}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")"
+                    "`{}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")",
+                    crate::redact::url(u)
                 ),
             )
         })?;
     if rest.is_empty() || rest.contains(['?', '#']) {
         return Err(ctx.err(
             "server.upstream",
-            format!("`{u}` must be scheme, host, port and optionally a path prefix"),
+            format!(
+                "`{}` must be scheme, host, port and optionally a path prefix; a query or a fragment is not sent upstream",
+                crate::redact::url(u)
+            ),
         ));
     }
     if let Some(why) = upstream::problem(rest) {
-        return Err(ctx.err("server.upstream", format!("`{u}` {why}")));
+        return Err(ctx.err(
+            "server.upstream",
+            format!("`{}` {why}", crate::redact::url(u)),
+        ));
     }
     Ok(trimmed.to_owned())
 }
