@@ -501,3 +501,89 @@ pub fn cookie_value<'a>(values: impl Iterator<Item = &'a [u8]>, name: &str) -> O
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::{test, web, App, HttpRequest, HttpResponse};
+
+    /// The app behind the limiter says what it was given: method, target and override header.
+    async fn echo(req: HttpRequest) -> HttpResponse {
+        let overrides: Vec<String> = req
+            .headers()
+            .iter()
+            .filter(|(n, _)| n.as_str().contains("method"))
+            .map(|(n, v)| format!("{n}={}", v.to_str().unwrap_or("?")))
+            .collect();
+        HttpResponse::Ok().body(format!("{} {} {overrides:?}", req.method(), req.uri()))
+    }
+
+    fn limiter(env: &[(&str, &str)]) -> FleetLimiter {
+        let cfg = crate::config::Loader::new()
+            .env(env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .load()
+            .expect("config");
+        FleetLimiter::from_config(&cfg).expect("limiter")
+    }
+
+    #[actix_rt::test]
+    async fn the_app_behind_it_never_sees_a_stripped_override() {
+        let app = test::init_service(
+            App::new()
+                .wrap(limiter(&[("FLEET_LIMITER_METHOD_OVERRIDE", "strip")]))
+                .default_service(web::to(echo)),
+        )
+        .await;
+        let req = test::TestRequest::post()
+            .uri("/api/agent/download/linux?a=1&_method=GET&b=2")
+            .insert_header(("X-HTTP-Method-Override", "GET"))
+            .insert_header(("x_http_method", "GET"))
+            .insert_header(("x-agent-id", "a-1"))
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.status(), 200);
+        let body = test::read_body(res).await;
+        assert_eq!(body, "POST /api/agent/download/linux?a=1&b=2 []");
+    }
+
+    #[actix_rt::test]
+    async fn methods_outside_the_list_never_reach_the_app() {
+        let app =
+            test::init_service(App::new().wrap(limiter(&[])).default_service(web::to(echo))).await;
+        for m in ["CONNECT", "TRACE", "PROPFIND", "get"] {
+            let req = test::TestRequest::default()
+                .method(Method::from_bytes(m.as_bytes()).expect("method"))
+                .uri("/api/agent/rotate-key")
+                .to_request();
+            let res = test::call_service(&app, req).await;
+            assert_eq!(res.status(), 501, "{m}");
+            assert_eq!(
+                res.headers().get(ALLOW).and_then(|v| v.to_str().ok()),
+                Some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+            );
+        }
+        // An override a metering limiter will not guess at is refused before the app.
+        let req = test::TestRequest::post()
+            .uri("/api/agent/rotate-key?_method=PROPFIND")
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.status(), 400);
+        // A CORS preflight that names an override is no longer a preflight: it is metered.
+        let req = test::TestRequest::default()
+            .method(Method::OPTIONS)
+            .uri("/api/agent/rotate-key")
+            .insert_header(("origin", "https://dash.example"))
+            .insert_header(("access-control-request-method", "POST"))
+            .insert_header(("x-http-method-override", "POST"))
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.status(), 200);
+        assert!(
+            res.headers()
+                .get("ratelimit-policy")
+                .is_some_and(|v| v.as_bytes().starts_with(b"\"agent-device\"")),
+            "{:?}",
+            res.headers()
+        );
+    }
+}
