@@ -389,6 +389,29 @@ impl Policy {
         None
     }
 
+    /// The limiters that meter a request of `method` on `path` that names the methods in
+    /// `also` by override: the union of what each method picks, each limiter once, in
+    /// configuration order. Within a group each method still picks its most specific route, so
+    /// a `POST` named `GET` is metered by the `POST` route's limiter and the `GET` route's.
+    pub fn picked_any(
+        &self,
+        method: &str,
+        also: &[&str],
+        path: &CanonicalPath<'_>,
+        cred: Credential,
+    ) -> Picked {
+        let mut all = self.picked(method, path, cred);
+        for m in also {
+            for i in self.picked(m, path, cred) {
+                if !all.contains(&i) {
+                    all.push(i);
+                }
+            }
+        }
+        all.sort_unstable();
+        all
+    }
+
     /// Indices of the limiters that meter `path`.
     fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Picked {
         let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
@@ -825,6 +848,42 @@ mod tests {
         );
         assert_eq!(names(&p, "GET", "/api/agent/../tasks"), ["ui"]);
         assert_eq!(names(&p, "GET", "/healthz"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_override_is_metered_as_every_method_it_could_be_routed_as() {
+        let p = Policy::new(crate::config::Config::default().limiters);
+        let any = |method: &str, also: &[&str], path: &str| -> Vec<String> {
+            let path = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+            p.picked_any(method, also, &path, Credential::None)
+                .into_iter()
+                .map(|i| p.limiters()[i].name.to_string())
+                .collect()
+        };
+        // A POST that an Express app routes as GET: the download budget, and the agent one.
+        assert_eq!(
+            any("POST", &["GET"], "/api/agent/download/linux"),
+            ["agent-device", "agent-ip", "download"]
+        );
+        assert_eq!(
+            names(&p, "POST", "/api/agent/download/linux"),
+            ["agent-device", "agent-ip"]
+        );
+        // A GET named POST on key rotation: key rotation's budget applies.
+        assert_eq!(
+            any("GET", &["POST"], "/api/agent/rotate-key"),
+            ["agent-device", "agent-ip", "key-rotation"]
+        );
+        // Each limiter once, whatever the order and repetition of the methods named.
+        assert_eq!(
+            any("POST", &["GET", "HEAD", "GET"], "/api/agent/download/x"),
+            any("POST", &["GET"], "/api/agent/download/x")
+        );
+        // Nothing named: exactly the request's own method.
+        assert_eq!(
+            any("POST", &[], "/api/agent/enroll"),
+            names(&p, "POST", "/api/agent/enroll")
+        );
     }
 
     #[test]

@@ -79,6 +79,8 @@ use upstreams::{exchange, missing, paths_dir, routes, Answer, Kind, Route, Upstr
 
 /// The problem type of a path the gateway will not make canonical.
 const NON_CANONICAL: &str = "urn:fleet-limiter:problem:non-canonical-path";
+/// The problem type of a method the gateway does not forward.
+const UNSUPPORTED_METHOD: &str = "urn:fleet-limiter:problem:unsupported-method";
 
 /// Every built-in limiter with its budget raised far above what the corpus sends, and the
 /// windows unchanged. `agent-ip` follows `agent-device` (x `fleet.max_site_endpoints`).
@@ -400,6 +402,14 @@ fn judge(
         }
         if answer.status == 400 && problem.is_none() && parser_may_refuse {
             return Ok("refused by the front's HTTP parser");
+        }
+        // A method outside methods.allowed (`post`: methods are case-sensitive) is answered by
+        // the gateway and never forwarded, whatever its path.
+        if answer.status == 501
+            && problem.as_deref() == Some(UNSUPPORTED_METHOD)
+            && !fleet_limiter::methods::DEFAULT_ALLOWED.contains(&line.method.as_str())
+        {
+            return Ok("refused for its method");
         }
         return Err(format!(
             "the front answered {} ({}) without the upstream seeing it; a refusal must be 400 {NON_CANONICAL}",

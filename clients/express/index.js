@@ -12,6 +12,11 @@ const parseurl = require('parseurl');
 
 /** The headers the decision endpoint reads from the original request. */
 const PASSED = ['x-agent-id', 'authorization', 'cookie'];
+/**
+ * Method override headers (the limiter's `methods.override_headers`): the limiter meters a
+ * request as every method they name, or refuses it, so it must see them as the app does.
+ */
+const OVERRIDE_HEADERS = ['x-http-method-override', 'x-http-method', 'x-method-override'];
 /** The headers of its answer that belong on the client's answer. */
 const LIMIT_HEADERS = [
   'ratelimit-policy',
@@ -20,6 +25,7 @@ const LIMIT_HEADERS = [
   'x-ratelimit-remaining',
   'x-ratelimit-reset',
   'retry-after',
+  'allow',
 ];
 const UNREACHABLE = {
   type: 'urn:fleet-limiter:problem:limiter-unreachable',
@@ -57,7 +63,12 @@ function options(opts) {
   if (onError !== 'allow' && onError !== 'deny') {
     throw new TypeError('fleet-limiter: `onError` is "allow" (the default) or "deny"');
   }
-  return { url, timeoutMs, onError, fetch: opts.fetch ?? globalThis.fetch };
+  const extra = opts.overrideHeaders ?? [];
+  if (!Array.isArray(extra) || !extra.every((h) => typeof h === 'string')) {
+    throw new TypeError('fleet-limiter: `overrideHeaders` is a list of header names');
+  }
+  const passed = [...new Set([...PASSED, ...OVERRIDE_HEADERS, ...extra.map((h) => h.toLowerCase())])];
+  return { url, timeoutMs, onError, passed, fetch: opts.fetch ?? globalThis.fetch };
 }
 
 /**
@@ -82,10 +93,17 @@ async function ask(o, req) {
     'x-forwarded-uri': target,
   };
   if (req.ip) headers['x-forwarded-for'] = String(req.ip);
-  for (const name of PASSED) {
+  for (const name of o.passed) {
     const v = req.headers && req.headers[name];
     if (typeof v === 'string') headers[name] = v;
     else if (Array.isArray(v)) headers[name] = v.join(name === 'cookie' ? '; ' : ', ');
+  }
+  // The app already routes the request as another method (method-override ran before this):
+  // the limiter meters that method too, or refuses the override, as for one it can see.
+  const routed = req.routedMethod && String(req.routedMethod);
+  if (routed && routed !== headers['x-forwarded-method']) {
+    const named = headers['x-http-method-override'];
+    headers['x-http-method-override'] = named ? `${named}, ${routed}` : routed;
   }
   try {
     const res = await o.fetch(o.url, {
@@ -99,7 +117,9 @@ async function ask(o, req) {
       if (v !== null) out[name] = v;
     }
     const body = await res.text();
-    if (res.status >= 500) throw new Error(`the limiter answered ${res.status}`);
+    // 501 is the limiter's answer for a method it does not let through, not a failure.
+    const unsupported = res.status === 501 && body.includes('urn:fleet-limiter:problem:unsupported-method');
+    if (res.status >= 500 && !unsupported) throw new Error(`the limiter answered ${res.status}`);
     if (res.status === 403 && body.includes('not-an-allowed-proxy')) {
       throw new Error('this address is not in the limiter\'s decision.allow_from');
     }
@@ -151,7 +171,10 @@ function fleetLimiter(opts) {
     try {
       const target = routedTarget(req);
       answer = target === null ? unsendable() : await ask(o, {
-        method: req.method,
+        // The method the request came with (method-override keeps it in req.originalMethod),
+        // and the one Express routes on, if another.
+        method: req.originalMethod || req.method,
+        routedMethod: req.method,
         url: target,
         ip: req.ip,
         headers: req.headers,

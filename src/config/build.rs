@@ -37,6 +37,8 @@ pub(super) struct RawConfig {
     pub(super) decision: decision::RawDecision,
     #[serde(default)]
     pub(super) admission: admission::RawAdmission,
+    #[serde(default)]
+    pub(super) methods: methods::RawMethods,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -357,6 +359,7 @@ pub(super) fn build(
         path: path::build_path(raw.path, ctx)?,
         decision,
         admission: admission::build_admission(raw.admission, ctx)?,
+        methods: methods::build_methods(raw.methods, ctx)?,
         origins: ctx.origins.clone(),
     })
 }

@@ -20,6 +20,9 @@
 //! `non-canonical-path` naming the class (`401` on `/nginx`, with `X-FleetLimiter-Status: 400`).
 //! So is a question whose original-request headers are sent twice, or contradict each other
 //! (`X-Original-URI` and `X-Forwarded-Uri` naming two targets).
+//! A method outside `methods.allowed`: `501` with `Allow` (`/nginx`: `401`, status 400); a
+//! method override in the original headers or query: metered as every method it names, or
+//! `400` (see `methods_and_overrides`).
 //! The client's address is read from the forwarding header exactly as the gateway reads it
 //! (`client_ip.trust_proxy`); the other headers (`X-Agent-ID`, `Authorization`, the session
 //! cookie) are the original request's, which every one of these proxies passes along.
@@ -27,12 +30,13 @@
 //! endpoint cannot be used to spend other clients' budgets.
 
 use crate::config::Config;
-use crate::decision::{Decider, Outcome, RequestFacts};
+use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::middleware::header_facts;
 use crate::http::response::{self, Problem};
+use crate::methods::{At, Named, Overrides, RefusalReason};
 use crate::path::{CanonicalPath, Class, Rejected};
 use actix_web::body::MessageBody;
-use actix_web::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use actix_web::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use ipnet::IpNet;
@@ -163,6 +167,11 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
             "The original method is not an HTTP method.".to_owned(),
         );
     }
+    // Methods and method overrides (see `methods_and_overrides` below).
+    let named = match methods_and_overrides(&endpoint, &settings, flavour, &req, method, uri) {
+        Ok(named) => named,
+        Err(res) => return *res,
+    };
     // The proxy forwards the target as it was sent: only a target that is its own canonical
     // form is metered, so the path decided on is the path the upstream routes on.
     if let Some(at) = uri.find('#') {
@@ -195,7 +204,11 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         key_headers: crate::decision::KeyHeaders::new(&lookup),
     };
     let started = std::time::Instant::now();
-    let outcome = endpoint.decider.decide_with(&settings, &facts).await;
+    let also = named.methods(&settings.methods);
+    let outcome = endpoint
+        .decider
+        .decide_overridden(&settings, &facts, &also)
+        .await;
     endpoint
         .decider
         .observe(&settings, &outcome, started.elapsed());
@@ -312,6 +325,74 @@ fn refuse_target(endpoint: &Endpoint, flavour: Flavour, rejected: &Rejected) -> 
         flavour,
         Problem::non_canonical_path(rejected).into_response(),
     )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Methods and method overrides at the decision endpoint.
+// ---------------------------------------------------------------------------------------------
+
+/// The original request's method and method overrides, judged as the gateway judges them (see
+/// [`crate::methods`]): a method outside `methods.allowed` is refused (501 with `Allow`; on
+/// `/nginx`, which can pass on only 401 and 403, a 400 for its configuration to answer with),
+/// and an override is metered as every method it names, or refused with 400. The override
+/// headers are the original request's, which every proxy passes on; its query is in the
+/// original URI. Nothing can be removed from what the proxy forwards, so `strip` refuses.
+fn methods_and_overrides(
+    endpoint: &Endpoint,
+    settings: &Settings,
+    flavour: Flavour,
+    req: &HttpRequest,
+    method: &str,
+    uri: &str,
+) -> Result<Named, Box<HttpResponse>> {
+    let rules = &settings.methods;
+    let metrics = endpoint.decider.metrics();
+    if !rules.allows(method) {
+        metrics.method_refused(RefusalReason::Method);
+        let mut problem = Problem::unsupported_method(method, rules.allow());
+        if flavour == Flavour::Nginx {
+            problem.status = 400;
+            problem.title = "Bad Request";
+        }
+        let mut res = problem.into_response();
+        if let Ok(v) = HeaderValue::from_str(rules.allow()) {
+            res.headers_mut().insert(ALLOW, v);
+        }
+        return Err(Box::new(for_proxy(flavour, res)));
+    }
+    let query = match flavour {
+        Flavour::Envoy => req.uri().query(),
+        _ => uri
+            .split('#')
+            .next()
+            .and_then(|u| u.split_once('?'))
+            .map(|(_, q)| q),
+    };
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()));
+    match rules.judge(headers, query, At::DecisionEndpoint) {
+        Overrides::None => Ok(Named::default()),
+        Overrides::Meter(named) => {
+            metrics.method_override(false);
+            Ok(named)
+        }
+        Overrides::Refuse(why) => {
+            metrics.method_refused(why.reason());
+            let res = Problem::method_override(why.detail(rules)).into_response();
+            Err(Box::new(for_proxy(flavour, res)))
+        }
+        // Not given at the decision endpoint: a strip there is a refusal.
+        Overrides::Strip => {
+            metrics.method_refused(RefusalReason::OverrideUnstrippable);
+            let why = crate::methods::Refusal::Unstrippable(crate::methods::Source::Param(
+                rules.params().next().unwrap_or("_method").into(),
+            ));
+            let res = Problem::method_override(why.detail(rules)).into_response();
+            Err(Box::new(for_proxy(flavour, res)))
+        }
+    }
 }
 
 /// The proxy's answer for an outcome.

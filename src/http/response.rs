@@ -119,6 +119,36 @@ impl Problem {
         }
     }
 
+    /// A request whose method is not in `methods.allowed` (RFC 9110 §15.6.2: the service does
+    /// not implement it for any resource). The caller adds `Allow`.
+    pub fn unsupported_method(method: &str, allow: &str) -> Self {
+        // A method is a token (the HTTP parser saw to it); only its length is the client's.
+        let shown: String = method
+            .chars()
+            .take(crate::methods::MAX_METHOD_LEN)
+            .collect();
+        Self {
+            kind: "urn:fleet-limiter:problem:unsupported-method",
+            title: "Not Implemented",
+            status: 501,
+            detail: format!(
+                "This gateway forwards only {allow} (methods.allowed); `{shown}` is not one of them, so the request was not forwarded."
+            ),
+            retry_after: None,
+        }
+    }
+
+    /// A method override refused (see [`crate::methods`]).
+    pub fn method_override(detail: String) -> Self {
+        Self {
+            kind: "urn:fleet-limiter:problem:method-override",
+            title: "Bad Request",
+            status: 400,
+            detail,
+            retry_after: None,
+        }
+    }
+
     pub fn gateway_timeout(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-timeout",
