@@ -37,6 +37,8 @@ pub(super) struct RawConfig {
     pub(super) decision: decision::RawDecision,
     #[serde(default)]
     pub(super) admission: admission::RawAdmission,
+    #[serde(default)]
+    pub(super) websocket: websocket::RawWebsocket,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -353,6 +355,7 @@ pub(super) fn build(
         path: path::build_path(raw.path, ctx)?,
         decision,
         admission: admission::build_admission(raw.admission, ctx)?,
+        websocket: websocket::build_websocket(raw.websocket, ctx)?,
         origins: ctx.origins.clone(),
     })
 }

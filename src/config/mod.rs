@@ -6,7 +6,8 @@
 //!
 //! This file holds the validated types; `layers` merges the layers, `build` reads the merged
 //! document into a [`Config`], `limiters` builds the limiter tables, and each other section
-//! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`).
+//! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`,
+//! `websocket`).
 
 pub mod admission;
 mod build;
@@ -23,6 +24,7 @@ mod rate;
 mod syntax;
 mod trust;
 mod upstream;
+pub mod websocket;
 
 use build::*;
 use layers::*;
@@ -181,6 +183,8 @@ pub struct Config {
     pub decision: decision::DecisionConfig,
     /// Admission control in front of the upstream (`[admission]`; off by default).
     pub admission: Option<admission::AdmissionConfig>,
+    /// Bounds on upgraded (WebSocket) connections (`[websocket]`).
+    pub websocket: websocket::WebsocketConfig,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }
