@@ -11,11 +11,19 @@
 //! out of the cap) and one for every other route (the `default` group, the rest of the cap), so
 //! the gates' slots add up to `admission.max_in_flight` and one group's traffic never takes
 //! another's slots.
+//!
+//! Within a gate, one client address ([`crate::client_share`]) holds or waits for at most its
+//! share of the slots (`admission.client_share_percent`); past it, it is shed at once
+//! ([`ShedReason::ClientShare`]) and the other clients keep the rest. A slot also carries how
+//! long its request may keep the gateway waiting for its body (`body_hold`), which the proxy
+//! enforces: a body sent slowly enough to hold a slot for as long as it likes is cut off.
 
+use crate::client_share::{ClientHold, ClientShares};
 use crate::config::admission::{AdmissionConfig, DEFAULT_GROUP};
 use crate::metrics::{AdmissionMeter, Metrics, ShedReason};
 use crate::policy::{RoutePattern, Specificity};
 use smallvec::SmallVec;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,13 +39,33 @@ pub struct Gate {
     queue: usize,
     queue_timeout: Duration,
     meter: AdmissionMeter,
+    /// What each client address holds or waits for; `None` when one address may take every
+    /// slot (nothing to count).
+    shares: Option<Arc<ClientShares>>,
+    /// How long a request holding a slot may keep the gateway waiting for its body.
+    body_hold: Duration,
 }
 
 /// A place among the requests in flight; given back when dropped.
 #[derive(Debug)]
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
+    /// Its client address's share, given back with the slot.
+    _share: Option<ClientHold>,
     meter: AdmissionMeter,
+    body_hold: Duration,
+}
+
+impl Slot {
+    /// How long the request may keep the gateway waiting for its body while it holds this slot.
+    pub fn body_hold(&self) -> Duration {
+        self.body_hold
+    }
+
+    /// Where the slot's group counts what happens to it (a body cut off at the hold).
+    pub fn meter(&self) -> &AdmissionMeter {
+        &self.meter
+    }
 }
 
 impl Drop for Slot {
@@ -64,22 +92,33 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// How one gate shares its slots: the queue, and what each client address may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateRules {
+    /// How many may wait for a slot.
+    pub queue: usize,
+    /// How long one may wait.
+    pub queue_timeout: Duration,
+    /// How many slots one client address may hold or wait for at once.
+    pub per_client: usize,
+    /// How long a request holding a slot may keep the gateway waiting for its body.
+    pub body_hold: Duration,
+}
+
 impl Gate {
-    /// `slots` requests in flight at once; `queue` more may wait, each at most `queue_timeout`.
-    pub fn new(
-        name: &str,
-        slots: usize,
-        queue: usize,
-        queue_timeout: Duration,
-        meter: AdmissionMeter,
-    ) -> Self {
+    /// `slots` requests in flight at once; `rules.queue` more may wait, each at most
+    /// `rules.queue_timeout`; one client address holds or waits for at most `rules.per_client`.
+    pub fn new(name: &str, slots: usize, rules: GateRules, meter: AdmissionMeter) -> Self {
+        let shares = (rules.per_client < slots).then(|| ClientShares::new(rules.per_client));
         Self {
             name: Arc::from(name),
             slots: Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS))),
             waiting: AtomicUsize::new(0),
-            queue,
-            queue_timeout,
+            queue: rules.queue,
+            queue_timeout: rules.queue_timeout,
             meter,
+            shares,
+            body_hold: rules.body_hold,
         }
     }
 
@@ -87,11 +126,25 @@ impl Gate {
         &self.name
     }
 
-    /// A slot: at once when one is free, after a wait in the queue when there is room in it,
-    /// or the reason there is none. Never waits longer than `queue_timeout`.
-    pub async fn enter(&self) -> Result<Slot, Shed> {
+    /// The most slots one client address may hold or wait for.
+    pub fn per_client(&self) -> Option<usize> {
+        self.shares.as_ref().map(|s| s.limit())
+    }
+
+    /// A slot for a request from client address `client`: at once when one is free, after a
+    /// wait in the queue when there is room in it, or the reason there is none. Never waits
+    /// longer than `queue_timeout`. An address that already holds or waits for its share is
+    /// shed at once, before it takes a place in the queue.
+    pub async fn enter(&self, client: IpAddr) -> Result<Slot, Shed> {
+        let share = match &self.shares {
+            Some(shares) => match shares.take(client) {
+                Some(held) => Some(held),
+                None => return Err(self.shed(ShedReason::ClientShare)),
+            },
+            None => None,
+        };
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Ok(self.slot(permit));
+            return Ok(self.slot(permit, share));
         }
         let joined = self
             .waiting
@@ -107,17 +160,19 @@ impl Gate {
             tokio::time::timeout(self.queue_timeout, self.slots.clone().acquire_owned()).await;
         drop(waiting);
         match acquired {
-            Ok(Ok(permit)) => Ok(self.slot(permit)),
+            Ok(Ok(permit)) => Ok(self.slot(permit, share)),
             // The semaphore is never closed; were it, the request could not be admitted.
             Ok(Err(_)) | Err(_) => Err(self.shed(ShedReason::QueueTimeout)),
         }
     }
 
-    fn slot(&self, permit: OwnedSemaphorePermit) -> Slot {
+    fn slot(&self, permit: OwnedSemaphorePermit, share: Option<ClientHold>) -> Slot {
         self.meter.in_flight(1);
         Slot {
             _permit: permit,
+            _share: share,
             meter: self.meter.clone(),
+            body_hold: self.body_hold,
         }
     }
 
@@ -146,21 +201,31 @@ impl Admission {
             .groups
             .iter()
             .map(|g| {
+                let rules = GateRules {
+                    queue: g.queue,
+                    queue_timeout: cfg.queue_timeout,
+                    per_client: cfg.per_client(g.max_in_flight),
+                    body_hold: g.body_hold,
+                };
                 let gate = Gate::new(
                     &g.name,
                     g.max_in_flight,
-                    g.queue,
-                    cfg.queue_timeout,
+                    rules,
                     metrics.admission_meter(&g.name),
                 );
                 (g.routes.clone(), gate)
             })
             .collect();
+        let rules = GateRules {
+            queue: cfg.queue,
+            queue_timeout: cfg.queue_timeout,
+            per_client: cfg.per_client(cfg.default_share()),
+            body_hold: cfg.body_hold,
+        };
         let default = Gate::new(
             DEFAULT_GROUP,
             cfg.default_share(),
-            cfg.queue,
-            cfg.queue_timeout,
+            rules,
             metrics.admission_meter(DEFAULT_GROUP),
         );
         let retry_after =
@@ -195,9 +260,15 @@ impl Admission {
         best.map_or(&self.default, |(_, g)| g)
     }
 
-    /// A slot for a request of `method` on the canonical `path`.
-    pub async fn enter(&self, method: &str, path: &str) -> Result<Slot, Shed> {
-        self.gate(method, path).enter().await
+    /// A slot for a request of `method` on the canonical `path` from client address `client`.
+    pub async fn enter(&self, method: &str, path: &str, client: IpAddr) -> Result<Slot, Shed> {
+        self.gate(method, path).enter(client).await
+    }
+
+    /// Whether any gate counts what each client address holds (else the proxy need not work
+    /// out who the client is).
+    pub fn shares_by_client(&self) -> bool {
+        self.default.shares.is_some() || self.groups.iter().any(|(_, g)| g.shares.is_some())
     }
 
     /// How many seconds a shed request is told to wait (`Retry-After`).
@@ -210,31 +281,42 @@ impl Admission {
 mod tests {
     use super::*;
 
+    /// A client address for tests where who asks does not matter.
+    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+
+    fn client(n: u8) -> IpAddr {
+        IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, n))
+    }
+
+    fn rules(queue: usize, timeout_ms: u64, per_client: usize) -> GateRules {
+        GateRules {
+            queue,
+            queue_timeout: Duration::from_millis(timeout_ms),
+            per_client,
+            body_hold: Duration::from_secs(60),
+        }
+    }
+
+    /// A gate where one address may take every slot.
     fn gate(slots: usize, queue: usize, timeout_ms: u64) -> (Gate, AdmissionMeter) {
         let meter = AdmissionMeter::default();
-        let g = Gate::new(
-            "g",
-            slots,
-            queue,
-            Duration::from_millis(timeout_ms),
-            meter.clone(),
-        );
+        let g = Gate::new("g", slots, rules(queue, timeout_ms, slots), meter.clone());
         (g, meter)
     }
 
     #[tokio::test]
     async fn takes_free_slots_then_sheds_when_the_queue_is_zero() {
         let (g, m) = gate(2, 0, 1000);
-        let a = g.enter().await.expect("first slot");
-        let _b = g.enter().await.expect("second slot");
+        let a = g.enter(CLIENT).await.expect("first slot");
+        let _b = g.enter(CLIENT).await.expect("second slot");
         assert_eq!(m.in_flight_now(), 2);
-        let shed = g.enter().await.expect_err("no slot, no queue");
+        let shed = g.enter(CLIENT).await.expect_err("no slot, no queue");
         assert_eq!(shed.reason, ShedReason::QueueFull);
         assert_eq!(&*shed.group, "g");
         assert_eq!(m.shed_count(ShedReason::QueueFull), 1);
         drop(a);
         assert_eq!(m.in_flight_now(), 1);
-        let _c = g.enter().await.expect("a slot came free");
+        let _c = g.enter(CLIENT).await.expect("a slot came free");
         assert_eq!(m.in_flight_now(), 2);
         assert_eq!(m.shed_count(ShedReason::QueueTimeout), 0);
     }
@@ -243,17 +325,17 @@ mod tests {
     async fn a_waiter_gets_the_slot_given_back() {
         let (g, m) = gate(1, 1, 1000);
         let g = Arc::new(g);
-        let held = g.enter().await.expect("slot");
+        let held = g.enter(CLIENT).await.expect("slot");
         let waiter = tokio::spawn({
             let g = g.clone();
-            async move { g.enter().await.map(|_| ()) }
+            async move { g.enter(CLIENT).await.map(|_| ()) }
         });
         while m.queued_now() == 0 {
             tokio::task::yield_now().await;
         }
         // The queue holds one: the next is refused at once.
         assert_eq!(
-            g.enter().await.map(|_| ()),
+            g.enter(CLIENT).await.map(|_| ()),
             Err(Shed {
                 group: Arc::from("g"),
                 reason: ShedReason::QueueFull
@@ -270,8 +352,8 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_is_shed_after_the_queue_timeout() {
         let (g, m) = gate(1, 4, 250);
-        let _held = g.enter().await.expect("slot");
-        let shed = g.enter().await.expect_err("no slot came free");
+        let _held = g.enter(CLIENT).await.expect("slot");
+        let shed = g.enter(CLIENT).await.expect_err("no slot came free");
         assert_eq!(shed.reason, ShedReason::QueueTimeout);
         assert_eq!(m.shed_count(ShedReason::QueueTimeout), 1);
         assert_eq!(m.queued_now(), 0);
@@ -282,10 +364,10 @@ mod tests {
     async fn an_abandoned_wait_leaves_the_queue() {
         let (g, m) = gate(1, 1, 1000);
         let g = Arc::new(g);
-        let _held = g.enter().await.expect("slot");
+        let _held = g.enter(CLIENT).await.expect("slot");
         let waiter = tokio::spawn({
             let g = g.clone();
-            async move { g.enter().await.map(|_| ()) }
+            async move { g.enter(CLIENT).await.map(|_| ()) }
         });
         while m.queued_now() == 0 {
             tokio::task::yield_now().await;
@@ -295,7 +377,7 @@ mod tests {
         assert_eq!(m.queued_now(), 0);
         // Its place is free again: the next one may wait (and times out, nothing freed).
         assert_eq!(
-            g.enter().await.map(|_| ()).map_err(|s| s.reason),
+            g.enter(CLIENT).await.map(|_| ()).map_err(|s| s.reason),
             Err(ShedReason::QueueTimeout)
         );
         assert_eq!(m.shed_count(ShedReason::QueueFull), 0);
@@ -314,7 +396,7 @@ mod tests {
                 let (g, now, most, release) =
                     (g.clone(), now.clone(), most.clone(), release.clone());
                 tokio::spawn(async move {
-                    let slot = g.enter().await;
+                    let slot = g.enter(CLIENT).await;
                     if slot.is_ok() {
                         let n = now.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(n, Ordering::SeqCst);
@@ -341,6 +423,7 @@ mod tests {
                 Ok(()) => ok += 1,
                 Err(ShedReason::QueueFull) => full += 1,
                 Err(ShedReason::QueueTimeout) => timed_out += 1,
+                Err(other) => panic!("shed for {other:?} with no client share"),
             }
         }
         assert_eq!(most.load(Ordering::SeqCst), 4);
@@ -382,12 +465,17 @@ mod tests {
         let (a, metrics) = admission(
             "[admission]\nmax_in_flight = 3\nqueue = 0\nqueue_timeout = \"100ms\"\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 1\n",
         );
-        let _d1 = a.enter("GET", "/dash/1").await.expect("default slot 1");
-        let _d2 = a.enter("GET", "/dash/2").await.expect("default slot 2");
-        let shed = a.enter("GET", "/dash/3").await.expect_err("default full");
+        // Three clients: one address may hold one of the default group's two slots.
+        let (c1, c2, c3) = (client(1), client(2), client(3));
+        let _d1 = a.enter("GET", "/dash/1", c1).await.expect("default slot 1");
+        let _d2 = a.enter("GET", "/dash/2", c2).await.expect("default slot 2");
+        let shed = a
+            .enter("GET", "/dash/3", c3)
+            .await
+            .expect_err("default full");
         assert_eq!(&*shed.group, "default");
         let _agent = a
-            .enter("POST", "/api/agent/heartbeat")
+            .enter("POST", "/api/agent/heartbeat", c1)
             .await
             .expect("the agent share is its own");
         let text = metrics.render();
@@ -400,5 +488,90 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == sample), "{sample}\n{text}");
         }
+    }
+
+    #[tokio::test]
+    async fn one_address_holds_or_waits_for_at_most_its_share() {
+        // 8 slots, a share of 2 per address, a queue of 8.
+        let meter = AdmissionMeter::default();
+        let g = Arc::new(Gate::new("g", 8, rules(8, 60_000, 2), meter.clone()));
+        assert_eq!(g.per_client(), Some(2));
+        let (a, b) = (client(1), client(2));
+        let a1 = g.enter(a).await.expect("a's first");
+        let _a2 = g.enter(a).await.expect("a's second");
+        let shed = g.enter(a).await.expect_err("a holds its share");
+        assert_eq!(shed.reason, ShedReason::ClientShare);
+        assert_eq!(meter.shed_count(ShedReason::ClientShare), 1);
+        // Everyone else still gets in.
+        let others: Vec<Slot> = futures_util::future::join_all((3..9).map(|n| {
+            let g = g.clone();
+            async move { g.enter(client(n)).await.expect("another address") }
+        }))
+        .await;
+        assert_eq!(meter.in_flight_now(), 8);
+        // Every slot is taken: b waits (it is within its share); a may not even wait.
+        let waiter = tokio::spawn({
+            let g = g.clone();
+            async move { g.enter(b).await.map(|_| ()) }
+        });
+        while meter.queued_now() == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            g.enter(a).await.map(|_| ()).map_err(|s| s.reason),
+            Err(ShedReason::ClientShare),
+            "at its share, an address cannot queue either"
+        );
+        drop(a1);
+        assert_eq!(waiter.await.expect("joined"), Ok(()));
+        drop(others);
+        let _a4 = g.enter(a).await.expect("a has its share again");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_address_counts_against_its_share_and_leaves_it_when_shed() {
+        let meter = AdmissionMeter::default();
+        let g = Arc::new(Gate::new("g", 4, rules(4, 100, 1), meter.clone()));
+        let held: Vec<Slot> = futures_util::future::join_all((1..5).map(|n| {
+            let g = g.clone();
+            async move { g.enter(client(n)).await.expect("a slot") }
+        }))
+        .await;
+        // Client 9 waits and is shed after the queue timeout: its place in its share is given
+        // back, so it may wait again.
+        for _ in 0..2 {
+            assert_eq!(
+                g.enter(client(9)).await.map(|_| ()).map_err(|s| s.reason),
+                Err(ShedReason::QueueTimeout)
+            );
+        }
+        assert_eq!(meter.shed_count(ShedReason::ClientShare), 0);
+        drop(held);
+        assert_eq!(meter.in_flight_now(), 0);
+    }
+
+    #[test]
+    fn each_gate_gets_a_share_of_its_own_slots_and_its_body_hold() {
+        let (a, _) = admission(
+            "[admission]\nmax_in_flight = 20\nbody_hold = \"30s\"\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 8\n[admission.groups.upload]\nroutes = [\"POST /api/upload\"]\nmax_in_flight = 2\nbody_hold = \"15m\"\n",
+        );
+        // 25 % by default: 10 default slots give 2 per address, 8 give 2, 2 give 1 (at least 1).
+        assert_eq!(a.default.per_client(), Some(2));
+        assert_eq!(a.gate("GET", "/api/agent/x").per_client(), Some(2));
+        assert_eq!(a.gate("POST", "/api/upload").per_client(), Some(1));
+        assert_eq!(a.default.body_hold, Duration::from_secs(30));
+        assert_eq!(
+            a.gate("POST", "/api/upload").body_hold,
+            Duration::from_secs(900)
+        );
+        assert_eq!(
+            a.gate("GET", "/api/agent/x").body_hold,
+            Duration::from_secs(30)
+        );
+        assert!(a.shares_by_client());
+        // At 100 %, one address may take a gate's every slot: nothing is counted per address.
+        let (a, _) = admission("[admission]\nmax_in_flight = 20\nclient_share_percent = 100\n");
+        assert_eq!(a.default.per_client(), None);
+        assert!(!a.shares_by_client());
     }
 }

@@ -178,6 +178,23 @@ struct ServeArgs {
     /// [default: GET,HEAD,POST,PUT,PATCH,DELETE,OPTIONS].
     #[arg(long, value_name = "METHODS")]
     allowed_methods: Option<String>,
+    /// The most of a group's admission slots one client address may hold or wait for, in
+    /// percent; past it, 429 [default: 25].
+    #[arg(long, value_name = "PERCENT")]
+    admission_client_share_percent: Option<String>,
+    /// How long a request holding an admission slot may keep the gateway waiting for its body
+    /// in all; past it, 408 and the slot given back [default: 60s].
+    #[arg(long, value_name = "DURATION")]
+    admission_body_hold: Option<String>,
+    /// The most WebSockets open at once [default: an eighth of the open-file limit, at most 8192].
+    #[arg(long, value_name = "N")]
+    websocket_max_open: Option<String>,
+    /// The most WebSockets one client address holds at once [default: an eighth of the cap].
+    #[arg(long, value_name = "N")]
+    websocket_max_per_client: Option<String>,
+    /// A WebSocket with no byte either way for this long is closed on both sides [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    websocket_idle_timeout: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -253,6 +270,31 @@ fn serve_loader(args: &ServeArgs) -> Loader {
             "methods.allowed",
             &args.allowed_methods,
             "--allowed-methods",
+        ),
+        (
+            "admission.client_share_percent",
+            &args.admission_client_share_percent,
+            "--admission-client-share-percent",
+        ),
+        (
+            "admission.body_hold",
+            &args.admission_body_hold,
+            "--admission-body-hold",
+        ),
+        (
+            "websocket.max_open",
+            &args.websocket_max_open,
+            "--websocket-max-open",
+        ),
+        (
+            "websocket.max_per_client",
+            &args.websocket_max_per_client,
+            "--websocket-max-per-client",
+        ),
+        (
+            "websocket.idle_timeout",
+            &args.websocket_idle_timeout,
+            "--websocket-idle-timeout",
         ),
     ];
     for (path, value, flag) in single {

@@ -4,6 +4,10 @@
 //! stays usable while the other routes are saturated, a waiting request is shed after the queue
 //! timeout, a request refused by a limiter never takes a slot, and a slot is held until the
 //! answer's body has been sent, and a WebSocket handshake holds one only until it is answered.
+//! And no one client address can take the slots from the others: it holds at most its share
+//! (429 past it, whatever it sends and however many connections it opens, behind a trusted
+//! proxy by its forwarded address, an IPv6 /56 as one client), and a body trickled just above
+//! the minimum rate is cut off once it has held its slot for `admission.body_hold`.
 
 mod common;
 
@@ -20,6 +24,7 @@ use tokio::sync::Semaphore;
 /// - a path containing `/hold/` is answered once the test lets one go ([`Upstream::release`]);
 /// - a path containing `/stream/` gets its answer's head and a first chunk at once, and the end
 ///   of its body once the test lets one go;
+/// - a path containing `/upload/` is answered once its whole body (`Content-Length`) is read;
 /// - any other path is held `delay` (the slow upstream), then answered `200 ok`.
 ///
 /// A request counts as being served from its head's arrival until its answer has been written.
@@ -84,6 +89,29 @@ impl Upstream {
                 .await?;
                 while conn.read(&mut chunk).await? > 0 {}
                 return Ok(());
+            }
+            if path.contains("/upload/") {
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-length")
+                            .then(|| v.trim().parse().ok())?
+                    })
+                    .unwrap_or(0);
+                while buf.len() < length {
+                    let n = conn.read(&mut chunk).await?;
+                    if n == 0 {
+                        self.now.fetch_sub(1, Ordering::SeqCst);
+                        return Ok(());
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                buf.drain(..length);
+                self.now.fetch_sub(1, Ordering::SeqCst);
+                conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await?;
+                continue;
             }
             if path.contains("/stream/") {
                 conn.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n")
@@ -184,7 +212,8 @@ async fn a_burst_on_a_slow_upstream_never_exceeds_the_cap_and_every_request_is_a
     let upstream = Upstream::start(Duration::from_millis(300)).await;
     let gw = gateway(
         &upstream,
-        "enabled = false\n[admission]\nmax_in_flight = 4\nqueue = 4\nqueue_timeout = \"1s\"\n",
+        // One client sends the whole burst: the cap is under test here, not the client share.
+        "enabled = false\n[admission]\nmax_in_flight = 4\nqueue = 4\nqueue_timeout = \"1s\"\nclient_share_percent = 100\n",
     );
     let http = client();
     let requests: Vec<_> = (0..64)
@@ -238,7 +267,7 @@ async fn agent_routes_keep_their_share_while_the_dashboard_saturates_its_own() {
     let upstream = Upstream::start(Duration::ZERO).await;
     let gw = gateway(
         &upstream,
-        "enabled = false\n[admission]\nmax_in_flight = 3\nqueue = 0\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 1\n",
+        "enabled = false\n[admission]\nmax_in_flight = 3\nqueue = 0\nclient_share_percent = 100\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 1\n",
     );
     let http = client();
     // The dashboard's two slots (three less the agent's one), taken and held.
@@ -405,6 +434,236 @@ async fn a_websocket_handshake_holds_a_slot_only_until_it_is_answered() {
     upstream.release(1);
     assert_eq!(
         held.await.expect("joined").expect("an answer").status(),
+        200
+    );
+}
+
+/// A client of the gateway whose connections come from `from` (any of 127.0.0.0/8 on Linux).
+fn client_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .local_address(from.parse::<std::net::IpAddr>().expect("an address"))
+        .timeout(PATIENCE)
+        .build()
+        .expect("client")
+}
+
+/// What a 429 from admission control must carry: `Retry-After`, and a problem document of the
+/// client-share type.
+async fn assert_client_share(res: reqwest::Response) {
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"), "{res:?}");
+    let body: serde_json::Value = res.json().await.expect("problem+json");
+    assert_eq!(body["type"], "urn:fleet-limiter:problem:client-share");
+    assert_eq!(body["status"], 429);
+}
+
+fn shed_sample(reason: &str) -> String {
+    format!("fleet_limiter_admission_shed_total{{group=\"default\",reason=\"{reason}\"}}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_from_one_address_takes_its_share_and_leaves_the_rest_to_others() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    // The defaults: a quarter of the four slots per address, and a queue.
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 4\nqueue = 8\nqueue_timeout = \"30s\"\n",
+    );
+    let greedy = client_from("127.0.0.2");
+    let burst: Vec<_> = (0..64)
+        .map(|i| tokio::spawn(greedy.get(gw.url(&format!("/api/x/hold/{i}"))).send()))
+        .collect();
+    upstream.wait_serving(1).await;
+    gw.wait_metric(&shed_sample("client_share"), |v| v == 63.0)
+        .await;
+    // Three other addresses take every other slot at once; none of them waits or is shed.
+    let served: Vec<_> = ["127.0.0.3", "127.0.0.4", "127.0.0.5"]
+        .iter()
+        .map(|from| tokio::spawn(client_from(from).get(gw.url("/api/y/hold/1")).send()))
+        .collect();
+    upstream.wait_serving(4).await;
+    upstream.release(4);
+    let mut statuses = Vec::new();
+    for r in burst {
+        let res = r.await.expect("joined").expect("an answer");
+        if res.status() == 429 {
+            assert_client_share(res).await;
+            statuses.push(429);
+        } else {
+            statuses.push(res.status().as_u16());
+        }
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 63);
+    for r in served {
+        assert_eq!(r.await.expect("joined").expect("an answer").status(), 200);
+    }
+    for reason in ["queue_full", "queue_timeout", "body_hold"] {
+        assert_eq!(gw.metric(&shed_sample(reason)).await, Some(0.0), "{reason}");
+    }
+    assert_eq!(upstream.most.load(Ordering::SeqCst), 4);
+}
+
+/// A POST of a 10 MB body from `from`, trickled at 300 bytes a second (30 bytes every 100 ms,
+/// above the default minimum of 240), until the gateway answers; returns the answer.
+async fn trickle(gw: &Gateway, from: &str, path: &str) -> common::RawResponse {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind((from.parse::<std::net::IpAddr>().expect("address"), 0).into())
+        .expect("bind");
+    let mut conn = socket.connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/octet-stream\r\ncontent-length: 10000000\r\n\r\n",
+        gw.addr
+    );
+    conn.write_all(head.as_bytes()).await.expect("head");
+    let (mut read, mut write) = conn.into_split();
+    let sender = tokio::spawn(async move {
+        let chunk = [b'x'; 30];
+        while write.write_all(&chunk).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let read_all = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, read_all)
+        .await
+        .expect("an answer, and the connection closed, in time");
+    sender.abort();
+    common::parse_raw(&answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_slow_uploads_from_one_address_hold_one_slot_and_are_cut_off_at_the_hold() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    // A hold longer than the rate rule's 5 s grace period: the rate rule could trip first, and
+    // does not, as the trickle is above the minimum rate.
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 4\nqueue = 2\nbody_hold = \"8s\"\n",
+    );
+    let paths: Vec<String> = (0..4).map(|i| format!("/api/upload/{i}")).collect();
+    let uploads =
+        futures_util::future::join_all(paths.iter().map(|p| trickle(&gw, "127.0.0.2", p)));
+    let others = async {
+        // While the uploads run: one holds a slot, three were refused their own.
+        gw.wait_metric(&shed_sample("client_share"), |v| v == 3.0)
+            .await;
+        upstream.wait_serving(1).await;
+        // Another client, a request at a time (its own share is one slot of four).
+        let polite = client_from("127.0.0.3");
+        let mut statuses = Vec::new();
+        for i in 0..6 {
+            let res = polite
+                .get(gw.url(&format!("/api/devices/{i}")))
+                .send()
+                .await
+                .expect("an answer");
+            statuses.push(res.status().as_u16());
+        }
+        statuses
+    };
+    let (uploads, others) = tokio::join!(uploads, others);
+    assert_eq!(others, [200; 6], "another client was served throughout");
+    let mut statuses: Vec<u16> = uploads.iter().map(|r| r.status).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [408, 429, 429, 429]);
+    let cut = uploads
+        .iter()
+        .find(|r| r.status == 408)
+        .expect("the held one");
+    let body: serde_json::Value = serde_json::from_slice(&cut.body).expect("problem+json");
+    assert_eq!(body["type"], "urn:fleet-limiter:problem:request-timeout");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("admission.body_hold")),
+        "{body}"
+    );
+    assert_eq!(cut.header("connection"), Some("close"));
+    assert_eq!(gw.metric(&shed_sample("body_hold")).await, Some(1.0));
+    assert_eq!(
+        gw.metric("fleet_limiter_client_body_timeouts_total{rule=\"rate\"}")
+            .await,
+        Some(0.0)
+    );
+    gw.wait_metric(
+        "fleet_limiter_admission_in_flight{group=\"default\"}",
+        |v| v == 0.0,
+    )
+    .await;
+    // The slot is back: the same address is served again.
+    let res = client_from("127.0.0.2")
+        .get(gw.url("/api/devices/again"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_share_is_the_forwarded_clients_and_a_v6_56_is_one_client() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    let gw = Launch::serve()
+        .upstream(&upstream.url)
+        .config_toml("enabled = false\n[admission]\nmax_in_flight = 4\nqueue = 0\n")
+        .args(["--trust-proxy", "127.0.0.1"])
+        .admin()
+        .spawn();
+    let http = client();
+    let from = |xff: &'static str, path: &str| {
+        http.get(gw.url(path)).header("x-forwarded-for", xff).send()
+    };
+    let held = tokio::spawn(from("2001:db8:0:ab01::1", "/api/x/hold/1"));
+    upstream.wait_serving(1).await;
+    // Another host of the same /56 is the same client: its share is taken.
+    assert_client_share(
+        from("2001:db8:0:ab99::7", "/api/x/2")
+            .await
+            .expect("an answer"),
+    )
+    .await;
+    // The next /56 is another client.
+    let res = from("2001:db8:0:ac00::1", "/api/x/3")
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+    // A peer that is not a trusted proxy is its own client, whatever it forwards.
+    let untrusted = client_from("127.0.0.9");
+    let held_untrusted = tokio::spawn(
+        untrusted
+            .get(gw.url("/api/z/hold/2"))
+            .header("x-forwarded-for", "203.0.113.1")
+            .send(),
+    );
+    upstream.wait_serving(2).await;
+    for forged in ["203.0.113.2", "2001:db8::1"] {
+        let res = untrusted
+            .get(gw.url("/api/z/3"))
+            .header("x-forwarded-for", forged)
+            .send()
+            .await
+            .expect("an answer");
+        assert_client_share(res).await;
+    }
+    assert_eq!(gw.metric(&shed_sample("client_share")).await, Some(3.0));
+    upstream.release(2);
+    assert_eq!(held.await.expect("joined").expect("answer").status(), 200);
+    assert_eq!(
+        held_untrusted
+            .await
+            .expect("joined")
+            .expect("answer")
+            .status(),
         200
     );
 }

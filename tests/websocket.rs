@@ -40,7 +40,8 @@ impl Seen {
 
 /// A WebSocket echo server on a free loopback port: every text and binary message comes back.
 /// `/ws/decline` answers `403` instead of switching protocols; on `/ws/bye` the server closes
-/// (code 1000, reason `bye`) when the first message arrives.
+/// (code 1000, reason `bye`) when the first message arrives. A request that is not a
+/// WebSocket handshake gets `200 ok` and the connection closed.
 async fn echo_upstream() -> (String, Arc<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("local addr");
@@ -56,7 +57,19 @@ async fn echo_upstream() -> (String, Arc<Seen>) {
 
 // The handshake callback's error type is tungstenite's (a whole response).
 #[allow(clippy::result_large_err)]
-async fn serve(stream: TcpStream, seen: Arc<Seen>) {
+async fn serve(mut stream: TcpStream, seen: Arc<Seen>) {
+    if !asks_to_upgrade(&stream).await {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).await.is_ok() {
+            head.push(byte[0]);
+        }
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            .await;
+        return;
+    }
     let path = Arc::new(Mutex::new(String::new()));
     let p = path.clone();
     let s = seen.clone();
@@ -116,6 +129,29 @@ async fn serve(stream: TcpStream, seen: Arc<Seen>) {
         }
     }
     seen.ended.fetch_add(1, SeqCst);
+}
+
+/// Whether the request head waiting on `stream` (peeked, not read) asks for a WebSocket.
+async fn asks_to_upgrade(stream: &TcpStream) -> bool {
+    let mut buf = vec![0u8; 16 * 1024];
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
+        let Ok(n) = stream.peek(&mut buf).await else {
+            return false;
+        };
+        if n == 0 {
+            return false;
+        }
+        if let Some(end) = buf[..n].windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            return head.contains("\r\nupgrade: websocket");
+        }
+        if n == buf.len() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
 }
 
 fn ws_url(gw: &Gateway, path: &str) -> String {
@@ -451,4 +487,359 @@ async fn a_client_that_leaves_frees_its_connection_even_when_the_upstream_never_
     // The client goes away; the upstream keeps its side open and says nothing.
     drop(client);
     gw.wait_metric(GAUGE, |v| v == 0.0).await;
+}
+
+/// A WebSocket through the gateway from the local address `from` (any of 127.0.0.0/8 on
+/// Linux), with `headers` added to the handshake: the switched connection, or the error (a
+/// refusal is `WsError::Http` with the answer).
+async fn connect_from(
+    gw: &Gateway,
+    path: &str,
+    from: std::net::IpAddr,
+    headers: &[(&str, &str)],
+) -> Result<Client, WsError> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind((from, 0).into())
+        .expect("bind the client address");
+    let stream = tokio::time::timeout(PATIENCE, socket.connect(gw.addr))
+        .await
+        .expect("connect in time")
+        .expect("connect");
+    let mut req = ws_url(gw, path).into_client_request().expect("request");
+    for (name, value) in headers {
+        req.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).expect("name"),
+            http::HeaderValue::from_str(value).expect("value"),
+        );
+    }
+    let handshake = tokio_tungstenite::client_async(req, MaybeTlsStream::Plain(stream));
+    tokio::time::timeout(PATIENCE, handshake)
+        .await
+        .expect("an answer in time")
+        .map(|(ws, res)| {
+            assert_eq!(res.status(), 101);
+            ws
+        })
+}
+
+fn addr(s: &str) -> std::net::IpAddr {
+    s.parse().expect("an address")
+}
+
+/// A refused handshake's answer: its status, `Retry-After`, `Connection: close`, and the
+/// problem type.
+fn refusal(e: WsError) -> (u16, String) {
+    let WsError::Http(res) = e else {
+        panic!("expected an HTTP refusal, got {e}");
+    };
+    let header = |n: &str| {
+        res.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    assert_eq!(header("retry-after").as_deref(), Some("5"));
+    assert_eq!(header("connection").as_deref(), Some("close"));
+    assert_eq!(
+        header("content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    let body: serde_json::Value =
+        serde_json::from_slice(res.body().as_deref().unwrap_or_default()).expect("problem+json");
+    assert_eq!(body["status"], res.status().as_u16());
+    assert_eq!(body["retry_after"], 5);
+    (
+        res.status().as_u16(),
+        body["type"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+const REFUSED_PER_CLIENT: &str = "fleet_limiter_upgrades_refused_total{reason=\"max_per_client\"}";
+const REFUSED_MAX_OPEN: &str = "fleet_limiter_upgrades_refused_total{reason=\"max_open\"}";
+const CLIENT_WEBSOCKETS: &str = "urn:fleet-limiter:problem:client-websockets";
+const WEBSOCKETS_FULL: &str = "urn:fleet-limiter:problem:websockets-full";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_hold_every_websocket_on_a_stock_descriptor_limit() {
+    if !common::prlimit() {
+        return;
+    }
+    let (up, seen) = echo_upstream().await;
+    // A stock machine: a soft limit of 256 the gateway may raise to 512.
+    let gw = Gateway::serve()
+        .upstream(&up)
+        .nofile(256, 512)
+        .log("info")
+        .admin()
+        .spawn();
+    let log = gw.stderr();
+    let caps = log
+        .lines()
+        .find(|l| l.contains("WebSocket caps"))
+        .unwrap_or_else(|| panic!("no line saying the caps chosen:\n{log}"));
+    for field in [
+        "descriptors=512",
+        "descriptors_at_start=256",
+        "max_open=64",
+        "max_open_from=derived",
+        "max_per_client=8",
+    ] {
+        assert!(caps.contains(field), "{field} in {caps}");
+    }
+    assert_eq!(
+        gw.metric("fleet_limiter_upgraded_connections_max").await,
+        Some(64.0)
+    );
+    let (a, b) = (addr("127.0.0.2"), addr("127.0.0.3"));
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..20 {
+        match connect_from(&gw, "/ws/live", a, &[]).await {
+            Ok(ws) => held.push(ws),
+            Err(e) => refused.push(refusal(e)),
+        }
+    }
+    assert_eq!(held.len(), 8, "one address holds websocket.max_per_client");
+    assert_eq!(refused.len(), 12);
+    assert!(
+        refused
+            .iter()
+            .all(|(s, t)| *s == 429 && t == CLIENT_WEBSOCKETS),
+        "{refused:?}"
+    );
+    assert_eq!(
+        seen.handshakes(),
+        8,
+        "a refused handshake reached the upstream"
+    );
+    // Another client is served: a WebSocket and a plain request.
+    let mut other = connect_from(&gw, "/ws/live", b, &[])
+        .await
+        .expect("another address has its own share");
+    echo(&mut other, Message::text("still here")).await;
+    let res = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(b)
+        .build()
+        .expect("client")
+        .get(gw.url("/api/anything"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.expect("body"), "ok");
+    assert_eq!(gw.metric(REFUSED_PER_CLIENT).await, Some(12.0));
+    assert_eq!(gw.metric(REFUSED_MAX_OPEN).await, Some(0.0));
+    gw.wait_metric(GAUGE, |v| v == 9.0).await;
+    // A closed WebSocket gives its place back to its client.
+    let mut first = held.remove(0);
+    first.close(None).await.expect("close");
+    until_closed(&mut first).await;
+    gw.wait_metric(GAUGE, |v| v == 8.0).await;
+    let again = connect_from(&gw, "/ws/live", a, &[]).await;
+    assert!(again.is_ok(), "the place came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_in_all_a_handshake_gets_503_before_the_upstream_is_asked() {
+    let (up, seen) = echo_upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up)
+        .args([
+            "--websocket-max-open",
+            "3",
+            "--websocket-max-per-client",
+            "2",
+        ])
+        .admin()
+        .spawn();
+    let (a, b, c) = (addr("127.0.0.2"), addr("127.0.0.3"), addr("127.0.0.4"));
+    let mut a1 = connect_from(&gw, "/ws/live", a, &[])
+        .await
+        .expect("a's first");
+    let _a2 = connect_from(&gw, "/ws/live", a, &[])
+        .await
+        .expect("a's second");
+    let over = connect_from(&gw, "/ws/live", a, &[]).await;
+    assert_eq!(
+        refusal(over.expect_err("a holds its two")),
+        (429, CLIENT_WEBSOCKETS.to_owned())
+    );
+    let _b1 = connect_from(&gw, "/ws/live", b, &[])
+        .await
+        .expect("b's first");
+    for from in [b, c] {
+        let full = connect_from(&gw, "/ws/live", from, &[]).await;
+        assert_eq!(
+            refusal(full.expect_err("three are open")),
+            (503, WEBSOCKETS_FULL.to_owned())
+        );
+    }
+    assert_eq!(seen.handshakes(), 3);
+    assert_eq!(gw.metric(REFUSED_MAX_OPEN).await, Some(2.0));
+    assert_eq!(gw.metric(REFUSED_PER_CLIENT).await, Some(1.0));
+    a1.close(None).await.expect("close");
+    until_closed(&mut a1).await;
+    gw.wait_metric(GAUGE, |v| v == 2.0).await;
+    let mut c1 = connect_from(&gw, "/ws/live", c, &[])
+        .await
+        .expect("a place came free");
+    echo(&mut c1, Message::text("in")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_trusted_proxy_the_client_is_the_forwarded_address_and_a_v6_56_is_one_client() {
+    let (up, _seen) = echo_upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up)
+        .args([
+            "--trust-proxy",
+            "127.0.0.1",
+            "--websocket-max-open",
+            "50",
+            "--websocket-max-per-client",
+            "1",
+        ])
+        .admin()
+        .spawn();
+    let proxy = addr("127.0.0.1");
+    let xff = |v: &'static str| [("x-forwarded-for", v)];
+    let _one = connect_from(&gw, "/ws/live", proxy, &xff("2001:db8:0:ab01::1"))
+        .await
+        .expect("the first client behind the proxy");
+    // Another host in the same /56 is the same client.
+    let same = connect_from(&gw, "/ws/live", proxy, &xff("2001:db8:0:ab99::7")).await;
+    assert_eq!(refusal(same.expect_err("same /56")).0, 429);
+    // The IPv4-mapped spelling of an IPv4 client is that client.
+    let _v4 = connect_from(&gw, "/ws/live", proxy, &xff("198.51.100.7"))
+        .await
+        .expect("an IPv4 client");
+    let mapped = connect_from(&gw, "/ws/live", proxy, &xff("::ffff:198.51.100.7")).await;
+    assert_eq!(refusal(mapped.expect_err("the same IPv4 client")).0, 429);
+    // The next /56, and the proxy's own address, are other clients.
+    let _next = connect_from(&gw, "/ws/live", proxy, &xff("2001:db8:0:ac00::1"))
+        .await
+        .expect("another /56");
+    let _direct = connect_from(&gw, "/ws/live", proxy, &[])
+        .await
+        .expect("the proxy itself, with no forwarding header");
+    // A peer that is not a trusted proxy is keyed on its own address, whatever it forwards:
+    // rotating the header mints no new share.
+    let untrusted = addr("127.0.0.9");
+    let _u = connect_from(&gw, "/ws/live", untrusted, &xff("203.0.113.1"))
+        .await
+        .expect("the untrusted peer's one");
+    for forged in ["203.0.113.2", "2001:db8:ffff::1", "garbage"] {
+        let again = connect_from(&gw, "/ws/live", untrusted, &xff(forged)).await;
+        assert_eq!(
+            refusal(again.expect_err("still the peer")).0,
+            429,
+            "{forged}"
+        );
+    }
+    assert_eq!(gw.metric(REFUSED_PER_CLIENT).await, Some(5.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_websocket_is_closed_on_both_sides_and_a_busy_one_is_not() {
+    let (up, seen) = echo_upstream().await;
+    let gw = Gateway::serve()
+        .upstream(&up)
+        .args(["--websocket-idle-timeout", "2s"])
+        .admin()
+        .spawn();
+    // Busy for two and a half idle timeouts, a message every 100 ms: never closed.
+    let (mut busy, _) = connect(&gw, "/ws/live").await;
+    let started = Instant::now();
+    let mut n = 0u32;
+    while started.elapsed() < Duration::from_secs(5) {
+        echo(&mut busy, Message::text(format!("tick {n}"))).await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    busy.close(None).await.expect("close");
+    until_closed(&mut busy).await;
+    wait_for("the busy connection to end", || {
+        seen.ended.load(SeqCst) == 1
+    })
+    .await;
+    assert_eq!(
+        gw.metric("fleet_limiter_upgraded_idle_closes_total").await,
+        Some(0.0)
+    );
+    // Silent both ways: the gateway closes it, the client's side and the upstream's.
+    let (mut idle, _) = connect(&gw, "/ws/live").await;
+    echo(&mut idle, Message::text("once")).await;
+    until_closed(&mut idle).await;
+    wait_for("the upstream to see the idle connection end", || {
+        seen.ended.load(SeqCst) == 2
+    })
+    .await;
+    assert_eq!(
+        seen.closes.load(SeqCst),
+        1,
+        "only the busy one sent a close frame"
+    );
+    gw.wait_metric("fleet_limiter_upgraded_idle_closes_total", |v| v == 1.0)
+        .await;
+    gw.wait_metric(GAUGE, |v| v == 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_clients_filling_every_place_leave_descriptors_for_other_requests() {
+    if !common::prlimit() {
+        return;
+    }
+    let (up, seen) = echo_upstream().await;
+    // 256 descriptors and no way to raise them: 32 WebSockets, 4 per client.
+    let gw = Gateway::serve()
+        .upstream(&up)
+        .nofile(256, 256)
+        .admin()
+        .spawn();
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for n in 10..30u8 {
+        for _ in 0..4 {
+            match connect_from(&gw, "/ws/live", std::net::IpAddr::from([127, 0, 0, n]), &[]).await {
+                Ok(ws) => held.push(ws),
+                Err(e) => refused.push(refusal(e)),
+            }
+        }
+    }
+    assert_eq!(held.len(), 32);
+    assert!(
+        refused
+            .iter()
+            .all(|(s, t)| *s == 503 && t == WEBSOCKETS_FULL),
+        "{refused:?}"
+    );
+    assert_eq!(refused.len(), 48);
+    assert_eq!(seen.handshakes(), 32);
+    // Fifty requests at once from someone else: every one answered by the upstream.
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .local_address(addr("127.0.0.99"))
+        .pool_max_idle_per_host(0)
+        .timeout(PATIENCE)
+        .build()
+        .expect("client");
+    let answers = futures_util::future::join_all(
+        (0..50).map(|i| http.get(gw.url(&format!("/api/items/{i}"))).send()),
+    )
+    .await;
+    for a in answers {
+        let res = a.expect("an answer");
+        assert_eq!(res.status(), 200, "{}", gw.stderr());
+    }
+    assert!(
+        !gw.stderr().contains("Too many open files"),
+        "{}",
+        gw.stderr()
+    );
+    for ws in &mut held {
+        echo(ws, Message::text("all still open")).await;
+    }
 }

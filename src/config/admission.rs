@@ -2,6 +2,10 @@
 //! once (`max_in_flight`), a short bounded queue for the ones that find every slot taken
 //! (`queue`, `queue_timeout`), and route groups with a share of the cap reserved for them
 //! (`[admission.groups.<name>]`). Off unless `max_in_flight` is set above zero.
+//!
+//! So that no one client address can hold a group's slots, one address holds (or waits for) at
+//! most `client_share_percent` of each group's slots, and a request still sending its body after
+//! `body_hold` of waiting for it is cut off and gives its slot back.
 
 use super::{duration, ConfigError, Ctx, DurationValue};
 use crate::policy::RoutePattern;
@@ -19,6 +23,12 @@ pub const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_SLOTS: i64 = 1_000_000;
 /// The label of the requests no group names: they share what the groups leave of the cap.
 pub const DEFAULT_GROUP: &str = "default";
+/// The share of a group's slots one client address may hold when `client_share_percent` is
+/// not set.
+pub const CLIENT_SHARE_PERCENT: u8 = 25;
+/// How long a request holding a slot may keep the gateway waiting for its body when
+/// `body_hold` is not set.
+pub const BODY_HOLD: &str = "60s";
 
 /// `[admission]`, validated; present only when admission control is on.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,12 +41,23 @@ pub struct AdmissionConfig {
     pub queue_timeout: Duration,
     /// Route groups, each with its own reserved share, in name order.
     pub groups: Vec<AdmissionGroup>,
+    /// The most of one group's slots one client address may hold or wait for, in percent.
+    pub client_share_percent: u8,
+    /// How long a request holding a slot of the default group may keep the gateway waiting for
+    /// its body, in all.
+    pub body_hold: Duration,
 }
 
 impl AdmissionConfig {
     /// The slots left for requests no group names: the cap less every group's share.
     pub fn default_share(&self) -> usize {
         self.max_in_flight - self.groups.iter().map(|g| g.max_in_flight).sum::<usize>()
+    }
+
+    /// The most of a gate of `slots` slots one client address may hold or wait for: the
+    /// client share of them, rounded down, and at least one.
+    pub fn per_client(&self, slots: usize) -> usize {
+        (slots.saturating_mul(usize::from(self.client_share_percent)) / 100).clamp(1, slots.max(1))
     }
 }
 
@@ -49,6 +70,9 @@ pub struct AdmissionGroup {
     pub max_in_flight: usize,
     /// How many of these routes' requests may wait (defaults to `admission.queue`).
     pub queue: usize,
+    /// How long one of these requests may keep the gateway waiting for its body while it holds
+    /// a slot (defaults to `admission.body_hold`).
+    pub body_hold: Duration,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -59,6 +83,8 @@ pub(super) struct RawAdmission {
     queue_timeout: Option<DurationValue>,
     #[serde(default)]
     groups: BTreeMap<String, RawAdmissionGroup>,
+    client_share_percent: Option<i64>,
+    body_hold: Option<DurationValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -67,6 +93,7 @@ pub(super) struct RawAdmissionGroup {
     routes: Option<Vec<String>>,
     max_in_flight: Option<i64>,
     queue: Option<i64>,
+    body_hold: Option<DurationValue>,
 }
 
 fn count(ctx: &Ctx, path: &str, v: i64, least: i64, what: &str) -> Result<usize, ConfigError> {
@@ -120,6 +147,16 @@ pub(super) fn build_admission(
             "is longer than 60s; a queued request holds its client and a connection while it waits, so keep it short (default 1s, at most 60s)",
         ));
     }
+    let client_share = raw
+        .client_share_percent
+        .unwrap_or(i64::from(CLIENT_SHARE_PERCENT));
+    if !(1..=100).contains(&client_share) {
+        return Err(ctx.err(
+            "admission.client_share_percent",
+            format!("{client_share} is not a share; use 1 to 100, the percent of a group's slots one client address may hold (default {CLIENT_SHARE_PERCENT}; 100 lets one address take them all)"),
+        ));
+    }
+    let body_hold = duration(ctx, "admission.body_hold", raw.body_hold, BODY_HOLD)?;
     let mut groups = Vec::new();
     for (name, g) in raw.groups {
         let at = |field: &str| format!("admission.groups.{name}.{field}");
@@ -155,11 +192,16 @@ pub(super) fn build_admission(
             Some(q) => count(ctx, &at("queue"), q, 0, "a number of waiting requests")?,
             None => queue,
         };
+        let body_hold = match g.body_hold {
+            Some(d) => duration(ctx, &at("body_hold"), Some(d), BODY_HOLD)?,
+            None => body_hold,
+        };
         groups.push(AdmissionGroup {
             name,
             routes,
             max_in_flight: share,
             queue,
+            body_hold,
         });
     }
     let reserved: usize = groups.iter().map(|g| g.max_in_flight).sum();
@@ -180,6 +222,8 @@ pub(super) fn build_admission(
         queue,
         queue_timeout,
         groups,
+        client_share_percent: client_share as u8,
+        body_hold,
     }))
 }
 
@@ -261,6 +305,56 @@ mod tests {
             (a.queue, a.queue_timeout, a.groups.len()),
             (16, Duration::from_secs(1), 0)
         );
+        assert_eq!(
+            (a.client_share_percent, a.body_hold),
+            (25, Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn one_client_address_gets_a_share_of_each_gate_rounded_down_and_at_least_one() {
+        let a = load("[admission]\nmax_in_flight = 3\n")
+            .expect("valid")
+            .admission
+            .expect("on");
+        let shares: Vec<usize> = [1, 2, 3, 4, 7, 8, 64, 1000]
+            .iter()
+            .map(|&n| a.per_client(n))
+            .collect();
+        assert_eq!(shares, [1, 1, 1, 1, 1, 2, 16, 250]);
+        let all = load("[admission]\nmax_in_flight = 3\nclient_share_percent = 100\n")
+            .expect("valid")
+            .admission
+            .expect("on");
+        assert_eq!((all.per_client(1), all.per_client(64)), (1, 64));
+        let one = load("[admission]\nmax_in_flight = 3\nclient_share_percent = 1\n")
+            .expect("valid")
+            .admission
+            .expect("on");
+        assert_eq!((one.per_client(64), one.per_client(1000)), (1, 10));
+    }
+
+    #[test]
+    fn a_group_may_hold_bodies_longer_or_shorter_than_the_rest() {
+        let a = load(
+            "[admission]\nmax_in_flight = 10\nbody_hold = \"20s\"\n[admission.groups.upload]\nroutes = [\"POST /api/upload\"]\nmax_in_flight = 2\nbody_hold = \"10m\"\n[admission.groups.agent]\nroutes = [\"/api/agent/**\"]\nmax_in_flight = 4\n",
+        )
+        .expect("valid")
+        .admission
+        .expect("on");
+        assert_eq!(a.body_hold, Duration::from_secs(20));
+        let holds: Vec<_> = a
+            .groups
+            .iter()
+            .map(|g| (g.name.as_str(), g.body_hold))
+            .collect();
+        assert_eq!(
+            holds,
+            [
+                ("agent", Duration::from_secs(20)),
+                ("upload", Duration::from_secs(600))
+            ]
+        );
     }
 
     #[test]
@@ -272,12 +366,17 @@ mod tests {
                     "64".to_owned(),
                 ),
                 ("FLEET_LIMITER_ADMISSION_QUEUE".to_owned(), "8".to_owned()),
+                (
+                    "FLEET_LIMITER_ADMISSION_CLIENT_SHARE_PERCENT".to_owned(),
+                    "50".to_owned(),
+                ),
             ])
             .flag(
                 "admission.queue_timeout",
                 "250ms",
                 "--admission-queue-timeout",
             )
+            .flag("admission.body_hold", "2m", "--admission-body-hold")
             .load()
             .expect("valid")
             .admission
@@ -285,6 +384,10 @@ mod tests {
         assert_eq!(
             (a.max_in_flight, a.queue, a.queue_timeout),
             (64, 8, Duration::from_millis(250))
+        );
+        assert_eq!(
+            (a.client_share_percent, a.body_hold),
+            (50, Duration::from_secs(120))
         );
         let e = Loader::new()
             .flag("admission.max_in_flight", "-1", "--admission-max-in-flight")
@@ -357,6 +460,22 @@ mod tests {
             (
                 "[admission]\nmax_in_flight = \"many\"\n",
                 "c.toml: admission.max_in_flight",
+            ),
+            (
+                "[admission]\nmax_in_flight = 4\nclient_share_percent = 0\n",
+                "c.toml: admission.client_share_percent: 0 is not a share; use 1 to 100",
+            ),
+            (
+                "[admission]\nmax_in_flight = 4\nclient_share_percent = 101\n",
+                "c.toml: admission.client_share_percent: 101 is not a share",
+            ),
+            (
+                "[admission]\nmax_in_flight = 4\nbody_hold = \"0s\"\n",
+                "c.toml: admission.body_hold: must be longer than zero",
+            ),
+            (
+                "[admission]\nmax_in_flight = 4\n[admission.groups.up]\nroutes = [\"/up\"]\nmax_in_flight = 1\nbody_hold = \"later\"\n",
+                "c.toml: admission.groups.up.body_hold",
             ),
         ];
         for (toml, want) in cases {

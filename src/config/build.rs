@@ -39,6 +39,8 @@ pub(super) struct RawConfig {
     pub(super) admission: admission::RawAdmission,
     #[serde(default)]
     pub(super) methods: methods::RawMethods,
+    #[serde(default)]
+    pub(super) websocket: websocket::RawWebsocket,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -360,6 +362,7 @@ pub(super) fn build(
         decision,
         admission: admission::build_admission(raw.admission, ctx)?,
         methods: methods::build_methods(raw.methods, ctx)?,
+        websocket: websocket::build_websocket(raw.websocket, ctx)?,
         origins: ctx.origins.clone(),
     })
 }

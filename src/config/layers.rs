@@ -281,6 +281,31 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_ALLOWED_METHODS",
         Kind::List,
     ),
+    (
+        "admission.client_share_percent",
+        "FLEET_LIMITER_ADMISSION_CLIENT_SHARE_PERCENT",
+        Kind::Int,
+    ),
+    (
+        "admission.body_hold",
+        "FLEET_LIMITER_ADMISSION_BODY_HOLD",
+        Kind::Str,
+    ),
+    (
+        "websocket.max_open",
+        "FLEET_LIMITER_WEBSOCKET_MAX_OPEN",
+        Kind::Int,
+    ),
+    (
+        "websocket.max_per_client",
+        "FLEET_LIMITER_WEBSOCKET_MAX_PER_CLIENT",
+        Kind::Int,
+    ),
+    (
+        "websocket.idle_timeout",
+        "FLEET_LIMITER_WEBSOCKET_IDLE_TIMEOUT",
+        Kind::Str,
+    ),
 ];
 
 /// Fields of a limiter table, with their type for environment overrides
@@ -425,7 +450,8 @@ pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> C
                                     .map(|(f, m)| (format!("groups.{name}.{f}"), m)),
                                 None => Some((
                                     format!("groups.{name}"),
-                                    "must be a table of routes, max_in_flight and queue".to_owned(),
+                                    "must be a table of routes, max_in_flight, queue and body_hold"
+                                        .to_owned(),
                                 )),
                             })
                         })
@@ -434,6 +460,7 @@ pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> C
                 other => other,
             },
             ("ops", Some(t)) => culprit::<ops::RawOps>(t),
+            ("websocket", Some(t)) => culprit::<websocket::RawWebsocket>(t),
             ("cors", Some(t)) => culprit::<ops::RawCors>(t),
             ("identity", Some(t)) => culprit::<identity::RawIdentity>(t),
             ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {

@@ -7,7 +7,7 @@
 //! This file holds the validated types; `layers` merges the layers, `build` reads the merged
 //! document into a [`Config`], `limiters` builds the limiter tables, and each other section
 //! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`,
-//! `methods`).
+//! `methods`, `websocket`).
 
 pub mod admission;
 mod build;
@@ -25,6 +25,7 @@ mod rate;
 mod syntax;
 mod trust;
 mod upstream;
+pub mod websocket;
 
 use build::*;
 use layers::*;
@@ -185,6 +186,8 @@ pub struct Config {
     pub admission: Option<admission::AdmissionConfig>,
     /// The methods forwarded, and what a method override costs (`[methods]`).
     pub methods: crate::methods::MethodRules,
+    /// Bounds on upgraded (WebSocket) connections (`[websocket]`).
+    pub websocket: websocket::WebsocketConfig,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }

@@ -214,6 +214,7 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
         ("identity", old.identity != new.identity),
         ("decision", old.decision != new.decision),
         ("admission", old.admission != new.admission),
+        ("websocket", old.websocket != new.websocket),
     ];
     r.restart_required = restart
         .iter()
@@ -503,5 +504,8 @@ mod tests {
         let mut cookie = old.clone();
         cookie.identity.session_cookie = "other".into();
         assert_eq!(diff(&old, &cookie).restart_required, vec!["identity"]);
+        let mut ws = old.clone();
+        ws.websocket.idle_timeout = std::time::Duration::from_secs(1);
+        assert_eq!(diff(&old, &ws).restart_required, vec!["websocket"]);
     }
 }

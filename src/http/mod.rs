@@ -76,6 +76,13 @@ pub async fn serve_gateway_with(
     } else {
         None
     };
+    let upgrades = proxy::upgrade::Upgrades::new(
+        websocket_caps(cfg, &crate::descriptors::raise()),
+        cfg.websocket.idle_timeout,
+    );
+    decider
+        .metrics()
+        .upgraded_connections_max(upgrades.max_open());
     let upstream = Upstream {
         base,
         connect_timeout: cfg.server.connect_timeout,
@@ -88,6 +95,8 @@ pub async fn serve_gateway_with(
             .admission
             .as_ref()
             .map(|a| Arc::new(crate::admission::Admission::new(a, decider.metrics()))),
+        upgrades,
+        clients: proxy::ClientAddresses::new(decider.clone()),
     };
     // An https:// upstream whose certificate does not verify would fail every request: refuse
     // to start. One that cannot be reached starts anyway, as a plain one does.
@@ -154,6 +163,62 @@ pub async fn serve_gateway_with(
     let mut servers = vec![server.run()];
     servers.extend(decision);
     admin.run(servers, cfg).await
+}
+
+/// The caps on upgraded connections for this process, from `[websocket]` and the descriptor
+/// limit (just raised), with a log line saying what was chosen and why, and a warning when the
+/// caps set would let WebSockets take the descriptors ordinary requests need.
+fn websocket_caps(
+    cfg: &Config,
+    limit: &crate::descriptors::Limit,
+) -> crate::config::websocket::Caps {
+    if let Some(why) = &limit.refused {
+        tracing::warn!(
+            soft = limit.soft,
+            hard = limit.hard,
+            error = %why,
+            "could not raise the open-file-descriptor limit to the hard limit; keeping it"
+        );
+    }
+    let caps = cfg.websocket.caps(limit.soft);
+    let origin = |path: &str| {
+        if cfg.origins.contains_key(path) {
+            cfg.origin(path)
+        } else {
+            "derived".to_owned()
+        }
+    };
+    tracing::info!(
+        descriptors = limit.soft,
+        descriptors_at_start = limit.before,
+        descriptors_hard = limit.hard,
+        max_open = caps.max_open,
+        max_open_from = %origin("websocket.max_open"),
+        max_per_client = caps.max_per_client,
+        max_per_client_from = %origin("websocket.max_per_client"),
+        idle_timeout_seconds = cfg.websocket.idle_timeout.as_secs_f64(),
+        "WebSocket caps: each open WebSocket holds two descriptors; a derived websocket.max_open is an eighth of the descriptor limit (at most 8192), a derived websocket.max_per_client an eighth of websocket.max_open"
+    );
+    if let Some(soft) = limit.soft {
+        let needed = (caps.max_open as u64).saturating_mul(2);
+        if !caps.max_open_derived && needed > soft / 2 {
+            tracing::warn!(
+                max_open = caps.max_open,
+                descriptors = soft,
+                "websocket.max_open lets WebSockets take {needed} of the {soft} open-file descriptors this process may hold, more than half: ordinary requests could find none left (502 Too many open files); raise the limit (LimitNOFILE= in the systemd unit, ulimit -n, the container's nofile) or lower websocket.max_open"
+            );
+        }
+    }
+    if let Some(set) = cfg.websocket.max_per_client {
+        if set > caps.max_per_client {
+            tracing::warn!(
+                max_per_client = set,
+                max_open = caps.max_open,
+                "websocket.max_per_client is more than the derived websocket.max_open; one client may hold every upgraded connection, so it is lowered to websocket.max_open"
+            );
+        }
+    }
+    caps
 }
 
 /// A listener whose address cannot be taken (in use, not an address of this host, not

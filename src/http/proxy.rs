@@ -19,14 +19,20 @@
 //! client, and time spent waiting on the client never counts against the upstream.
 //!
 //! A WebSocket handshake (`Connection: upgrade`, `Upgrade: websocket`) goes its own way
-//! (the `upgrade` module): a fresh upstream connection, and on `101` the two connections spliced.
+//! (the [`upgrade`] module): a place among the open upgraded connections (in all and per client
+//! address), a fresh upstream connection, and on `101` the two connections spliced.
+//!
+//! With admission control on, a request holding a slot may keep the gateway waiting for its
+//! body for at most its group's `body_hold` in all (a third pace rule): a body trickled just
+//! above the minimum rate is cut off then (408) and its slot given back.
 
 pub mod pace;
-mod upgrade;
+pub mod upgrade;
 
 use crate::admission::{Admission, Slot};
+use crate::decision::Decider;
 use crate::http::response::Problem;
-use crate::metrics::Metrics;
+use crate::metrics::{AdmissionMeter, Metrics, ShedReason};
 use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::ConnectionType;
@@ -66,6 +72,58 @@ pub struct Upstream {
     /// Admission control (`[admission]`): the slots a request takes before it is forwarded;
     /// `None` forwards every allowed request at once.
     pub admission: Option<Arc<Admission>>,
+    /// The places for upgraded (WebSocket) connections, shared by every worker.
+    pub upgrades: Arc<upgrade::Upgrades>,
+    /// Who a request's client is, for the caps per client address.
+    pub clients: ClientAddresses,
+}
+
+/// Who a request's client is, for the caps per client address: the limiter's client IP (the
+/// peer, or the rightmost untrusted hop behind the trusted proxies of the settings in force),
+/// normalised as keys are ([`crate::client_share::client_address`]).
+#[derive(Clone)]
+pub struct ClientAddresses(Option<Arc<Decider>>);
+
+impl std::fmt::Debug for ClientAddresses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Some(_) => "ClientAddresses(the decider's trusted proxies)",
+            None => "ClientAddresses(the peer)",
+        })
+    }
+}
+
+impl ClientAddresses {
+    /// Read through `decider`'s settings (trusted proxies and IPv6 prefix), reloads included.
+    pub fn new(decider: Arc<Decider>) -> Self {
+        Self(Some(decider))
+    }
+
+    /// The peer itself, with the default IPv6 prefix: for an app with no trusted proxies.
+    pub fn peer_only() -> Self {
+        Self(None)
+    }
+
+    /// The client address of `req`.
+    pub fn of(&self, req: &HttpRequest) -> std::net::IpAddr {
+        let peer = req
+            .peer_addr()
+            .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
+                a.ip()
+            });
+        match &self.0 {
+            None => crate::client_share::client_address(peer, crate::config::defaults::IPV6_PREFIX),
+            Some(decider) => {
+                let settings = decider.settings();
+                let forwarded = req
+                    .headers()
+                    .get_all(settings.trusted.header.header_name())
+                    .map(HeaderValue::as_bytes);
+                let ip = crate::client_ip::client_ip(peer, forwarded, &settings.trusted);
+                crate::client_share::client_address(ip, settings.ipv6_prefix)
+            }
+        }
+    }
 }
 
 /// TLS to an `https://` upstream.
@@ -497,18 +555,42 @@ pub async fn forward(
         // `OPTIONS *` and other non-origin forms name no upstream resource.
         return bad_request("The request target must be a path starting with `/`.");
     }
+    let upgrading = upgrade::requested(&req);
+    let by_client = upgrading
+        || upstream
+            .admission
+            .as_ref()
+            .is_some_and(|a| a.shares_by_client());
+    let client_addr = if by_client {
+        upstream.clients.of(&req)
+    } else {
+        std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+    };
+    // A handshake takes its place among the upgraded connections before anything else: a
+    // refused one costs no admission slot and never reaches the upstream.
+    let place = if upgrading {
+        match upstream.upgrades.reserve(client_addr) {
+            Ok(place) => Some(place),
+            Err(reason) => return upgrade::refused(&upstream.upgrades, reason, &upstream.metrics),
+        }
+    } else {
+        None
+    };
     // The slot is taken after the limiter allowed the request (a refused one never gets here)
     // and held until the answer's body has been sent, or the client went away.
     let slot = match &upstream.admission {
-        Some(admission) => match admission.enter(req.method().as_str(), req.path()).await {
+        Some(admission) => match admission
+            .enter(req.method().as_str(), req.path(), client_addr)
+            .await
+        {
             Ok(slot) => Some(slot),
             Err(shed) => return overloaded(&req, payload, admission, &shed).await,
         },
         None => None,
     };
-    if upgrade::requested(&req) {
+    if let Some(place) = place {
         // A handshake holds its slot until the upstream answers it; an open WebSocket holds none.
-        let res = upgrade::forward(&req, path, payload, &client, &upstream).await;
+        let res = upgrade::forward(&req, path, payload, &client, &upstream, place).await;
         drop(slot);
         return res;
     }
@@ -523,9 +605,19 @@ pub async fn forward(
             .map(|v| v.as_bytes()),
     );
     let watch = Rc::new(BodyWatch::new(upstream.metrics.clone()));
+    // Holding a slot, the body may keep the gateway waiting at most the slot's hold in all.
+    let (rules, hold_meter) = match &slot {
+        Some(s) => (
+            upstream.body.with_hold(s.body_hold()),
+            Some(s.meter().clone()),
+        ),
+        None => (upstream.body, None),
+    };
     let body = match length {
-        Some(len) if len > 0 => ProxyBody::stream(payload, Some(len), &watch, &req, upstream.body),
-        _ if chunked => ProxyBody::stream(payload, None, &watch, &req, upstream.body),
+        Some(len) if len > 0 => {
+            ProxyBody::stream(payload, Some(len), &watch, &req, rules, hold_meter)
+        }
+        _ if chunked => ProxyBody::stream(payload, None, &watch, &req, rules, hold_meter),
         _ => ProxyBody::Empty,
     };
     let Some(out) = upstream_request(&req, path, &client, body) else {
@@ -545,9 +637,7 @@ pub async fn forward(
             answer(res, lease, slot, upstream.read_timeout)
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
-        (Err(_), Some(ClientFault::TooSlow(trip))) => {
-            closing(request_timeout(trip, &upstream.body))
-        }
+        (Err(_), Some(ClientFault::TooSlow(trip))) => closing(request_timeout(trip, &rules)),
         (Err(e), Some(ClientFault::Broken)) => {
             tracing::debug!(error = %e, "the client's request body failed; upstream request aborted");
             closing(bad_request_body())
@@ -566,6 +656,10 @@ fn request_timeout(trip: Trip, rules: &BodyRules) -> HttpResponse {
         Trip::Rate => format!(
             "The request body arrived slower than {} bytes per second.",
             rules.min_rate
+        ),
+        Trip::Hold => format!(
+            "The request body was still arriving after {} s of waiting for it, while the request held one of the slots admission control keeps for the upstream (admission.body_hold).",
+            rules.hold.unwrap_or_default().as_secs_f64()
         ),
     };
     Problem::request_timeout(detail).into_response()
@@ -733,6 +827,8 @@ struct StreamBody {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// For the log line when the body is cut off.
     peer: Option<std::net::IpAddr>,
+    /// Where a body cut off at its admission slot's hold is counted (its slot's group).
+    hold_meter: Option<AdmissionMeter>,
     done: bool,
 }
 
@@ -743,6 +839,7 @@ impl ProxyBody {
         watch: &Rc<BodyWatch>,
         req: &HttpRequest,
         rules: BodyRules,
+        hold_meter: Option<AdmissionMeter>,
     ) -> Self {
         ProxyBody::Stream(Box::new(StreamBody {
             payload,
@@ -752,6 +849,7 @@ impl ProxyBody {
             wait: None,
             timer: None,
             peer: req.peer_addr().map(|a| a.ip()),
+            hold_meter,
             done: false,
         }))
     }
@@ -833,16 +931,30 @@ impl StreamBody {
             }
         }
         self.finish(ClientFault::TooSlow(trip));
-        self.watch.metrics.client_body_timeout(trip);
         let waited = self.pace.waited().saturating_add(since.elapsed());
-        tracing::warn!(
-            rule = trip.as_str(),
-            peer = self.peer.map(tracing::field::display),
-            bytes_received = self.pace.bytes(),
-            declared_length = self.length,
-            waited_seconds = waited.as_secs_f64(),
-            "request body too slow; cutting it off"
-        );
+        if trip == Trip::Hold {
+            if let Some(meter) = &self.hold_meter {
+                meter.shed(ShedReason::BodyHold);
+            }
+            tracing::warn!(
+                rule = trip.as_str(),
+                peer = self.peer.map(tracing::field::display),
+                bytes_received = self.pace.bytes(),
+                declared_length = self.length,
+                waited_seconds = waited.as_secs_f64(),
+                "request body still arriving after admission.body_hold while it holds an admission slot; cutting it off"
+            );
+        } else {
+            self.watch.metrics.client_body_timeout(trip);
+            tracing::warn!(
+                rule = trip.as_str(),
+                peer = self.peer.map(tracing::field::display),
+                bytes_received = self.pace.bytes(),
+                declared_length = self.length,
+                waited_seconds = waited.as_secs_f64(),
+                "request body too slow; cutting it off"
+            );
+        }
         Poll::Ready(trip)
     }
 
@@ -1003,6 +1115,16 @@ mod tests {
             tls: None,
             metrics: Arc::new(Metrics::new()),
             admission: None,
+            upgrades: upgrade::Upgrades::new(
+                crate::config::websocket::WebsocketConfig {
+                    max_open: None,
+                    max_per_client: None,
+                    idle_timeout: Duration::from_secs(60),
+                }
+                .caps(None),
+                Duration::from_secs(60),
+            ),
+            clients: ClientAddresses::peer_only(),
         };
         for (base, addr, host, prefix) in [
             ("http://api.internal", "api.internal:80", "api.internal", ""),

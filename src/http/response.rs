@@ -49,16 +49,29 @@ impl Problem {
     }
 
     /// Admission control turned the request away: every slot of its group was taken and the
-    /// queue was full, or it waited the queue timeout for one.
+    /// queue was full, or it waited the queue timeout for one (503); or its client address
+    /// already held its share of the group's slots (429).
     pub fn overloaded(group: &str, reason: crate::metrics::ShedReason, retry_after: u64) -> Self {
+        use crate::metrics::ShedReason;
         let unit = if retry_after == 1 {
             "second"
         } else {
             "seconds"
         };
         let why = match reason {
-            crate::metrics::ShedReason::QueueFull => "and the queue is full",
-            crate::metrics::ShedReason::QueueTimeout => "and none came free while it waited",
+            ShedReason::QueueFull => "and the queue is full",
+            ShedReason::QueueTimeout => "and none came free while it waited",
+            ShedReason::ClientShare | ShedReason::BodyHold => {
+                return Self {
+                    kind: "urn:fleet-limiter:problem:client-share",
+                    title: "Too Many Requests",
+                    status: 429,
+                    detail: format!(
+                        "This client address already has as many requests in flight as one address may (admission group `{group}`, admission.client_share_percent); the others are being served; retry after {retry_after} {unit}."
+                    ),
+                    retry_after: Some(retry_after),
+                }
+            }
         };
         Self {
             kind: "urn:fleet-limiter:problem:overloaded",
@@ -68,6 +81,36 @@ impl Problem {
                 "The upstream API has as many requests in flight as it takes (admission group `{group}`) {why}; retry after {retry_after} {unit}."
             ),
             retry_after: Some(retry_after),
+        }
+    }
+
+    /// A WebSocket handshake refused before the upstream saw it: as many upgraded connections
+    /// are open as the gateway holds (503), or as this client address may hold (429).
+    pub fn upgrade_refused(
+        reason: crate::metrics::UpgradeRefusal,
+        cap: usize,
+        retry_after: u64,
+    ) -> Self {
+        use crate::metrics::UpgradeRefusal;
+        match reason {
+            UpgradeRefusal::MaxOpen => Self {
+                kind: "urn:fleet-limiter:problem:websockets-full",
+                title: "Service Unavailable",
+                status: 503,
+                detail: format!(
+                    "The gateway has as many WebSockets open as it holds ({cap}, websocket.max_open); retry after {retry_after} seconds."
+                ),
+                retry_after: Some(retry_after),
+            },
+            UpgradeRefusal::MaxPerClient => Self {
+                kind: "urn:fleet-limiter:problem:client-websockets",
+                title: "Too Many Requests",
+                status: 429,
+                detail: format!(
+                    "This client address has {cap} WebSockets open, as many as one address may (websocket.max_per_client); close one, or retry after {retry_after} seconds."
+                ),
+                retry_after: Some(retry_after),
+            },
         }
     }
 

@@ -152,23 +152,56 @@ struct GroupReasonLabels {
     reason: &'static str,
 }
 
-/// Why admission control answered 503: the `reason` label of
+/// Why admission control turned a request away or cut it off: the `reason` label of
 /// `fleet_limiter_admission_shed_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShedReason {
-    /// Every slot was taken and the queue was full: refused at once.
+    /// Every slot was taken and the queue was full: refused at once (503).
     QueueFull,
-    /// It waited in the queue for `queue_timeout` and no slot came free.
+    /// It waited in the queue for `queue_timeout` and no slot came free (503).
     QueueTimeout,
+    /// Its client address already held or waited for its share of the group's slots (429).
+    ClientShare,
+    /// It held a slot and was still sending its body after `body_hold` of waiting for it:
+    /// cut off (408), its slot given back.
+    BodyHold,
 }
 
 impl ShedReason {
-    pub const ALL: [ShedReason; 2] = [ShedReason::QueueFull, ShedReason::QueueTimeout];
+    pub const ALL: [ShedReason; 4] = [
+        ShedReason::QueueFull,
+        ShedReason::QueueTimeout,
+        ShedReason::ClientShare,
+        ShedReason::BodyHold,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ShedReason::QueueFull => "queue_full",
             ShedReason::QueueTimeout => "queue_timeout",
+            ShedReason::ClientShare => "client_share",
+            ShedReason::BodyHold => "body_hold",
+        }
+    }
+}
+
+/// Why a WebSocket handshake was refused before the upstream saw it: the `reason` label of
+/// `fleet_limiter_upgrades_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpgradeRefusal {
+    /// As many upgraded connections were open as `websocket.max_open` allows (503).
+    MaxOpen,
+    /// The client address held `websocket.max_per_client` of them (429).
+    MaxPerClient,
+}
+
+impl UpgradeRefusal {
+    pub const ALL: [UpgradeRefusal; 2] = [UpgradeRefusal::MaxOpen, UpgradeRefusal::MaxPerClient];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeRefusal::MaxOpen => "max_open",
+            UpgradeRefusal::MaxPerClient => "max_per_client",
         }
     }
 }
@@ -180,7 +213,7 @@ pub struct AdmissionMeter {
     in_flight: Gauge,
     queued: Gauge,
     /// By [`ShedReason`], in `ShedReason::ALL` order.
-    shed: [Counter; 2],
+    shed: [Counter; ShedReason::ALL.len()],
 }
 
 impl AdmissionMeter {
@@ -314,6 +347,10 @@ pub struct Metrics {
     /// Switched, declined.
     upgrades: [Counter; 2],
     upgraded_open: Gauge,
+    /// By [`UpgradeRefusal`], in `UpgradeRefusal::ALL` order.
+    upgrades_refused: [Counter; UpgradeRefusal::ALL.len()],
+    upgraded_idle_closes: Counter,
+    upgraded_max: Gauge,
     admission_in_flight: Family<GroupLabel, Gauge>,
     admission_queued: Family<GroupLabel, Gauge>,
     admission_shed: Family<GroupReasonLabels, Counter>,
@@ -473,6 +510,25 @@ impl Metrics {
             "Upgraded (WebSocket) connections spliced to the upstream now",
             upgraded_open.clone(),
         );
+        let upgrades_refused = series1(
+            &mut r,
+            "fleet_limiter_upgrades_refused",
+            "WebSocket handshakes refused before the upstream saw them, by reason: max_open (503: as many open as websocket.max_open allows) or max_per_client (429: the client address holds websocket.max_per_client)",
+            UpgradeRefusal::ALL,
+            |k| [("reason", k.as_str())],
+        );
+        let upgraded_idle_closes = Counter::default();
+        r.register(
+            "fleet_limiter_upgraded_idle_closes",
+            "Upgraded (WebSocket) connections closed on both sides after websocket.idle_timeout with no byte either way",
+            upgraded_idle_closes.clone(),
+        );
+        let upgraded_max = Gauge::default();
+        r.register(
+            "fleet_limiter_upgraded_connections_max",
+            "The most upgraded (WebSocket) connections open at once (websocket.max_open, set or derived from the descriptor limit at start)",
+            upgraded_max.clone(),
+        );
         let admission_in_flight = Family::<GroupLabel, Gauge>::default();
         r.register(
             "fleet_limiter_admission_in_flight",
@@ -488,7 +544,7 @@ impl Metrics {
         let admission_shed = Family::<GroupReasonLabels, Counter>::default();
         r.register(
             "fleet_limiter_admission_shed",
-            "Requests answered 503 by admission control, by admission group and reason: queue_full (no slot and no room to wait) or queue_timeout (waited admission.queue_timeout)",
+"Requests admission control turned away or cut off, by admission group and reason: queue_full (503: no slot and no room to wait), queue_timeout (503: waited admission.queue_timeout), client_share (429: the client address held its share of the group's slots, admission.client_share_percent) or body_hold (408: its body still arriving after admission.body_hold while it held a slot)",
             admission_shed.clone(),
         );
         let paths_rejected = series1(
@@ -552,6 +608,9 @@ impl Metrics {
             method_overrides,
             upgrades,
             upgraded_open,
+            upgrades_refused,
+            upgraded_idle_closes,
+            upgraded_max,
             admission_in_flight,
             admission_queued,
             admission_shed,
@@ -658,11 +717,13 @@ impl Metrics {
         self.method_overrides[usize::from(stripped)].inc();
     }
 
-    /// A client's request body was cut off because it broke `rule`.
+    /// A client's request body was cut off because it broke `rule`. The hold rule is admission
+    /// control's, and counted there (`ShedReason::BodyHold`), not here.
     pub fn client_body_timeout(&self, rule: Trip) {
         let i = match rule {
             Trip::Silence => 0,
             Trip::Rate => 1,
+            Trip::Hold => return,
         };
         self.client_body_timeouts[i].inc();
     }
@@ -675,6 +736,22 @@ impl Metrics {
     /// An upgraded connection was spliced to the upstream.
     pub fn upgraded_opened(&self) {
         self.upgraded_open.inc();
+    }
+
+    /// A WebSocket handshake was refused before the upstream saw it.
+    pub fn upgrade_refused(&self, reason: UpgradeRefusal) {
+        self.upgrades_refused[reason as usize].inc();
+    }
+
+    /// An upgraded connection was closed for having been idle both ways.
+    pub fn upgraded_idle_closed(&self) {
+        self.upgraded_idle_closes.inc();
+    }
+
+    /// The cap on upgraded connections in force.
+    pub fn upgraded_connections_max(&self, max: usize) {
+        self.upgraded_max
+            .set(i64::try_from(max).unwrap_or(i64::MAX));
     }
 
     /// An upgraded connection closed (each one opened closes once).
@@ -863,6 +940,9 @@ mod tests {
         m.upgraded_opened();
         m.upgraded_opened();
         m.upgraded_closed();
+        m.upgrade_refused(UpgradeRefusal::MaxPerClient);
+        m.upgraded_idle_closed();
+        m.upgraded_connections_max(128);
         m.reloaded(false);
         snap!("metrics_page", sorted_series(&m.render()));
     }

@@ -83,6 +83,9 @@ pub struct Launch {
     /// Add `--decision-listen 127.0.0.1:<free port>` and wait for that port too; with
     /// `Some(true)`, that is the only traffic listener (no `--listen`, no upstream).
     decision: Option<bool>,
+    /// Start the process with this open-file-descriptor limit, `(soft, hard)` (through
+    /// `prlimit`, which then runs the binary in its own place: same process id).
+    nofile: Option<(u64, u64)>,
 }
 
 /// Where the process's stdout and stderr go.
@@ -197,6 +200,13 @@ impl Launch {
         self
     }
 
+    /// Start with the open-file-descriptor limit `soft` (and `hard`), as a stock machine's
+    /// 1024 would be; needs [`prlimit`].
+    pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
+        self.nofile = Some((soft, hard));
+        self
+    }
+
     /// Run in this directory (relative paths in arguments are resolved from it).
     pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.current_dir = Some(dir.into());
@@ -218,7 +228,14 @@ impl Launch {
         admin: Option<SocketAddr>,
         decision: Option<SocketAddr>,
     ) -> (Command, Option<PathBuf>) {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match self.nofile {
+            Some((soft, hard)) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={soft}:{hard}")).arg("--").arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
         cmd.args(&self.args);
         if let Some(d) = &self.current_dir {
             cmd.current_dir(d);
@@ -351,6 +368,26 @@ impl Launch {
             stderr: read("stderr.log"),
         }
     }
+}
+
+/// Whether `prlimit` (util-linux) can start a process with the given limits. Without it a test
+/// that needs it is skipped with the reason printed, and fails when `CI` is set.
+pub fn prlimit() -> bool {
+    let works = Command::new("prlimit")
+        .args(["--nofile=64:64", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        let why = "prlimit (util-linux) cannot set a descriptor limit here";
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "required when CI is set: {why}"
+        );
+        eprintln!("skipping: {why}");
+    }
+    works
 }
 
 /// What the process wrote to an output file so far (invalid UTF-8 replaced).
@@ -644,7 +681,8 @@ pub fn raw_request(addr: SocketAddr, request: &[u8]) -> RawResponse {
     parse_raw(&buf)
 }
 
-fn parse_raw(buf: &[u8]) -> RawResponse {
+/// A whole response read off the wire (its head and whatever came after it).
+pub fn parse_raw(buf: &[u8]) -> RawResponse {
     let end = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

@@ -6,7 +6,13 @@
 //! - **rate**: once the gateway has waited `grace` in all, the body must have come at
 //!   `min_rate` bytes per second or more, on average over that waiting.
 //!
-//! Both count only the time the gateway spends *waiting for the client*: from asking for the
+//! And a third for a request that holds one of admission control's slots while its body
+//! arrives (`admission.body_hold`), so that a body sent slowly but above the minimum rate
+//! cannot hold a slot for as long as it likes:
+//!
+//! - **hold**: the gateway waits at most `hold` in all for the whole body.
+//!
+//! All count only the time the gateway spends *waiting for the client*: from asking for the
 //! next chunk to getting it. While the upstream is slow to take what the client already sent
 //! (back-pressure), the client is not asked for more, so that time is never held against it;
 //! the upstream's silence is the read timeout's business.
@@ -25,6 +31,8 @@ pub struct BodyRules {
     pub min_rate: u64,
     /// The waiting time before the rate rule applies.
     pub grace: Duration,
+    /// The most waiting in all, for a body whose request holds an admission slot.
+    pub hold: Option<Duration>,
 }
 
 impl BodyRules {
@@ -33,6 +41,15 @@ impl BodyRules {
             timeout,
             min_rate,
             grace: GRACE,
+            hold: None,
+        }
+    }
+
+    /// These rules, and the hold rule: at most `hold` of waiting in all.
+    pub fn with_hold(self, hold: Duration) -> Self {
+        Self {
+            hold: Some(hold),
+            ..self
         }
     }
 }
@@ -44,16 +61,19 @@ pub enum Trip {
     Silence,
     /// The average fell below the minimum rate after the grace period.
     Rate,
+    /// The body was still arriving after the hold of its admission slot.
+    Hold,
 }
 
 impl Trip {
-    pub const ALL: [Trip; 2] = [Trip::Silence, Trip::Rate];
+    pub const ALL: [Trip; 3] = [Trip::Silence, Trip::Rate, Trip::Hold];
 
     /// The metric label and log field.
     pub fn as_str(self) -> &'static str {
         match self {
             Trip::Silence => "silence",
             Trip::Rate => "rate",
+            Trip::Hold => "hold",
         }
     }
 }
@@ -87,6 +107,17 @@ impl BodyPace {
     /// then. The rate rule trips at the first instant where the total waiting has reached the
     /// grace period and the bytes are fewer than `min_rate` times that total.
     pub fn allowance(&self) -> (Duration, Trip) {
+        let paced = self.paced();
+        match self.rules.hold {
+            Some(hold) if hold.saturating_sub(self.waited) < paced.0 => {
+                (hold.saturating_sub(self.waited), Trip::Hold)
+            }
+            _ => paced,
+        }
+    }
+
+    /// The allowance of the silence and rate rules alone.
+    fn paced(&self) -> (Duration, Trip) {
         let silence = self.rules.timeout;
         if self.rules.min_rate == 0 {
             return (silence, Trip::Silence);
@@ -240,6 +271,47 @@ mod tests {
         pace.chunk(Duration::MAX, u64::MAX);
         assert_eq!(pace.bytes(), u64::MAX);
         assert_eq!(pace.allowance(), (Duration::ZERO, Trip::Rate));
-        assert_eq!(Trip::ALL.map(Trip::as_str), ["silence", "rate"]);
+        assert_eq!(Trip::ALL.map(Trip::as_str), ["silence", "rate", "hold"]);
+        let mut pace = BodyPace::new(BodyRules::new(Duration::MAX, 0).with_hold(Duration::MAX));
+        pace.chunk(Duration::MAX, 1);
+        assert_eq!(pace.allowance(), (Duration::ZERO, Trip::Hold));
+    }
+
+    #[test]
+    fn a_trickle_above_the_minimum_rate_is_cut_off_at_the_hold() {
+        // 300 bytes a second against a 240 B/s minimum passes the rate rule for ever; holding
+        // a slot, it may keep the gateway waiting 60 s in all.
+        let rules = BodyRules::new(30 * S, 240).with_hold(60 * S);
+        assert_eq!(run(rules, S, 300, 59), None);
+        // The sixtieth chunk would come at 60 s of waiting, that very instant: too late.
+        assert_eq!(run(rules, S, 300, 1000), Some((59, Trip::Hold)));
+        let mut pace = BodyPace::new(rules);
+        for _ in 0..55 {
+            pace.chunk(S, 300);
+        }
+        assert_eq!(
+            pace.allowance(),
+            (5 * S, Trip::Hold),
+            "5 s of the hold left"
+        );
+        // Without the hold, the same trickle is never cut off.
+        assert_eq!(run(BodyRules::new(30 * S, 240), S, 300, 10_000), None);
+    }
+
+    #[test]
+    fn the_hold_counts_only_time_spent_waiting_for_the_client() {
+        // A body the client had ready every time (the upstream was the slow side) never trips
+        // the hold, however long the transfer took.
+        let rules = BodyRules::new(S, 0).with_hold(S);
+        let mut pace = BodyPace::new(rules);
+        for _ in 0..10_000 {
+            assert_eq!(pace.tripped(Duration::ZERO), None);
+            pace.chunk(Duration::ZERO, 1);
+        }
+        // The silence and rate rules still trip first when they come sooner.
+        let rules = BodyRules::new(2 * S, 0).with_hold(60 * S);
+        assert_eq!(BodyPace::new(rules).allowance(), (2 * S, Trip::Silence));
+        let rules = BodyRules::new(30 * S, 240).with_hold(60 * S);
+        assert_eq!(BodyPace::new(rules).allowance(), (GRACE, Trip::Rate));
     }
 }
