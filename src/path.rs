@@ -680,8 +680,51 @@ fn canonicalize(b: &[u8], rules: PathRules, rw: &mut Rewrites) -> Result<String,
     Ok(out)
 }
 
+/// Headers with which some frameworks let a request name another path than its target
+/// (`X-Original-URL`, `X-Rewrite-URL`: IIS URL Rewrite, and the PHP frameworks that once read
+/// them). A request carrying one could be routed to a path no limiter decided on, so the gateway
+/// and the middleware remove them and the decision endpoint, which cannot, refuses the request.
+pub const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+
+/// Whether `name` is one of [`PATH_OVERRIDE_HEADERS`], in any case and with `_` for `-` (CGI
+/// servers, PHP's among them, give `X_Original_URL` the same variable).
+pub fn is_path_override_header(name: &str) -> bool {
+    PATH_OVERRIDE_HEADERS.iter().any(|h| {
+        h.len() == name.len()
+            && h.bytes().zip(name.bytes()).all(|(want, got)| {
+                want == if got == b'_' {
+                    b'-'
+                } else {
+                    got.to_ascii_lowercase()
+                }
+            })
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn path_override_headers_are_read_in_every_spelling() {
+        for name in [
+            "x-original-url",
+            "X-Original-URL",
+            "x_original_url",
+            "X-REWRITE-URL",
+            "x-rewrite_url",
+        ] {
+            assert!(is_path_override_header(name), "{name}");
+        }
+        for name in [
+            "x-original-uri",
+            "x-original-urls",
+            "x-rewrite",
+            "",
+            "original-url",
+        ] {
+            assert!(!is_path_override_header(name), "{name}");
+        }
+    }
+
     use super::*;
 
     fn canon(p: &str) -> Result<String, Class> {

@@ -997,3 +997,65 @@ async fn the_endpoint_refuses_every_target_it_would_have_to_rewrite() {
         );
     }
 }
+
+/// Headers with which some frameworks route a request to another path (`X-Original-URL`,
+/// `X-Rewrite-URL`, in any spelling) cannot be removed from what the proxy forwards: the
+/// endpoint refuses the question, straight and through the real proxies, and spends nothing.
+#[test]
+fn a_path_override_header_in_the_original_request_is_refused() {
+    let (up, received) = recording_upstream();
+    let gw = limiter(&up);
+    let d = gw.decision_addr.expect("decision listener");
+    let spellings: [(&str, &[u8]); 4] = [
+        ("X-Original-URL", b"/api/agent/rotate-key"),
+        ("x-rewrite-url", b"/api/agent/rotate-key"),
+        ("X_Original_URL", b"/api/tasks"),
+        ("X-REWRITE-URL", b""),
+    ];
+    for (name, value) in spellings {
+        let res = raw_from(
+            [127, 0, 0, 1],
+            d,
+            "GET",
+            b"/caddy",
+            &[
+                ("X-Forwarded-Method", b"GET"),
+                ("X-Forwarded-Uri", b"/api/tasks"),
+                ("X-Forwarded-For", b"192.0.2.90"),
+                (name, value),
+            ],
+        );
+        assert_eq!(res.status, 400, "{name}: {res:?}");
+        let (kind, detail) = problem_of(&res);
+        assert_eq!(kind, BAD_QUESTION, "{name}");
+        assert!(
+            detail.starts_with("The original request carries"),
+            "{name}: {detail}"
+        );
+    }
+    let Some(proxies) = both_proxies(d, &up) else {
+        return;
+    };
+    for (n, proxy) in proxies.iter().enumerate() {
+        let via = proxy.kind.name();
+        let client = [127, 0, 3, 10 + n as u8];
+        let res = raw_from(
+            client,
+            proxy.addr,
+            "GET",
+            b"/api/tasks",
+            &[("X-Original-URL", ROTATE.as_bytes())],
+        );
+        assert_eq!(res.status, 400, "{via}: {res:?}");
+        let (kind, _) = problem_of(&res);
+        assert_eq!(kind, BAD_QUESTION, "{via}");
+        // Without it, the same request passes.
+        let res = raw_from(client, proxy.addr, "GET", b"/api/tasks", &[]);
+        assert_eq!(res.status, 200, "{via}: {res:?}");
+    }
+    let seen = received.lock().map(|r| r.len()).unwrap_or_default();
+    assert_eq!(
+        seen, 2,
+        "only the requests without the header reached the upstream"
+    );
+}

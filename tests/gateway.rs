@@ -638,14 +638,15 @@ async fn upstream_status_headers_and_body_come_back_unchanged() {
 }
 
 #[tokio::test]
-async fn hop_by_hop_headers_are_dropped_and_x_forwarded_for_appended() {
+async fn hop_by_hop_and_path_override_headers_are_dropped_and_x_forwarded_for_appended() {
     let up = upstream().await;
     let gw = Gateway::serve().upstream(&up.uri()).spawn();
     let res = raw_request(
         gw.addr,
         b"GET /api/echo?x=1 HTTP/1.1\r\nHost: api.example\r\nConnection: close, X-Private\r\n\
           X-Private: secret\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Authorization: Basic abc\r\n\
-          Proxy-Connection: keep-alive\r\nX-Forwarded-For: 198.51.100.1\r\nX-Multi: a\r\nX-Multi: b\r\n\r\n",
+          Proxy-Connection: keep-alive\r\nX-Forwarded-For: 198.51.100.1\r\nX-Multi: a\r\nX-Multi: b\r\n\
+          X-Original-URL: /api/agent/rotate-key\r\nX_Rewrite_URL: /api/cron/x\r\n\r\n",
     );
     assert_eq!(res.status, 200);
     let got = up.received_requests().await.unwrap();
@@ -656,6 +657,9 @@ async fn hop_by_hop_headers_are_dropped_and_x_forwarded_for_appended() {
         "te",
         "proxy-authorization",
         "proxy-connection",
+        // Headers some frameworks route on instead of the path decided on.
+        "x-original-url",
+        "x_rewrite_url",
     ] {
         assert!(h.get(gone).is_none(), "{gone} was forwarded");
     }

@@ -243,6 +243,16 @@ const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
 /// the client or another hop; something downstream may act on it).
 fn original(req: &HttpRequest, flavour: Flavour) -> Result<(&str, &str), Refusal> {
     let headers = req.headers();
+    // The proxy forwards these as the client sent them, and some frameworks route on them
+    // instead of the target: the request could reach a path no limiter decided on.
+    if let Some(name) = headers
+        .keys()
+        .find(|name| crate::path::is_path_override_header(name.as_str()))
+    {
+        return Err(Refusal::Question(format!(
+            "The original request carries {name}, with which some frameworks route a request to another path than its target; the gateway removes it, but what the proxy forwards cannot be changed here. Have the proxy clear it (nginx: `proxy_set_header X-Original-URL \"\";`) or drop it at the client."
+        )));
+    }
     for (header, name) in &ORIGINAL_HEADERS {
         if headers.get_all(header).nth(1).is_some() {
             return Err(Refusal::Question(format!(

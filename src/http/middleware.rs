@@ -161,6 +161,9 @@ where
                     return Ok(refuse_override(&limiter, &settings, req, &why).await)
                 }
             };
+            // Headers that some frameworks route on instead of the target (`X-Original-URL`)
+            // never reach what runs after the limiter: the path decided on is the path served.
+            strip_path_overrides(&mut req);
             if named.is_empty() && crate::http::cors::is_preflight(req.method(), req.headers()) {
                 return Ok(service.call(req).await?.map_into_left_body());
             }
@@ -238,6 +241,27 @@ fn overrides(settings: &Settings, req: &ServiceRequest) -> Overrides {
     settings
         .methods
         .judge(headers, req.uri().query(), At::Gateway)
+}
+
+/// Remove the headers with which some frameworks route a request to another path
+/// ([`crate::path::PATH_OVERRIDE_HEADERS`], in any spelling).
+fn strip_path_overrides(req: &mut ServiceRequest) {
+    let named = req
+        .headers()
+        .keys()
+        .any(|name| crate::path::is_path_override_header(name.as_str()));
+    if !named {
+        return;
+    }
+    let names: SmallVec<[HeaderName; 2]> = req
+        .headers()
+        .keys()
+        .filter(|name| crate::path::is_path_override_header(name.as_str()))
+        .cloned()
+        .collect();
+    for name in names {
+        req.headers_mut().remove(name);
+    }
 }
 
 /// Remove every override header and query parameter from `req`, so that what runs after the
