@@ -77,6 +77,24 @@ pub fn check_table(r: &CheckReport) -> String {
             f.analysts_per_nat
         );
     }
+    if let Some(k) = &r.known_agents {
+        let _ = writeln!(
+            o,
+            "Known agents: {} ids (store.max_keys): {} for agents seen twice (fleet.max_agents = {}), {} for first sightings;",
+            k.capacity, k.protected, k.max_agents, k.probation
+        );
+        let grace = fmt_secs(k.grace_seconds as f64);
+        let _ = writeln!(
+            o,
+            "              a new site of {} keeps all its first sightings while other addresses hold at most {} minted within {grace}",
+            k.site, k.others_first_sightings
+        );
+        let _ = writeln!(
+            o,
+            "              (each counted up to {}: a flood from up to {} addresses at any rate); an id unseen for {grace} gives way first.",
+            k.site, k.flooding_addresses
+        );
+    }
     if !r.enabled {
         let _ = writeln!(
             o,
