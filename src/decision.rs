@@ -162,6 +162,8 @@ pub struct Settings {
     pub ipv6_prefix: u8,
     /// Which spellings of a path are refused before any limiter sees them.
     pub paths: PathRules,
+    /// The methods forwarded, and what a method override costs.
+    pub methods: crate::methods::MethodRules,
     /// Each limiter's metric handles, in policy order (see [`LimitResult::slot`]).
     pub meters: Box<[LimiterMeter]>,
 }
@@ -177,6 +179,7 @@ impl Settings {
             trusted: cfg.client_ip.trusted.clone(),
             ipv6_prefix: cfg.client_ip.ipv6_prefix,
             paths: cfg.path,
+            methods: cfg.methods.clone(),
             meters,
         }
     }
@@ -309,6 +312,19 @@ impl Decider {
     /// [`Decider::decide`] under settings the caller already holds (one read of the current
     /// settings per request, shared with whatever else the caller read from them).
     pub async fn decide_with(&self, settings: &Settings, req: &RequestFacts<'_>) -> Outcome {
+        self.decide_overridden(settings, req, &[]).await
+    }
+
+    /// [`Decider::decide_with`] for a request that names other methods by override (`also`,
+    /// see [`crate::methods`]): it is metered by every limiter its own method picks and every
+    /// limiter each method in `also` picks, each limiter once, in one all-or-nothing decision.
+    /// With `also` empty it is exactly `decide_with`.
+    pub async fn decide_overridden(
+        &self,
+        settings: &Settings,
+        req: &RequestFacts<'_>,
+        also: &[&str],
+    ) -> Outcome {
         if !settings.enabled {
             return Outcome::default();
         }
@@ -320,7 +336,13 @@ impl Decider {
             req.session_token,
         )
         .await;
-        let slots = settings.policy.picked(req.method, &req.path, id.credential);
+        let slots = if also.is_empty() {
+            settings.policy.picked(req.method, &req.path, id.credential)
+        } else {
+            settings
+                .policy
+                .picked_any(req.method, also, &req.path, id.credential)
+        };
         if slots.is_empty() {
             return Outcome {
                 client_ip: Some(ip),

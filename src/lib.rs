@@ -157,6 +157,7 @@ pub mod keys;
 pub mod known_agents;
 pub mod limiter;
 pub mod log_sink;
+pub mod methods;
 pub mod metrics;
 pub(crate) mod observe;
 pub mod path;

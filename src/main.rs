@@ -170,6 +170,14 @@ struct ServeArgs {
     /// How long one request may wait for a slot before it gets 503 [default: 1s].
     #[arg(long, value_name = "DURATION")]
     admission_queue_timeout: Option<String>,
+    /// A request naming another method (X-HTTP-Method-Override, `_method`): `meter` it as both,
+    /// `strip` the override, or `refuse` it [default: meter].
+    #[arg(long, value_name = "MODE")]
+    method_override: Option<String>,
+    /// The methods forwarded, comma-separated; any other is answered 501
+    /// [default: GET,HEAD,POST,PUT,PATCH,DELETE,OPTIONS].
+    #[arg(long, value_name = "METHODS")]
+    allowed_methods: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -235,6 +243,16 @@ fn serve_loader(args: &ServeArgs) -> Loader {
             "admission.queue_timeout",
             &args.admission_queue_timeout,
             "--admission-queue-timeout",
+        ),
+        (
+            "methods.override",
+            &args.method_override,
+            "--method-override",
+        ),
+        (
+            "methods.allowed",
+            &args.allowed_methods,
+            "--allowed-methods",
         ),
     ];
     for (path, value, flag) in single {

@@ -13,6 +13,12 @@
 //! before any limiter or upstream sees it, one [`Class`] at a time. Each class can be allowed
 //! (for an API that really uses it): the request then passes with those bytes kept as sent, and
 //! the limiter matches exactly the bytes that are forwarded.
+//!
+//! The decision endpoint cannot rewrite what the proxy in front forwards, so it takes only a
+//! target that is its own canonical form ([`CanonicalPath::exact`]): every spelling the gateway
+//! would have rewritten (a dot or empty segment, an escape written otherwise, a character that
+//! must be escaped), a `#`, and a target that is not a path are refused there, each under a
+//! class of its own.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -36,10 +42,50 @@ pub enum Class {
     /// A segment that ends in `.` or starts or ends with whitespace (`rotate-key.`,
     /// `rotate-key%20`): trimmed by some routers and file systems, kept by others.
     SegmentEdge,
+    /// A `.` or `..` segment, escaped or not (`/x/../rotate-key`, `/%2e%2e/`): resolved by the
+    /// gateway, served as sent by a router that resolves nothing. Refused by the decision
+    /// endpoint only.
+    DotSegment,
+    /// An empty segment (`//x/…`, `/api//agent`): merged by the gateway, a host to WHATWG URL
+    /// parsers, a segment of its own to others. Refused by the decision endpoint only.
+    EmptySegment,
+    /// A percent-escape that the canonical form writes otherwise: an escaped letter, digit or
+    /// `-._~` (`%72otate-key`), or lower-case hex digits (`%c3%a9`). Refused by the decision
+    /// endpoint only.
+    EscapeSpelling,
+    /// A character that must be escaped in a path, sent raw (non-ASCII, space, `"`, `<`, `>`,
+    /// `^`, `` ` ``, `{`, `|`, `}`). Refused by the decision endpoint only.
+    Unescaped,
+    /// A `#`: a fragment, which a client never sends; one server forwards it, another strips
+    /// it, a third escapes it. Refused by the decision endpoint only (the gateway's HTTP parser
+    /// drops it).
+    Fragment,
+    /// A target that is not a path starting with `/` (absolute-form `http://host/…`, `*`, an
+    /// empty one). Refused by the decision endpoint only (the gateway's HTTP parser reads the
+    /// path out of an absolute-form target).
+    NotOriginForm,
 }
 
 impl Class {
-    pub const ALL: [Class; 7] = [
+    /// Every class, in metrics order.
+    pub const ALL: [Class; 13] = [
+        Class::InvalidEscape,
+        Class::InvalidUtf8,
+        Class::EncodedSlash,
+        Class::Backslash,
+        Class::Semicolon,
+        Class::Control,
+        Class::SegmentEdge,
+        Class::DotSegment,
+        Class::EmptySegment,
+        Class::EscapeSpelling,
+        Class::Unescaped,
+        Class::Fragment,
+        Class::NotOriginForm,
+    ];
+
+    /// The classes the gateway refuses unless allowed, each a setting under `[path]`.
+    pub const CONFIGURABLE: [Class; 7] = [
         Class::InvalidEscape,
         Class::InvalidUtf8,
         Class::EncodedSlash,
@@ -48,6 +94,12 @@ impl Class {
         Class::Control,
         Class::SegmentEdge,
     ];
+
+    /// Whether only the decision endpoint refuses this class (the gateway rewrites it, or its
+    /// HTTP parser never passes it on); such a class has no setting and cannot be allowed.
+    pub fn decision_only(self) -> bool {
+        self.setting().is_none()
+    }
 
     /// The class's name in metrics labels and problem bodies.
     pub fn as_str(self) -> &'static str {
@@ -59,12 +111,19 @@ impl Class {
             Class::Semicolon => "semicolon",
             Class::Control => "control",
             Class::SegmentEdge => "segment-edge",
+            Class::DotSegment => "dot-segment",
+            Class::EmptySegment => "empty-segment",
+            Class::EscapeSpelling => "escape-spelling",
+            Class::Unescaped => "unescaped",
+            Class::Fragment => "fragment",
+            Class::NotOriginForm => "not-origin-form",
         }
     }
 
-    /// The class's setting under `[path]`.
-    pub fn setting(self) -> &'static str {
-        match self {
+    /// The class's setting under `[path]`; `None` for the classes only the decision endpoint
+    /// refuses.
+    pub fn setting(self) -> Option<&'static str> {
+        Some(match self {
             Class::InvalidEscape => "invalid_escape",
             Class::InvalidUtf8 => "invalid_utf8",
             Class::EncodedSlash => "encoded_slash",
@@ -72,7 +131,13 @@ impl Class {
             Class::Semicolon => "semicolon",
             Class::Control => "control",
             Class::SegmentEdge => "segment_edge",
-        }
+            Class::DotSegment
+            | Class::EmptySegment
+            | Class::EscapeSpelling
+            | Class::Unescaped
+            | Class::Fragment
+            | Class::NotOriginForm => return None,
+        })
     }
 
     /// What a client is told.
@@ -85,11 +150,23 @@ impl Class {
             Class::Semicolon => "a semicolon (`;` or `%3B`)",
             Class::Control => "a NUL or control character",
             Class::SegmentEdge => "a segment that ends in `.` or starts or ends with whitespace",
+            Class::DotSegment => "a `.` or `..` segment (escaped or not)",
+            Class::EmptySegment => "an empty segment (`//`)",
+            Class::EscapeSpelling => {
+                "a percent-escape written otherwise in canonical form (an escaped letter, digit or `-._~`, or lower-case hex digits)"
+            }
+            Class::Unescaped => {
+                "a character that must be percent-escaped in a path (non-ASCII, space, `\"`, `<`, `>`, `^`, `` ` ``, `{`, `|`, `}`)"
+            }
+            Class::Fragment => "a `#` (a fragment)",
+            Class::NotOriginForm => {
+                "a target that is not a path starting with `/` (absolute-form `http://host/...`, `*`)"
+            }
         }
     }
 
-    fn bit(self) -> u8 {
-        1 << (self as u8)
+    fn bit(self) -> u16 {
+        1 << (self as u16)
     }
 }
 
@@ -102,15 +179,19 @@ impl fmt::Display for Class {
 /// Which classes pass instead of being refused. The default refuses all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PathRules {
-    allowed: u8,
+    allowed: u16,
 }
 
 impl PathRules {
     /// Refuse every class (the default).
     pub const STRICT: PathRules = PathRules { allowed: 0 };
 
+    /// Allow `class` as well. A class only the decision endpoint refuses cannot be allowed:
+    /// the rules stay as they are.
     pub fn allowing(mut self, class: Class) -> Self {
-        self.allowed |= class.bit();
+        if !class.decision_only() {
+            self.allowed |= class.bit();
+        }
         self
     }
 
@@ -118,9 +199,11 @@ impl PathRules {
         self.allowed & class.bit() != 0
     }
 
-    /// The allowed classes, in [`Class::ALL`] order.
+    /// The allowed classes, in [`Class::CONFIGURABLE`] order.
     pub fn allowed(self) -> impl Iterator<Item = Class> {
-        Class::ALL.into_iter().filter(move |c| self.allows(*c))
+        Class::CONFIGURABLE
+            .into_iter()
+            .filter(move |c| self.allows(*c))
     }
 }
 
@@ -155,12 +238,48 @@ impl<'a> CanonicalPath<'a> {
         if is_canonical(path.as_bytes()) {
             return Ok(CanonicalPath(Cow::Borrowed(path)));
         }
-        let canonical = canonicalize(path.as_bytes(), rules)?;
+        let canonical = canonicalize(path.as_bytes(), rules, &mut Rewrites::default())?;
         Ok(CanonicalPath(if canonical == path {
             Cow::Borrowed(path)
         } else {
             Cow::Owned(canonical)
         }))
+    }
+
+    /// `path` when it is its own canonical form under `rules`; otherwise why not: the class
+    /// [`CanonicalPath::parse`] refuses, or the first spelling it would have rewritten
+    /// ([`Class::DotSegment`], [`Class::EmptySegment`], [`Class::EscapeSpelling`],
+    /// [`Class::Unescaped`], a raw `#` as [`Class::Fragment`], an allowed class whose bytes are
+    /// rewritten under its own class), or [`Class::NotOriginForm`] when it does not start with
+    /// `/`. For the decision endpoint, which meters a path it cannot rewrite before the proxy
+    /// forwards it: what it takes is exactly what the upstream gets.
+    pub fn exact(path: &'a str, rules: PathRules) -> Result<Self, Rejected> {
+        let b = path.as_bytes();
+        if b.first() != Some(&b'/') {
+            return Err(Rejected {
+                class: Class::NotOriginForm,
+                at: 0,
+            });
+        }
+        if is_canonical(b) {
+            return Ok(CanonicalPath(Cow::Borrowed(path)));
+        }
+        let mut rewrites = Rewrites::default();
+        let canonical = canonicalize(b, rules, &mut rewrites)?;
+        match rewrites.first {
+            Some(r) => Err(r),
+            None if canonical == path => Ok(CanonicalPath(Cow::Borrowed(path))),
+            // Every rewrite is noted (a property test holds it); were one missed, the path
+            // would still be refused, at the first byte that differs.
+            None => Err(Rejected {
+                class: Class::Unescaped,
+                at: b
+                    .iter()
+                    .zip(canonical.as_bytes())
+                    .position(|(x, y)| x != y)
+                    .unwrap_or(b.len().min(canonical.len())),
+            }),
+        }
     }
 
     /// A path [`CanonicalPath::parse`] has already returned (a request's path after the
@@ -274,6 +393,39 @@ fn push_escaped(out: &mut String, b: u8) {
     out.push(HEX[usize::from(b & 15)] as char);
 }
 
+/// The first spelling the canonical form rewrites, by position in the path as sent: what
+/// [`CanonicalPath::exact`] refuses.
+#[derive(Default)]
+struct Rewrites {
+    first: Option<Rejected>,
+}
+
+impl Rewrites {
+    /// A rewrite of the bytes at `at`.
+    fn note(&mut self, class: Class, at: usize) {
+        if self.first.is_none_or(|f| at < f.at) {
+            self.first = Some(Rejected { class, at });
+        }
+    }
+
+    /// A whole segment starting at `at` is rewritten (a dot or empty segment): it names the
+    /// rewrite rather than any escape inside it.
+    fn note_segment(&mut self, class: Class, at: usize) {
+        if self.first.is_none_or(|f| at <= f.at) {
+            self.first = Some(Rejected { class, at });
+        }
+    }
+
+    /// An escape kept escaped: rewritten only when its hex digits are not upper case. `u` is a
+    /// unit of the segment `seg`, which starts at `start` in the path.
+    fn note_hex_case(&mut self, seg: &[u8], u: Unit, start: usize) {
+        let digits = seg.get(u.at + 1..u.at + 3).unwrap_or_default();
+        if u.escaped && digits.iter().any(u8::is_ascii_lowercase) {
+            self.note(Class::EscapeSpelling, start + u.at);
+        }
+    }
+}
+
 /// One byte of the path as sent: its value, whether it came escaped, where it started and how
 /// many bytes of the path it took.
 #[derive(Clone, Copy)]
@@ -317,7 +469,12 @@ struct Segment {
     last: Option<char>,
 }
 
-fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment, Rejected> {
+fn canonical_segment(
+    b: &[u8],
+    start: usize,
+    rules: PathRules,
+    rw: &mut Rewrites,
+) -> Result<Segment, Rejected> {
     let mut seg = Segment {
         text: String::with_capacity(b.len()),
         first: None,
@@ -339,6 +496,7 @@ fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment
             Ok(u) => u,
             Err(_) if rules.allows(Class::InvalidEscape) => {
                 // The lone `%` itself becomes data.
+                rw.note(Class::InvalidEscape, start + i);
                 seg.text.push_str("%25");
                 note(&mut seg, '%');
                 i += 1;
@@ -350,26 +508,37 @@ fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment
             // A run of non-ASCII bytes, raw or escaped: valid UTF-8 on its own or not at all
             // (every byte of a multi-byte sequence is >= 0x80).
             let mut run: Vec<u8> = Vec::with_capacity(8);
+            let mut units: Vec<Unit> = Vec::with_capacity(8);
             let mut j = i;
             while j < b.len() {
                 match unit_at(b, j) {
                     Ok(v) if v.byte >= 0x80 => {
                         run.push(v.byte);
+                        units.push(v);
                         j += v.len;
                     }
                     _ => break,
                 }
             }
-            match std::str::from_utf8(&run) {
+            let raw = match std::str::from_utf8(&run) {
                 Ok(s) => {
                     for c in s.chars() {
                         note(&mut seg, c);
                     }
+                    Class::Unescaped
                 }
                 Err(_) if rules.allows(Class::InvalidUtf8) => {
                     note(&mut seg, char::REPLACEMENT_CHARACTER);
+                    Class::InvalidUtf8
                 }
                 Err(_) => return Err(refuse(Class::InvalidUtf8, u.at)),
+            };
+            for v in units {
+                if v.escaped {
+                    rw.note_hex_case(b, v, start);
+                } else {
+                    rw.note(raw, start + v.at);
+                }
             }
             for byte in run {
                 push_escaped(&mut seg.text, byte);
@@ -379,17 +548,24 @@ fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment
         }
         let c = u.byte;
         match c {
-            _ if is_unreserved(c) => seg.text.push(c as char),
+            _ if is_unreserved(c) => {
+                if u.escaped {
+                    rw.note(Class::EscapeSpelling, start + u.at);
+                }
+                seg.text.push(c as char)
+            }
             b'/' => {
                 if !rules.allows(Class::EncodedSlash) {
                     return Err(refuse(Class::EncodedSlash, u.at));
                 }
+                rw.note_hex_case(b, u, start);
                 push_escaped(&mut seg.text, c);
             }
             b'\\' if u.escaped => {
                 if !rules.allows(Class::EncodedSlash) {
                     return Err(refuse(Class::EncodedSlash, u.at));
                 }
+                rw.note_hex_case(b, u, start);
                 push_escaped(&mut seg.text, c);
             }
             b'\\' => {
@@ -404,6 +580,7 @@ fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment
                     return Err(refuse(Class::Semicolon, u.at));
                 }
                 if u.escaped {
+                    rw.note_hex_case(b, u, start);
                     push_escaped(&mut seg.text, c);
                 } else {
                     seg.text.push(';');
@@ -413,10 +590,24 @@ fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment
                 if !rules.allows(Class::Control) {
                     return Err(refuse(Class::Control, u.at));
                 }
+                if u.escaped {
+                    rw.note_hex_case(b, u, start);
+                } else {
+                    rw.note(Class::Control, start + u.at);
+                }
                 push_escaped(&mut seg.text, c);
             }
             _ if is_literal(c) && !u.escaped => seg.text.push(c as char),
-            _ => push_escaped(&mut seg.text, c),
+            _ => {
+                if u.escaped {
+                    rw.note_hex_case(b, u, start);
+                } else if c == b'#' {
+                    rw.note(Class::Fragment, start + u.at);
+                } else {
+                    rw.note(Class::Unescaped, start + u.at);
+                }
+                push_escaped(&mut seg.text, c)
+            }
         }
         note(&mut seg, c as char);
         i += u.len;
@@ -424,9 +615,11 @@ fn canonical_segment(b: &[u8], start: usize, rules: PathRules) -> Result<Segment
     Ok(seg)
 }
 
-/// The full parse, for paths [`is_canonical`] did not pass.
-fn canonicalize(b: &[u8], rules: PathRules) -> Result<String, Rejected> {
+/// The full parse, for paths [`is_canonical`] did not pass; the spellings it rewrites are
+/// noted in `rw`.
+fn canonicalize(b: &[u8], rules: PathRules, rw: &mut Rewrites) -> Result<String, Rejected> {
     if b.is_empty() {
+        rw.note(Class::NotOriginForm, 0);
         return Ok("/".to_owned());
     }
     if b.first() != Some(&b'/') {
@@ -444,11 +637,23 @@ fn canonicalize(b: &[u8], rules: PathRules) -> Result<String, Rejected> {
     let mut trailing = false;
     let mut start = 1;
     for raw in b[1..].split(|c| *c == b'/') {
-        let seg = canonical_segment(raw, start, rules)?;
+        let seg_at = start;
+        let seg = canonical_segment(raw, start, rules, rw)?;
         start += raw.len() + 1;
         match seg.text.as_str() {
-            "" | "." => trailing = true,
+            "" => {
+                // Only a trailing `/` is kept as sent.
+                if start <= b.len() {
+                    rw.note_segment(Class::EmptySegment, seg_at);
+                }
+                trailing = true;
+            }
+            "." => {
+                rw.note_segment(Class::DotSegment, seg_at);
+                trailing = true;
+            }
             ".." => {
+                rw.note_segment(Class::DotSegment, seg_at);
                 let cut = out.rfind('/').unwrap_or(0);
                 out.truncate(cut);
                 trailing = true;
@@ -640,6 +845,129 @@ mod tests {
     fn non_paths_pass_unchanged() {
         assert_eq!(canon("*").as_deref(), Ok("*"));
     }
+
+    fn exact(p: &str, rules: PathRules) -> Result<String, (Class, usize)> {
+        CanonicalPath::exact(p, rules)
+            .map(|c| c.as_str().to_owned())
+            .map_err(|r| (r.class, r.at))
+    }
+
+    #[test]
+    fn exact_takes_a_canonical_path_as_it_is() {
+        for p in [
+            "/",
+            "/api/agent/rotate-key",
+            "/api/agent/rotate-key/",
+            "/API/Agent/Enroll",
+            "/a.b/c..d/.hidden",
+            "/x/a:b@c!$&'()*+,=",
+            "/caf%C3%A9",
+            "/a%2A%21%3F%23%25",
+            "/a%20b",
+        ] {
+            let c = CanonicalPath::exact(p, PathRules::STRICT).unwrap();
+            assert_eq!(c.as_str(), p);
+            assert!(!c.is_rewritten(), "{p}");
+        }
+    }
+
+    #[test]
+    fn exact_refuses_every_spelling_the_gateway_would_rewrite_naming_it() {
+        use Class::*;
+        for (sent, class, at) in [
+            // The issue's own examples.
+            ("//x/api/agent/rotate-key", EmptySegment, 1),
+            ("/api/agent/download/../../cron", DotSegment, 20),
+            ("/api//agent", EmptySegment, 5),
+            ("/api/tasks//", EmptySegment, 11),
+            ("//", EmptySegment, 1),
+            ("/api/./tasks", DotSegment, 5),
+            ("/api/tasks/.", DotSegment, 11),
+            ("/api/tasks/..", DotSegment, 11),
+            ("/..", DotSegment, 1),
+            // An escaped dot segment is a dot segment, not an escape.
+            ("/api/%2e%2e/agent", DotSegment, 5),
+            ("/api/.%2E/agent", DotSegment, 5),
+            ("/api/agent/%72otate-key", EscapeSpelling, 11),
+            ("/api/agent/rotate%2Dkey", EscapeSpelling, 17),
+            ("/%41pi", EscapeSpelling, 1),
+            ("/a%2a", EscapeSpelling, 2),
+            ("/caf%c3%a9", EscapeSpelling, 4),
+            ("/caf%C3%a9", EscapeSpelling, 7),
+            ("/a%3f", EscapeSpelling, 2),
+            ("/caf\u{e9}", Unescaped, 4),
+            ("/a|b", Unescaped, 2),
+            ("/a b", Unescaped, 2),
+            ("/a\"b", Unescaped, 2),
+            ("/a{b}", Unescaped, 2),
+            ("/a#b", Fragment, 2),
+            ("/a/b#/../c", Fragment, 4),
+            ("http://x/api/agent/rotate-key", NotOriginForm, 0),
+            ("*", NotOriginForm, 0),
+            ("", NotOriginForm, 0),
+            ("api/agent", NotOriginForm, 0),
+            // The first rewrite is named.
+            ("/api/%72/../x", EscapeSpelling, 5),
+            ("/a/../%72", DotSegment, 3),
+        ] {
+            assert_eq!(exact(sent, PathRules::STRICT), Err((class, at)), "{sent:?}");
+            assert!(class.decision_only(), "{class}");
+        }
+    }
+
+    #[test]
+    fn exact_refuses_what_parse_refuses_by_the_same_class() {
+        for sent in [
+            "/api/agent/%FF/%2e%2e/rotate-key",
+            "/api/%zz",
+            "/api%2fagent",
+            "/api\\agent",
+            "/api/agent/rotate-key;x=1",
+            "/api/agent/rotate-key%00",
+            "/api/agent/rotate-key.",
+            "/api/./agent/rotate-key%3B",
+        ] {
+            let parsed = CanonicalPath::parse(sent, PathRules::STRICT).unwrap_err();
+            let exact = CanonicalPath::exact(sent, PathRules::STRICT).unwrap_err();
+            assert_eq!(parsed, exact, "{sent:?}");
+        }
+    }
+
+    #[test]
+    fn an_allowed_class_passes_exact_only_when_its_bytes_are_kept() {
+        let all = all_allowed();
+        // Kept as sent by the gateway: taken as they are.
+        for p in ["/a\\b", "/a;b", "/a%3Bb", "/a%2Fb", "/a%00", "/a.", "/a%FF"] {
+            assert_eq!(exact(p, all).as_deref(), Ok(p), "{p:?}");
+        }
+        // Rewritten by the gateway: refused under the class that was allowed.
+        assert_eq!(exact("/a%zz", all), Err((Class::InvalidEscape, 2)));
+        assert_eq!(exact("/a%2fb", all), Err((Class::EscapeSpelling, 2)));
+        assert_eq!(exact("/a\u{1}b", all), Err((Class::Control, 2)));
+        // The decision-only classes cannot be allowed.
+        for class in Class::ALL.into_iter().filter(|c| c.decision_only()) {
+            assert!(!PathRules::STRICT.allowing(class).allows(class), "{class}");
+            assert_eq!(class.setting(), None);
+        }
+        assert_eq!(exact("/a/./b", all), Err((Class::DotSegment, 3)));
+    }
+
+    #[test]
+    fn every_class_has_a_distinct_name_and_the_configurable_ones_a_setting() {
+        let names: std::collections::BTreeSet<&str> =
+            Class::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), Class::ALL.len());
+        for class in Class::CONFIGURABLE {
+            assert!(
+                class.setting().is_some() && !class.decision_only(),
+                "{class}"
+            );
+        }
+        assert_eq!(
+            Class::ALL.iter().filter(|c| !c.decision_only()).count(),
+            Class::CONFIGURABLE.len()
+        );
+    }
 }
 
 #[cfg(test)]
@@ -727,7 +1055,7 @@ mod properties {
                     prop_assert!(!twice.map(|t| t.is_rewritten()).unwrap_or(true));
                 }
                 if is_canonical(path.as_bytes()) {
-                    prop_assert_eq!(canonicalize(path.as_bytes(), rules), Ok(path.clone()));
+                    prop_assert_eq!(canonicalize(path.as_bytes(), rules, &mut Rewrites::default()), Ok(path.clone()));
                 }
             }
         }
@@ -752,6 +1080,33 @@ mod properties {
                 policy.applicable(method, p, Credential::None).iter().map(|l| l.name.to_string()).collect()
             };
             prop_assert_eq!(names(&a), names(&b), "{}", spelled);
+        }
+
+        /// `exact` takes a path exactly when it is its own canonical form, and a refusal of a
+        /// path that has one always names a spelling: no rewrite goes unnoted.
+        #[test]
+        fn exact_takes_only_fixed_points(path in hostile_path()) {
+            for rules in [PathRules::STRICT, all_allowed()] {
+                let parsed = CanonicalPath::parse(&path, rules);
+                let exact = CanonicalPath::exact(&path, rules);
+                let fixed = path.starts_with('/')
+                    && parsed.as_ref().is_ok_and(|p| p.as_str() == path);
+                prop_assert_eq!(exact.is_ok(), fixed, "{:?}: {:?}", path, exact);
+                if let Ok(e) = &exact {
+                    prop_assert_eq!(e.as_str(), path.as_str());
+                    prop_assert!(!e.is_rewritten());
+                }
+                if path.starts_with('/') {
+                    let mut rw = Rewrites::default();
+                    if let Ok(c) = canonicalize(path.as_bytes(), rules, &mut rw) {
+                        prop_assert_eq!(rw.first.is_some(), c != path, "{:?} -> {:?}: {:?}", path, c, rw.first);
+                    }
+                }
+                if let (Ok(_), Err(r)) = (&parsed, &exact) {
+                    prop_assert!(r.class.decision_only() || rules.allows(r.class), "{:?}: {:?}", path, r);
+                    prop_assert!(r.at <= path.len());
+                }
+            }
         }
 
         /// Two arbitrary paths with one canonical form are metered alike.

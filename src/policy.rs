@@ -343,6 +343,75 @@ impl Policy {
         })
     }
 
+    /// The first request, if any, on which a limiter that `needs_ceiling` applies with no
+    /// limiter beside it that `is_ceiling` for it: its index, and the request as `METHOD /path`
+    /// with the credential kind. Asked of the real route picker (precedence, exceptions and
+    /// credential kinds exactly as requests meet them) over sample requests: every route and
+    /// exception of every limiter, its wildcards filled with a segment no route names (`*` with
+    /// one, `**` with none, one and two), under every method and every credential kind. A
+    /// start-up check, never on a request's path.
+    pub(crate) fn first_unguarded(
+        &self,
+        needs_ceiling: impl Fn(&LimiterSpec) -> bool,
+        is_ceiling: impl Fn(&LimiterSpec, &LimiterSpec) -> bool,
+    ) -> Option<(usize, String, Credential)> {
+        let patterns: Vec<&RoutePattern> = self
+            .limiters
+            .iter()
+            .flat_map(|l| l.routes.iter().chain(&l.except))
+            .collect();
+        let fresh = fresh_segment(&patterns);
+        let mut paths: Vec<String> = patterns
+            .iter()
+            .flat_map(|p| p.sample_paths(&fresh))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        for path in &paths {
+            for method in METHODS {
+                for cred in Credential::ALL {
+                    let picked = self.applicable_to(method, path, cred);
+                    for &i in &picked {
+                        let l = &self.limiters[i];
+                        if !needs_ceiling(l) {
+                            continue;
+                        }
+                        let guarded = picked
+                            .iter()
+                            .any(|&j| j != i && is_ceiling(&self.limiters[j], l));
+                        if !guarded {
+                            return Some((i, format!("{method} {path}"), cred));
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The limiters that meter a request of `method` on `path` that names the methods in
+    /// `also` by override: the union of what each method picks, each limiter once, in
+    /// configuration order. Within a group each method still picks its most specific route, so
+    /// a `POST` named `GET` is metered by the `POST` route's limiter and the `GET` route's.
+    pub fn picked_any(
+        &self,
+        method: &str,
+        also: &[&str],
+        path: &CanonicalPath<'_>,
+        cred: Credential,
+    ) -> Picked {
+        let mut all = self.picked(method, path, cred);
+        for m in also {
+            for i in self.picked(m, path, cred) {
+                if !all.contains(&i) {
+                    all.push(i);
+                }
+            }
+        }
+        all.sort_unstable();
+        all
+    }
+
     /// Indices of the limiters that meter `path`.
     fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Picked {
         let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
@@ -546,6 +615,22 @@ impl Serialize for RoutePattern {
     }
 }
 
+/// A path segment that no route names: sample requests fill wildcards with it.
+fn fresh_segment(patterns: &[&RoutePattern]) -> String {
+    let mut fresh = "x".to_owned();
+    while patterns.iter().any(|p| {
+        p.segs
+            .iter()
+            .any(|s| matches!(s, Seg::Lit(l) if *l == fresh))
+    }) {
+        fresh.push('x');
+    }
+    fresh
+}
+
+/// Most sample paths one route yields (a route with many `**` stops there).
+const MAX_SAMPLES_PER_ROUTE: usize = 243;
+
 impl RoutePattern {
     pub fn matches(&self, method: &str, segs: &[&str]) -> bool {
         if let Some(m) = &self.method {
@@ -582,6 +667,39 @@ impl RoutePattern {
 
     pub fn as_str(&self) -> &str {
         &self.raw
+    }
+
+    /// Requests paths this route matches, its wildcards filled with `fresh`: `*` with one
+    /// segment, `**` with none, one and two.
+    fn sample_paths(&self, fresh: &str) -> Vec<String> {
+        let two = format!("{fresh}/{fresh}");
+        let mut out = vec![String::new()];
+        for seg in &self.segs {
+            let fills: Vec<&str> = match seg {
+                Seg::Lit(l) => vec![l.as_str()],
+                Seg::Star => vec![fresh],
+                Seg::DoubleStar => vec!["", fresh, &two],
+            };
+            out = out
+                .iter()
+                .flat_map(|p| {
+                    fills
+                        .iter()
+                        .map(move |f| match (p.is_empty(), f.is_empty()) {
+                            (_, true) => p.clone(),
+                            (true, false) => format!("/{f}"),
+                            (false, false) => format!("{p}/{f}"),
+                        })
+                })
+                .take(MAX_SAMPLES_PER_ROUTE)
+                .collect();
+        }
+        for p in &mut out {
+            if p.is_empty() {
+                p.push('/');
+            }
+        }
+        out
     }
 
     /// Whether every request `other` matches, this matches too.
@@ -730,6 +848,42 @@ mod tests {
         );
         assert_eq!(names(&p, "GET", "/api/agent/../tasks"), ["ui"]);
         assert_eq!(names(&p, "GET", "/healthz"), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_override_is_metered_as_every_method_it_could_be_routed_as() {
+        let p = Policy::new(crate::config::Config::default().limiters);
+        let any = |method: &str, also: &[&str], path: &str| -> Vec<String> {
+            let path = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+            p.picked_any(method, also, &path, Credential::None)
+                .into_iter()
+                .map(|i| p.limiters()[i].name.to_string())
+                .collect()
+        };
+        // A POST that an Express app routes as GET: the download budget, and the agent one.
+        assert_eq!(
+            any("POST", &["GET"], "/api/agent/download/linux"),
+            ["agent-device", "agent-ip", "download"]
+        );
+        assert_eq!(
+            names(&p, "POST", "/api/agent/download/linux"),
+            ["agent-device", "agent-ip"]
+        );
+        // A GET named POST on key rotation: key rotation's budget applies.
+        assert_eq!(
+            any("GET", &["POST"], "/api/agent/rotate-key"),
+            ["agent-device", "agent-ip", "key-rotation"]
+        );
+        // Each limiter once, whatever the order and repetition of the methods named.
+        assert_eq!(
+            any("POST", &["GET", "HEAD", "GET"], "/api/agent/download/x"),
+            any("POST", &["GET"], "/api/agent/download/x")
+        );
+        // Nothing named: exactly the request's own method.
+        assert_eq!(
+            any("POST", &[], "/api/agent/enroll"),
+            names(&p, "POST", "/api/agent/enroll")
+        );
     }
 
     #[test]

@@ -9,19 +9,15 @@
 //! one is skipped with the reason printed, unless `CI` is set: then the test fails.
 
 mod common;
+#[path = "support/proxies.rs"]
+mod proxies;
 
-use common::{free_port, Gateway, PATIENCE};
+use common::{Gateway, PATIENCE};
+use proxies::{Proxy, ProxyKind};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Where the configurations operators copy live; the tests run them as written.
-fn doc(name: &str) -> PathBuf {
-    common::manifest_dir().join("docs/forward-auth").join(name)
-}
+use std::sync::{Arc, Mutex};
 
 /// Skip (printing why), or fail under `CI`.
 fn unavailable(why: &str) -> bool {
@@ -32,37 +28,42 @@ fn unavailable(why: &str) -> bool {
     false
 }
 
-fn binary(candidates: &[&str]) -> Option<PathBuf> {
-    candidates
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .or_else(|| {
-            let name = Path::new(candidates[0]).file_name()?;
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|d| d.join(name))
-                    .find(|p| p.is_file())
-            })
-        })
+/// `kind` in front of `decision` and `upstream`, or `None` (skipped) when it is not installed.
+fn proxy(kind: ProxyKind, decision: SocketAddr, upstream: &str) -> Option<Proxy> {
+    if let Some(why) = proxies::missing(kind) {
+        unavailable(&why);
+        return None;
+    }
+    Some(Proxy::start(kind, decision, upstream))
 }
 
 /// A tiny upstream: answers every request with `upstream: <method> <target> xff=<X-Forwarded-For>`
 /// and the names of the rate-limit headers it was sent (it should be sent none).
 fn upstream() -> String {
+    recording_upstream().0
+}
+
+/// Every request line an upstream received (`METHOD TARGET`), in order.
+type Received = Arc<Mutex<Vec<String>>>;
+
+/// [`upstream`], and what it received.
+fn recording_upstream() -> (String, Received) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind upstream");
     let addr = listener.local_addr().expect("addr");
+    let received = Received::default();
+    let log = received.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
+            let log = log.clone();
             std::thread::spawn(move || {
-                let _ = serve(conn);
+                let _ = serve(conn, &log);
             });
         }
     });
-    format!("127.0.0.1:{}", addr.port())
+    (format!("127.0.0.1:{}", addr.port()), received)
 }
 
-fn serve(conn: TcpStream) -> std::io::Result<()> {
+fn serve(conn: TcpStream, log: &Mutex<Vec<String>>) -> std::io::Result<()> {
     let mut out = conn.try_clone()?;
     let mut r = BufReader::new(conn);
     loop {
@@ -100,6 +101,9 @@ fn serve(conn: TcpStream) -> std::io::Result<()> {
         r.read_exact(&mut body)?;
         let mut words = first.split_whitespace();
         let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        if let Ok(mut l) = log.lock() {
+            l.push(format!("{method} {target}"));
+        }
         let text = format!("upstream: {method} {target} xff={xff} leaked={leaked:?}");
         write!(
             out,
@@ -119,128 +123,6 @@ fn limiter(upstream: &str) -> Gateway {
         .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
         .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
         .spawn()
-}
-
-/// A proxy process, stopped when dropped.
-struct Proxy {
-    child: Child,
-    addr: SocketAddr,
-    dir: tempfile::TempDir,
-    log: PathBuf,
-}
-
-impl Proxy {
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
-    }
-
-    fn wait(mut self, what: &str) -> Self {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "{what} exited with {status}: {}",
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
-            }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                return self;
-            }
-            assert!(Instant::now() < deadline, "{what} never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = &self.dir;
-    }
-}
-
-/// nginx with `docs/forward-auth/nginx.conf`, its three addresses replaced.
-fn nginx(decision: SocketAddr, upstream: &str) -> Option<Proxy> {
-    let Some(bin) = binary(&["/usr/sbin/nginx"]) else {
-        unavailable("nginx is not installed (apt-get install nginx-light)");
-        return None;
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_port();
-    let site = std::fs::read_to_string(doc("nginx.conf"))
-        .expect("docs/forward-auth/nginx.conf")
-        .replace("127.0.0.1:7392", &decision.to_string())
-        .replace("listen 80;", &format!("listen 127.0.0.1:{port};"))
-        .replace("http://127.0.0.1:3000", &format!("http://{upstream}"));
-    let d = dir.path().display();
-    std::fs::write(dir.path().join("site.conf"), site).expect("write site");
-    let main = format!(
-        "worker_processes 1;\ndaemon off;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\nevents {{}}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/t1;\n  proxy_temp_path {d}/t2;\n  fastcgi_temp_path {d}/t3;\n  uwsgi_temp_path {d}/t4;\n  scgi_temp_path {d}/t5;\n  include {d}/site.conf;\n}}\n"
-    );
-    std::fs::write(dir.path().join("nginx.conf"), main).expect("write nginx.conf");
-    let log = dir.path().join("error.log");
-    let child = Command::new(bin)
-        .arg("-c")
-        .arg(dir.path().join("nginx.conf"))
-        .arg("-e")
-        .arg(&log)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nginx");
-    Some(
-        Proxy {
-            child,
-            addr: ([127, 0, 0, 1], port).into(),
-            dir,
-            log,
-        }
-        .wait("nginx"),
-    )
-}
-
-/// Caddy with `docs/forward-auth/Caddyfile`, its three addresses replaced.
-fn caddy(decision: SocketAddr, upstream: &str) -> Option<Proxy> {
-    let Some(bin) = binary(&["/usr/bin/caddy"]) else {
-        unavailable("caddy is not installed (apt-get install caddy)");
-        return None;
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
-    let port = free_port();
-    let d = dir.path().display();
-    let site = std::fs::read_to_string(doc("Caddyfile"))
-        .expect("docs/forward-auth/Caddyfile")
-        .replace(":80 {", &format!("http://127.0.0.1:{port} {{"))
-        .replace("127.0.0.1:7392", &decision.to_string())
-        .replace("127.0.0.1:3000", upstream);
-    let file =
-        format!("{{\n\tadmin off\n\tauto_https off\n\tstorage file_system {d}/data\n}}\n{site}");
-    std::fs::write(dir.path().join("Caddyfile"), file).expect("write Caddyfile");
-    let log = dir.path().join("caddy.log");
-    let out = std::fs::File::create(&log).expect("log file");
-    let child = Command::new(bin)
-        .arg("run")
-        .arg("--config")
-        .arg(dir.path().join("Caddyfile"))
-        .arg("--adapter")
-        .arg("caddyfile")
-        .env("HOME", dir.path())
-        .env("XDG_DATA_HOME", dir.path())
-        .env("XDG_CONFIG_HOME", dir.path())
-        .stdout(Stdio::null())
-        .stderr(out)
-        .spawn()
-        .expect("start caddy");
-    Some(
-        Proxy {
-            child,
-            addr: ([127, 0, 0, 1], port).into(),
-            dir,
-            log,
-        }
-        .wait("caddy"),
-    )
 }
 
 /// A client whose connections come from `from` (a loopback address of its own).
@@ -434,7 +316,7 @@ async fn through_nginx_auth_request_limits_like_the_gateway() {
     let up = upstream();
     let gw = limiter(&up);
     let decision = gw.decision_addr.expect("decision listener");
-    let Some(proxy) = nginx(decision, &up) else {
+    let Some(proxy) = proxy(ProxyKind::Nginx, decision, &up) else {
         return;
     };
     behaves_like_the_gateway(&proxy, &gw, "nginx", 2).await;
@@ -445,7 +327,7 @@ async fn through_caddy_forward_auth_limits_like_the_gateway() {
     let up = upstream();
     let gw = limiter(&up);
     let decision = gw.decision_addr.expect("decision listener");
-    let Some(proxy) = caddy(decision, &up) else {
+    let Some(proxy) = proxy(ProxyKind::Caddy, decision, &up) else {
         return;
     };
     behaves_like_the_gateway(&proxy, &gw, "caddy", 12).await;
@@ -631,6 +513,487 @@ async fn sigterm_stops_the_gateway_and_the_decision_endpoint_together() {
             Some(0),
             "decision only: {only}; {}",
             gw.stderr()
+        );
+    }
+}
+
+/// One raw HTTP/1.1 request (`Connection: close` added) from the loopback address `from`, for
+/// targets a URL library would rewrite (`/a/../b`): what came back, parsed.
+fn raw_from(
+    from: [u8; 4],
+    addr: SocketAddr,
+    method: &str,
+    target: &[u8],
+    headers: &[(&str, &[u8])],
+) -> common::RawResponse {
+    let socket =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    socket
+        .bind(&SocketAddr::from((from, 0)).into())
+        .expect("bind a loopback address");
+    socket.connect(&addr.into()).expect("connect");
+    let mut s = TcpStream::from(socket);
+    s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let mut req = Vec::new();
+    req.extend_from_slice(method.as_bytes());
+    req.push(b' ');
+    req.extend_from_slice(target);
+    req.extend_from_slice(b" HTTP/1.1\r\nHost: fleet.test\r\nContent-Length: 0\r\n");
+    for (k, v) in headers {
+        req.extend_from_slice(k.as_bytes());
+        req.extend_from_slice(b": ");
+        req.extend_from_slice(v);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"Connection: close\r\n\r\n");
+    s.write_all(&req).expect("write");
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no answer head: {:?}", String::from_utf8_lossy(&buf)));
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    common::RawResponse {
+        status,
+        headers: lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect(),
+        body: buf[end + 4..].to_vec(),
+    }
+}
+
+/// The problem document's `type` and `detail` of a client's answer (the body), or of an
+/// `/nginx` answer (its `X-FleetLimiter-Problem` header).
+fn problem_of(res: &common::RawResponse) -> (String, String) {
+    let text = res
+        .header("x-fleetlimiter-problem")
+        .map(|h| h.as_bytes().to_vec())
+        .unwrap_or_else(|| res.body.clone());
+    let v: Value = serde_json::from_slice(&text).unwrap_or_else(|e| {
+        panic!(
+            "not a problem document ({e}): {} {:?}",
+            res.status,
+            String::from_utf8_lossy(&text)
+        )
+    });
+    (
+        v["type"].as_str().unwrap_or_default().to_owned(),
+        v["detail"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+const NON_CANONICAL: &str = "urn:fleet-limiter:problem:non-canonical-path";
+const BAD_QUESTION: &str = "urn:fleet-limiter:problem:bad-decision-request";
+
+/// The client's view of a refusal of its target: 400 problem+json `non-canonical-path`
+/// naming `class`.
+fn assert_refused_as(res: &common::RawResponse, class: &str, via: &str) {
+    assert_eq!(res.status, 400, "{via}: {res:?}");
+    assert_eq!(
+        res.header("content-type"),
+        Some("application/problem+json"),
+        "{via}"
+    );
+    let (kind, detail) = problem_of(res);
+    assert_eq!(kind, NON_CANONICAL, "{via}: {detail}");
+    assert!(detail.contains(&format!("({class})")), "{via}: {detail}");
+}
+
+/// Both proxies, started from the documented files in front of one limiter and one recording
+/// upstream; `None` when either is not installed (skipped, or failing under `CI`).
+fn both_proxies(decision: SocketAddr, up: &str) -> Option<[Proxy; 2]> {
+    let nginx = proxy(ProxyKind::Nginx, decision, up)?;
+    let caddy = proxy(ProxyKind::Caddy, decision, up)?;
+    Some([nginx, caddy])
+}
+
+/// The examples, through the real nginx and Caddy with the documented files: the proxy
+/// forwards the target as sent, so a spelling the gateway would have rewritten is refused,
+/// never metered as its canonical form and served as something else.
+#[test]
+fn a_target_the_proxy_forwards_unrewritten_is_refused_never_metered_as_another_path() {
+    let (up, received) = recording_upstream();
+    let gw = limiter(&up);
+    let decision = gw.decision_addr.expect("decision listener");
+    let Some(proxies) = both_proxies(decision, &up) else {
+        return;
+    };
+    for (n, proxy) in proxies.iter().enumerate() {
+        let via = proxy.kind.name();
+        let client = [127, 0, 1, 10 + n as u8];
+        // Key rotation allows 3 in 15 minutes; with no limiter, 20 of 20 went through.
+        for _ in 0..20 {
+            let res = raw_from(client, proxy.addr, "POST", b"//x/api/agent/rotate-key", &[]);
+            assert_refused_as(&res, "empty-segment", via);
+        }
+        // Served by the download handler (Express, nginx and the Express client route on the
+        // raw path), metered as `/api/cron`: 50 of 50 went through.
+        for _ in 0..50 {
+            let res = raw_from(
+                client,
+                proxy.addr,
+                "GET",
+                b"/api/agent/download/../../cron",
+                &[],
+            );
+            assert_refused_as(&res, "dot-segment", via);
+        }
+        for (method, target, class) in [
+            ("POST", &b"/api/agent/%72otate-key"[..], "escape-spelling"),
+            ("POST", b"/api/agent/x/%2e%2e/rotate-key", "dot-segment"),
+            ("POST", b"/api//agent/rotate-key", "empty-segment"),
+            ("GET", b"/api/tasks/caf%c3%a9", "escape-spelling"),
+            ("POST", b"/api/agent/a%2Frotate-key", "encoded-slash"),
+        ] {
+            let res = raw_from(client, proxy.addr, method, target, &[]);
+            assert_refused_as(&res, class, via);
+        }
+        // A fragment: nginx passes `#` on as it is, Caddy escapes it (and the `..` after it
+        // is then a dot segment); either way it is refused.
+        let res = raw_from(
+            client,
+            proxy.addr,
+            "POST",
+            b"/api/agent/x#/../rotate-key",
+            &[],
+        );
+        assert_eq!(res.status, 400, "{via}: {res:?}");
+        assert_eq!(problem_of(&res).0, NON_CANONICAL, "{via}");
+        // None of it reached the upstream, nor spent the client's key-rotation budget.
+        assert_eq!(
+            received.lock().map(|r| r.clone()).unwrap_or_default(),
+            Vec::<String>::new(),
+            "{via}: the upstream saw a refused request"
+        );
+        for left in ["2", "1", "0"] {
+            let res = raw_from(client, proxy.addr, "POST", ROTATE.as_bytes(), &[]);
+            assert_eq!(res.status, 200, "{via}: {res:?}");
+            assert_eq!(res.header("x-ratelimit-remaining"), Some(left), "{via}");
+        }
+        let res = raw_from(client, proxy.addr, "POST", ROTATE.as_bytes(), &[]);
+        assert_eq!(res.status, 429, "{via}: {res:?}");
+        // The canonical spellings reached the upstream exactly as they were metered.
+        let seen = received.lock().map(|r| r.clone()).unwrap_or_default();
+        assert_eq!(
+            seen,
+            vec![format!("POST {ROTATE}"); 3],
+            "{via}: only the three allowed rotations, as sent"
+        );
+        if let Ok(mut r) = received.lock() {
+            r.clear();
+        }
+    }
+}
+
+/// Two `X-Original-URI` headers: the first used to win. Each original-request header sent twice
+/// is refused, so is one of the other proxy's kind naming another request, and a client cannot
+/// add its own through nginx or Caddy.
+#[test]
+fn original_request_headers_sent_twice_or_contradicting_each_other_are_refused() {
+    let (up, received) = recording_upstream();
+    let gw = limiter(&up);
+    let d = gw.decision_addr.expect("decision listener");
+    let proxy_peer = [127, 0, 0, 1];
+    let ask = |path: &str, method: &str, headers: &[(&str, &[u8])]| {
+        raw_from(proxy_peer, d, method, path.as_bytes(), headers)
+    };
+    let nginx_question: [(&str, &[u8]); 3] = [
+        ("X-Original-Method", b"POST"),
+        ("X-Original-URI", ROTATE.as_bytes()),
+        ("X-Forwarded-For", b"192.0.2.80"),
+    ];
+    let caddy_question: [(&str, &[u8]); 3] = [
+        ("X-Forwarded-Method", b"POST"),
+        ("X-Forwarded-Uri", ROTATE.as_bytes()),
+        ("X-Forwarded-For", b"192.0.2.81"),
+    ];
+    let bad_question = |res: &common::RawResponse, naming: &str, via: &str| {
+        let (kind, detail) = problem_of(res);
+        assert_eq!(kind, BAD_QUESTION, "{via}: {detail}");
+        assert!(detail.starts_with(naming), "{via}: {detail}");
+    };
+
+    // The example: a second X-Original-URI naming another path.
+    let mut two = nginx_question.to_vec();
+    two.insert(2, ("X-Original-URI", b"/api/tasks"));
+    let res = ask("/nginx", "GET", &two);
+    assert_eq!(res.status, 401, "{res:?}");
+    assert_eq!(res.header("x-fleetlimiter-status"), Some("400"));
+    bad_question(&res, "X-Original-URI is sent more than once", "/nginx");
+
+    // Every original-request header, on both paths, even repeating the same value.
+    for (path, question) in [("/nginx", &nginx_question), ("/caddy", &caddy_question)] {
+        for name in [
+            "X-Original-Method",
+            "X-Original-URI",
+            "X-Forwarded-Method",
+            "X-Forwarded-Uri",
+        ] {
+            let mut headers = question.to_vec();
+            let value: &[u8] = if name.ends_with("Method") {
+                b"POST"
+            } else {
+                ROTATE.as_bytes()
+            };
+            headers.push((name, value));
+            headers.push((name, value));
+            let res = ask(path, "GET", &headers);
+            let expected = if path == "/nginx" { 401 } else { 400 };
+            assert_eq!(res.status, expected, "{path} {name}: {res:?}");
+            bad_question(&res, &format!("{name} is sent more than once"), path);
+        }
+    }
+
+    // The other kind's headers: the same request is fine, another one is refused.
+    let with = |question: &[(&'static str, &'static [u8])],
+                extra: (&'static str, &'static [u8])| {
+        let mut h = question.to_vec();
+        h.push(extra);
+        h
+    };
+    let res = ask(
+        "/nginx",
+        "GET",
+        &with(&nginx_question, ("X-Forwarded-Uri", ROTATE.as_bytes())),
+    );
+    assert_eq!(res.status, 200, "{res:?}");
+    let res = ask(
+        "/nginx",
+        "GET",
+        &with(&nginx_question, ("X-Forwarded-Uri", b"/api/tasks")),
+    );
+    assert_eq!(res.status, 401, "{res:?}");
+    bad_question(
+        &res,
+        "X-Forwarded-Uri names another target than X-Original-URI",
+        "/nginx",
+    );
+    let res = ask(
+        "/caddy",
+        "GET",
+        &with(&caddy_question, ("X-Original-URI", b"/api/tasks")),
+    );
+    assert_eq!(res.status, 400, "{res:?}");
+    bad_question(
+        &res,
+        "X-Original-URI names another target than X-Forwarded-Uri",
+        "/caddy",
+    );
+    let res = ask(
+        "/caddy",
+        "GET",
+        &with(&caddy_question, ("X-Original-Method", b"GET")),
+    );
+    assert_eq!(res.status, 400, "{res:?}");
+    bad_question(
+        &res,
+        "X-Original-Method names another method than X-Forwarded-Method",
+        "/caddy",
+    );
+    // Envoy's check request is the original: a header naming another target is refused, one
+    // naming it (query included) is not.
+    let envoy = |uri: &'static [u8]| {
+        ask(
+            "/envoy/api/agent/rotate-key?r=1",
+            "POST",
+            &[("X-Forwarded-For", b"192.0.2.82"), ("X-Forwarded-Uri", uri)],
+        )
+    };
+    bad_question(
+        &envoy(b"/api/agent/rotate-key?r=2"),
+        "X-Forwarded-Uri names another target than the check request's own",
+        "/envoy",
+    );
+    assert_eq!(envoy(b"/api/agent/rotate-key?r=1").status, 200);
+
+    // None of the refused questions spent a budget: 192.0.2.80 still has its 3 rotations (one
+    // spent by the agreeing question above).
+    for left in ["1", "0"] {
+        let res = ask("/nginx", "GET", &nginx_question);
+        assert_eq!(res.status, 200, "{res:?}");
+        assert_eq!(res.header("x-ratelimit-remaining"), Some(left));
+    }
+    assert_eq!(ask("/nginx", "GET", &nginx_question).status, 403);
+
+    // Through the real proxies: each sets its own pair, replacing whatever the client sent, and
+    // passes the other kind on from the client.
+    let Some(proxies) = both_proxies(d, &up) else {
+        return;
+    };
+    for (n, proxy) in proxies.iter().enumerate() {
+        let via = proxy.kind.name();
+        let (own, other): (&str, &str) = match proxy.kind {
+            ProxyKind::Nginx => ("X-Original-URI", "X-Forwarded-Uri"),
+            ProxyKind::Caddy => ("X-Forwarded-Uri", "X-Original-URI"),
+        };
+        let client = [127, 0, 2, 10 + n as u8];
+        // The client's own copies of the proxy's header are replaced: metered as sent.
+        let res = raw_from(
+            client,
+            proxy.addr,
+            "POST",
+            ROTATE.as_bytes(),
+            &[(own, b"/api/tasks"), (own, b"/api/tasks")],
+        );
+        assert_eq!(res.status, 200, "{via}: {res:?}");
+        assert_eq!(
+            res.header("ratelimit-policy"),
+            Some("\"key-rotation\";q=3;w=900"),
+            "{via}"
+        );
+        // The other kind's header naming another path is refused.
+        let res = raw_from(
+            client,
+            proxy.addr,
+            "POST",
+            ROTATE.as_bytes(),
+            &[(other, b"/api/tasks")],
+        );
+        assert_eq!(res.status, 400, "{via}: {res:?}");
+        let (kind, detail) = problem_of(&res);
+        assert_eq!(kind, BAD_QUESTION, "{via}");
+        assert!(
+            detail.starts_with(&format!("{other} names another target")),
+            "{via}: {detail}"
+        );
+    }
+    let seen = received.lock().map(|r| r.len()).unwrap_or_default();
+    assert_eq!(
+        seen, 2,
+        "only the two replaced-header requests reached the upstream"
+    );
+}
+
+/// Hostile original targets asked straight at the endpoint, on every path: each is refused with
+/// the class named and counted under it, and a target that is its own canonical form is not.
+#[tokio::test]
+async fn the_endpoint_refuses_every_target_it_would_have_to_rewrite() {
+    let gw = Gateway::serve()
+        .decision_only()
+        .admin()
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .spawn();
+    let d = gw.decision_addr.expect("decision listener");
+    let cases: &[(&[u8], &str)] = &[
+        (b"//x/api/agent/rotate-key", "empty-segment"),
+        (b"///api/agent/rotate-key", "empty-segment"),
+        (b"/api/agent//rotate-key", "empty-segment"),
+        (b"/api/agent/download/../../cron", "dot-segment"),
+        (b"/api/agent/./rotate-key", "dot-segment"),
+        (b"/api/agent/rotate-key/..", "dot-segment"),
+        (b"/api/agent/%2e%2e/agent/rotate-key", "dot-segment"),
+        (b"/api/agent/.%2E/agent/rotate-key", "dot-segment"),
+        (b"/api/agent/%72otate-key", "escape-spelling"),
+        (b"/api/agent/rotate%2dkey", "escape-spelling"),
+        (b"/api/tasks/caf%c3%a9", "escape-spelling"),
+        (b"/api/tasks/a%2a", "escape-spelling"),
+        (b"/api/agent/rotate-key#x", "fragment"),
+        (b"/api/agent/x#/../rotate-key", "fragment"),
+        (b"/api/agent/rotate-key?x#/../y", "fragment"),
+        (b"http://fleet.test/api/agent/rotate-key", "not-origin-form"),
+        (b"HTTP://FLEET.TEST/api/agent/rotate-key", "not-origin-form"),
+        (b"*", "not-origin-form"),
+        (b"api/agent/rotate-key", "not-origin-form"),
+        (b"/api/agent/rotate|key", "unescaped"),
+        (b"/api/agent/rotate key", "unescaped"),
+        (b"/api/tasks/caf\xC3\xA9", "unescaped"),
+        (b"/api/tasks/caf\xFF", "invalid-utf8"),
+        (b"/api/tasks/caf\xC0\xAE", "invalid-utf8"),
+        (b"/api/agent/rot\tate-key", "control"),
+        (b"/api/agent/%FF/%2e%2e/rotate-key", "invalid-utf8"),
+        (b"/api/agent/a%2Frotate-key", "encoded-slash"),
+        (b"/api/agent/rotate-key;x=1", "semicolon"),
+        (b"/api/agent/rotate-key.", "segment-edge"),
+    ];
+    let mut counted: std::collections::BTreeMap<&str, u32> = Default::default();
+    for (uri, class) in cases {
+        let shown = String::from_utf8_lossy(uri);
+        for (path, m, u) in [
+            ("/nginx", "X-Original-Method", "X-Original-URI"),
+            ("/caddy", "X-Forwarded-Method", "X-Forwarded-Uri"),
+            ("/forward", "X-Forwarded-Method", "X-Forwarded-Uri"),
+        ] {
+            let res = raw_from(
+                [127, 0, 0, 1],
+                d,
+                "GET",
+                path.as_bytes(),
+                &[(m, b"POST"), (u, uri), ("X-Forwarded-For", b"192.0.2.90")],
+            );
+            if path == "/nginx" {
+                assert_eq!(res.status, 401, "{path} {shown}: {res:?}");
+                assert_eq!(res.header("x-fleetlimiter-status"), Some("400"));
+            } else {
+                assert_eq!(res.status, 400, "{path} {shown}: {res:?}");
+            }
+            let (kind, detail) = problem_of(&res);
+            assert_eq!(kind, NON_CANONICAL, "{path} {shown}: {detail}");
+            assert!(
+                detail.contains(&format!("({class})")),
+                "{path} {shown}: {detail}"
+            );
+            *counted.entry(class).or_default() += 1;
+        }
+    }
+    // Envoy: the check request's own target, behind /envoy.
+    for (target, class) in [
+        (&b"/envoy//x/api/agent/rotate-key"[..], "empty-segment"),
+        (b"/envoy/api/agent/download/../../cron", "dot-segment"),
+        (b"/envoy/api/agent/%72otate-key", "escape-spelling"),
+    ] {
+        let res = raw_from([127, 0, 0, 1], d, "POST", target, &[]);
+        assert_eq!(res.status, 400, "{res:?}");
+        let (kind, detail) = problem_of(&res);
+        assert_eq!(kind, NON_CANONICAL);
+        assert!(detail.contains(&format!("({class})")), "{detail}");
+        *counted.entry(class).or_default() += 1;
+    }
+    // Targets that are their own canonical form are decided on as they are.
+    for uri in [
+        &b"/api/agent/rotate-key"[..],
+        b"/api/agent/rotate-key/",
+        b"/api/agent/rotate-key?x=/../../y&z=%2e%2e",
+        b"/api/tasks/caf%C3%A9",
+        b"/api/tasks/a%2A%25%3F%23",
+        b"/",
+    ] {
+        let res = raw_from(
+            [127, 0, 0, 1],
+            d,
+            "GET",
+            b"/caddy",
+            &[
+                ("X-Forwarded-Method", b"GET"),
+                ("X-Forwarded-Uri", uri),
+                ("X-Forwarded-For", b"192.0.2.91"),
+            ],
+        );
+        assert_eq!(res.status, 200, "{}: {res:?}", String::from_utf8_lossy(uri));
+    }
+    // Each refusal counted under its class.
+    let metrics = common::client()
+        .get(gw.admin("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for (class, n) in counted {
+        let sample = format!("fleet_limiter_paths_rejected_total{{class=\"{class}\"}}");
+        assert_eq!(
+            common::sample_value(&metrics, &sample),
+            Some(f64::from(n)),
+            "{sample}"
         );
     }
 }

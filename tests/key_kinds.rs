@@ -31,7 +31,9 @@ async fn global_is_one_bucket_for_every_client() {
     assert_eq!(status(&gw, "/exports/d", &[]).await, 429);
 }
 
-const TENANT: &str = "[limiters.per-tenant]\nlimit = 2\nwindow = \"1h\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/t/**\"]\n";
+/// A limiter per tenant, and the address ceiling above it that start-up requires: nginx and
+/// Caddy pass a client's own `X-Tenant-ID` on, so a client could otherwise vary it freely.
+const TENANT: &str = "[limiters.per-tenant]\nlimit = 2\nwindow = \"1h\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/t/**\"]\n[limiters.tenant-ip]\nlimit = 10\nwindow = \"1h\"\nkey = \"ip\"\ngroup = \"tenant-ip\"\nroutes = [\"/t/**\"]\n";
 
 #[tokio::test]
 async fn a_header_key_from_a_trusted_proxy_keys_each_tenant() {
@@ -99,4 +101,69 @@ async fn random_credentials_spend_the_address_budget() {
     // Five from this address: a fresh random key gets nothing more.
     assert_eq!(status(&gw, "/c/7", &key("Bearer r2")).await, 429);
     assert_eq!(status(&gw, "/c/8", &key("Bearer r3")).await, 429);
+}
+
+#[tokio::test]
+async fn a_client_rotating_a_header_key_spends_its_address_budget() {
+    let upstream = common::upstream().await;
+    // The loopback peer is the trusted proxy; the clients are the addresses it forwards.
+    let gw = gateway(
+        &format!("[client_ip]\ntrust_proxy = [\"127.0.0.1\"]\n{TENANT}"),
+        &upstream.uri(),
+    );
+    let mut allowed = 0;
+    for i in 0..30 {
+        let tenant = format!("fresh-{i}");
+        let h = [
+            ("x-forwarded-for", "198.51.100.9"),
+            ("x-tenant-id", tenant.as_str()),
+        ];
+        if status(&gw, "/t/x", &h).await == 200 {
+            allowed += 1;
+        }
+    }
+    assert_eq!(
+        allowed, 10,
+        "a fresh tenant per request gets the address's 10, no more"
+    );
+    // Another address behind the same proxy keeps its own budget.
+    let other = [
+        ("x-forwarded-for", "198.51.100.10"),
+        ("x-tenant-id", "tenant-a"),
+    ];
+    assert_eq!(status(&gw, "/t/x", &other).await, 200);
+}
+
+#[test]
+fn a_client_chosen_key_without_an_address_ceiling_stops_start_up() {
+    let cases = [
+        (
+            "header",
+            "[client_ip]\ntrust_proxy = [\"127.0.0.1\"]\n[limiters.per-tenant]\nlimit = 2\nwindow = \"1h\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/t/**\"]\n",
+            "limiters.per-tenant.key: `header:x-tenant-id` keys on a header",
+        ),
+        (
+            "credential",
+            "[limiters.by-key]\nlimit = 2\nwindow = \"1h\"\nkey = \"credential\"\nroutes = [\"/c/**\"]\n",
+            "limiters.by-key.key: `credential` keys on the Bearer token",
+        ),
+        (
+            "agent id",
+            "[limiters.agent-ip]\nmode = \"off\"\n",
+            "limiters.agent-device.key: `ip+agent` keys on the agent id",
+        ),
+    ];
+    for (what, toml, says) in cases {
+        let out = Launch::serve()
+            .config_toml(toml)
+            .upstream("http://127.0.0.1:9")
+            .run(std::time::Duration::from_secs(30));
+        assert_eq!(out.code, Some(2), "{what}: {}", out.stderr);
+        assert!(out.stderr.contains(says), "{what}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("keyed on the client's address"),
+            "{what}: the message says what is missing: {}",
+            out.stderr
+        );
+    }
 }

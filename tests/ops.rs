@@ -64,6 +64,13 @@ limit = {b_limit}
 window = "1m"
 key = "ip+agent"
 routes = ["/t/b/**"]
+
+[limiters.test-b-ip]
+limit = 1000
+window = "1m"
+key = "ip"
+meter = "new-agents"
+routes = ["/t/b/**"]
 "#
     )
 }
@@ -212,7 +219,8 @@ async fn metrics_move_when_decisions_happen_and_refusals_are_logged_by_digest() 
                 r#"fleet_limiter_store_errors_total{store="memory",kind="connection"}"#,
                 0.0,
             ),
-            (r#"fleet_limiter_tracked_keys{store="memory"}"#, 2.0),
+            // test-a's bucket, the agent's test-b bucket and its address's test-b-ip bucket.
+            (r#"fleet_limiter_tracked_keys{store="memory"}"#, 3.0),
             (r#"fleet_limiter_evicted_keys_total{store="memory"}"#, 0.0),
             (
                 r#"fleet_limiter_upstream_responses_total{status="200"}"#,

@@ -804,6 +804,13 @@ window = "1h"
 key = "ip+agent"
 routes = ["/closed/**"]
 on_store_error = "deny"
+
+# The address ceiling an agent-id key needs, far above what the tests send.
+[limiters.{open}-ip]
+limit = 1000000
+window = "1h"
+key = "ip"
+routes = ["/open/**", "/closed/**"]
 "#,
         ms = timeout.as_millis()
     )
@@ -1190,7 +1197,7 @@ async fn tracked_keys_counts_only_the_limiters_buckets() {
     // One limiter whose buckets live an hour (the built-in ones on /api/agent/heartbeat empty
     // within seconds, before a count could see them).
     let config = format!(
-        "[store]\nbackend = \"redis\"\nurl = \"{}\"\n\n[limiters.long-lived]\nlimit = 2\nwindow = \"1h\"\nkey = \"ip+agent\"\nroutes = [\"/t/**\"]\n",
+        "[store]\nbackend = \"redis\"\nurl = \"{}\"\n\n[limiters.long-lived]\nlimit = 2\nwindow = \"1h\"\nkey = \"ip+agent\"\nroutes = [\"/t/**\"]\n\n[limiters.long-lived-ip]\nlimit = 100\nwindow = \"1h\"\nkey = \"ip\"\nmeter = \"new-agents\"\nroutes = [\"/t/**\"]\n",
         server.url()
     );
     let gw = gateway(&config, &redis_support::upstream(), &[], &[]);
@@ -1203,9 +1210,10 @@ async fn tracked_keys_counts_only_the_limiters_buckets() {
             .expect("request");
         assert_eq!(res.status(), 200);
     }
-    // Three buckets, beside 51 keys of others.
+    // Three agents' buckets and their address's (the ceiling an agent-id key needs), beside 51
+    // keys of others.
     let n = gw
         .wait_metric(r#"fleet_limiter_tracked_keys{store="redis"}"#, |v| v > 0.0)
         .await;
-    assert_eq!(n, 3.0);
+    assert_eq!(n, 4.0);
 }

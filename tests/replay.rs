@@ -595,3 +595,288 @@ fn the_traffic_simulate_sends_replays_to_the_figures_simulate_reports() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// The healthy site's lines with `extra` inserted, each before the line at its index in the
+/// healthy list (ascending).
+fn with_inserted(extra: &[(usize, String)]) -> Vec<String> {
+    let mut lines: Vec<String> = healthy(20, 600).into_iter().map(|l| l.1).collect();
+    for (at, l) in extra.iter().rev() {
+        lines.insert(*at, l.clone());
+    }
+    lines
+}
+
+fn dated_2099(secs: u64) -> String {
+    line(
+        secs,
+        "203.0.113.10",
+        "POST /api/agent/heartbeat",
+        Some("agent-000"),
+    )
+    .replace("/2026:", "/2099:")
+}
+
+#[test]
+fn a_line_dated_2099_is_set_aside_and_named_instead_of_voiding_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let healthy_lines = healthy(20, 600).len() as u64;
+    // At the top of the log: before, every other line was late and the exit status was 0.
+    let top = write(dir.path(), "top.log", &with_inserted(&[(0, dated_2099(0))]));
+    let r = json(&[], &[&top]);
+    assert_eq!(r["outliers"], 1, "{r}");
+    assert_eq!(r["late"], 0, "{r}");
+    assert_eq!(r["replayed"], healthy_lines, "{r}");
+    assert_eq!(r["refused"], 0, "{r}");
+    let o = &r["first_outliers"][0];
+    assert_eq!(o["line"], 1, "{r}");
+    assert!(o["file"].as_str().unwrap().ends_with("top.log"), "{r}");
+    assert!(
+        o["dated"]
+            .as_str()
+            .unwrap()
+            .starts_with("2099-11-24T12:00:00"),
+        "{r}"
+    );
+    assert!(
+        o["ahead_seconds"].as_f64().unwrap() > 72.0 * 365.0 * 86_400.0,
+        "{r}"
+    );
+
+    // The table and stderr say it too, once with --against.
+    let fmt = agent_format();
+    let out = replay(
+        &[
+            "--log-format",
+            &fmt,
+            "--against",
+            "docs/examples/replaced-calibration.toml",
+        ],
+        &[&top],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stdout
+            .matches("outliers: 1 set aside, not replayed")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("top.log:1: dated 2099-11-24T12:00:00"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("late 0 "), "{stdout}");
+    assert_eq!(
+        stderr
+            .matches("1 line set aside as an outlier, not replayed")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("top.log:1: dated 2099-").count(),
+        1,
+        "{stderr}"
+    );
+
+    // Three in the middle, each named by its line number.
+    let middle = write(
+        dir.path(),
+        "middle.log",
+        &with_inserted(&[
+            (100, dated_2099(100)),
+            (150, dated_2099(150)),
+            (150, dated_2099(150)),
+        ]),
+    );
+    let r = json(&[], &[&middle]);
+    assert_eq!(r["outliers"], 3, "{r}");
+    assert_eq!(r["late"], 0, "{r}");
+    assert_eq!(r["replayed"], healthy_lines, "{r}");
+    let lines: Vec<u64> = r["first_outliers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [101, 152, 153], "{r}");
+}
+
+#[test]
+fn a_log_whose_lines_are_mostly_late_exits_1_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = |t| line(t, "192.0.2.1", "GET /api/tasks", None);
+    // Twenty lines ten minutes on, then sixty from before them: the sixty are late.
+    let mut lines: Vec<String> = (0..20).map(|i| good(600 + i)).collect();
+    lines.extend((0..60).map(good));
+    let log = write(dir.path(), "unsorted.log", &lines);
+    let fmt = agent_format();
+    let out = replay(&["--format", "json", "--log-format", &fmt], &[&log]);
+    assert_eq!(out.status.code(), Some(1));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert_eq!(
+        (r["late"].as_u64(), r["replayed"].as_u64()),
+        (Some(60), Some(20)),
+        "{r}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("most dated lines were not replayed (60 late, 0 outliers, 20 replayed)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--reorder-seconds"), "{stderr}");
+    // With a window that covers the disorder, every line is replayed and the exit status is 0.
+    let out = replay(
+        &[
+            "--format",
+            "json",
+            "--log-format",
+            &fmt,
+            "--reorder-seconds",
+            "700",
+        ],
+        &[&log],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert_eq!(
+        (r["late"].as_u64(), r["replayed"].as_u64()),
+        (Some(0), Some(80)),
+        "{r}"
+    );
+}
+
+/// The peak resident memory of `replay ARGS LOGS`, in KiB, read by GNU time; `None` (after
+/// saying why) when GNU time is missing, a failure when `CI` is set.
+fn replay_peak_kib(args: &[&str], logs: &[&Path]) -> Option<(Output, u64)> {
+    let time = Path::new("/usr/bin/time");
+    let works = time.exists()
+        && Command::new(time)
+            .args(["-v", "true"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !works {
+        let why = "GNU time (/usr/bin/time -v) is needed to read the peak memory of a replay";
+        if std::env::var_os("CI").is_some() {
+            panic!("{why}");
+        }
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let mut c = Command::new(time);
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("FLEET_LIMITER_") {
+            c.env_remove(k);
+        }
+    }
+    c.arg("-v")
+        .arg(env!("CARGO_BIN_EXE_fleet-limiter"))
+        .arg("replay")
+        .args(args)
+        .args(logs);
+    let out = c.output().expect("run fleet-limiter under GNU time");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let kib = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory in GNU time's report:\n{stderr}"));
+    Some((out, kib))
+}
+
+/// What a replay may hold at its peak, whatever the timestamps do.
+const REPLAY_PEAK_KIB: u64 = 64 * 1024;
+
+#[test]
+fn replay_memory_stays_bounded_whatever_the_timestamps_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let fmt = agent_format();
+    let args = ["--format", "json", "--log-format", fmt.as_str()];
+    let report = |out: &Output| -> Value {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json report")
+    };
+
+    // A million identical lines, gzip: 100 gzip members of 10 000 lines each, one file.
+    let same = line(
+        0,
+        "203.0.113.10",
+        "POST /api/agent/heartbeat",
+        Some("agent-000"),
+    ) + "\n";
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(same.repeat(10_000).as_bytes()).unwrap();
+    let member = gz.finish().unwrap();
+    let identical = dir.path().join("identical.log.gz");
+    std::fs::write(&identical, member.repeat(100)).unwrap();
+    let Some((out, kib)) = replay_peak_kib(&args, &[&identical]) else {
+        return;
+    };
+    let r = report(&out);
+    assert_eq!(r["lines"], 1_000_000, "{r}");
+    assert_eq!(r["replayed"], 1_000_000, "{r}");
+    assert_eq!(r["late"], 0, "{r}");
+    assert_eq!(r["decided_early"], 0, "identical lines are one run: {r}");
+    eprintln!("a million identical lines: peak {kib} KiB");
+    assert!(
+        kib < REPLAY_PEAK_KIB,
+        "a million identical lines: peak {kib} KiB"
+    );
+
+    // 250 000 distinct requests in the same second: the buffer decides the earliest early.
+    let distinct: Vec<String> = (0..250_000)
+        .map(|i| {
+            line(
+                0,
+                "203.0.113.10",
+                &format!("GET /api/agent/tasks?n={i}"),
+                None,
+            )
+        })
+        .collect();
+    let distinct = write(dir.path(), "distinct.log", &distinct);
+    let (out, kib) = replay_peak_kib(&args, &[&distinct]).expect("GNU time worked above");
+    let r = report(&out);
+    assert_eq!(r["replayed"], 250_000, "{r}");
+    assert!(r["decided_early"].as_u64().unwrap() > 0, "{r}");
+    eprintln!("250 000 distinct lines in one second: peak {kib} KiB");
+    assert!(
+        kib < REPLAY_PEAK_KIB,
+        "250 000 distinct lines: peak {kib} KiB"
+    );
+
+    // Three lines in order across two centuries: the plot's bins widen instead of growing.
+    let decades: Vec<String> = [("1991", 0), ("2100", 1), ("2199", 2)]
+        .iter()
+        .map(|(year, s)| {
+            line(
+                *s,
+                "203.0.113.10",
+                "POST /api/agent/heartbeat",
+                Some("agent-000"),
+            )
+            .replace("/2026:", &format!("/{year}:"))
+        })
+        .collect();
+    let decades = write(dir.path(), "decades.log", &decades);
+    let (out, kib) = replay_peak_kib(&args, &[&decades]).expect("GNU time worked above");
+    let r = report(&out);
+    assert_eq!(
+        (r["replayed"].as_u64(), r["outliers"].as_u64()),
+        (Some(3), Some(0)),
+        "{r}"
+    );
+    assert!(
+        r["span_seconds"].as_f64().unwrap() > 200.0 * 365.0 * 86_400.0,
+        "{r}"
+    );
+    eprintln!("two centuries: peak {kib} KiB");
+    assert!(kib < REPLAY_PEAK_KIB, "two centuries: peak {kib} KiB");
+}

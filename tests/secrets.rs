@@ -430,3 +430,221 @@ async fn trusting_every_address_starts_with_a_warning_when_acknowledged() {
     assert_eq!(res.status(), 200);
     assert!(!gw.stderr().contains("covers every"), "{}", gw.stderr());
 }
+
+/// Secrets carried in query strings and fragments, one recognisable value per place.
+const QUERY_SECRETS: &[&str] = &[
+    "QryRedisPassw0rdAAA",
+    "QryJwksT0kenBBB",
+    "QryFragT0kenCCC",
+    "QryReloadPassw0rdDDD",
+    "QryUpstreamKeyEEE",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_string_secrets_stay_out_of_logs_answers_metrics_and_reload_reports() {
+    let up = upstream().await;
+    let jwks = dead_addr();
+    let redis = dead_addr();
+    let toml = |store_secret: &str| {
+        format!(
+            "[server]\nupstream = \"{}\"\n\
+             [store]\nbackend = \"redis\"\nurl = \"redis://{redis}/0?protocol=resp2&password={store_secret}\"\n\
+             [identity]\njwks_url = \"http://{jwks}/jwks.json?api_key={};sig=x#access_token={}\"\n",
+            up.uri(),
+            QUERY_SECRETS[1],
+            QUERY_SECRETS[2],
+        )
+    };
+    let gw = Launch::serve()
+        .config_toml(toml(QUERY_SECRETS[0]))
+        .admin()
+        .log("debug")
+        .spawn();
+    // Redis is down: the decision answers with on_store_error; a token sends the verifier to
+    // the key set, which cannot be fetched either.
+    for auth in [
+        None,
+        Some("Bearer eyJhbGciOiJSUzI1NiIsImtpZCI6ImsxIn0.e30.c2ln"),
+    ] {
+        let mut req = client()
+            .get(gw.url("/api/agents"))
+            .header("x-agent-id", "agent-1");
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let res = req.send().await.expect("request");
+        let body = res.text().await.expect("body");
+        assert_hidden("a gateway answer", &body, QUERY_SECRETS);
+    }
+    for path in ["/readyz", "/metrics", "/healthz"] {
+        let res = client().get(gw.admin(path)).send().await.expect(path);
+        let body = res.text().await.expect("admin body");
+        assert_hidden(path, &body, QUERY_SECRETS);
+    }
+
+    // A reload to another store URL: the report names the setting, never the URL.
+    gw.rewrite_config(&toml(QUERY_SECRETS[3]));
+    let res = client()
+        .post(gw.admin("/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(res.status(), 200);
+    let report = res.text().await.expect("reload body");
+    assert!(report.contains("\"store\""), "{report}");
+    assert_hidden("the reload report", &report, QUERY_SECRETS);
+
+    // A reload to an upstream with a query is rejected, by POST /reload and by SIGHUP.
+    let bad = format!(
+        "[server]\nupstream = \"{}/v1?key={}\"\n",
+        up.uri(),
+        QUERY_SECRETS[4]
+    );
+    gw.rewrite_config(&bad);
+    let res = client()
+        .post(gw.admin("/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(res.status(), 422);
+    let body = res.text().await.expect("reload body");
+    assert!(body.contains("server.upstream"), "{body}");
+    assert!(body.contains("/v1?***"), "{body}");
+    assert_hidden("the rejected reload's answer", &body, QUERY_SECRETS);
+    gw.signal("HUP");
+    gw.wait_metric(
+        r#"fleet_limiter_config_reloads_total{result="error"}"#,
+        |v| v == 2.0,
+    )
+    .await;
+
+    let log = gw.stderr();
+    assert!(log.contains("redis store not reachable yet"), "{log}");
+    assert!(log.contains("/0?***"), "{log}");
+    assert!(log.contains("JWKS"), "{log}");
+    assert!(log.contains("/jwks.json?***"), "{log}");
+    assert!(log.contains("configuration reload rejected"), "{log}");
+    assert_hidden("the log", &log, QUERY_SECRETS);
+    assert_hidden("stdout", &gw.stdout(), QUERY_SECRETS);
+}
+
+#[test]
+fn a_url_setting_with_a_query_secret_is_refused_without_echoing_it() {
+    const S: &str = "QryHostileS3cretFFF";
+    // Every spelling of a query or fragment a secret can hide in.
+    let spellings = [
+        format!("http://127.0.0.1:3000/api?key={S}"),
+        format!("http://127.0.0.1:3000/api?a=1;token={S}"),
+        format!("http://127.0.0.1:3000/api#access_token={S}"),
+        format!("http://127.0.0.1:3000/api?%6Bey={S}"),
+        format!("http://127.0.0.1:3000/api?{S}"),
+        format!("http://127.0.0.1:3000/api?sig=1&sig={S}&sig"),
+        format!("http://127.0.0.1:3000/api?email=a@{S}"),
+        format!("http://127.0.0.1:3000?X-Amz-Signature={S}"),
+        format!("127.0.0.1:3000/?key={S}"),
+        format!("http://admin:{S}?@127.0.0.1:3000"),
+    ];
+    for u in &spellings {
+        let launches = [
+            (Launch::serve().upstream(u), "flag --upstream"),
+            (
+                Launch::serve().env("FLEET_LIMITER_UPSTREAM", u.as_str()),
+                "environment variable FLEET_LIMITER_UPSTREAM",
+            ),
+            (
+                Launch::serve().config_toml(format!("[server]\nupstream = \"{u}\"\n")),
+                "fleet-limiter.toml",
+            ),
+            (
+                Launch::command(["check"]).env("FLEET_LIMITER_UPSTREAM", u.as_str()),
+                "environment variable FLEET_LIMITER_UPSTREAM",
+            ),
+        ];
+        for (launch, origin) in launches {
+            let out = launch.run(PATIENCE);
+            assert_eq!(out.code, Some(2), "{u}: {}", out.stderr);
+            assert!(
+                out.stderr.contains(&format!("{origin}: server.upstream:")),
+                "{u}: {}",
+                out.stderr
+            );
+            assert_exit_hidden(&out, &[S]);
+        }
+    }
+    // The store and the key set: a scheme they do not take, with a secret in the query.
+    for (launch, field) in [
+        (
+            serve_with(&format!(
+                "[store]\nbackend = \"redis\"\nurl = \"http://127.0.0.1:1/0?password={S}\"\n"
+            )),
+            "store.url",
+        ),
+        (
+            serve_with(&format!(
+                "[store]\nbackend = \"redis\"\ncluster = [\"redis://127.0.0.1:1\", \"tcp://127.0.0.1:2/?password={S}\"]\n"
+            )),
+            "store.cluster",
+        ),
+        (
+            Launch::serve()
+                .upstream("http://127.0.0.1:9")
+                .arg("--store")
+                .arg(format!("redis:127.0.0.1:1?password={S}")),
+            "store",
+        ),
+        (
+            Launch::serve()
+                .upstream("http://127.0.0.1:9")
+                .env("FLEET_LIMITER_JWKS_URL", format!("ftp://127.0.0.1:1/jwks?token={S}")),
+            "identity.jwks_url",
+        ),
+        (
+            Launch::command(["check"]).env(
+                "FLEET_LIMITER_JWKS_URL",
+                format!("https:///jwks?token={S}"),
+            ),
+            "identity.jwks_url",
+        ),
+    ] {
+        let out = launch.run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{field}: {}", out.stderr);
+        assert!(out.stderr.contains(field), "{}", out.stderr);
+        assert_exit_hidden(&out, &[S]);
+    }
+    // A TOML syntax error on any line holding a URL with a query: located, not shown.
+    let toml = format!("[server]\nnote = \"see https://h/p?api_key={S}\\q\"\n");
+    for launch in [
+        serve_with(&toml),
+        Launch::command(["check"]).config_toml(toml.clone()),
+    ] {
+        let out = launch.run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("TOML parse error at line 2"),
+            "{}",
+            out.stderr
+        );
+        assert!(out.stderr.contains("not shown"), "{}", out.stderr);
+        assert_exit_hidden(&out, &[S]);
+    }
+}
+
+#[test]
+fn check_never_prints_a_query_secret() {
+    const S: &str = "QryCheckS3cretGGG";
+    for format in ["table", "json"] {
+        let out = Launch::command(["check", "--format", format])
+            .env(
+                "FLEET_LIMITER_STORE_URL",
+                format!("redis://127.0.0.1:1/0?password={S}"),
+            )
+            .env(
+                "FLEET_LIMITER_JWKS_URL",
+                format!("https://127.0.0.1:1/jwks?token={S}"),
+            )
+            .run(PATIENCE);
+        assert!(matches!(out.code, Some(0 | 1)), "{}", out.stderr);
+        assert!(!out.stdout.is_empty(), "{}", out.stderr);
+        assert_exit_hidden(&out, &[S]);
+    }
+}

@@ -8,6 +8,11 @@ export interface Options {
   onError?: 'allow' | 'deny';
   /** The fetch to use (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * Method override headers to pass on besides X-HTTP-Method-Override, X-HTTP-Method and
+   * X-Method-Override: any others the limiter's `methods.override_headers` names.
+   */
+  overrideHeaders?: string[];
 }
 
 export interface MiddlewareOptions extends Options {
@@ -17,8 +22,15 @@ export interface MiddlewareOptions extends Options {
 
 /** The request to decide on. Header names are lower-case. */
 export interface Question {
+  /** The method the request came with. */
   method: string;
-  /** Path and query, as the client sent them. */
+  /** The method the app routes it as, when an override already changed it. */
+  routedMethod?: string;
+  /**
+   * The path and query the function routes on, percent-encoded (visible ASCII, starting with
+   * `/`). The limiter meters exactly this path and refuses one that is not its own canonical
+   * form (`//x`, `/a/../b`, `%72`): pass what your router reads, not the raw target.
+   */
   url: string;
   /** The client's address. */
   ip?: string;
@@ -27,9 +39,13 @@ export interface Question {
 
 export interface Decision {
   allowed: boolean;
-  /** 200 when allowed; otherwise the status to answer with (429, 400, or 503 with onError "deny"). */
+  /**
+   * 200 when allowed; otherwise the status to answer with (429; 400 for a path the limiter will
+   * not meter as given, decided here without asking when it is not visible ASCII starting with
+   * `/`; 501 for a method it does not serve; or 503 with onError "deny").
+   */
   status: number;
-  /** RateLimit, RateLimit-Policy, X-RateLimit-*, and Retry-After on a refusal. */
+  /** RateLimit, RateLimit-Policy, X-RateLimit-*, and Retry-After (or Allow) on a refusal. */
   headers: Record<string, string>;
   /** The problem document to answer with when refused. */
   body: string;

@@ -3,9 +3,20 @@
 // whether a request may pass, with the same keys and budgets as the gateway and every other
 // client of the same store. `check()` is plain `fetch` (serverless functions, any framework);
 // `fleetLimiter()` is Express middleware built on it.
+//
+// The limiter meters the path it is told, and only a path that is its own canonical form: the
+// middleware tells it the path Express routes on (parsed as Express's router parses it), and
+// answers a refusal, such as a 400 for `//x/…` or `/a/../b`, without calling next().
+
+const parseurl = require('parseurl');
 
 /** The headers the decision endpoint reads from the original request. */
 const PASSED = ['x-agent-id', 'authorization', 'cookie'];
+/**
+ * Method override headers (the limiter's `methods.override_headers`): the limiter meters a
+ * request as every method they name, or refuses it, so it must see them as the app does.
+ */
+const OVERRIDE_HEADERS = ['x-http-method-override', 'x-http-method', 'x-method-override'];
 /** The headers of its answer that belong on the client's answer. */
 const LIMIT_HEADERS = [
   'ratelimit-policy',
@@ -14,6 +25,7 @@ const LIMIT_HEADERS = [
   'x-ratelimit-remaining',
   'x-ratelimit-reset',
   'retry-after',
+  'allow',
 ];
 const UNREACHABLE = {
   type: 'urn:fleet-limiter:problem:limiter-unreachable',
@@ -21,6 +33,22 @@ const UNREACHABLE = {
   status: 503,
   detail: 'The rate limiter could not be reached; try again shortly.',
 };
+/** A target the limiter can be told: visible ASCII, starting with `/`. */
+const SENDABLE = /^\/[\x21-\x7e]*$/;
+/** The answer for a target that cannot be: refused here, as the limiter would refuse it. */
+function unsendable() {
+  return {
+    allowed: false,
+    status: 400,
+    headers: {},
+    body: JSON.stringify({
+      type: 'urn:fleet-limiter:problem:non-canonical-path',
+      title: 'Bad Request',
+      status: 400,
+      detail: 'The request target is not a path of visible ASCII characters starting with `/`, so the rate limiter cannot be asked about it; send the path percent-encoded.',
+    }),
+  };
+}
 
 function options(opts) {
   if (!opts || typeof opts.url !== 'string') {
@@ -35,13 +63,19 @@ function options(opts) {
   if (onError !== 'allow' && onError !== 'deny') {
     throw new TypeError('fleet-limiter: `onError` is "allow" (the default) or "deny"');
   }
-  return { url, timeoutMs, onError, fetch: opts.fetch ?? globalThis.fetch };
+  const extra = opts.overrideHeaders ?? [];
+  if (!Array.isArray(extra) || !extra.every((h) => typeof h === 'string')) {
+    throw new TypeError('fleet-limiter: `overrideHeaders` is a list of header names');
+  }
+  const passed = [...new Set([...PASSED, ...OVERRIDE_HEADERS, ...extra.map((h) => h.toLowerCase())])];
+  return { url, timeoutMs, onError, passed, fetch: opts.fetch ?? globalThis.fetch };
 }
 
 /**
  * Ask whether one request may pass.
  * @param {object} opts `{ url, timeoutMs = 250, onError = 'allow', fetch }`
- * @param {object} req `{ method, url (path and query), ip, headers }`; header names lower-case
+ * @param {object} req `{ method, url, ip, headers }`: `url` is the path and query the function
+ *   routes on, percent-encoded; header names lower-case
  * @returns {Promise<{allowed: boolean, status: number, headers: Record<string,string>, body: string, error?: Error}>}
  */
 async function check(opts, req) {
@@ -50,15 +84,26 @@ async function check(opts, req) {
 }
 
 async function ask(o, req) {
+  const target = String(req.url || '/');
+  // Asked about anything else, fetch would throw or the limiter refuse; a throw must not
+  // become `onError: 'allow'`.
+  if (!SENDABLE.test(target)) return unsendable();
   const headers = {
     'x-forwarded-method': String(req.method || 'GET'),
-    'x-forwarded-uri': String(req.url || '/'),
+    'x-forwarded-uri': target,
   };
   if (req.ip) headers['x-forwarded-for'] = String(req.ip);
-  for (const name of PASSED) {
+  for (const name of o.passed) {
     const v = req.headers && req.headers[name];
     if (typeof v === 'string') headers[name] = v;
     else if (Array.isArray(v)) headers[name] = v.join(name === 'cookie' ? '; ' : ', ');
+  }
+  // The app already routes the request as another method (method-override ran before this):
+  // the limiter meters that method too, or refuses the override, as for one it can see.
+  const routed = req.routedMethod && String(req.routedMethod);
+  if (routed && routed !== headers['x-forwarded-method']) {
+    const named = headers['x-http-method-override'];
+    headers['x-http-method-override'] = named ? `${named}, ${routed}` : routed;
   }
   try {
     const res = await o.fetch(o.url, {
@@ -72,7 +117,9 @@ async function ask(o, req) {
       if (v !== null) out[name] = v;
     }
     const body = await res.text();
-    if (res.status >= 500) throw new Error(`the limiter answered ${res.status}`);
+    // 501 is the limiter's answer for a method it does not let through, not a failure.
+    const unsupported = res.status === 501 && body.includes('urn:fleet-limiter:problem:unsupported-method');
+    if (res.status >= 500 && !unsupported) throw new Error(`the limiter answered ${res.status}`);
     if (res.status === 403 && body.includes('not-an-allowed-proxy')) {
       throw new Error('this address is not in the limiter\'s decision.allow_from');
     }
@@ -92,8 +139,28 @@ async function ask(o, req) {
 }
 
 /**
+ * The path and query Express routes `req` on from here: its router matches the pathname
+ * `parseurl` makes of `req.url` (below a mount point, `req.url` is what is left after
+ * `req.baseUrl`). Not `req.originalUrl`, which is the target as sent: `/a#/../b` is routed as
+ * `/a`, `http://host/a` as `/a`, and a middleware before this one may have rewritten `req.url`.
+ * `null` when there is no path to route on.
+ */
+function routedTarget(req) {
+  let parsed;
+  try {
+    parsed = parseurl(req);
+  } catch {
+    return null;
+  }
+  if (!parsed || typeof parsed.pathname !== 'string') return null;
+  const base = typeof req.baseUrl === 'string' ? req.baseUrl : '';
+  return base + parsed.pathname + (parsed.search || '');
+}
+
+/**
  * Express middleware: `app.use(fleetLimiter({ url: 'http://127.0.0.1:7392' }))`.
- * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's 429.
+ * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's answer
+ * (429, or 400 for a path it will not meter as Express routes it) and never reach a route.
  * `req.ip` is the client address: set Express's `trust proxy` as for any other use of it.
  */
 function fleetLimiter(opts) {
@@ -102,9 +169,13 @@ function fleetLimiter(opts) {
   return async function fleetLimiterMiddleware(req, res, next) {
     let answer;
     try {
-      answer = await ask(o, {
-        method: req.method,
-        url: req.originalUrl || req.url,
+      const target = routedTarget(req);
+      answer = target === null ? unsendable() : await ask(o, {
+        // The method the request came with (method-override keeps it in req.originalMethod),
+        // and the one Express routes on, if another.
+        method: req.originalMethod || req.method,
+        routedMethod: req.method,
+        url: target,
         ip: req.ip,
         headers: req.headers,
       });

@@ -37,6 +37,8 @@ pub(super) struct RawConfig {
     pub(super) decision: decision::RawDecision,
     #[serde(default)]
     pub(super) admission: admission::RawAdmission,
+    #[serde(default)]
+    pub(super) methods: methods::RawMethods,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -297,7 +299,10 @@ pub(super) fn build(
     {
         return Err(ctx.err(
             path_of(u),
-            format!("`{u}` is not a redis:// or rediss:// (TLS) URL"),
+            format!(
+                "`{}` is not a redis:// or rediss:// (TLS) URL",
+                crate::redact::url(u)
+            ),
         ));
     }
     // One client speaks to every node: TLS for all of them or for none.
@@ -348,6 +353,7 @@ pub(super) fn build(
             ));
         }
     }
+    check_client_chosen_keys(&limiters, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     Ok(Config {
@@ -364,6 +370,7 @@ pub(super) fn build(
         path: path::build_path(raw.path, ctx)?,
         decision,
         admission: admission::build_admission(raw.admission, ctx)?,
+        methods: methods::build_methods(raw.methods, ctx)?,
         origins: ctx.origins.clone(),
     })
 }
@@ -400,18 +407,25 @@ pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigErro
             ctx.err(
                 "server.upstream",
                 format!(
-                    "`{u}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")"
+                    "`{}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")",
+                    crate::redact::url(u)
                 ),
             )
         })?;
     if rest.is_empty() || rest.contains(['?', '#']) {
         return Err(ctx.err(
             "server.upstream",
-            format!("`{u}` must be scheme, host, port and optionally a path prefix"),
+            format!(
+                "`{}` must be scheme, host, port and optionally a path prefix; a query or a fragment is not sent upstream",
+                crate::redact::url(u)
+            ),
         ));
     }
     if let Some(why) = upstream::problem(rest) {
-        return Err(ctx.err("server.upstream", format!("`{u}` {why}")));
+        return Err(ctx.err(
+            "server.upstream",
+            format!("`{}` {why}", crate::redact::url(u)),
+        ));
     }
     Ok(trimmed.to_owned())
 }

@@ -23,9 +23,10 @@
 //! fleet settings, so raising either raises the ceiling with it. An explicit `window` keeps the
 //! same rate (the limit scales with the window, rounded up); an explicit `limit` is taken as is.
 //! Routes are `agent-device`'s routes, minus its exceptions and minus every route of the other
-//! limiters in its group: those limiters meter those requests instead of `agent-device` (by
-//! default the lifecycle endpoints: enrollment, download, key rotation, each with an IP budget
-//! of its own), so the ceiling meters the requests `agent-device` meters.
+//! limiters in its group that are not keyed on the agent id: those limiters meter those requests
+//! instead of `agent-device` (by default the lifecycle endpoints: enrollment, download, key
+//! rotation, each with an IP budget of its own). A limiter of the group keyed on `ip+agent` (a
+//! heartbeat bucket of its own) keys on the agent id as well, so the ceiling keeps its routes.
 
 use super::{ConfigError, Ctx, FleetConfig, RawLimiter};
 use crate::limiter::Quota;
@@ -97,9 +98,19 @@ pub(super) fn derive_agent_ip(
     let Some(device) = limiters.iter().find(|l| &*l.name == AGENT_DEVICE).cloned() else {
         return Ok(());
     };
+    // The routes another limiter of agent-device's group takes over. Those keyed on the agent
+    // id too (a heartbeat bucket of its own, say) still need the ceiling, and so do the routes
+    // of one turned off (agent-device meters them again); the others (the lifecycle endpoints,
+    // with IP budgets of their own) do not.
     let lifecycle: Vec<_> = limiters
         .iter()
-        .filter(|l| l.group == device.group && &*l.name != AGENT_DEVICE && &*l.name != AGENT_IP)
+        .filter(|l| {
+            l.group == device.group
+                && &*l.name != AGENT_DEVICE
+                && &*l.name != AGENT_IP
+                && l.key != crate::keys::KeyKind::IpAgent
+                && l.mode != crate::policy::Mode::Off
+        })
         .flat_map(|l| l.routes.iter().cloned())
         .collect();
     let Some(ceiling) = limiters.iter_mut().find(|l| &*l.name == AGENT_IP) else {
@@ -194,6 +205,29 @@ mod tests {
             .unwrap();
         let s = |v: &[crate::policy::RoutePattern]| v.iter().map(|r| r.to_string()).collect();
         (l.quota.limit(), l.quota.window, s(&l.routes), s(&l.except))
+    }
+
+    #[test]
+    fn the_ceiling_keeps_the_routes_where_the_agent_id_still_keys_a_bucket() {
+        // A heartbeat bucket of its own keys on the agent id too: the ceiling still meters it.
+        let cfg = load(&[
+            ("FLEET_LIMITER_LIMITER_AGENT_HEARTBEAT_LIMIT", "10"),
+            ("FLEET_LIMITER_LIMITER_AGENT_HEARTBEAT_WINDOW", "1m"),
+            ("FLEET_LIMITER_LIMITER_AGENT_HEARTBEAT_KEY", "ip+agent"),
+            (
+                "FLEET_LIMITER_LIMITER_AGENT_HEARTBEAT_ROUTES",
+                "POST /api/agent/heartbeat",
+            ),
+            ("FLEET_LIMITER_LIMITER_AGENT_HEARTBEAT_GROUP", "agent"),
+            // Key rotation turned off: agent-device meters it again, and so must the ceiling.
+            ("FLEET_LIMITER_LIMITER_KEY_ROTATION_MODE", "off"),
+        ])
+        .unwrap();
+        let (_, _, _, except) = agent_ip(&cfg);
+        assert_eq!(
+            except,
+            ["POST /api/agent/enroll", "GET /api/agent/download/**"]
+        );
     }
 
     #[test]

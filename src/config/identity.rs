@@ -463,7 +463,7 @@ fn validate_jwks_url(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
         Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(u.to_owned()),
         _ => Err(ctx.err(
             "identity.jwks_url",
-            format!("`{u}` is not an http:// or https:// URL of a JSON Web Key Set (e.g. \"https://issuer.example/.well-known/jwks.json\")"),
+            format!("`{}` is not an http:// or https:// URL of a JSON Web Key Set (e.g. \"https://issuer.example/.well-known/jwks.json\")", crate::redact::url(u)),
         )),
     }
 }

@@ -262,6 +262,26 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_PATH_SEGMENT_EDGE",
         Kind::Str,
     ),
+    (
+        "methods.override",
+        "FLEET_LIMITER_METHOD_OVERRIDE",
+        Kind::Str,
+    ),
+    (
+        "methods.override_headers",
+        "FLEET_LIMITER_METHOD_OVERRIDE_HEADERS",
+        Kind::List,
+    ),
+    (
+        "methods.override_params",
+        "FLEET_LIMITER_METHOD_OVERRIDE_PARAMS",
+        Kind::List,
+    ),
+    (
+        "methods.allowed",
+        "FLEET_LIMITER_ALLOWED_METHODS",
+        Kind::List,
+    ),
 ];
 
 /// Fields of a limiter table, with their type for environment overrides
@@ -395,6 +415,7 @@ pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> C
             ("fleet", Some(t)) => culprit::<FleetConfig>(t),
             ("path", Some(t)) => culprit::<path::RawPath>(t),
             ("decision", Some(t)) => culprit::<decision::RawDecision>(t),
+            ("methods", Some(t)) => culprit::<methods::RawMethods>(t),
             ("admission", Some(t)) => match culprit::<admission::RawAdmission>(t) {
                 Some((field, msg)) if field == "groups" => {
                     let groups = t.get("groups").and_then(Value::as_table);

@@ -2,6 +2,7 @@
 //! set, names and routes checked, route precedence proved unambiguous within a group.
 
 use super::*;
+use crate::identity::Credential;
 use std::num::NonZeroU32;
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -267,7 +268,6 @@ pub(super) fn build_limiters(
         });
     }
     check_precedence(&out, ctx)?;
-    check_credential_keys(&out, ctx)?;
     Ok(out)
 }
 
@@ -407,43 +407,83 @@ pub(super) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> 
     Ok((kind, None))
 }
 
-/// A `credential` limiter keys on whatever token the client presents, so a client could send a
-/// fresh random token with every request and get a fresh bucket each time. It is only allowed
-/// where a limiter keyed on the client's address (`ip` or `ip+agent`) meters every route it
-/// does too, in another group (so both apply): random credentials then spend the address's
-/// budget.
-pub(super) fn check_credential_keys(
+/// Key kinds whose value the client chooses: the agent id (`ip+agent`), the Bearer token
+/// (`credential`) and any header (`header:<name>`: nginx and Caddy pass a client's headers on,
+/// so "set by the trusted proxy" is not a guarantee). A client varying the value would get a
+/// fresh bucket on every request, so an enforcing limiter with one of these keys is allowed only
+/// where, on every request it meters, an enforcing limiter keyed on the client's address meters
+/// the request too (in another group, so both apply): varying the value then spends the
+/// address's budget. For `ip+agent` the address limiter may meter new agent ids only
+/// (`meter = "new-agents"`, the `agent-ip` ceiling); for the others it must meter every request,
+/// since a known agent id would skip a new-agents ceiling. The check asks the real route picker
+/// ([`Policy::first_unguarded`]), so precedence, exceptions and credential kinds count exactly
+/// as they do for requests. A limiter in `shadow` mode refuses nothing and needs no ceiling.
+pub(super) fn check_client_chosen_keys(
     limiters: &[LimiterSpec],
     ctx: &Ctx,
 ) -> Result<(), ConfigError> {
-    for l in limiters
-        .iter()
-        .filter(|l| l.key == KeyKind::Credential && l.mode != Mode::Off)
-    {
-        for r in &l.routes {
-            let guarded = limiters.iter().any(|g| {
-                matches!(g.key, KeyKind::Ip | KeyKind::IpAgent)
-                    && g.mode == Mode::Enforce
-                    && g.group != l.group
-                    && (g.credential == CredentialMatch::Any || g.credential == l.credential)
-                    && g.routes.iter().any(|gr| gr.covers(r))
-                    && !g
-                        .except
-                        .iter()
-                        .any(|e| e.overlaps(r) && !l.except.iter().any(|le| le.covers(e)))
-            });
-            if !guarded {
-                return Err(ctx.err(
-                    &format!("limiters.{}.key", l.name),
-                    format!(
-                        "`credential` keys on whatever token a client sends, so random tokens would each get a fresh bucket; route `{r}` needs an enforcing limiter keyed on `ip` (or `ip+agent`) in another group that meters all of it too (what that limiter's `except` skips, this one must skip as well), e.g. [limiters.{}-ip] with key = \"ip\", routes = [\"{r}\"] and its own limit",
-                        l.name
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
+    let client_chosen = |l: &LimiterSpec| {
+        matches!(
+            l.key,
+            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header
+        )
+    };
+    let policy = crate::policy::Policy::new(limiters.to_vec());
+    let found = policy.first_unguarded(
+        |l| l.mode == Mode::Enforce && client_chosen(l),
+        |g, l| {
+            g.mode == Mode::Enforce
+                && g.key == KeyKind::Ip
+                && (g.new_agents.is_none() || l.key == KeyKind::IpAgent)
+        },
+    );
+    let Some((i, request, cred)) = found else {
+        return Ok(());
+    };
+    let Some(l) = limiters.get(i) else {
+        return Ok(());
+    };
+    let (key, value) = match (l.key, &l.key_header) {
+        (KeyKind::IpAgent, _) => ("ip+agent".to_owned(), "the agent id (X-Agent-ID)"),
+        (KeyKind::Credential, _) => ("credential".to_owned(), "the Bearer token"),
+        (_, Some(h)) => (
+            format!("header:{h}"),
+            "a header (nginx and Caddy pass a client's own headers on)",
+        ),
+        (_, None) => ("header".to_owned(), "a header"),
+    };
+    let with = match cred {
+        Credential::None => "",
+        Credential::ApiKey => " (with an API key)",
+        Credential::CliToken => " (with a CLI token)",
+        Credential::VerifiedUser => " (from a verified user)",
+    };
+    let routes: Vec<String> = l.routes.iter().map(|r| format!("\"{r}\"")).collect();
+    let example = if &*l.name == super::ceiling::AGENT_DEVICE {
+        "set [limiters.agent-ip] mode = \"enforce\": agent-ip is the ceiling made for agent-device"
+            .to_owned()
+    } else if l.key == KeyKind::IpAgent {
+        format!(
+            "e.g. [limiters.{}-ip] with key = \"ip\", meter = \"new-agents\", group = \"{}-ip\", routes = [{}] and its own limit",
+            l.name,
+            l.name,
+            routes.join(", ")
+        )
+    } else {
+        format!(
+            "e.g. [limiters.{}-ip] with key = \"ip\", group = \"{}-ip\", routes = [{}] and its own limit",
+            l.name,
+            l.name,
+            routes.join(", ")
+        )
+    };
+    Err(ctx.err(
+        &format!("limiters.{}.key", l.name),
+        format!(
+            "`{key}` keys on {value}, which the client chooses, so each new value would get a fresh bucket; `{request}`{with} is metered by `{}` with no enforcing limiter keyed on the client's address beside it. Add one in another group that meters every request this one meters (its `except` list and the more specific routes of its own group must leave none of them out): {example}",
+            l.name,
+        ),
+    ))
 }
 
 /// Within one group the most specific route wins; two routes of equal specificity that can

@@ -6,7 +6,8 @@
 //!
 //! This file holds the validated types; `layers` merges the layers, `build` reads the merged
 //! document into a [`Config`], `limiters` builds the limiter tables, and each other section
-//! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`).
+//! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`,
+//! `methods`).
 
 pub mod admission;
 mod build;
@@ -17,6 +18,7 @@ mod duration;
 pub mod identity;
 mod layers;
 mod limiters;
+mod methods;
 pub mod ops;
 mod path;
 mod rate;
@@ -185,6 +187,8 @@ pub struct Config {
     pub decision: decision::DecisionConfig,
     /// Admission control in front of the upstream (`[admission]`; off by default).
     pub admission: Option<admission::AdmissionConfig>,
+    /// The methods forwarded, and what a method override costs (`[methods]`).
+    pub methods: crate::methods::MethodRules,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }

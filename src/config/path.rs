@@ -35,17 +35,27 @@ impl RawPath {
             Class::Semicolon => self.semicolon,
             Class::Control => self.control,
             Class::SegmentEdge => self.segment_edge,
+            // Refused by the decision endpoint only, whatever the settings say.
+            Class::DotSegment
+            | Class::EmptySegment
+            | Class::EscapeSpelling
+            | Class::Unescaped
+            | Class::Fragment
+            | Class::NotOriginForm => None,
         }
     }
 }
 
 pub(super) fn build_path(raw: RawPath, ctx: &Ctx) -> Result<PathRules, ConfigError> {
     let mut rules = PathRules::STRICT;
-    for class in Class::ALL {
+    for class in Class::CONFIGURABLE {
+        let Some(setting) = class.setting() else {
+            continue;
+        };
         if raw.action(class) == Some(PathAction::Allow) {
             rules = rules.allowing(class);
             tracing::debug!(
-                origin = %ctx.origin(&format!("path.{}", class.setting())),
+                origin = %ctx.origin(&format!("path.{setting}")),
                 class = class.as_str(),
                 "paths of this class are forwarded as sent instead of refused"
             );

@@ -2,7 +2,7 @@
 //!
 //! The parser's own message quotes the offending line. When that line holds a secret — the
 //! value of a secret field (its own line, the lines of a multi-line string or array that belongs
-//! to it, an inline table naming it) or a URL with credentials — only the file, the line, the
+//! to it, an inline table naming it) or a URL with userinfo, a query or a fragment — only the file, the line, the
 //! column and the parser's description are printed, never the text.
 
 use super::ConfigError;
@@ -145,10 +145,11 @@ fn secret_lines(text: &str) -> Vec<Option<String>> {
     out
 }
 
-/// Whether `line` holds something shaped like a URL with userinfo (`scheme://…@`).
+/// Whether `line` holds something shaped like a URL with userinfo (`scheme://…@`), a query
+/// (`scheme://…?`) or a fragment (`scheme://…#`): any of them may carry a credential.
 fn has_credentials(line: &str) -> bool {
     line.find("://")
-        .is_some_and(|i| line[i + 3..].contains('@'))
+        .is_some_and(|i| line[i + 3..].contains(['@', '?', '#']))
 }
 
 #[cfg(test)]
@@ -230,6 +231,15 @@ mod tests {
         assert!(!e.contains("Zr8vQm2L") && !e.contains("c3Jf"), "{e}");
         let e = error_for("[store]\nurl = \"redis://default:S3cret\\q@h:1\"\n");
         assert!(e.contains("line 2") && !e.contains("S3cret"), "{e}");
+        // A URL with a query or a fragment, on a line of any field.
+        for text in [
+            "note = \"see https://h/p?api_key=S3cret\\q\"\n",
+            "note = \"see https://h/p;x=1#access_token=S3cret\\q\"\n",
+        ] {
+            let e = error_for(text);
+            assert!(e.contains("line 1") && e.contains("not shown"), "{e}");
+            assert!(!e.contains("S3cret"), "{e}");
+        }
     }
 
     #[test]

@@ -356,7 +356,7 @@ const CREDENTIAL_LIMITER: &str = "[limiters.api-by-key]\nlimit = 600\nwindow = \
 #[test]
 fn the_new_key_kinds_load() {
     let f = file(&format!(
-        "{CREDENTIAL_LIMITER}[limiters.per-tenant]\nlimit = 100\nwindow = \"1m\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/tenant/**\"]\n[limiters.whole-route]\nlimit = 5\nwindow = \"1m\"\nkey = \"global\"\nroutes = [\"POST /api/exports\"]\n[client_ip]\ntrust_proxy = [\"10.0.0.0/8\"]\n"
+        "{CREDENTIAL_LIMITER}[limiters.per-tenant]\nlimit = 100\nwindow = \"1m\"\nkey = \"header:X-Tenant-ID\"\nroutes = [\"/tenant/**\"]\n[limiters.tenant-ip]\nlimit = 1000\nwindow = \"1m\"\nkey = \"ip\"\nroutes = [\"/tenant/**\"]\ngroup = \"tenant-ip\"\n[limiters.whole-route]\nlimit = 5\nwindow = \"1m\"\nkey = \"global\"\nroutes = [\"POST /api/exports\"]\n[client_ip]\ntrust_proxy = [\"10.0.0.0/8\"]\n"
     ));
     let cfg = Loader::new().file(&f.path).load().expect("valid");
     assert_eq!(limiter(&cfg, "api-by-key").key, KeyKind::Credential);
@@ -383,6 +383,44 @@ fn error_new_key_kinds() {
         "config_error_credential_partly_guarded",
         file_error(
             &CREDENTIAL_LIMITER.replace("except = [\"/api/agent/**\", \"/api/cron/**\"]\n", ""),
+            &[]
+        )
+    );
+    // A header a client behind nginx or Caddy can send itself: the same rule.
+    snap!(
+        "config_error_header_unguarded",
+        file_error(
+            "[limiters.per-tenant]\nlimit = 5\nwindow = \"1m\"\nkey = \"header:x-tenant-id\"\nroutes = [\"/t/**\"]\n[client_ip]\ntrust_proxy = [\"10.0.0.0/8\"]\n",
+            &[]
+        )
+    );
+    // A ceiling that meters only new agent ids does not bound a header: a known agent skips it.
+    snap!(
+        "config_error_header_behind_new_agents_ceiling",
+        file_error(
+            "[limiters.per-tenant]\nlimit = 5\nwindow = \"1m\"\nkey = \"header:x-tenant-id\"\nroutes = [\"/api/agent/**\"]\ngroup = \"tenant\"\n[client_ip]\ntrust_proxy = [\"10.0.0.0/8\"]\n",
+            &[]
+        )
+    );
+    // An address limiter that a more specific route of its own group displaces on part of the
+    // routes does not meter that part.
+    snap!(
+        "config_error_credential_guard_displaced",
+        file_error(
+            "[limiters.by-key]\nlimit = 5\nwindow = \"1m\"\nkey = \"credential\"\nroutes = [\"/r/**\"]\n[limiters.by-ip]\nlimit = 50\nwindow = \"1m\"\nkey = \"ip\"\nroutes = [\"/r/**\"]\ngroup = \"guard\"\n[limiters.exports]\nlimit = 50\nwindow = \"1m\"\nkey = \"global\"\nroutes = [\"POST /r/exports\"]\ngroup = \"guard\"\n",
+            &[]
+        )
+    );
+    // The agent id is a client's choice too: agent-device without its ceiling, and an
+    // `ip+agent` limiter of the operator's on routes no ceiling meters.
+    snap!(
+        "config_error_agent_device_without_ceiling",
+        file_error("[limiters.agent-ip]\nmode = \"off\"\n", &[])
+    );
+    snap!(
+        "config_error_ip_agent_unguarded",
+        file_error(
+            "[limiters.per-agent-reports]\nlimit = 5\nwindow = \"1m\"\nkey = \"ip+agent\"\nroutes = [\"/reports/**\"]\n",
             &[]
         )
     );

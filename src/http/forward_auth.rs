@@ -12,7 +12,17 @@
 //! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above |
 //!
 //! Allowed: `200`, empty, with the `RateLimit*` headers for the proxy to copy onto its answer.
-//! A path with no canonical form: `400` (`401` on `/nginx`, with `X-FleetLimiter-Status: 400`).
+//!
+//! The proxy forwards the original target as it was sent, and this cannot rewrite it, so only a
+//! target that is its own canonical form is metered ([`CanonicalPath::exact`]): a path with no
+//! canonical form, one the gateway would have rewritten (`//x/…`, `/a/../b`, `%72`, lower-case
+//! hex, raw non-ASCII), a `#` and a target that is not a path are refused with `400`
+//! `non-canonical-path` naming the class (`401` on `/nginx`, with `X-FleetLimiter-Status: 400`).
+//! So is a question whose original-request headers are sent twice, or contradict each other
+//! (`X-Original-URI` and `X-Forwarded-Uri` naming two targets).
+//! A method outside `methods.allowed`: `501` with `Allow` (`/nginx`: `401`, status 400); a
+//! method override in the original headers or query: metered as every method it names, or
+//! `400` (see `methods_and_overrides`).
 //! The client's address is read from the forwarding header exactly as the gateway reads it
 //! (`client_ip.trust_proxy`); the other headers (`X-Agent-ID`, `Authorization`, the session
 //! cookie) are the original request's, which every one of these proxies passes along.
@@ -20,12 +30,13 @@
 //! endpoint cannot be used to spend other clients' budgets.
 
 use crate::config::Config;
-use crate::decision::{Decider, Outcome, RequestFacts};
+use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::middleware::header_facts;
 use crate::http::response::{self, Problem};
-use crate::path::CanonicalPath;
+use crate::methods::{At, Named, Overrides, RefusalReason};
+use crate::path::{CanonicalPath, Class, Rejected};
 use actix_web::body::MessageBody;
-use actix_web::http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use actix_web::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use ipnet::IpNet;
@@ -116,15 +127,15 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         .into_response();
     }
     let own_path = req.path();
-    let (flavour, envoy_path) = if own_path == "/nginx" {
-        (Flavour::Nginx, None)
+    let flavour = if own_path == "/nginx" {
+        Flavour::Nginx
     } else if own_path == "/caddy" || own_path == "/traefik" || own_path == "/forward" {
-        (Flavour::Forwarded, None)
+        Flavour::Forwarded
     } else if let Some(rest) = own_path.strip_prefix("/envoy") {
         if !rest.starts_with('/') {
             return bad_request(Flavour::Envoy, "The Envoy path prefix is `/envoy`: set `path_prefix: /envoy` in the ext_authz http_service.".to_owned());
         }
-        (Flavour::Envoy, Some(rest))
+        Flavour::Envoy
     } else {
         return Problem {
             kind: "urn:fleet-limiter:problem:unknown-decision-path",
@@ -136,21 +147,13 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         .into_response();
     };
     let headers = req.headers();
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let (method, uri): (&str, &str) = match flavour {
-        Flavour::Nginx => match (text("x-original-method"), text("x-original-uri")) {
-            (Some(m), Some(u)) => (m, u),
-            _ => {
-                return bad_request(flavour, "X-Original-Method or X-Original-URI is missing: in the auth_request location set `proxy_set_header X-Original-Method $request_method;` and `proxy_set_header X-Original-URI $request_uri;`.".to_owned())
-            }
-        },
-        Flavour::Forwarded => match (text("x-forwarded-method"), text("x-forwarded-uri")) {
-            (Some(m), Some(u)) => (m, u),
-            _ => {
-                return bad_request(flavour, "X-Forwarded-Method or X-Forwarded-Uri is missing: Caddy's forward_auth and Traefik's ForwardAuth set both.".to_owned())
-            }
-        },
-        Flavour::Envoy => (req.method().as_str(), envoy_path.unwrap_or("/")),
+    let settings = endpoint.decider.settings();
+    let (method, uri) = match original(&req, flavour) {
+        Ok(o) => o,
+        Err(Refusal::Question(detail)) => return bad_request(flavour, detail),
+        Err(Refusal::Target(rejected)) => {
+            return refuse_target(&endpoint, flavour, &rejected);
+        }
     };
     if uri.len() > MAX_URI_LEN {
         return bad_request(
@@ -164,21 +167,24 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
             "The original method is not an HTTP method.".to_owned(),
         );
     }
-    let path = uri.split(['?', '#']).next().unwrap_or("");
-    if !path.starts_with('/') {
-        return bad_request(
-            flavour,
-            "The original URI must be a path starting with `/`.".to_owned(),
-        );
+    // Methods and method overrides (see `methods_and_overrides` below).
+    let named = match methods_and_overrides(&endpoint, &settings, flavour, &req, method, uri) {
+        Ok(named) => named,
+        Err(res) => return *res,
+    };
+    // The proxy forwards the target as it was sent: only a target that is its own canonical
+    // form is metered, so the path decided on is the path the upstream routes on.
+    if let Some(at) = uri.find('#') {
+        let rejected = Rejected {
+            class: Class::Fragment,
+            at,
+        };
+        return refuse_target(&endpoint, flavour, &rejected);
     }
-    let settings = endpoint.decider.settings();
-    let path = match CanonicalPath::parse(path, settings.paths) {
+    let path = uri.split('?').next().unwrap_or("");
+    let path = match CanonicalPath::exact(path, settings.paths) {
         Ok(p) => p,
-        Err(rejected) => {
-            endpoint.decider.metrics().path_rejected(rejected.class);
-            let problem = Problem::non_canonical_path(&rejected);
-            return for_proxy(flavour, problem.into_response());
-        }
+        Err(rejected) => return refuse_target(&endpoint, flavour, &rejected),
     };
     let h = header_facts(
         headers,
@@ -198,11 +204,195 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
         key_headers: crate::decision::KeyHeaders::new(&lookup),
     };
     let started = std::time::Instant::now();
-    let outcome = endpoint.decider.decide_with(&settings, &facts).await;
+    let also = named.methods(&settings.methods);
+    let outcome = endpoint
+        .decider
+        .decide_overridden(&settings, &facts, &also)
+        .await;
     endpoint
         .decider
         .observe(&settings, &outcome, started.elapsed());
     render(flavour, &outcome)
+}
+
+/// Why a question is not answered with a decision.
+enum Refusal {
+    /// The question itself is malformed: a header missing, sent twice, or contradicted.
+    Question(String),
+    /// The original target is not one the limiter meters as the upstream will route it.
+    Target(Rejected),
+}
+
+/// The headers that can name the original request: each proxy sets one pair, and may pass the
+/// other pair on from its client.
+const ORIGINAL_HEADERS: [(HeaderName, &str); 4] = [
+    (X_ORIGINAL_METHOD, "X-Original-Method"),
+    (X_ORIGINAL_URI, "X-Original-URI"),
+    (X_FORWARDED_METHOD, "X-Forwarded-Method"),
+    (X_FORWARDED_URI, "X-Forwarded-Uri"),
+];
+const X_ORIGINAL_METHOD: HeaderName = HeaderName::from_static("x-original-method");
+const X_ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
+const X_FORWARDED_METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
+const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
+
+/// The original request's method and target as the proxy names them. Every header that can
+/// name them is sent at most once (a second one did not come from the proxy, and which of the
+/// two the upstream's request matches cannot be told), and a header of another proxy's kind,
+/// when present, must name the same method or target as the one this path reads (it came from
+/// the client or another hop; something downstream may act on it).
+fn original(req: &HttpRequest, flavour: Flavour) -> Result<(&str, &str), Refusal> {
+    let headers = req.headers();
+    for (header, name) in &ORIGINAL_HEADERS {
+        if headers.get_all(header).nth(1).is_some() {
+            return Err(Refusal::Question(format!(
+                "{name} is sent more than once. The proxy sets it once; another one came from the client or another hop, and which of them names the request the upstream gets cannot be told."
+            )));
+        }
+    }
+    let (method, uri) = match flavour {
+        Flavour::Nginx | Flavour::Forwarded => {
+            let (m, u, missing) = if flavour == Flavour::Nginx {
+                (X_ORIGINAL_METHOD, X_ORIGINAL_URI, "X-Original-Method or X-Original-URI is missing: in the auth_request location set `proxy_set_header X-Original-Method $request_method;` and `proxy_set_header X-Original-URI $request_uri;`.")
+            } else {
+                (X_FORWARDED_METHOD, X_FORWARDED_URI, "X-Forwarded-Method or X-Forwarded-Uri is missing: Caddy's forward_auth and Traefik's ForwardAuth set both.")
+            };
+            let (Some(method), Some(uri)) = (headers.get(m), headers.get(u)) else {
+                return Err(Refusal::Question(missing.to_owned()));
+            };
+            let Ok(method) = method.to_str() else {
+                return Err(Refusal::Question(
+                    "The original method is not an HTTP method.".to_owned(),
+                ));
+            };
+            let uri = std::str::from_utf8(uri.as_bytes()).map_err(|e| {
+                Refusal::Target(Rejected {
+                    class: Class::InvalidUtf8,
+                    at: e.valid_up_to(),
+                })
+            })?;
+            (method, uri)
+        }
+        Flavour::Envoy => {
+            // The check request is the original, its target behind `/envoy` (which `answer`
+            // has checked is there).
+            let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+            (
+                req.method().as_str(),
+                target.strip_prefix("/envoy").unwrap_or(target),
+            )
+        }
+    };
+    // The pair this path reads: the first two of ORIGINAL_HEADERS for nginx, the last two for
+    // the others; none for Envoy, whose check request is the original.
+    let own = match flavour {
+        Flavour::Nginx => Some(0),
+        Flavour::Forwarded => Some(2),
+        Flavour::Envoy => None,
+    };
+    for (i, (header, name)) in ORIGINAL_HEADERS.iter().enumerate() {
+        if own.is_some_and(|o| (i & !1) == o) {
+            continue;
+        }
+        let Some(value) = headers.get(header) else {
+            continue;
+        };
+        let (read, what) = if i % 2 == 0 {
+            (method, "method")
+        } else {
+            (uri, "target")
+        };
+        if value.as_bytes() != read.as_bytes() {
+            let reader = own.map_or("the check request's own", |o| ORIGINAL_HEADERS[o + i % 2].1);
+            return Err(Refusal::Question(format!(
+                "{name} names another {what} than {reader}, which this path reads. It came from the client or another hop; the request is refused rather than metered on one reading while something downstream may act on the other."
+            )));
+        }
+    }
+    Ok((method, uri))
+}
+
+/// Refuse an original target that has no canonical form, or is not its own: `400`
+/// `non-canonical-path` naming the class, counted with the gateway's.
+fn refuse_target(endpoint: &Endpoint, flavour: Flavour, rejected: &Rejected) -> HttpResponse {
+    endpoint.decider.metrics().path_rejected(rejected.class);
+    tracing::debug!(
+        class = rejected.class.as_str(),
+        at = rejected.at,
+        "original target refused"
+    );
+    for_proxy(
+        flavour,
+        Problem::non_canonical_path(rejected).into_response(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Methods and method overrides at the decision endpoint.
+// ---------------------------------------------------------------------------------------------
+
+/// The original request's method and method overrides, judged as the gateway judges them (see
+/// [`crate::methods`]): a method outside `methods.allowed` is refused (501 with `Allow`; on
+/// `/nginx`, which can pass on only 401 and 403, a 400 for its configuration to answer with),
+/// and an override is metered as every method it names, or refused with 400. The override
+/// headers are the original request's, which every proxy passes on; its query is in the
+/// original URI. Nothing can be removed from what the proxy forwards, so `strip` refuses.
+fn methods_and_overrides(
+    endpoint: &Endpoint,
+    settings: &Settings,
+    flavour: Flavour,
+    req: &HttpRequest,
+    method: &str,
+    uri: &str,
+) -> Result<Named, Box<HttpResponse>> {
+    let rules = &settings.methods;
+    let metrics = endpoint.decider.metrics();
+    if !rules.allows(method) {
+        metrics.method_refused(RefusalReason::Method);
+        let mut problem = Problem::unsupported_method(method, rules.allow());
+        if flavour == Flavour::Nginx {
+            problem.status = 400;
+            problem.title = "Bad Request";
+        }
+        let mut res = problem.into_response();
+        if let Ok(v) = HeaderValue::from_str(rules.allow()) {
+            res.headers_mut().insert(ALLOW, v);
+        }
+        return Err(Box::new(for_proxy(flavour, res)));
+    }
+    let query = match flavour {
+        Flavour::Envoy => req.uri().query(),
+        _ => uri
+            .split('#')
+            .next()
+            .and_then(|u| u.split_once('?'))
+            .map(|(_, q)| q),
+    };
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()));
+    match rules.judge(headers, query, At::DecisionEndpoint) {
+        Overrides::None => Ok(Named::default()),
+        Overrides::Meter(named) => {
+            metrics.method_override(false);
+            Ok(named)
+        }
+        Overrides::Refuse(why) => {
+            metrics.method_refused(why.reason());
+            let res = Problem::method_override(why.detail(rules)).into_response();
+            Err(Box::new(for_proxy(flavour, res)))
+        }
+        // Not given at the decision endpoint: a strip there is a refusal.
+        Overrides::Strip => {
+            metrics.method_refused(RefusalReason::OverrideUnstrippable);
+            let why = crate::methods::Refusal::Unstrippable(crate::methods::Source::Param(
+                rules.params().next().unwrap_or("_method").into(),
+            ));
+            let res = Problem::method_override(why.detail(rules)).into_response();
+            Err(Box::new(for_proxy(flavour, res)))
+        }
+    }
 }
 
 /// The proxy's answer for an outcome.

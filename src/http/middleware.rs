@@ -23,13 +23,16 @@ use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::response::{self, Problem};
+use crate::methods::{At, MethodRules, Named, Overrides, Refusal, RefusalReason, Source};
 use crate::path::{CanonicalPath, Rejected};
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::header::{HeaderMap, HeaderName, AUTHORIZATION, COOKIE, FORWARDED};
+use actix_web::http::header::{
+    HeaderMap, HeaderName, HeaderValue, ALLOW, AUTHORIZATION, COOKIE, FORWARDED,
+};
 use actix_web::http::uri::PathAndQuery;
-use actix_web::http::Uri;
-use actix_web::{Error, HttpMessage};
+use actix_web::http::{Method, Uri};
+use actix_web::{Error, HttpMessage, HttpResponse};
 use futures_util::future::{ready, LocalBoxFuture, Ready};
 use futures_util::StreamExt;
 use smallvec::SmallVec;
@@ -134,10 +137,33 @@ where
         let service = self.service.clone();
         let limiter = self.limiter.clone();
         Box::pin(async move {
-            if crate::http::cors::is_preflight(req.method(), req.headers()) {
+            let settings = limiter.decider.settings();
+            // A method no upstream route is there to serve is answered here, never forwarded.
+            if !settings.methods.allows(req.method().as_str()) {
+                return Ok(refuse_method(&limiter, &settings, req).await);
+            }
+            // A request that names another method by override is metered as that method too,
+            // has the override removed, or is refused (`methods.override`).
+            let named = match overrides(&settings, &req) {
+                Overrides::None => Named::default(),
+                Overrides::Meter(named) => {
+                    limiter.decider.metrics().method_override(false);
+                    named
+                }
+                Overrides::Strip => {
+                    if let Err(why) = strip_overrides(&mut req, &settings.methods) {
+                        return Ok(refuse_override(&limiter, &settings, req, &why).await);
+                    }
+                    limiter.decider.metrics().method_override(true);
+                    Named::default()
+                }
+                Overrides::Refuse(why) => {
+                    return Ok(refuse_override(&limiter, &settings, req, &why).await)
+                }
+            };
+            if named.is_empty() && crate::http::cors::is_preflight(req.method(), req.headers()) {
                 return Ok(service.call(req).await?.map_into_left_body());
             }
-            let settings = limiter.decider.settings();
             // The one path: made canonical here, decided on, and what the request carries on.
             let rewritten = match CanonicalPath::parse(req.path(), settings.paths) {
                 Ok(p) if !p.is_rewritten() => None,
@@ -154,7 +180,7 @@ where
                 None => CanonicalPath::checked(req.path()),
             };
             let started = std::time::Instant::now();
-            let outcome = decide(&limiter, &settings, &req, path).await;
+            let outcome = decide(&limiter, &settings, &req, path, named).await;
             let decided_at = std::time::Instant::now();
             limiter
                 .decider
@@ -203,6 +229,101 @@ where
     }
 }
 
+/// What to do about the method overrides `req` names (see [`crate::methods`]).
+fn overrides(settings: &Settings, req: &ServiceRequest) -> Overrides {
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()));
+    settings
+        .methods
+        .judge(headers, req.uri().query(), At::Gateway)
+}
+
+/// Remove every override header and query parameter from `req`, so that what runs after the
+/// limiter (the gateway's proxy, or the app) never sees them.
+fn strip_overrides(req: &mut ServiceRequest, rules: &MethodRules) -> Result<(), Refusal> {
+    let names: SmallVec<[HeaderName; 2]> = req
+        .headers()
+        .keys()
+        .filter(|name| rules.is_override_header(name.as_str()))
+        .cloned()
+        .collect();
+    for name in names {
+        req.headers_mut().remove(name);
+    }
+    let Some(query) = req.uri().query().and_then(|q| rules.strip_query(q)) else {
+        return Ok(());
+    };
+    let pq = if query.is_empty() {
+        req.path().to_owned()
+    } else {
+        format!("{}?{query}", req.path())
+    };
+    // The query is the request's own, less some parameters, so this cannot fail; if it did,
+    // the request could not be forwarded without them, so it is refused.
+    let unusable = || {
+        let name = rules.params().next().unwrap_or("_method");
+        Refusal::Unstrippable(Source::Param(name.into()))
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| unusable())?);
+    let uri = Uri::from_parts(parts).map_err(|_| unusable())?;
+    req.match_info_mut().get_mut().update(&uri);
+    req.head_mut().uri = uri;
+    Ok(())
+}
+
+/// Answer 501 with `Allow` for a method outside `methods.allowed`, before any limiter or the
+/// app sees the request.
+async fn refuse_method<B>(
+    limiter: &FleetLimiter,
+    settings: &Settings,
+    req: ServiceRequest,
+) -> ServiceResponse<EitherBody<B>> {
+    limiter
+        .decider
+        .metrics()
+        .method_refused(RefusalReason::Method);
+    tracing::debug!(method = %req.method(), "method not forwarded");
+    let allow = settings.methods.allow();
+    let mut res = Problem::unsupported_method(req.method().as_str(), allow).into_response();
+    if let Ok(v) = HeaderValue::from_str(allow) {
+        res.headers_mut().insert(ALLOW, v);
+    }
+    answer_early(req, res).await
+}
+
+/// Answer 400 for a method override refused, before any limiter or the app sees the request.
+async fn refuse_override<B>(
+    limiter: &FleetLimiter,
+    settings: &Settings,
+    req: ServiceRequest,
+    why: &Refusal,
+) -> ServiceResponse<EitherBody<B>> {
+    limiter.decider.metrics().method_refused(why.reason());
+    tracing::debug!(reason = why.reason().as_str(), "method override refused");
+    let res = Problem::method_override(why.detail(&settings.methods)).into_response();
+    answer_early(req, res).await
+}
+
+/// Send a gateway-made answer in place of the request. After a CONNECT (whose body runs until
+/// the connection ends) or an upgrade, what the client sends next on this connection would not
+/// be HTTP: it closes. Otherwise a small body is drained so the connection can stay open.
+async fn answer_early<B>(
+    req: ServiceRequest,
+    mut res: HttpResponse,
+) -> ServiceResponse<EitherBody<B>> {
+    let (http_req, mut payload) = req.into_parts();
+    if http_req.method() == Method::CONNECT || http_req.head().upgrade() {
+        res.head_mut()
+            .set_connection_type(actix_web::http::ConnectionType::Close);
+    } else {
+        drain_small_body(&mut payload).await;
+    }
+    ServiceResponse::new(http_req, res).map_into_right_body()
+}
+
 /// Answer 400 for a path with no canonical form, before any limiter or the app sees it.
 async fn reject_path<B>(
     limiter: &FleetLimiter,
@@ -248,6 +369,7 @@ async fn decide(
     settings: &Settings,
     req: &ServiceRequest,
     path: CanonicalPath<'_>,
+    named: Named,
 ) -> Outcome {
     if !settings.enabled {
         return Outcome::default();
@@ -274,7 +396,11 @@ async fn decide(
         session_token: h.session_token,
         key_headers: crate::decision::KeyHeaders::new(&lookup),
     };
-    limiter.decider.decide_with(settings, &facts).await
+    let also = named.methods(&settings.methods);
+    limiter
+        .decider
+        .decide_overridden(settings, &facts, &also)
+        .await
 }
 
 /// What a decision reads from a request's headers, borrowed from them.
@@ -374,4 +500,90 @@ pub fn cookie_value<'a>(values: impl Iterator<Item = &'a [u8]>, name: &str) -> O
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::{test, web, App, HttpRequest, HttpResponse};
+
+    /// The app behind the limiter says what it was given: method, target and override header.
+    async fn echo(req: HttpRequest) -> HttpResponse {
+        let overrides: Vec<String> = req
+            .headers()
+            .iter()
+            .filter(|(n, _)| n.as_str().contains("method"))
+            .map(|(n, v)| format!("{n}={}", v.to_str().unwrap_or("?")))
+            .collect();
+        HttpResponse::Ok().body(format!("{} {} {overrides:?}", req.method(), req.uri()))
+    }
+
+    fn limiter(env: &[(&str, &str)]) -> FleetLimiter {
+        let cfg = crate::config::Loader::new()
+            .env(env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .load()
+            .expect("config");
+        FleetLimiter::from_config(&cfg).expect("limiter")
+    }
+
+    #[actix_rt::test]
+    async fn the_app_behind_it_never_sees_a_stripped_override() {
+        let app = test::init_service(
+            App::new()
+                .wrap(limiter(&[("FLEET_LIMITER_METHOD_OVERRIDE", "strip")]))
+                .default_service(web::to(echo)),
+        )
+        .await;
+        let req = test::TestRequest::post()
+            .uri("/api/agent/download/linux?a=1&_method=GET&b=2")
+            .insert_header(("X-HTTP-Method-Override", "GET"))
+            .insert_header(("x_http_method", "GET"))
+            .insert_header(("x-agent-id", "a-1"))
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.status(), 200);
+        let body = test::read_body(res).await;
+        assert_eq!(body, "POST /api/agent/download/linux?a=1&b=2 []");
+    }
+
+    #[actix_rt::test]
+    async fn methods_outside_the_list_never_reach_the_app() {
+        let app =
+            test::init_service(App::new().wrap(limiter(&[])).default_service(web::to(echo))).await;
+        for m in ["CONNECT", "TRACE", "PROPFIND", "get"] {
+            let req = test::TestRequest::default()
+                .method(Method::from_bytes(m.as_bytes()).expect("method"))
+                .uri("/api/agent/rotate-key")
+                .to_request();
+            let res = test::call_service(&app, req).await;
+            assert_eq!(res.status(), 501, "{m}");
+            assert_eq!(
+                res.headers().get(ALLOW).and_then(|v| v.to_str().ok()),
+                Some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+            );
+        }
+        // An override a metering limiter will not guess at is refused before the app.
+        let req = test::TestRequest::post()
+            .uri("/api/agent/rotate-key?_method=PROPFIND")
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.status(), 400);
+        // A CORS preflight that names an override is no longer a preflight: it is metered.
+        let req = test::TestRequest::default()
+            .method(Method::OPTIONS)
+            .uri("/api/agent/rotate-key")
+            .insert_header(("origin", "https://dash.example"))
+            .insert_header(("access-control-request-method", "POST"))
+            .insert_header(("x-http-method-override", "POST"))
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(res.status(), 200);
+        assert!(
+            res.headers()
+                .get("ratelimit-policy")
+                .is_some_and(|v| v.as_bytes().starts_with(b"\"agent-device\"")),
+            "{:?}",
+            res.headers()
+        );
+    }
 }

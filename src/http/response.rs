@@ -81,18 +81,29 @@ impl Problem {
         }
     }
 
-    /// A path with no canonical form (see [`crate::path`]), refused before any limiter.
+    /// A path with no canonical form (see [`crate::path`]), refused before any limiter; or, at
+    /// the decision endpoint, a target that is not its own canonical form.
     pub fn non_canonical_path(rejected: &crate::path::Rejected) -> Self {
-        Self {
-            kind: "urn:fleet-limiter:problem:non-canonical-path",
-            title: "Bad Request",
-            status: 400,
-            detail: format!(
+        let detail = if rejected.class.decision_only() {
+            format!(
+                "The request target contains {} (at byte {}). The proxy in front forwards the target as it was sent, and the upstream may route that spelling elsewhere than the path the rate limiter would read, so it is refused. Send the path in canonical form ({}).",
+                rejected.class.describe(),
+                rejected.at,
+                rejected.class.as_str()
+            )
+        } else {
+            format!(
                 "The request path contains {} (at byte {}), which HTTP servers and routers read differently; this gateway does not forward it. Send the path without it ({}).",
                 rejected.class.describe(),
                 rejected.at,
                 rejected.class.as_str()
-            ),
+            )
+        };
+        Self {
+            kind: "urn:fleet-limiter:problem:non-canonical-path",
+            title: "Bad Request",
+            status: 400,
+            detail,
             retry_after: None,
         }
     }
@@ -104,6 +115,36 @@ impl Problem {
             title: "Method Not Allowed",
             status: 405,
             detail: detail.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A request whose method is not in `methods.allowed` (RFC 9110 §15.6.2: the service does
+    /// not implement it for any resource). The caller adds `Allow`.
+    pub fn unsupported_method(method: &str, allow: &str) -> Self {
+        // A method is a token (the HTTP parser saw to it); only its length is the client's.
+        let shown: String = method
+            .chars()
+            .take(crate::methods::MAX_METHOD_LEN)
+            .collect();
+        Self {
+            kind: "urn:fleet-limiter:problem:unsupported-method",
+            title: "Not Implemented",
+            status: 501,
+            detail: format!(
+                "This gateway forwards only {allow} (methods.allowed); `{shown}` is not one of them, so the request was not forwarded."
+            ),
+            retry_after: None,
+        }
+    }
+
+    /// A method override refused (see [`crate::methods`]).
+    pub fn method_override(detail: String) -> Self {
+        Self {
+            kind: "urn:fleet-limiter:problem:method-override",
+            title: "Bad Request",
+            status: 400,
+            detail,
             retry_after: None,
         }
     }

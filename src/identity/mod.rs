@@ -42,6 +42,16 @@ pub enum Credential {
     VerifiedUser,
 }
 
+impl Credential {
+    /// Every kind, for checks that must hold whichever a request has.
+    pub const ALL: [Credential; 4] = [
+        Credential::None,
+        Credential::ApiKey,
+        Credential::CliToken,
+        Credential::VerifiedUser,
+    ];
+}
+
 /// The request's principal facts, borrowed from the request where they can be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity<'a> {

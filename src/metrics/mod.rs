@@ -13,6 +13,7 @@ pub use histogram::Histogram;
 
 use crate::http::proxy::pace::Trip;
 use crate::known_agents::KnownAgents;
+use crate::methods::RefusalReason;
 use crate::path::Class;
 use crate::policy::LimiterSpec;
 use crate::store::{Store, StoreErrorKind};
@@ -307,6 +308,10 @@ pub struct Metrics {
     last_reload_ok: Gauge,
     /// By [`Class`], in `Class::ALL` order.
     paths_rejected: [Counter; Class::ALL.len()],
+    /// By [`RefusalReason`], in `RefusalReason::ALL` order.
+    method_refusals: [Counter; RefusalReason::ALL.len()],
+    /// Metered, stripped.
+    method_overrides: [Counter; 2],
     /// Switched, declined.
     upgrades: [Counter; 2],
     upgraded_open: Gauge,
@@ -499,9 +504,23 @@ impl Metrics {
         let paths_rejected = series1(
             &mut r,
             "fleet_limiter_paths_rejected",
-            "Requests refused with 400 before any limiter because their path has no canonical form, by class",
+            "Requests refused with 400 before any limiter because their path has no canonical form (at the decision endpoint: because the original target is not its own canonical form), by class",
             Class::ALL,
             |c| [("class", c.as_str())],
+        );
+        let method_refusals = series1(
+            &mut r,
+            "fleet_limiter_method_refusals",
+            "Requests the gateway answered itself for their method, by reason: method_not_allowed (501: not in methods.allowed) or an override refused with 400 (override_refused, override_unstrippable, override_not_a_method, override_not_allowed, override_too_many)",
+            RefusalReason::ALL,
+            |c| [("reason", c.as_str())],
+        );
+        let method_overrides = series1(
+            &mut r,
+            "fleet_limiter_method_overrides",
+            "Requests that named a method override and were not refused for it, by action: metered (charged as their own method and as every method named; a limiter may still refuse them) or stripped (the override removed before the upstream saw it)",
+            ["metered", "stripped"],
+            |k| [("action", k)],
         );
         let reloads = series1(
             &mut r,
@@ -539,6 +558,8 @@ impl Metrics {
             reloads,
             last_reload_ok,
             paths_rejected,
+            method_refusals,
+            method_overrides,
             upgrades,
             upgraded_open,
             admission_in_flight,
@@ -628,6 +649,23 @@ impl Metrics {
         {
             c.inc();
         }
+    }
+
+    /// A request answered by the gateway for its method or its method override.
+    pub fn method_refused(&self, reason: RefusalReason) {
+        if let Some(c) = RefusalReason::ALL
+            .iter()
+            .position(|k| *k == reason)
+            .and_then(|i| self.method_refusals.get(i))
+        {
+            c.inc();
+        }
+    }
+
+    /// A request that named a method override went on: metered as every method it named
+    /// (`stripped == false`), or with the override removed.
+    pub fn method_override(&self, stripped: bool) {
+        self.method_overrides[usize::from(stripped)].inc();
     }
 
     /// A client's request body was cut off because it broke `rule`.

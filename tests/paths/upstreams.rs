@@ -2,8 +2,10 @@
 //! normalised `$uri`), Express 5 (path-to-regexp on the raw pathname) and a WHATWG URL router
 //! (`new URL(req.url, base).pathname`). Each serves the routes of `routes.json`, answers 200
 //! with `X-Route: <route id>` (404 with `X-Route: none` when no route matches), and logs every
-//! request it sees to a hits file, so a test can tell which requests reached it. Also the raw
-//! HTTP/1.1 exchange that sends a request target byte for byte.
+//! request it sees to a hits file, so a test can tell which requests reached it. Also the same
+//! Express app with fleet-limiter's Express client in front of its routes
+//! ([`Upstream::express_client`]), and the raw HTTP/1.1 exchange that sends a request target
+//! byte for byte.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -62,6 +64,13 @@ pub fn missing(kind: Kind) -> Option<String> {
                 None
             }
         }
+        Kind::ExpressClient => missing(Kind::Express).or_else(|| {
+            let client = crate::common::manifest_dir().join("clients/express/node_modules");
+            (!client.join("parseurl").is_dir()).then(|| {
+                "the Express client's dependencies are not installed (run `npm ci` in clients/express)"
+                    .to_owned()
+            })
+        }),
     }
 }
 
@@ -70,9 +79,12 @@ pub enum Kind {
     Nginx,
     Express,
     Whatwg,
+    /// The Express app behind fleet-limiter's Express client: its own front.
+    ExpressClient,
 }
 
 impl Kind {
+    /// The upstreams a front forwards to.
     pub const ALL: [Kind; 3] = [Kind::Nginx, Kind::Express, Kind::Whatwg];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +92,7 @@ impl Kind {
             Kind::Nginx => "nginx",
             Kind::Express => "express",
             Kind::Whatwg => "whatwg-url",
+            Kind::ExpressClient => "express-client",
         }
     }
 }
@@ -103,11 +116,19 @@ impl Drop for Upstream {
 }
 
 impl Upstream {
+    /// One of [`Kind::ALL`].
     pub fn start(kind: Kind) -> Upstream {
         match kind {
             Kind::Nginx => Self::nginx(),
-            Kind::Express | Kind::Whatwg => Self::node(kind),
+            Kind::Express | Kind::Whatwg => Self::node(kind, None),
+            Kind::ExpressClient => panic!("the Express client needs a decision endpoint"),
         }
+    }
+
+    /// The Express app with fleet-limiter's Express client in front of its routes, asking the
+    /// decision endpoint at `decision`.
+    pub fn express_client(decision: SocketAddr) -> Upstream {
+        Self::node(Kind::ExpressClient, Some(decision))
     }
 
     fn nginx() -> Upstream {
@@ -154,7 +175,7 @@ impl Upstream {
         panic!("nginx did not start: {last}");
     }
 
-    fn node(kind: Kind) -> Upstream {
+    fn node(kind: Kind, decision: Option<SocketAddr>) -> Upstream {
         let node = find_program("node").expect("node");
         let dir = temp_dir();
         let hits = dir.path().join("hits.log");
@@ -163,9 +184,11 @@ impl Upstream {
             .arg(paths_dir().join("node/upstream.js"))
             .arg(match kind {
                 Kind::Express => "express",
+                Kind::ExpressClient => "express-client",
                 _ => "whatwg",
             })
             .arg(&hits)
+            .args(decision.map(|d| format!("http://{d}")))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

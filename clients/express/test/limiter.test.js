@@ -90,6 +90,41 @@ function post(url, from, headers = {}) {
   });
 }
 
+/** A request with its target sent as written (no URL parsing: `..` and `//` stay). */
+function raw(base, method, target, from, headers = {}) {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: hostname, port, method, path: target, localAddress: from, headers, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** An app whose routes count what reached them: `served` lists `METHOD path` for each. */
+function countingApp(opts, before) {
+  const a = express();
+  const served = [];
+  if (before) a.use(before);
+  a.use(fleetLimiter(opts));
+  a.all('/{*any}', (req, res) => { served.push(`${req.method} ${req.path}`); res.send(`app: ${req.path}`); });
+  return new Promise((resolve) => {
+    const server = a.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${server.address().port}`, served, close: () => server.close() }));
+  });
+}
+
+function assertRefusedAs(r, cls) {
+  assert.equal(r.status, 400, r.body);
+  assert.equal(r.headers['content-type'].split(';')[0], 'application/problem+json');
+  const problem = JSON.parse(r.body);
+  assert.equal(problem.type, 'urn:fleet-limiter:problem:non-canonical-path');
+  assert.ok(problem.detail.includes(`(${cls})`), problem.detail);
+}
+
 function someClient() {
   return `127.${1 + Math.floor(Math.random() * 250)}.${Math.floor(Math.random() * 250)}.${2 + Math.floor(Math.random() * 250)}`;
 }
@@ -123,6 +158,112 @@ test('the middleware meters like the gateway and answers 429 the same way', asyn
   const odd = await post(site.url + '/api/agent/a%2Frotate-key', who);
   assert.equal(odd.status, 400);
   assert.equal(JSON.parse(odd.body).type, 'urn:fleet-limiter:problem:non-canonical-path');
+});
+
+test('a spelling Express would route unrewritten is refused, never metered as another path', async (t) => {
+  const fl = await limiter();
+  t.after(fl.stop);
+  const site = await countingApp({ url: fl.decision });
+  t.after(site.close);
+  const who = someClient();
+  // Key rotation allows 3 in 15 minutes; asked about `req.originalUrl`, 20 of 20 went through
+  // unmetered (Express routes `//x/...` as it is, the limiter read `/x/...`).
+  for (let i = 0; i < 20; i++) {
+    assertRefusedAs(await raw(site.url, 'POST', '//x/api/agent/rotate-key', who), 'empty-segment');
+  }
+  // Express routes this to the download handler; it was metered as `/api/cron`.
+  for (let i = 0; i < 50; i++) {
+    assertRefusedAs(await raw(site.url, 'GET', '/api/agent/download/../../cron', who), 'dot-segment');
+  }
+  assertRefusedAs(await raw(site.url, 'POST', '/api/agent/%72otate-key', who), 'escape-spelling');
+  assert.deepEqual(site.served, [], 'no refused request reached a route');
+  // The key-rotation budget is untouched.
+  for (const left of ['2', '1', '0']) {
+    const r = await raw(site.url, 'POST', ROTATE, who);
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.headers['x-ratelimit-remaining'], left);
+  }
+  assert.equal((await raw(site.url, 'POST', ROTATE, who)).status, 429);
+});
+
+test('the limiter is told the path Express routes on, whatever the target looked like', async (t) => {
+  const fl = await limiter();
+  t.after(fl.stop);
+  const site = await countingApp({ url: fl.decision });
+  t.after(site.close);
+  // Absolute-form: Express routes the path; it is metered as key rotation (it was refused).
+  const who = someClient();
+  for (const left of ['2', '1', '0']) {
+    const r = await raw(site.url, 'POST', `http://fleet.test${ROTATE}`, who);
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.headers['ratelimit-policy'], '"key-rotation";q=3;w=900');
+    assert.equal(r.headers['x-ratelimit-remaining'], left);
+  }
+  assert.equal((await raw(site.url, 'POST', `http://fleet.test${ROTATE}`, who)).status, 429);
+  // A fragment: Express routes `/api/agent/x`, and that is what is metered.
+  const frag = await raw(site.url, 'POST', '/api/agent/x#/../rotate-key', someClient());
+  assert.equal(frag.status, 200, frag.body);
+  assert.equal(frag.body, 'app: /api/agent/x');
+  assert.ok(!frag.headers['ratelimit-policy'].includes('key-rotation'), frag.headers['ratelimit-policy']);
+  // The client's own original-request headers never reach the limiter: two X-Original-URI and
+  // an X-Forwarded-Uri naming another path change nothing.
+  const other = someClient();
+  const forged = { 'x-original-uri': ['/api/tasks', '/api/tasks'], 'x-forwarded-uri': '/api/tasks', 'x-forwarded-method': 'GET' };
+  for (const left of ['2', '1', '0']) {
+    const r = await raw(site.url, 'POST', ROTATE, other, forged);
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.headers['x-ratelimit-remaining'], left);
+  }
+  assert.equal((await raw(site.url, 'POST', ROTATE, other, forged)).status, 429);
+});
+
+test('under a mount point, or after req.url was rewritten, the path the routes see is metered', async (t) => {
+  const fl = await limiter();
+  t.after(fl.stop);
+  // Mounted at /api: the router sees `/agent/rotate-key`; the limiter is told the whole path.
+  const mounted = express();
+  const api = express.Router();
+  api.use(fleetLimiter({ url: fl.decision }));
+  api.post('/agent/rotate-key', (req, res) => res.send('rotated'));
+  mounted.use('/api', api);
+  const m = await new Promise((resolve) => { const s = mounted.listen(0, '127.0.0.1', () => resolve(s)); });
+  t.after(() => m.close());
+  const r = await raw(`http://127.0.0.1:${m.address().port}`, 'POST', ROTATE, someClient());
+  assert.equal(r.status, 200, r.body);
+  assert.equal(r.headers['ratelimit-policy'], '"key-rotation";q=3;w=900');
+  // A rewrite before the limiter: the routes see the rewritten path, and so does the limiter.
+  const rewrite = (req, res, next) => {
+    if (req.url === '/legacy/rotate') req.url = ROTATE;
+    next();
+  };
+  const site = await countingApp({ url: fl.decision }, rewrite);
+  t.after(site.close);
+  const legacy = await raw(site.url, 'POST', '/legacy/rotate', someClient());
+  assert.equal(legacy.status, 200, legacy.body);
+  assert.equal(legacy.headers['ratelimit-policy'], '"key-rotation";q=3;w=900');
+  assert.deepEqual(site.served, [`POST ${ROTATE}`]);
+});
+
+test('a target the limiter cannot be told about is refused, even with onError "allow"', async (t) => {
+  // Nothing listens: were the question even attempted, onError "allow" would let it through.
+  const dead = `http://127.0.0.1:${await freePort()}`;
+  const warned = [];
+  const junk = (req, res, next) => {
+    if (req.url === '/junk') req.url = '/api/agent/rotate-key\n\u00e9';
+    next();
+  };
+  const site = await countingApp({ url: dead, onLimiterError: (e) => warned.push(e) }, junk);
+  t.after(site.close);
+  const r = await raw(site.url, 'POST', '/junk', someClient());
+  assert.equal(r.status, 400, r.body);
+  assert.equal(JSON.parse(r.body).type, 'urn:fleet-limiter:problem:non-canonical-path');
+  assert.deepEqual(site.served, []);
+  assert.equal(warned.length, 0, 'the limiter was not asked');
+  for (const url of ['/a\nb', '/caf\u00e9', 'http://fleet.test/a', '*', '']) {
+    const d = await check({ url: dead }, { method: 'GET', url, headers: {} });
+    assert.equal(d.allowed, url === '', `${JSON.stringify(url)}: ${d.status}`);
+    if (url !== '') assert.equal(d.status, 400);
+  }
 });
 
 test('an unreachable limiter gets the configured answer, fast', async (t) => {

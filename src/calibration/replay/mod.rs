@@ -4,7 +4,22 @@
 //! `X-Forwarded-For` under the configured trusted-proxy rules, method, path, `X-Agent-Id` when
 //! the format logs it) and goes through [`Decider::decide`] on a [`MemoryStore`] whose
 //! [`ManualClock`] is set from the line's timestamp. Logs are streamed: what stays in memory is
-//! the limiter's key state and one entry per principal refused, never the log.
+//! the limiter's key state, one entry per principal refused, and the reorder buffer, never the
+//! log.
+//!
+//! Lines reach the decision path through two stages:
+//!
+//! - **the look-ahead** holds the last [`LOOK_AHEAD`] dated lines. A line that would move the
+//!   log's clock (more than the reorder window past the newest line accepted so far) while more
+//!   than half of the lines after it are dated more than the window before it is an *outlier*:
+//!   accepted, it would make those lines late. It is set aside, counted and named (file, line,
+//!   date). A log in order, or out of order by less than the window, never has one.
+//! - **the reorder buffer** holds each accepted line until the log's clock is a reorder window
+//!   past it, then decides it, so lines out of order by less than the window are replayed in
+//!   order. Consecutive identical requests at one instant are one entry with a count, and the
+//!   buffer's bytes are bounded ([`REORDER_BUDGET`]): when a log's clock stalls (every line at
+//!   the same second, say) the earliest lines are decided before their window closes, and
+//!   counted, instead of accumulating the log.
 //!
 //! Verified identity is not in access logs: a token's owner cannot be recovered from a line, so
 //! the `Authorization` header is never replayed and requests a verified user would have been
@@ -31,8 +46,7 @@ use crate::policy::Mode;
 use crate::store::memory::MemoryStore;
 use line::{Fields, Malformed};
 use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::IsTerminal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -49,6 +63,18 @@ const ORIGIN: Nanos = 3_600 * NS as Nanos;
 pub const SHOWN_MALFORMED: usize = 5;
 /// Principals listed per limiter, most refused first.
 pub const SHOWN_PRINCIPALS: usize = 10;
+/// Outliers named in the report and on stderr, first come first shown.
+pub const SHOWN_OUTLIERS: usize = 5;
+/// How many of the lines after a line judge whether it is an outlier.
+pub const LOOK_AHEAD: usize = 32;
+/// The most the reorder buffer holds, in bytes (requests, their text, and the buffer's own
+/// bookkeeping, estimated); past it the earliest lines are decided at once.
+pub const REORDER_BUDGET: usize = 16 << 20;
+/// What one buffered run costs beside its text: its key and value in the buffer's tree,
+/// twice over, because a tree filled in order keeps its nodes about half full.
+const RUN_BYTES: usize = 2 * std::mem::size_of::<((UnixNanos, u64), Run)>();
+/// The most bins a limiter's plot series keeps; past it, bins are merged into wider ones.
+const MAX_PLOT_BINS: usize = 10_080;
 
 /// The layout of a log's lines.
 #[derive(Debug, Clone)]
@@ -106,17 +132,56 @@ pub struct Options {
     pub reorder_seconds: u64,
 }
 
-/// One request waiting in the reorder buffer.
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+/// One request as a line gives it.
+#[derive(Debug, PartialEq, Eq)]
 struct Pending {
-    at: UnixNanos,
-    seq: u64,
     peer: IpAddr,
     method: Box<str>,
     target: Box<str>,
     forwarded: Option<Box<[u8]>>,
     agent_id: Option<Box<str>>,
     user: Option<Box<str>>,
+}
+
+impl Pending {
+    /// The bytes its text takes on the heap, each allocation rounded up to 16 bytes as an
+    /// allocator's size classes do.
+    fn text_bytes(&self) -> usize {
+        let alloc = |n: usize| n.div_ceil(16) * 16;
+        alloc(self.method.len())
+            + alloc(self.target.len())
+            + self.forwarded.as_ref().map_or(0, |f| alloc(f.len()))
+            + self.agent_id.as_ref().map_or(0, |a| alloc(a.len()))
+            + self.user.as_ref().map_or(0, |u| alloc(u.len()))
+    }
+}
+
+/// Consecutive identical requests at one instant of the reorder buffer.
+#[derive(Debug)]
+struct Run {
+    request: Pending,
+    count: u64,
+}
+
+/// A dated line in the look-ahead, waiting for the lines after it.
+#[derive(Debug)]
+struct Ahead {
+    at: UnixNanos,
+    /// Its file, as an index into the report's `files`, and its line number there.
+    file: usize,
+    line: u64,
+    request: Pending,
+}
+
+/// A line set aside because the lines after it are dated well before it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Outlier {
+    pub file: String,
+    pub line: u64,
+    /// Its timestamp, RFC 3339 in UTC.
+    pub dated: String,
+    /// How far it is ahead of the median of the lines after it.
+    pub ahead_seconds: f64,
 }
 
 /// A line that was not replayed.
@@ -166,6 +231,13 @@ pub struct ReplayReport {
     /// Lines whose timestamp was older than the reorder window allowed; not replayed.
     pub late: u64,
     pub reorder_seconds: u64,
+    /// Lines dated well ahead of the lines after them (see the module's documentation); not
+    /// replayed.
+    pub outliers: u64,
+    pub first_outliers: Vec<Outlier>,
+    /// Lines decided before their reorder window closed because the reorder buffer was full.
+    pub decided_early: u64,
+    pub reorder_budget_bytes: usize,
     /// Files that could not be read to their end (unreadable, truncated or corrupt gzip).
     pub read_errors: Vec<String>,
     pub span_seconds: f64,
@@ -205,8 +277,11 @@ struct Replayer {
     first: Option<UnixNanos>,
     last_decided: UnixNanos,
     newest: UnixNanos,
-    buffer: BinaryHeap<Reverse<Pending>>,
+    ahead: VecDeque<Ahead>,
+    /// Runs by time, then by arrival.
+    buffer: BTreeMap<(UnixNanos, u64), Run>,
     seq: u64,
+    buffered_bytes: usize,
     window: i64,
     timeout: i64,
     limiters: BTreeMap<Arc<str>, LimiterTally>,
@@ -237,8 +312,10 @@ impl Replayer {
             first: None,
             last_decided: i64::MIN,
             newest: i64::MIN,
-            buffer: BinaryHeap::new(),
+            ahead: VecDeque::with_capacity(LOOK_AHEAD + 1),
+            buffer: BTreeMap::new(),
             seq: 0,
+            buffered_bytes: 0,
             window: secs(opts.reorder_seconds),
             timeout: secs(cfg.fleet.heartbeat_timeout_seconds),
             limiters: BTreeMap::new(),
@@ -247,6 +324,7 @@ impl Replayer {
             report: ReplayReport {
                 config: cfg.source.clone(),
                 reorder_seconds: opts.reorder_seconds,
+                reorder_budget_bytes: REORDER_BUDGET,
                 identity: if opts.format.logs_agent_ids() {
                     "client address (and X-Agent-Id where logged); verified identity is not in access logs"
                 } else {
@@ -274,44 +352,114 @@ impl Replayer {
         }
     }
 
-    /// Take one parsed line into the reorder buffer, deciding what has left its window.
-    async fn push(&mut self, f: &Fields<'_>) -> Result<(), Malformed> {
+    /// Take one parsed line into the look-ahead; the line it pushes out is judged.
+    async fn push(&mut self, f: &Fields<'_>, file: usize, line: u64) -> Result<(), Malformed> {
         let at = f.time.ok_or(Malformed::Time)?;
         fn text(b: &[u8]) -> Result<&str, Malformed> {
             std::str::from_utf8(b).map_err(|_| Malformed::Bytes)
         }
         let peer: IpAddr = text(f.addr)?.parse().map_err(|_| Malformed::Address)?;
-        if at < self.last_decided || at < self.newest.saturating_sub(self.window) {
-            self.report.late += 1;
-            return Ok(());
-        }
-        self.seq += 1;
-        self.buffer.push(Reverse(Pending {
-            at,
-            seq: self.seq,
+        let request = Pending {
             peer,
             method: text(f.method)?.into(),
             target: text(f.target)?.into(),
             forwarded: f.forwarded.map(Into::into),
             agent_id: f.agent_id.map(text).transpose()?.map(Into::into),
             user: f.user.map(text).transpose()?.map(Into::into),
-        }));
-        self.newest = self.newest.max(at);
-        while let Some(Reverse(p)) = self.buffer.peek() {
-            if p.at > self.newest - self.window {
-                break;
-            }
-            if let Some(Reverse(p)) = self.buffer.pop() {
-                self.decide(p).await;
+        };
+        self.ahead.push_back(Ahead {
+            at,
+            file,
+            line,
+            request,
+        });
+        if self.ahead.len() > LOOK_AHEAD {
+            if let Some(next) = self.ahead.pop_front() {
+                self.judge(next).await;
             }
         }
         Ok(())
     }
 
-    async fn decide(&mut self, p: Pending) {
-        let first = *self.first.get_or_insert(p.at);
-        self.last_decided = p.at;
-        self.clock.set(ORIGIN + (p.at - first).max(0) as Nanos);
+    /// Set `x` aside when it would move the clock while most lines after it are dated more
+    /// than the reorder window before it; otherwise accept it.
+    async fn judge(&mut self, x: Ahead) {
+        let moves_clock = self.newest == i64::MIN || x.at > self.newest.saturating_add(self.window);
+        let cutoff = x.at.saturating_sub(self.window);
+        let after = self.ahead.len();
+        let behind = self.ahead.iter().filter(|a| a.at < cutoff).count();
+        if moves_clock && behind * 2 > after {
+            self.outlier(&x);
+        } else {
+            self.accept(x.at, x.request).await;
+        }
+    }
+
+    fn outlier(&mut self, x: &Ahead) {
+        self.report.outliers += 1;
+        if self.report.first_outliers.len() >= SHOWN_OUTLIERS {
+            return;
+        }
+        let mut after: Vec<UnixNanos> = self.ahead.iter().map(|a| a.at).collect();
+        after.sort_unstable();
+        let median = after.get(after.len() / 2).copied().unwrap_or(x.at);
+        self.report.first_outliers.push(Outlier {
+            file: self.report.files.get(x.file).cloned().unwrap_or_default(),
+            line: x.line,
+            dated: emit::rfc3339(x.at),
+            ahead_seconds: secs(x.at.saturating_sub(median)),
+        });
+    }
+
+    /// Put an accepted line in the reorder buffer and decide what has left its window (or,
+    /// with the buffer full, the earliest lines).
+    async fn accept(&mut self, at: UnixNanos, request: Pending) {
+        if at < self.last_decided || at < self.newest.saturating_sub(self.window) {
+            self.report.late += 1;
+            return;
+        }
+        let last_at_this_instant = self
+            .buffer
+            .range_mut((at, 0)..=(at, u64::MAX))
+            .next_back()
+            .map(|(_, run)| run);
+        match last_at_this_instant {
+            Some(run) if run.request == request => run.count += 1,
+            _ => {
+                self.buffered_bytes += RUN_BYTES + request.text_bytes();
+                self.seq += 1;
+                self.buffer
+                    .insert((at, self.seq), Run { request, count: 1 });
+            }
+        }
+        self.newest = self.newest.max(at);
+        let horizon = self.newest.saturating_sub(self.window);
+        while let Some(entry) = self.buffer.first_entry() {
+            let early = entry.key().0 > horizon;
+            if early && self.buffered_bytes <= REORDER_BUDGET {
+                break;
+            }
+            let ((at, _), run) = entry.remove_entry();
+            if early {
+                self.report.decided_early += run.count;
+            }
+            self.decide_run(at, run).await;
+        }
+    }
+
+    async fn decide_run(&mut self, at: UnixNanos, run: Run) {
+        self.buffered_bytes = self
+            .buffered_bytes
+            .saturating_sub(RUN_BYTES + run.request.text_bytes());
+        for _ in 0..run.count {
+            self.decide(at, &run.request).await;
+        }
+    }
+
+    async fn decide(&mut self, at: UnixNanos, p: &Pending) {
+        let first = *self.first.get_or_insert(at);
+        self.last_decided = at;
+        self.clock.set(ORIGIN + (at - first).max(0) as Nanos);
         let path_only = p.target.split(['?', '#']).next().unwrap_or("/");
         let rules = self.decider.settings().paths;
         let Ok(path) = CanonicalPath::parse(path_only, rules) else {
@@ -344,17 +492,16 @@ impl Replayer {
                 Mode::Off => "off",
             };
             t.metered += 1;
-            t.series
-                .get_or_insert_with(|| Series {
-                    bin_seconds: PLOT_BIN_SECONDS,
-                    admitted: Vec::new(),
-                    refused: Vec::new(),
-                })
-                .record((p.at - first).max(0) as Nanos, r.verdict.allowed);
-            let who = principal(outcome.client_ip.unwrap_or(p.peer), &p, r.spec.key);
+            let series = t.series.get_or_insert_with(|| Series {
+                bin_seconds: PLOT_BIN_SECONDS,
+                admitted: Vec::new(),
+                refused: Vec::new(),
+            });
+            record_bounded(series, (at - first).max(0) as Nanos, r.verdict.allowed);
+            let who = principal(outcome.client_ip.unwrap_or(p.peer), p, r.spec.key);
             if r.verdict.allowed {
                 if let Some(start) = t.open_runs.remove(&who) {
-                    let run = p.at - start;
+                    let run = at - start;
                     if run > t.longest.0 {
                         t.longest = (run, Some(who));
                     }
@@ -367,25 +514,25 @@ impl Replayer {
                 t.shadow_refused += 1;
             }
             *t.by_principal.entry(who.clone()).or_default() += 1;
-            t.open_runs.entry(who).or_insert(p.at);
+            t.open_runs.entry(who).or_insert(at);
         }
         let is_heartbeat = (&*p.method, path_only) == (traffic::HEARTBEAT.0, traffic::HEARTBEAT.1);
         if let (true, Some(agent)) = (is_heartbeat, &p.agent_id) {
             let hb = self.agents.entry(agent.clone()).or_insert(Heartbeats {
-                last_admitted: p.at,
+                last_admitted: at,
                 refused_since: false,
                 worst_gap: 0,
             });
             if refused {
                 hb.refused_since = true;
             } else {
-                let gap = p.at - hb.last_admitted;
+                let gap = at - hb.last_admitted;
                 if hb.refused_since && gap >= self.timeout {
                     let worst = self.offline.entry(agent.clone()).or_default();
                     *worst = (*worst).max(gap);
                 }
                 hb.worst_gap = hb.worst_gap.max(gap);
-                hb.last_admitted = p.at;
+                hb.last_admitted = at;
                 hb.refused_since = false;
             }
         }
@@ -393,8 +540,11 @@ impl Replayer {
 
     /// Decide everything still buffered and close the open runs at the last instant.
     async fn finish(mut self) -> ReplayReport {
-        while let Some(Reverse(p)) = self.buffer.pop() {
-            self.decide(p).await;
+        while let Some(next) = self.ahead.pop_front() {
+            self.judge(next).await;
+        }
+        while let Some(((at, _), run)) = self.buffer.pop_first() {
+            self.decide_run(at, run).await;
         }
         let end = self.last_decided;
         for (agent, hb) in &self.agents {
@@ -447,6 +597,29 @@ impl Replayer {
 
 fn secs(ns: i64) -> f64 {
     (ns as f64 / NS as f64 * 10.0).round() / 10.0
+}
+
+/// The bin widths a series widens through, in seconds: each a multiple of the one before.
+const WIDER_BINS: [u64; 9] = [60, 300, 600, 1_800, 3_600, 7_200, 21_600, 43_200, 86_400];
+
+/// Count one decision in `series`, merging its bins into wider ones first if `at` lies past
+/// [`MAX_PLOT_BINS`] of them, so logs spanning years keep a bounded series.
+fn record_bounded(series: &mut Series, at: Nanos, admitted: bool) {
+    let ns = NS as Nanos;
+    while (at / (series.bin_seconds.max(1) * ns)) as usize >= MAX_PLOT_BINS {
+        let now = series.bin_seconds.max(1);
+        let wider = WIDER_BINS
+            .iter()
+            .copied()
+            .find(|w| *w > now && w % now == 0)
+            .unwrap_or(now * 2);
+        let k = (wider / now) as usize;
+        let merge = |v: &[u64]| v.chunks(k).map(|c| c.iter().sum()).collect::<Vec<u64>>();
+        series.admitted = merge(&series.admitted);
+        series.refused = merge(&series.refused);
+        series.bin_seconds = wider;
+    }
+    series.record(at, admitted);
 }
 
 /// Shows lines per second and how much of the file is left, on a terminal only.
@@ -508,6 +681,7 @@ async fn replay_file(
     progress: &Progress,
 ) -> std::io::Result<()> {
     let mut log = input::open(path)?;
+    let file = rp.report.files.len().saturating_sub(1);
     let mut n = 0u64;
     let mut scratch = serde_json::Map::new();
     loop {
@@ -525,7 +699,7 @@ async fn replay_file(
             input::Line::Text => {
                 rp.report.lines += 1;
                 let res = match opts.format.read(buf, &mut scratch) {
-                    Ok(f) => rp.push(&f).await,
+                    Ok(f) => rp.push(&f, file, n).await,
                     Err(e) => Err(e),
                 };
                 if let Err(why) = res {
@@ -540,8 +714,9 @@ async fn replay_file(
 }
 
 /// `fleet-limiter replay`: replay the logs through one calibration, or two with `against`, and
-/// print the report. Exit 0 when every file was read to its end, 1 when one was not, 2 when a
-/// configuration or the log format cannot be used.
+/// print the report. Exit 0 when every file was read to its end and most dated lines were
+/// replayed, 1 when a file was not read to its end or most dated lines were late or outliers, 2
+/// when a configuration or the log format cannot be used.
 pub fn run_replay(
     loader: crate::config::Loader,
     against: Option<crate::config::Loader>,
@@ -614,11 +789,221 @@ pub fn run_replay(
         }
         crate::log_sink::eprint_line(format!("fleet-limiter: plot written to {}", path.display()));
     }
+    // Every calibration reads the same lines: what they were is said once.
+    if let Some(r) = reports.first().filter(|r| r.outliers > 0) {
+        crate::log_sink::eprint_line(format!(
+            "fleet-limiter: {} {} set aside as {}, not replayed: dated more than the reorder window past most of the {LOOK_AHEAD} lines after {}",
+            r.outliers,
+            if r.outliers == 1 { "line" } else { "lines" },
+            if r.outliers == 1 { "an outlier" } else { "outliers" },
+            if r.outliers == 1 { "it" } else { "each" },
+        ));
+        for o in &r.first_outliers {
+            crate::log_sink::eprint_line(format!("fleet-limiter: {}", report::outlier(o)));
+        }
+        let more = r.outliers.saturating_sub(r.first_outliers.len() as u64);
+        if more > 0 {
+            crate::log_sink::eprint_line(format!("fleet-limiter: and {more} more"));
+        }
+    }
+    let mut code = ExitCode::SUCCESS;
+    if let Some(r) = reports.first().filter(|r| r.late + r.outliers > r.replayed) {
+        crate::log_sink::eprint_line(format!(
+            "fleet-limiter: most dated lines were not replayed ({} late, {} outliers, {} replayed): the figures do not describe these logs; put the lines in time order or raise --reorder-seconds",
+            r.late, r.outliers, r.replayed
+        ));
+        code = ExitCode::FAILURE;
+    }
     if reports.iter().any(|r| !r.read_errors.is_empty()) {
         for e in reports.iter().take(1).flat_map(|r| &r.read_errors) {
             crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
         }
         return ExitCode::FAILURE;
     }
-    ExitCode::SUCCESS
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: UnixNanos = emit::START;
+
+    fn replayer(reorder_seconds: u64) -> Replayer {
+        let opts = Options {
+            format: LineFormat::Alb,
+            reorder_seconds,
+        };
+        let mut rp = Replayer::new(&Config::default(), &opts);
+        rp.report.files.push("t.log".into());
+        rp
+    }
+
+    fn fields(at: UnixNanos, target: &str) -> Fields<'_> {
+        Fields {
+            addr: b"192.0.2.1",
+            time: Some(at),
+            method: b"GET",
+            target: target.as_bytes(),
+            ..Fields::default()
+        }
+    }
+
+    /// Replay lines dated `at` (seconds after T0), with distinct targets unless `same`.
+    fn replay(reorder_seconds: u64, at: &[i64], same: bool) -> ReplayReport {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut rp = replayer(reorder_seconds);
+            for (i, s) in at.iter().enumerate() {
+                let target = if same {
+                    "/api/tasks".to_owned()
+                } else {
+                    format!("/api/tasks?n={i}")
+                };
+                let f = fields(T0 + s * NS, &target);
+                rp.push(&f, 0, i as u64 + 1).await.expect("a good line");
+            }
+            rp.finish().await
+        })
+    }
+
+    #[test]
+    fn identical_lines_at_one_instant_take_one_entry() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut rp = replayer(5);
+            for i in 0..20_000u64 {
+                rp.push(&fields(T0, "/api/tasks"), 0, i + 1)
+                    .await
+                    .expect("a good line");
+                assert!(rp.buffer.len() <= 1, "{} entries", rp.buffer.len());
+            }
+            assert!(rp.buffered_bytes < 1024, "{}", rp.buffered_bytes);
+            let r = rp.finish().await;
+            assert_eq!((r.replayed, r.late, r.decided_early), (20_000, 0, 0));
+        });
+    }
+
+    #[test]
+    fn distinct_lines_at_one_instant_stay_within_the_budget() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let mut rp = replayer(5);
+            let one = RUN_BYTES + 64;
+            let n = (REORDER_BUDGET / RUN_BYTES) as u64 * 2;
+            for i in 0..n {
+                let target = format!("/api/tasks?n={i}");
+                rp.push(&fields(T0, &target), 0, i + 1)
+                    .await
+                    .expect("a good line");
+                assert!(rp.buffered_bytes <= REORDER_BUDGET + one);
+            }
+            let r = rp.finish().await;
+            assert_eq!(r.replayed, n);
+            assert_eq!(r.late, 0);
+            assert!(r.decided_early > 0 && r.decided_early < n, "{r:?}");
+        });
+    }
+
+    #[test]
+    fn a_line_far_ahead_is_set_aside_and_named() {
+        let far = 74 * 365 * 86_400;
+        let mut at = vec![far];
+        at.extend(0..100);
+        let r = replay(5, &at, false);
+        assert_eq!((r.outliers, r.late, r.replayed), (1, 0, 100), "{r:?}");
+        let o = &r.first_outliers[0];
+        assert_eq!((o.file.as_str(), o.line), ("t.log", 1));
+        assert!(o.dated.starts_with("2099-"), "{o:?}");
+        assert!(o.ahead_seconds > (far - 100) as f64, "{o:?}");
+
+        // In the middle, a minute ahead, and in a cluster.
+        let mut at: Vec<i64> = (0..50).collect();
+        at.push(50 + 60);
+        at.extend(50..100);
+        let r = replay(5, &at, false);
+        assert_eq!((r.outliers, r.late, r.replayed), (1, 0, 100), "{r:?}");
+        assert_eq!(r.first_outliers[0].line, 51);
+        // Ahead by a little more than the window: only the line after it would be late, so it
+        // is not set aside and that line is.
+        let mut at: Vec<i64> = (0..50).collect();
+        at.push(50 + 6);
+        at.extend(50..100);
+        let r = replay(5, &at, false);
+        assert_eq!((r.outliers, r.late, r.replayed), (0, 1, 100), "{r:?}");
+        let mut at: Vec<i64> = (0..50).collect();
+        at.extend([far; 16]);
+        at.extend(50..100);
+        let r = replay(5, &at, false);
+        assert_eq!((r.outliers, r.late, r.replayed), (16, 0, 100), "{r:?}");
+        assert_eq!(r.first_outliers.len(), SHOWN_OUTLIERS);
+        // Past half the look-ahead, a run of lines is the log's own time: the rest is late.
+        let mut at: Vec<i64> = (0..50).collect();
+        at.extend([far; LOOK_AHEAD / 2 + 1]);
+        at.extend(50..100);
+        let r = replay(5, &at, false);
+        assert!(r.late > 0, "{r:?}");
+    }
+
+    #[test]
+    fn lines_before_the_clock_are_late_not_outliers() {
+        let mut at: Vec<i64> = (100..200).collect();
+        at.insert(50, 0);
+        let r = replay(5, &at, false);
+        assert_eq!((r.outliers, r.late, r.replayed), (0, 1, 100), "{r:?}");
+    }
+
+    proptest! {
+        /// A log in order, or out of order by less than the window, whatever its gaps, replays
+        /// every line: no outlier, nothing late.
+        #[test]
+        fn a_log_within_its_window_loses_no_line(
+            steps in prop::collection::vec(
+                prop_oneof![Just(0i64), 0i64..3, 0i64..120, 3_600i64..200_000],
+                1..200,
+            ),
+            jitter in prop::collection::vec(0i64..=5, 200),
+        ) {
+            let mut t = 0;
+            let at: Vec<i64> = steps
+                .iter()
+                .zip(&jitter)
+                .map(|(s, j)| {
+                    t += s;
+                    t - j
+                })
+                .collect();
+            let n = at.len() as u64;
+            for same in [false, true] {
+                let r = replay(5, &at, same);
+                prop_assert_eq!((r.outliers, r.late, r.replayed), (0, 0, n), "{:?}", at);
+            }
+        }
+    }
+
+    #[test]
+    fn a_series_over_decades_stays_bounded_and_keeps_its_counts() {
+        let mut s = Series {
+            bin_seconds: PLOT_BIN_SECONDS,
+            admitted: Vec::new(),
+            refused: Vec::new(),
+        };
+        let year = 365 * 86_400 * NS as Nanos;
+        for (i, at) in [0, 59, 3_600, 86_400 * 30, 0].iter().enumerate() {
+            record_bounded(&mut s, *at * NS as Nanos, i % 2 == 0);
+        }
+        record_bounded(&mut s, 200 * year, false);
+        assert!(s.admitted.len() <= MAX_PLOT_BINS, "{}", s.admitted.len());
+        assert_eq!(s.admitted.len(), s.refused.len());
+        assert_eq!(s.admitted.iter().sum::<u64>(), 3);
+        assert_eq!(s.refused.iter().sum::<u64>(), 3);
+        assert_eq!(s.bin_seconds % 86_400, 0, "{}", s.bin_seconds);
+    }
 }

@@ -24,9 +24,36 @@ fn head(out: &mut String, r: &ReplayReport) {
     for b in &r.first_malformed {
         let _ = writeln!(out, "    {}:{}: {}", b.file, b.line, b.reason);
     }
+    if r.outliers > 0 {
+        let _ = writeln!(
+            out,
+            "  outliers: {} set aside, not replayed (each would have moved the clock more than the reorder window past most of the {} lines after it)",
+            r.outliers,
+            super::LOOK_AHEAD
+        );
+    }
+    for o in &r.first_outliers {
+        let _ = writeln!(out, "    {}", outlier(o));
+    }
+    if r.decided_early > 0 {
+        let _ = writeln!(
+            out,
+            "  reorder buffer full: {} lines decided before their reorder window closed (the buffer holds {} MiB)",
+            r.decided_early,
+            r.reorder_budget_bytes >> 20
+        );
+    }
     for e in &r.read_errors {
         let _ = writeln!(out, "  read error: {e}");
     }
+}
+
+/// `access.log:1: dated 2099-01-01T00:00:00.000000000Z, 2303683200 s ahead of the lines after it`.
+pub fn outlier(o: &super::Outlier) -> String {
+    format!(
+        "{}:{}: dated {}, {} s ahead of the lines after it",
+        o.file, o.line, o.dated, o.ahead_seconds
+    )
 }
 
 fn limiter(out: &mut String, l: &LimiterReport) {

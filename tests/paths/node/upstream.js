@@ -4,20 +4,26 @@
 //                                          (case-insensitive, non-strict trailing slash)
 //   node upstream.js whatwg <hits-file>    plain `http`, routing on
 //                                          new URL(req.url, 'http://upstream.test').pathname
+//   node upstream.js express-client <hits-file> <decision-url>
+//                                          the Express 5 app with fleet-limiter's Express
+//                                          client (clients/express) in front of its routes,
+//                                          asking the decision endpoint at <decision-url>
 //
-// Both serve the routes in ../routes.json, first match wins: 200 with `X-Route: <id>`, or 404
-// with `X-Route: none`. Every request that reaches the server appends one line to the hits
-// file, `<method> <req.url as JSON> <route>`, before it is answered (a request Node's parser
-// refuses: `? "<error code>" none`); `GET /__barrier` is
-// answered and logged too, so the test knows every earlier line is written. The server listens
-// on a free loopback port and prints `listening <port>` once it does.
+// All serve the routes in ../routes.json, first match wins: 200 with `X-Route: <id>`, or 404
+// with `X-Route: none`. Every request that reaches a route (or the 404 or error handler)
+// appends one line to the hits file, `<method> <req.url as JSON> <route>`, before it is
+// answered (a request Node's parser refuses: `? "<error code>" none`, except with the client in
+// front, where Node's parser is the front and its refusal reaches no route); `GET /__barrier`
+// is answered and logged too, without asking the limiter, so the test knows every earlier line
+// is written. The server listens on a free loopback port and prints `listening <port>` once it
+// does.
 'use strict';
 
 const fs = require('node:fs');
 const http = require('node:http');
 const path = require('node:path');
 
-const [kind, hitsFile] = process.argv.slice(2);
+const [kind, hitsFile, decisionUrl] = process.argv.slice(2);
 const routes = JSON.parse(fs.readFileSync(path.join(__dirname, '..', 'routes.json'), 'utf8'));
 
 function hit(req, route) {
@@ -36,10 +42,13 @@ function methodAdmits(routeMethod, method) {
   return routeMethod === null || routeMethod === method || (routeMethod === 'GET' && method === 'HEAD');
 }
 
-function expressApp() {
+function expressApp(limiter) {
   const express = require('express');
   const app = express();
   app.get('/__barrier', (req, res) => answer(req, res, 'barrier', 200));
+  if (limiter) {
+    app.use(limiter);
+  }
   for (const r of routes) {
     const verb = r.method === null ? 'all' : r.method.toLowerCase();
     const pattern = r.prefix ? `${r.path}{/*rest}` : r.path;
@@ -76,9 +85,23 @@ function whatwgHandler(req, res) {
   return answer(req, res, 'none', 404);
 }
 
-const handler = kind === 'express' ? expressApp() : kind === 'whatwg' ? whatwgHandler : null;
+function clientApp() {
+  const { fleetLimiter } = require(path.join(__dirname, '..', '..', '..', 'clients', 'express'));
+  // A limiter that cannot be reached denies (503): nothing passes unasked.
+  return expressApp(fleetLimiter({
+    url: decisionUrl,
+    timeoutMs: 10_000,
+    onError: 'deny',
+    onLimiterError: (e) => console.error(`fleet-limiter: ${e.message}`),
+  }));
+}
+
+const handler = kind === 'express' ? expressApp()
+  : kind === 'whatwg' ? whatwgHandler
+  : kind === 'express-client' && decisionUrl ? clientApp()
+  : null;
 if (handler === null || !hitsFile) {
-  console.error('usage: node upstream.js express|whatwg <hits-file>');
+  console.error('usage: node upstream.js express|whatwg <hits-file>, or express-client <hits-file> <decision-url>');
   process.exit(2);
 }
 fs.writeFileSync(hitsFile, '');
@@ -87,7 +110,7 @@ const server = http.createServer(handler);
 // method): that request reached the upstream and was served no route. A connection merely
 // reset or timed out is no request.
 server.on('clientError', (err, socket) => {
-  if (typeof err.code === 'string' && err.code.startsWith('HPE_')) {
+  if (kind !== 'express-client' && typeof err.code === 'string' && err.code.startsWith('HPE_')) {
     fs.appendFileSync(hitsFile, `? ${JSON.stringify(err.code)} none\n`);
   }
   if (socket.writable) {
