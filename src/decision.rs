@@ -8,7 +8,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::identity::{self, TokenVerifier};
 use crate::keys::{self, BucketKey, KeyDigest};
-use crate::known_agents::{AgentAt, KnownAgents, Seen};
+use crate::known_agents::{AgentAt, KnownAgents, Seen, ADDRESS_V6_PREFIX};
 use crate::limiter::{ceil_secs, Verdict};
 use crate::metrics::{GiveBackResult, LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
@@ -147,8 +147,8 @@ pub struct Decider {
     verifier: Arc<dyn TokenVerifier>,
     /// This decider's own counters: a second decider in the process counts apart.
     metrics: Arc<Metrics>,
-    /// The agent ids each `new-agents` limiter has admitted, per IP.
-    known: KnownAgents,
+    /// The agent ids each `new-agents` limiter has admitted, per address (`/metrics` reads it).
+    known: Arc<KnownAgents>,
     /// The store's clock when it has one, else the system's: `known` runs on it.
     clock: Arc<dyn Clock>,
 }
@@ -187,20 +187,29 @@ impl Settings {
 
 impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
-        let metrics = Arc::new(Metrics::for_store(store.clone()));
+        let known = Arc::new(KnownAgents::new(
+            cfg.store.max_keys,
+            crate::known_agents::grace(&cfg.fleet),
+        ));
+        let metrics = Arc::new(Metrics::for_decider(store.clone(), known.clone()));
         let clock = store
             .clock()
             .unwrap_or_else(|| Arc::new(SystemClock::new()));
         Self {
             give_backs: Arc::default(),
             state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
-            known: KnownAgents::new(cfg.store.max_keys),
+            known,
             clock,
             digest: store.key_digest(),
             store,
             verifier,
             metrics,
         }
+    }
+
+    /// The agent ids its `new-agents` limiters know.
+    pub fn known_agents(&self) -> &KnownAgents {
+        &self.known
     }
 
     /// This decider's metrics: its decisions, and what the app built around it records.
@@ -217,6 +226,7 @@ impl Decider {
     pub fn reload(&self, cfg: &Config) {
         let settings = Arc::new(Settings::from_config(cfg, &self.metrics));
         *self.state.write() = settings;
+        self.known.set_grace(crate::known_agents::grace(&cfg.fleet));
     }
 
     /// Count and log one decision made under `settings` (see [`crate::observe`]).
@@ -345,12 +355,21 @@ impl Decider {
         let mut remember: SmallVec<[(AgentAt, Remember); 1]> = SmallVec::new();
         let mut limiters: SmallVec<[Arc<LimiterSpec>; 4]> = SmallVec::new();
         let mut kept: SmallVec<[usize; 4]> = SmallVec::new();
+        // The table's address: the key's, or its /56 when the key is a longer IPv6 prefix.
+        let mut wider: Option<String> = None;
         for &i in &slots {
             let Some(spec) = settings.policy.limiters().get(i) else {
                 continue;
             };
             if let (Some(r), Some(agent)) = (spec.new_agents, id.agent_id) {
-                let at = self.known.at(&spec.name, &ip_key, agent);
+                let at = if settings.ipv6_prefix > ADDRESS_V6_PREFIX && ip.to_canonical().is_ipv6()
+                {
+                    let address =
+                        wider.get_or_insert_with(|| keys::normalize_ip(ip, ADDRESS_V6_PREFIX));
+                    self.known.at(&spec.name, address, Some(&ip_key), agent)
+                } else {
+                    self.known.at(&spec.name, &ip_key, None, agent)
+                };
                 remember.push((at, r));
                 if self.known.seen(at, now) == Seen::Known {
                     continue;

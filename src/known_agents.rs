@@ -1,33 +1,97 @@
-//! Agents a `meter = "new-agents"` limiter has already admitted, per client IP: the memory that
-//! lets a ceiling meter new agent ids instead of requests.
+//! Agents a `meter = "new-agents"` limiter has already admitted, per client address: the memory
+//! that lets a ceiling meter new agent ids instead of requests, and that others cannot fill.
 //!
 //! `agent-ip` exists because the agent id is a header the client chooses: a client rotating it
 //! would otherwise mint a fresh `agent-device` bucket per request. Metering every request of the
 //! IP stops that, but a flood of fresh ids then drains the one budget every healthy agent behind
 //! the same NAT shares, and the whole site is refused: the disconnect cascade the calibration
 //! exists to prevent. So the ceiling meters only requests from ids it does not know. An id it
-//! admits becomes known at that IP for `known_for`, renewed by each admitted request; a known
-//! agent skips the ceiling and keeps only its own `agent-device` budget.
+//! admits becomes known at that address for `known_for`, renewed by each admitted request; a
+//! known agent skips the ceiling and keeps only its own `agent-device` budget.
 //!
-//! Bounded twice: at most `max_known` ids per IP and limiter (beyond it a new id is still
-//! metered by the ceiling, it is just not remembered, so a client cannot build an unbounded set
-//! of known ids), and at most `capacity` ids in all (the store's `max_keys`). Expired ids are
-//! swept when a table is full. Ids are kept as keyed 64-bit SipHash digests of
-//! `limiter NUL ip NUL agent-id` under a per-process random key: never the raw id.
+//! # Who keeps a place when the table is full
 //!
-//! The table is per process. Behind several instances sharing Redis, an agent is known to each
-//! instance it has reached; see `docs/redis.md`.
+//! The table is bounded (`store.max_keys` ids in all), and an id it cannot keep is metered by
+//! the ceiling on every request. So what matters is who gives way when it is full. A healthy
+//! agent is seen again within its cadence (a heartbeat or task poll every 30 s); a client
+//! rotating ids sees each id once. The table uses exactly that, and nothing a client can forge
+//! more cheaply:
+//!
+//! - **Two segments.** An id enters *probation* when first admitted and is *promoted* to the
+//!   *protected* segment when admitted again while known. Protected ids fill at most half the
+//!   table ([`split`]), so the other half is always left for first sightings.
+//! - **A first sighting evicts only first sightings.** A new id never displaces a protected one.
+//!   When the table is full it takes the place of, in order: an expired id; the oldest
+//!   probationary id past its *grace* (twice the fleet's longest gap between two requests of a
+//!   healthy agent: an id not seen again by then is not one of its agents, [`grace`]); else the
+//!   oldest probationary id of the *heaviest address*, the one holding the most first
+//!   sightings, if it holds at least two more than the newcomer's address. Otherwise the new id
+//!   is not remembered. So a flood from many addresses evicts its own ids first, and an address
+//!   keeps its first sightings up to an equal share of probation. A new site of `s =
+//!   fleet.max_site_endpoints` agents keeps all of them, until its second requests promote
+//!   them, while the first sightings other addresses minted within the grace, each address
+//!   counted up to `s`, number at most `probation - s`: any flood from fewer than
+//!   `probation / s` addresses, whatever their rate (`check` states both figures). Past that
+//!   bound every address minting within the grace keeps an equal share. A flood that filled the
+//!   table and stopped, or slowed, is past its grace within two minutes and gives way to anyone.
+//! - **A promotion evicts only protected ids**, in the same order: expired, not seen within the
+//!   grace (least recently seen first), then the least recently seen id of the heaviest address
+//!   if it holds at least two more protected ids than the promoted id's address. An id that
+//!   cannot be promoted stays in probation, renewed there, and is still known. Holding a
+//!   protected place therefore costs a flood what it costs a healthy agent: a request per id
+//!   every grace, each metered by `agent-device`, and a share no larger than any other
+//!   address's. Every agent of a declared fleet of `fleet.max_agents` keeps its place while
+//!   others hold at most `protected - max_agents` places renewed within the grace, each address
+//!   counted up to a site.
+//! - **Per address**, at most `max_known` ids (per limiter), whatever segment they are in. An
+//!   address is an IPv4 address or an IPv6 /56 ([`ADDRESS_V6_PREFIX`]), also when the limiters
+//!   key on longer prefixes (`client_ip.ipv6_prefix` up to 64): the /64s of one subscriber's /56
+//!   share one share.
+//!
+//! One table serves the whole process, under one lock held for a hash lookup and a few link
+//! updates (a known agent's request: a lookup to ask, a lookup and two moves to the tail of two
+//! lists to renew). There are no shards: an address's share of the table is never a shard's.
+//! Finding the heaviest address is a lookup in an ordered set updated when an address's count
+//! changes (a new id, a promotion, an eviction), not on renewals. Counts of ids not remembered
+//! and evicted are kept for `/metrics` ([`KnownAgents::counts`]).
+//!
+//! Ids are kept as keyed 64-bit SipHash digests of `limiter NUL address NUL [key NUL] agent-id`
+//! under a per-process random key: never the raw id or the raw address. The table is per
+//! process. Behind several instances sharing Redis, an agent is known to each instance it has
+//! reached; see `docs/redis.md`.
 
 use crate::clock::Nanos;
+use crate::config::FleetConfig;
 use parking_lot::Mutex;
 use siphasher::sip::SipHasher13;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const SHARDS: usize = 64;
+/// An IPv6 client is one address to the table per /56, whatever prefix the limiters key on.
+pub const ADDRESS_V6_PREFIX: u8 = 56;
 
-/// What the table says of one agent id at one IP.
+const NS: Nanos = 1_000_000_000;
+
+/// How long a first sighting is guaranteed a place, and how long a protected id may go unseen
+/// before it is the first to give way: twice the longest gap between two requests of a healthy
+/// agent (`max(heartbeat_interval_seconds, poll_interval_seconds)`), at least one second.
+pub fn grace(fleet: &FleetConfig) -> Nanos {
+    let gap = fleet
+        .heartbeat_interval_seconds
+        .max(fleet.poll_interval_seconds)
+        .max(1);
+    gap.saturating_mul(2).saturating_mul(NS)
+}
+
+/// How a table of `capacity` ids is split: `(protected, probation)`. Protected ids (seen twice)
+/// fill at most half; the rest is always left for first sightings.
+pub fn split(capacity: u64) -> (u64, u64) {
+    let protected = capacity / 2;
+    (protected, capacity - protected)
+}
+
+/// What the table says of one agent id at one address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
     /// Admitted within `known_for`: the ceiling does not meter it.
@@ -36,25 +100,134 @@ pub enum Seen {
     New,
 }
 
-/// The ids one IP has, for one limiter: digest -> expiry.
-struct Ip {
-    agents: HashMap<u64, Nanos, BuildHasherDefault<Prehashed>>,
-    /// No id expires before this (a lower bound: renewals only move expiries later). A full IP
-    /// is swept only once it has passed, so a flood of new ids at a full IP costs a lookup
-    /// each, not a pass over every id.
-    earliest: Nanos,
+/// Where one id lives: its address's digest and its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentAt {
+    address: u64,
+    agent: u64,
 }
 
-impl Ip {
-    /// Drop the expired ids; returns how many were dropped.
-    fn sweep(&mut self, now: Nanos) -> usize {
-        if now < self.earliest {
-            return 0;
+/// The table's counts, as `/metrics` shows them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// The most ids held.
+    pub capacity: u64,
+    /// The most protected ids held.
+    pub protected_capacity: u64,
+    /// Ids held now, first sightings.
+    pub probation: u64,
+    /// Ids held now, seen again while known.
+    pub protected: u64,
+    /// Admitted ids not remembered because their address held `max_known` ids.
+    pub not_remembered_address: u64,
+    /// Admitted ids not remembered because the table was full and nobody had to give way.
+    pub not_remembered_table: u64,
+    /// Ids dropped before they expired to make room, by segment: past their grace ...
+    pub evicted_stale: [u64; 2],
+    /// ... or within it, from the address holding the most.
+    pub evicted_share: [u64; 2],
+    /// Ids seen again that stayed in probation because the protected segment was full.
+    pub not_promoted: u64,
+}
+
+/// The known agents of every `new-agents` limiter of one decider.
+pub struct KnownAgents {
+    table: Mutex<Table>,
+    /// See [`grace`]; follows the fleet settings on reload.
+    grace: AtomicU64,
+    k0: u64,
+    k1: u64,
+}
+
+impl std::fmt::Debug for KnownAgents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KnownAgents")
+            .field("capacity", &self.table.lock().capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KnownAgents {
+    /// A table of at most `capacity` ids in all, whose ids past `grace` give way first.
+    pub fn new(capacity: usize, grace: Nanos) -> Self {
+        use rand::RngCore;
+        let mut rng = rand::rngs::OsRng;
+        let (k0, k1) = (rng.next_u64(), rng.next_u64());
+        Self {
+            table: Mutex::new(Table::new(capacity)),
+            grace: AtomicU64::new(grace),
+            k0,
+            k1,
         }
-        let before = self.agents.len();
-        self.agents.retain(|_, u| *u > now);
-        self.earliest = self.agents.values().copied().min().unwrap_or(Nanos::MAX);
-        before - self.agents.len()
+    }
+
+    /// Take the grace of a reloaded fleet.
+    pub fn set_grace(&self, grace: Nanos) {
+        self.grace.store(grace, Ordering::Relaxed);
+    }
+
+    /// The place of `agent` at `address` for `limiter`: one SipHash pass over
+    /// `limiter NUL address NUL`, finished there for the address, and carried on over
+    /// `key NUL` (when the limiters key on a longer prefix than the table's address) and
+    /// `agent` for the id.
+    pub fn at(&self, limiter: &str, address: &str, key: Option<&str>, agent: &str) -> AgentAt {
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        h.write(limiter.as_bytes());
+        h.write_u8(0);
+        h.write(address.as_bytes());
+        h.write_u8(0);
+        let address = h.finish();
+        if let Some(key) = key {
+            h.write(key.as_bytes());
+            h.write_u8(0);
+        }
+        h.write(agent.as_bytes());
+        AgentAt {
+            address,
+            agent: h.finish(),
+        }
+    }
+
+    /// Whether the id is known now.
+    pub fn seen(&self, at: AgentAt, now: Nanos) -> Seen {
+        if self.table.lock().live(at, now).is_some() {
+            Seen::Known
+        } else {
+            Seen::New
+        }
+    }
+
+    /// The id's request was admitted: it is known until `now + known_for`, renewed if it was
+    /// known already (and promoted if it was a first sighting), unless its address already
+    /// holds `max_known` ids or the table is full and nobody has to give way (see the module
+    /// documentation).
+    pub fn admitted(&self, at: AgentAt, now: Nanos, known_for: Nanos, max_known: usize) {
+        let grace = self.grace.load(Ordering::Relaxed);
+        self.table
+            .lock()
+            .admitted(at, now, now.saturating_add(known_for), max_known, grace);
+    }
+
+    /// Ids held now (expired ones included until they are dropped).
+    pub fn held(&self) -> u64 {
+        self.table.lock().index.len() as u64
+    }
+
+    /// Ids admitted but not remembered, whatever the reason.
+    pub fn not_remembered(&self) -> u64 {
+        let c = self.counts();
+        c.not_remembered_address + c.not_remembered_table
+    }
+
+    /// Everything `/metrics` shows of the table.
+    pub fn counts(&self) -> Counts {
+        let t = self.table.lock();
+        let mut c = t.counts;
+        c.capacity = t.capacity as u64;
+        c.protected_capacity = t.protected_capacity as u64;
+        c.probation = u64::from(t.lists[PROBATION].len);
+        c.protected = u64::from(t.lists[PROTECTED].len);
+        c
     }
 }
 
@@ -76,236 +249,446 @@ impl Hasher for Prehashed {
     }
 }
 
-#[derive(Default)]
-struct Shard {
-    ips: HashMap<u64, Ip, BuildHasherDefault<Prehashed>>,
-    /// Ids held in this shard.
-    held: usize,
+type DigestMap = HashMap<u64, u32, BuildHasherDefault<Prehashed>>;
+
+/// No slot: the end of a list.
+const NIL: u32 = u32::MAX;
+const PROBATION: usize = 0;
+const PROTECTED: usize = 1;
+
+/// An entry's neighbours in one list.
+#[derive(Debug, Clone, Copy)]
+struct Links {
+    prev: u32,
+    next: u32,
 }
 
-/// The known agents of every `new-agents` limiter of one decider.
-pub struct KnownAgents {
-    shards: Box<[Mutex<Shard>]>,
-    per_shard: usize,
-    k0: u64,
-    k1: u64,
-    /// Ids not remembered because their IP or the table was full.
-    not_remembered: AtomicU64,
+const UNLINKED: Links = Links {
+    prev: NIL,
+    next: NIL,
+};
+
+/// A doubly linked list of entry slots, oldest first.
+#[derive(Debug, Clone, Copy)]
+struct List {
+    head: u32,
+    tail: u32,
+    len: u32,
 }
 
-impl std::fmt::Debug for KnownAgents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KnownAgents")
-            .field("capacity", &(self.per_shard * SHARDS))
-            .finish_non_exhaustive()
-    }
+const EMPTY: List = List {
+    head: NIL,
+    tail: NIL,
+    len: 0,
+};
+
+/// Which of an entry's two lists: its segment's, or its address's within that segment.
+#[derive(Debug, Clone, Copy)]
+enum Chain {
+    Segment,
+    Address,
 }
 
-/// Where one id lives: its IP's digest and its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AgentAt {
-    ip: u64,
+#[derive(Debug, Clone, Copy)]
+struct Entry {
     agent: u64,
+    /// Slot of its address.
+    address: u32,
+    /// When it was last admitted (probation: first seen, or last renewed there).
+    since: Nanos,
+    until: Nanos,
+    /// [`PROBATION`] or [`PROTECTED`] (a byte: the entry packs into 48).
+    segment: u8,
+    in_segment: Links,
+    in_address: Links,
 }
 
-impl KnownAgents {
-    /// A table of at most `capacity` ids in all.
-    pub fn new(capacity: usize) -> Self {
-        use rand::RngCore;
-        let mut rng = rand::rngs::OsRng;
-        let (k0, k1) = (rng.next_u64(), rng.next_u64());
+impl Entry {
+    fn segment(&self) -> usize {
+        usize::from(self.segment)
+    }
+
+    fn links(&mut self, chain: Chain) -> &mut Links {
+        match chain {
+            Chain::Segment => &mut self.in_segment,
+            Chain::Address => &mut self.in_address,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Address {
+    digest: u64,
+    /// Its ids in each segment, oldest first.
+    lists: [List; 2],
+}
+
+impl Address {
+    fn held(&self) -> u32 {
+        self.lists[PROBATION].len + self.lists[PROTECTED].len
+    }
+}
+
+/// Why an id gave way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Expired,
+    Stale,
+    Share,
+}
+
+struct Table {
+    capacity: usize,
+    protected_capacity: usize,
+    entries: Vec<Entry>,
+    free_entries: Vec<u32>,
+    index: DigestMap,
+    addresses: Vec<Address>,
+    free_addresses: Vec<u32>,
+    address_index: DigestMap,
+    /// Each segment's ids, oldest first: by first sighting in probation, by last admission in
+    /// the protected segment.
+    lists: [List; 2],
+    /// Each segment's addresses by how many ids they hold there: `(count, address slot)`.
+    heaviest: [BTreeSet<(u32, u32)>; 2],
+    counts: Counts,
+}
+
+impl Table {
+    fn new(capacity: usize) -> Self {
+        // Slots are u32 and NIL is taken.
+        let capacity = capacity.clamp(1, NIL as usize - 1);
+        let (protected, _) = split(capacity as u64);
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            per_shard: capacity.div_ceil(SHARDS).max(1),
-            k0,
-            k1,
-            not_remembered: AtomicU64::new(0),
+            capacity,
+            protected_capacity: protected as usize,
+            entries: Vec::new(),
+            free_entries: Vec::new(),
+            index: DigestMap::default(),
+            addresses: Vec::new(),
+            free_addresses: Vec::new(),
+            address_index: DigestMap::default(),
+            lists: [EMPTY; 2],
+            heaviest: [BTreeSet::new(), BTreeSet::new()],
+            counts: Counts::default(),
         }
     }
 
-    /// The place of `agent` at `ip` for `limiter`: one SipHash pass over `limiter NUL ip NUL`,
-    /// finished there for the IP, and carried on over `agent` for the id.
-    pub fn at(&self, limiter: &str, ip: &str, agent: &str) -> AgentAt {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write(limiter.as_bytes());
-        h.write_u8(0);
-        h.write(ip.as_bytes());
-        h.write_u8(0);
-        let ip = h.finish();
-        h.write(agent.as_bytes());
-        AgentAt {
-            ip,
-            agent: h.finish(),
-        }
+    /// The slot of the id if it is held, unexpired, at this address.
+    fn live(&self, at: AgentAt, now: Nanos) -> Option<u32> {
+        let &slot = self.index.get(&at.agent)?;
+        let e = &self.entries[slot as usize];
+        (e.until > now && self.addresses[e.address as usize].digest == at.address).then_some(slot)
     }
 
-    fn shard(&self, at: AgentAt) -> &Mutex<Shard> {
-        &self.shards[(at.ip % SHARDS as u64) as usize]
-    }
-
-    /// Whether the id is known now.
-    pub fn seen(&self, at: AgentAt, now: Nanos) -> Seen {
-        let shard = self.shard(at).lock();
-        match shard
-            .ips
-            .get(&at.ip)
-            .and_then(|ip| ip.agents.get(&at.agent))
-        {
-            Some(&until) if until > now => Seen::Known,
-            _ => Seen::New,
-        }
-    }
-
-    /// The id's request was admitted: it is known until `now + known_for` (renewed if it was
-    /// known already), unless its IP already holds `max_known` live ids or the table is full.
-    pub fn admitted(&self, at: AgentAt, now: Nanos, known_for: Nanos, max_known: usize) {
-        let until = now.saturating_add(known_for);
-        let mut guard = self.shard(at).lock();
-        let shard = &mut *guard;
-        if let Some(ip) = shard.ips.get_mut(&at.ip) {
-            if let Some(slot) = ip.agents.get_mut(&at.agent) {
-                *slot = until;
-                return;
-            }
-            if ip.agents.len() >= max_known {
-                shard.held -= ip.sweep(now);
-                if ip.agents.len() >= max_known {
-                    self.not_remembered.fetch_add(1, Ordering::Relaxed);
-                    return;
+    fn admitted(&mut self, at: AgentAt, now: Nanos, until: Nanos, max_known: usize, grace: Nanos) {
+        if let Some(&slot) = self.index.get(&at.agent) {
+            let e = &self.entries[slot as usize];
+            if e.until > now && self.addresses[e.address as usize].digest == at.address {
+                if e.segment() == PROTECTED {
+                    self.renew(slot, now, until);
+                } else {
+                    self.promote(slot, now, until, grace);
                 }
+                return;
             }
+            // Expired (or, against odds of 2^-64, another address's id): start again.
+            self.remove(slot);
         }
-        if shard.held >= self.per_shard {
-            sweep(shard, now);
-            if shard.held >= self.per_shard {
-                self.not_remembered.fetch_add(1, Ordering::Relaxed);
+        self.insert(at, now, until, max_known, grace);
+    }
+
+    /// A new id: a first sighting, if it has a place.
+    fn insert(&mut self, at: AgentAt, now: Nanos, until: Nanos, max_known: usize, grace: Nanos) {
+        if let Some(&a) = self.address_index.get(&at.address) {
+            if self.addresses[a as usize].held() as usize >= max_known
+                && !self.room_at(a, now, grace)
+            {
+                self.counts.not_remembered_address += 1;
                 return;
             }
         }
-        let ip = shard.ips.entry(at.ip).or_insert_with(|| Ip {
-            agents: HashMap::default(),
-            earliest: Nanos::MAX,
-        });
-        ip.earliest = ip.earliest.min(until);
-        ip.agents.insert(at.agent, until);
-        shard.held += 1;
+        if self.index.len() >= self.capacity {
+            // Ids it holds in probation now (its address may have given one way above).
+            let (address, x) = match self.address_index.get(&at.address) {
+                Some(&a) => (Some(a), self.addresses[a as usize].lists[PROBATION].len),
+                None => (None, 0),
+            };
+            if !self.room_for_first_sighting(now, grace, address, x) {
+                self.counts.not_remembered_table += 1;
+                return;
+            }
+        }
+        let a = match self.address_index.get(&at.address) {
+            Some(&a) => a,
+            None => self.new_address(at.address),
+        };
+        let entry = Entry {
+            agent: at.agent,
+            address: a,
+            since: now,
+            until,
+            segment: PROBATION as u8,
+            in_segment: UNLINKED,
+            in_address: UNLINKED,
+        };
+        let slot = match self.free_entries.pop() {
+            Some(s) => {
+                self.entries[s as usize] = entry;
+                s
+            }
+            None => {
+                self.entries.push(entry);
+                (self.entries.len() - 1) as u32
+            }
+        };
+        self.index.insert(at.agent, slot);
+        self.link(slot);
     }
 
-    /// Ids held now (expired ones included until a sweep drops them).
-    pub fn held(&self) -> u64 {
-        self.shards.iter().map(|s| s.lock().held as u64).sum()
+    /// A known id admitted again, and kept in its segment: the most recently seen there. No
+    /// count changes, so the ordered set of addresses is left alone.
+    fn renew(&mut self, slot: u32, now: Nanos, until: Nanos) {
+        let e = &mut self.entries[slot as usize];
+        e.since = now;
+        e.until = until;
+        let (seg, a) = (e.segment(), e.address as usize);
+        let address = &mut self.addresses[a].lists[seg];
+        for (list, chain) in [
+            (&mut self.lists[seg], Chain::Segment),
+            (address, Chain::Address),
+        ] {
+            if list.tail != slot {
+                take_out(&mut self.entries, list, slot, chain);
+                push_back(&mut self.entries, list, slot, chain);
+            }
+        }
     }
 
-    /// Ids admitted but not remembered because their IP or the table was full.
-    pub fn not_remembered(&self) -> u64 {
-        self.not_remembered.load(Ordering::Relaxed)
+    /// A first sighting admitted again: protected if there is room or someone gives way, else
+    /// renewed in probation.
+    fn promote(&mut self, slot: u32, now: Nanos, until: Nanos, grace: Nanos) {
+        let a = self.entries[slot as usize].address;
+        if self.lists[PROTECTED].len as usize >= self.protected_capacity {
+            let x = self.addresses[a as usize].lists[PROTECTED].len;
+            if !self.room_for_protected(now, grace, a, x) {
+                self.counts.not_promoted += 1;
+                self.renew(slot, now, until);
+                return;
+            }
+        }
+        self.unlink(slot);
+        let e = &mut self.entries[slot as usize];
+        e.segment = PROTECTED as u8;
+        e.since = now;
+        e.until = until;
+        self.link(slot);
+    }
+
+    /// Make room for a first sighting of the address `address` (holding `x` of them): an
+    /// expired id, a first sighting past its grace, or the heaviest address's oldest.
+    fn room_for_first_sighting(
+        &mut self,
+        now: Nanos,
+        grace: Nanos,
+        address: Option<u32>,
+        x: u32,
+    ) -> bool {
+        for seg in [PROTECTED, PROBATION] {
+            let h = self.lists[seg].head;
+            if h != NIL && self.entries[h as usize].until <= now {
+                self.evict(h, Why::Expired);
+                return true;
+            }
+        }
+        let h = self.lists[PROBATION].head;
+        if h != NIL && self.entries[h as usize].since.saturating_add(grace) <= now {
+            self.evict(h, Why::Stale);
+            return true;
+        }
+        self.give_way(PROBATION, address, x)
+    }
+
+    /// Make room for a promotion of an id of address `a` (holding `x` protected ids).
+    fn room_for_protected(&mut self, now: Nanos, grace: Nanos, a: u32, x: u32) -> bool {
+        let h = self.lists[PROTECTED].head;
+        if h != NIL {
+            let e = &self.entries[h as usize];
+            if e.until <= now {
+                self.evict(h, Why::Expired);
+                return true;
+            }
+            if e.since.saturating_add(grace) <= now {
+                self.evict(h, Why::Stale);
+                return true;
+            }
+        }
+        self.give_way(PROTECTED, Some(a), x)
+    }
+
+    /// The address holding the most ids of `seg` gives its oldest, if it holds at least two
+    /// more than `x`, what the address `to` holds there.
+    fn give_way(&mut self, seg: usize, to: Option<u32>, x: u32) -> bool {
+        match self.heaviest[seg].last() {
+            Some(&(count, y)) if Some(y) != to && count > x.saturating_add(1) => {
+                let victim = self.addresses[y as usize].lists[seg].head;
+                self.evict(victim, Why::Share);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Make room at a full address: its oldest first sighting past its grace, or an expired id.
+    fn room_at(&mut self, a: u32, now: Nanos, grace: Nanos) -> bool {
+        let lists = self.addresses[a as usize].lists;
+        let h = lists[PROBATION].head;
+        if h != NIL {
+            let e = &self.entries[h as usize];
+            if e.until <= now {
+                self.evict(h, Why::Expired);
+                return true;
+            }
+            if e.since.saturating_add(grace) <= now {
+                self.evict(h, Why::Stale);
+                return true;
+            }
+        }
+        let h = lists[PROTECTED].head;
+        if h != NIL && self.entries[h as usize].until <= now {
+            self.evict(h, Why::Expired);
+            return true;
+        }
+        false
+    }
+
+    fn evict(&mut self, slot: u32, why: Why) {
+        let seg = self.entries[slot as usize].segment();
+        match why {
+            Why::Expired => {}
+            Why::Stale => self.counts.evicted_stale[seg] += 1,
+            Why::Share => self.counts.evicted_share[seg] += 1,
+        }
+        self.remove(slot);
+    }
+
+    /// Drop an id, and its address with its last id.
+    fn remove(&mut self, slot: u32) {
+        self.unlink(slot);
+        let e = self.entries[slot as usize];
+        self.index.remove(&e.agent);
+        self.free_entries.push(slot);
+        let address = self.addresses[e.address as usize];
+        if address.held() == 0 {
+            self.address_index.remove(&address.digest);
+            self.free_addresses.push(e.address);
+        }
+    }
+
+    fn new_address(&mut self, digest: u64) -> u32 {
+        let address = Address {
+            digest,
+            lists: [EMPTY; 2],
+        };
+        let a = match self.free_addresses.pop() {
+            Some(a) => {
+                self.addresses[a as usize] = address;
+                a
+            }
+            None => {
+                self.addresses.push(address);
+                (self.addresses.len() - 1) as u32
+            }
+        };
+        self.address_index.insert(digest, a);
+        a
+    }
+
+    /// Put an entry at the tail of its segment's list and of its address's.
+    fn link(&mut self, slot: u32) {
+        let e = self.entries[slot as usize];
+        let (seg, a) = (e.segment(), e.address as usize);
+        let before = self.addresses[a].lists[seg].len;
+        push_back(
+            &mut self.entries,
+            &mut self.lists[seg],
+            slot,
+            Chain::Segment,
+        );
+        push_back(
+            &mut self.entries,
+            &mut self.addresses[a].lists[seg],
+            slot,
+            Chain::Address,
+        );
+        self.recount(seg, e.address, before);
+    }
+
+    /// Take an entry out of both its lists.
+    fn unlink(&mut self, slot: u32) {
+        let e = self.entries[slot as usize];
+        let (seg, a) = (e.segment(), e.address as usize);
+        let before = self.addresses[a].lists[seg].len;
+        take_out(
+            &mut self.entries,
+            &mut self.lists[seg],
+            slot,
+            Chain::Segment,
+        );
+        take_out(
+            &mut self.entries,
+            &mut self.addresses[a].lists[seg],
+            slot,
+            Chain::Address,
+        );
+        self.recount(seg, e.address, before);
+    }
+
+    /// Keep the ordered set of address counts in step with one address's count.
+    fn recount(&mut self, seg: usize, a: u32, before: u32) {
+        let after = self.addresses[a as usize].lists[seg].len;
+        if before == after {
+            return;
+        }
+        if before > 0 {
+            self.heaviest[seg].remove(&(before, a));
+        }
+        if after > 0 {
+            self.heaviest[seg].insert((after, a));
+        }
     }
 }
 
-/// Drop every expired id of a shard, and every IP left with none.
-fn sweep(shard: &mut Shard, now: Nanos) {
-    let mut held = 0;
-    shard.ips.retain(|_, ip| {
-        ip.sweep(now);
-        held += ip.agents.len();
-        !ip.agents.is_empty()
-    });
-    shard.held = held;
+fn push_back(entries: &mut [Entry], list: &mut List, slot: u32, chain: Chain) {
+    let tail = list.tail;
+    *entries[slot as usize].links(chain) = Links {
+        prev: tail,
+        next: NIL,
+    };
+    if tail == NIL {
+        list.head = slot;
+    } else {
+        entries[tail as usize].links(chain).next = slot;
+    }
+    list.tail = slot;
+    list.len += 1;
+}
+
+fn take_out(entries: &mut [Entry], list: &mut List, slot: u32, chain: Chain) {
+    let Links { prev, next } = *entries[slot as usize].links(chain);
+    if prev == NIL {
+        list.head = next;
+    } else {
+        entries[prev as usize].links(chain).next = next;
+    }
+    if next == NIL {
+        list.tail = prev;
+    } else {
+        entries[next as usize].links(chain).prev = prev;
+    }
+    *entries[slot as usize].links(chain) = UNLINKED;
+    list.len -= 1;
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const S: Nanos = 1_000_000_000;
-
-    #[test]
-    fn an_admitted_id_is_known_until_it_expires_and_each_admission_renews_it() {
-        let t = KnownAgents::new(1000);
-        let a = t.at("agent-ip", "198.51.100.7", "agent-1");
-        assert_eq!(t.seen(a, S), Seen::New);
-        t.admitted(a, S, 60 * S, 10);
-        assert_eq!(t.seen(a, 30 * S), Seen::Known);
-        t.admitted(a, 50 * S, 60 * S, 10);
-        assert_eq!(t.seen(a, 100 * S), Seen::Known, "renewed at 50 s");
-        assert_eq!(t.seen(a, 110 * S), Seen::New);
-    }
-
-    #[test]
-    fn ids_are_per_ip_and_per_limiter() {
-        let t = KnownAgents::new(1000);
-        t.admitted(t.at("agent-ip", "198.51.100.7", "a"), 0, 60 * S, 10);
-        assert_eq!(t.seen(t.at("agent-ip", "198.51.100.8", "a"), S), Seen::New);
-        assert_eq!(t.seen(t.at("other", "198.51.100.7", "a"), S), Seen::New);
-        assert_eq!(
-            t.seen(t.at("agent-ip", "198.51.100.7", "a"), S),
-            Seen::Known
-        );
-    }
-
-    #[test]
-    fn an_ip_remembers_at_most_max_known_live_ids_and_makes_room_as_they_expire() {
-        let t = KnownAgents::new(100_000);
-        for i in 0..5 {
-            t.admitted(t.at("l", "ip", &format!("a{i}")), 0, 60 * S, 5);
-        }
-        let sixth = t.at("l", "ip", "a5");
-        t.admitted(sixth, S, 60 * S, 5);
-        assert_eq!(t.seen(sixth, 2 * S), Seen::New, "the IP is full");
-        assert_eq!(t.not_remembered(), 1);
-        // A known id still renews while the IP is full.
-        t.admitted(t.at("l", "ip", "a0"), 30 * S, 60 * S, 5);
-        assert_eq!(t.seen(t.at("l", "ip", "a0"), 80 * S), Seen::Known);
-        // At 61 s the other four have expired: room again.
-        t.admitted(sixth, 61 * S, 60 * S, 5);
-        assert_eq!(t.seen(sixth, 62 * S), Seen::Known);
-        assert_eq!(t.held(), 2);
-    }
-
-    #[test]
-    fn a_full_ip_is_not_swept_again_before_its_earliest_id_expires() {
-        let t = KnownAgents::new(100_000);
-        for i in 0..3 {
-            t.admitted(t.at("l", "ip", &format!("a{i}")), i * S, 60 * S, 3);
-        }
-        let shard = |t: &KnownAgents| {
-            let at = t.at("l", "ip", "x");
-            let g = t.shard(at).lock();
-            g.ips.get(&at.ip).map(|ip| ip.earliest)
-        };
-        assert_eq!(shard(&t), Some(60 * S));
-        // Renewing the earliest id leaves the bound where it was (a lower bound).
-        t.admitted(t.at("l", "ip", "a0"), 10 * S, 60 * S, 3);
-        for n in 0..1000 {
-            t.admitted(t.at("l", "ip", &format!("new{n}")), 20 * S, 60 * S, 3);
-        }
-        assert_eq!(t.not_remembered(), 1000);
-        // At 61 s the bound has passed: one sweep finds a1 (expired at 61 s) and makes room.
-        t.admitted(t.at("l", "ip", "late"), 61 * S, 60 * S, 3);
-        assert_eq!(t.seen(t.at("l", "ip", "late"), 62 * S), Seen::Known);
-        assert_eq!(shard(&t), Some(62 * S), "a2 expires next");
-    }
-
-    #[test]
-    fn the_table_is_bounded_and_sweeps_expired_ids_when_full() {
-        let t = KnownAgents::new(64);
-        // One id per shard at most: fill every shard's single slot with many IPs.
-        for i in 0..10_000 {
-            t.admitted(t.at("l", &format!("ip{i}"), "a"), 0, 10 * S, 5);
-        }
-        assert!(t.held() <= 64, "{}", t.held());
-        assert!(t.not_remembered() >= 10_000 - 64);
-        // Later, everything has expired and new ids are remembered again.
-        let late = t.at("l", "fresh-ip", "a");
-        t.admitted(late, 20 * S, 10 * S, 5);
-        assert_eq!(t.seen(late, 21 * S), Seen::Known);
-    }
-
-    #[test]
-    fn a_raw_id_is_never_held() {
-        let t = KnownAgents::new(10);
-        let a = t.at("l", "198.51.100.7", "secret-agent-id");
-        let dbg = format!("{a:?} {t:?}");
-        assert!(!dbg.contains("secret-agent-id") && !dbg.contains("198.51.100.7"));
-    }
-}
+mod tests;

@@ -91,7 +91,7 @@ impl Meter {
 }
 
 /// How long a `new-agents` limiter remembers an admitted agent id, and how many it remembers
-/// per IP.
+/// per address (an IPv4 address or an IPv6 /56, see [`crate::known_agents`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Remember {
     pub known_for: std::time::Duration,

@@ -591,8 +591,9 @@ fn abuse_plot_draws_each_client_s_admitted_rate() {
             })
             .collect();
         assert_eq!(rates.len(), ab.attackers.len(), "a series per client");
-        // The rotation scenario draws two more: the site's heartbeats and the rotating client.
-        assert_eq!(all_rates, ab.attackers.len() + 2);
+        // The rotation scenario draws two more: the site's heartbeats and the rotating client;
+        // table-flood three: each site's heartbeats.
+        assert_eq!(all_rates, ab.attackers.len() + 2 + 3);
         for at in &ab.attackers {
             let s = rates
                 .iter()

@@ -176,6 +176,57 @@ pub struct CheckReport {
     pub warnings: usize,
     /// Limiters at risk: dashboards sharing one IP bucket for want of a token verifier.
     pub at_risk: usize,
+    /// The known-agents table a `new-agents` ceiling remembers agents in, against the fleet
+    /// (absent when no such ceiling is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub known_agents: Option<KnownTable>,
+}
+
+/// The known-agents table against the declared fleet (see [`crate::known_agents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KnownTable {
+    /// Ids in all: `store.max_keys`.
+    pub capacity: u64,
+    /// The most ids kept for agents seen twice: half the table.
+    pub protected: u64,
+    /// The room always left for first sightings: the other half.
+    pub probation: u64,
+    /// `fleet.max_agents`: the agents the protected half must keep.
+    pub max_agents: u64,
+    /// `fleet.max_site_endpoints`: the first sightings of a new site.
+    pub site: u64,
+    /// First sightings other addresses may hold, minted within the grace and each address
+    /// counted up to `site`, while a new site keeps every one of its own until its second
+    /// requests: `probation - site`.
+    pub others_first_sightings: u64,
+    /// The same bound in addresses, whatever each of them mints: `probation / site - 1`.
+    pub flooding_addresses: u64,
+    /// Protected places others may hold, renewed within the grace and each address counted up
+    /// to `site`, while every agent of the declared fleet keeps its own: `protected -
+    /// max_agents`.
+    pub others_protected: u64,
+    /// How long a first sighting is guaranteed a place, and a protected id may go unseen
+    /// before it is the first to give way ([`crate::known_agents::grace`]).
+    pub grace_seconds: u64,
+}
+
+impl KnownTable {
+    pub fn of(cfg: &Config) -> Self {
+        let capacity = cfg.store.max_keys as u64;
+        let (protected, probation) = crate::known_agents::split(capacity);
+        let site = cfg.fleet.max_site_endpoints.max(1);
+        Self {
+            capacity,
+            protected,
+            probation,
+            max_agents: cfg.fleet.max_agents,
+            site,
+            others_first_sightings: probation.saturating_sub(site),
+            flooding_addresses: (probation / site).saturating_sub(1),
+            others_protected: protected.saturating_sub(cfg.fleet.max_agents),
+            grace_seconds: crate::known_agents::grace(&cfg.fleet) / 1_000_000_000,
+        }
+    }
 }
 
 /// What one analyst's dashboard sends, and whose bucket it lands in.
@@ -233,13 +284,14 @@ impl CheckReport {
 
 fn fleet_json<S: serde::Serializer>(f: &FleetConfig, s: S) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeStruct;
-    let mut st = s.serialize_struct("fleet", 6)?;
+    let mut st = s.serialize_struct("fleet", 7)?;
     st.serialize_field("heartbeat_interval_seconds", &f.heartbeat_interval_seconds)?;
     st.serialize_field("poll_interval_seconds", &f.poll_interval_seconds)?;
     st.serialize_field("heartbeat_timeout_seconds", &f.heartbeat_timeout_seconds)?;
     st.serialize_field("max_site_endpoints", &f.max_site_endpoints)?;
     st.serialize_field("dashboard_poll_seconds", &f.dashboard_poll_seconds)?;
     st.serialize_field("analysts_per_nat", &f.analysts_per_nat)?;
+    st.serialize_field("max_agents", &f.max_agents)?;
     st.end()
 }
 
@@ -404,14 +456,20 @@ pub fn check(cfg: &Config) -> CheckReport {
             }
         }
     }
+    let table = KnownTable::of(cfg);
     let limiters: Vec<LimiterCheck> = cfg
         .limiters
         .iter()
         .map(|l| {
             let loads = demand.remove(&*l.name).unwrap_or_default();
-            judge(l, &fleet, &specs, loads)
+            judge(l, &fleet, &table, &specs, loads)
         })
         .collect();
+    let known_agents = cfg
+        .limiters
+        .iter()
+        .any(|l| l.new_agents.is_some() && l.mode != Mode::Off)
+        .then_some(table);
     let unsafe_limiters = limiters
         .iter()
         .filter(|l| l.status == Status::Unsafe)
@@ -438,6 +496,7 @@ pub fn check(cfg: &Config) -> CheckReport {
         unsafe_limiters,
         warnings,
         at_risk,
+        known_agents,
     }
 }
 
@@ -500,14 +559,44 @@ pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
 }
 
 /// What a `new-agents` ceiling must also give the declared fleet: room to remember every agent
-/// of the largest site, and a memory longer than a healthy agent's longest gap.
+/// of the largest site, a memory longer than a healthy agent's longest gap, and a table that
+/// keeps the whole declared fleet and a new site's first sightings however others fill it.
 fn new_agent_rules(
     r: Remember,
     fleet: &FleetConfig,
+    table: &KnownTable,
     status: &mut Status,
     reasons: &mut Vec<(String, Status)>,
     raise: &impl Fn(&mut Status, Status, String, &mut Vec<(String, Status)>),
 ) {
+    if table.protected < table.max_agents {
+        raise(
+            status,
+            Status::Unsafe,
+            format!(
+                "the known-agents table keeps {} agents seen twice (half of store.max_keys = {}), fewer than fleet.max_agents = {}: once others crowd it, the rest are metered as new on every request; set store.max_keys to at least {}",
+                table.protected,
+                table.capacity,
+                table.max_agents,
+                table.max_agents.saturating_mul(2)
+            ),
+            reasons,
+        );
+    }
+    if table.flooding_addresses < 1 {
+        raise(
+            status,
+            Status::Unsafe,
+            format!(
+                "the known-agents table keeps {} first sightings (half of store.max_keys = {}), room for fewer than two sites of max_site_endpoints = {}: one other address minting new ids can crowd out a new site's; set store.max_keys to at least {}",
+                table.probation,
+                table.capacity,
+                table.site,
+                table.site.saturating_mul(4)
+            ),
+            reasons,
+        );
+    }
     if u64::from(r.max_known) < fleet.max_site_endpoints {
         raise(
             status,
@@ -538,6 +627,7 @@ fn new_agent_rules(
 fn judge(
     l: &LimiterSpec,
     fleet: &FleetConfig,
+    table: &KnownTable,
     specs: &[Spec],
     loads: BTreeMap<Workload, Demand>,
 ) -> LimiterCheck {
@@ -579,7 +669,7 @@ fn judge(
         // (a rollout, or every agent after the store forgot them); known agents skip it.
         let (steady, amount) = match l.new_agents {
             Some(r) if workload == Workload::AgentIdle => {
-                new_agent_rules(r, fleet, &mut status, &mut reasons, &raise);
+                new_agent_rules(r, fleet, table, &mut status, &mut reasons, &raise);
                 (false, sharers as f64)
             }
             _ => (spec.steady, amount),
@@ -1028,6 +1118,7 @@ mod tests {
                     max_site_endpoints: v,
                     dashboard_poll_seconds: v,
                     analysts_per_nat: v,
+                    max_agents: v,
                 },
                 ..Config::default()
             };

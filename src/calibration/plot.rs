@@ -19,7 +19,7 @@
 use super::fmt_secs;
 use super::simulate::{
     abuse::Attacker, AbuseReport, AnalystsReport, FleetReport, RolloutReport, RotationReport,
-    ScenarioReport, Series, SimulationReport,
+    ScenarioReport, Series, SimulationReport, TableFloodReport,
 };
 use std::fmt::Write;
 
@@ -60,6 +60,7 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::Analysts(a) => analysts(&mut body, a, y),
             ScenarioReport::Abuse(a) => abuse(&mut body, a, y),
             ScenarioReport::Rotation(r) => rotation(&mut body, r, y),
+            ScenarioReport::TableFlood(r) => table_flood(&mut body, r, y),
             // Two clients and two numbers: the report's table says it all.
             ScenarioReport::FailedOnly(_) => y,
         };
@@ -777,6 +778,30 @@ fn rotation(o: &mut String, r: &RotationReport, y: f64) -> f64 {
             ),
             sent: (r.flood_rate_per_second * 60) as f64,
             sent_label: "by the rotating client",
+        },
+        &r.clients,
+        y,
+    )
+}
+
+fn table_flood(o: &mut String, r: &TableFloodReport, y: f64) -> f64 {
+    let agents = r.sites.first().map_or(0, |s| s.agents);
+    clients(
+        o,
+        ClientsPanel {
+            panel: "table-flood",
+            title: "table-flood: each site's heartbeats admitted per minute while others fill the known-agents table",
+            subtitle: format!(
+                "{agents} agents per site; from {} {} /56s mint {} ids each, then {}/s; from {} {} more /56s at their ceiling's rate.",
+                fmt_secs(r.fill_starts_seconds as f64),
+                r.fill_addresses,
+                r.fill_ids_each,
+                r.keep_full_per_second,
+                fmt_secs(r.sustained_starts_seconds as f64),
+                r.sustained_addresses
+            ),
+            sent: r.site_heartbeats_per_minute,
+            sent_label: "by one site",
         },
         &r.clients,
         y,

@@ -77,6 +77,24 @@ pub fn check_table(r: &CheckReport) -> String {
             f.analysts_per_nat
         );
     }
+    if let Some(k) = &r.known_agents {
+        let _ = writeln!(
+            o,
+            "Known agents: {} ids (store.max_keys): {} for agents seen twice (fleet.max_agents = {}), {} for first sightings;",
+            k.capacity, k.protected, k.max_agents, k.probation
+        );
+        let grace = fmt_secs(k.grace_seconds as f64);
+        let _ = writeln!(
+            o,
+            "              a new site of {} keeps all its first sightings while other addresses hold at most {} minted within {grace}",
+            k.site, k.others_first_sightings
+        );
+        let _ = writeln!(
+            o,
+            "              (each counted up to {}: a flood from up to {} addresses at any rate); an id unseen for {grace} gives way first.",
+            k.site, k.flooding_addresses
+        );
+    }
     if !r.enabled {
         let _ = writeln!(
             o,
@@ -348,6 +366,70 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                         at.requests
                     );
                 }
+            }
+            ScenarioReport::TableFlood(r) => {
+                let t = &r.table;
+                if r.ceiling_remembers {
+                    let _ = writeln!(
+                        o,
+                        "table-flood  the known-agents table ({} ids; a new site keeps its first sightings while others hold at most {} minted within {}) filled from other addresses:",
+                        t.capacity,
+                        t.others_first_sightings,
+                        fmt_secs(t.grace_seconds as f64)
+                    );
+                } else {
+                    let _ = writeln!(
+                        o,
+                        "table-flood  no new-agents ceiling is on, so nothing remembers agent ids; the same floods from other addresses:"
+                    );
+                }
+                let _ = writeln!(
+                    o,
+                    "          from {} {} IPv6 /56s mint {} ids each in {} ({} ids, each seen once), then {} fresh ids a second to the end;",
+                    fmt_secs(r.fill_starts_seconds as f64),
+                    r.fill_addresses,
+                    r.fill_ids_each,
+                    fmt_secs(r.fill_seconds as f64),
+                    r.fill_addresses * r.fill_ids_each,
+                    r.keep_full_per_second
+                );
+                let _ = writeln!(
+                    o,
+                    "          from {} {} more /56s (what the bound leaves beside that stream) mint at their ceiling's full rate{}",
+                    fmt_secs(r.sustained_starts_seconds as f64),
+                    r.sustained_addresses,
+                    match (r.ceiling_remembers, r.table_full_at_seconds) {
+                        (false, _) => String::new(),
+                        (true, None) => "; the table never fills".to_owned(),
+                        (true, Some(s)) => format!("; the table is full from {}", fmt_secs(s)),
+                    }
+                );
+                for s in &r.sites {
+                    let _ = writeln!(
+                        o,
+                        "          site {} ({} agents from {}): heartbeats refused {} of {}  polls refused {}  marked offline {}",
+                        pad(s.name, 20),
+                        s.agents,
+                        fmt_secs(s.arrives_seconds as f64),
+                        s.heartbeats_refused,
+                        s.heartbeats,
+                        s.polls_refused,
+                        s.agents_marked_offline
+                    );
+                }
+                let k = &r.known;
+                let _ = writeln!(
+                    o,
+                    "          flood admitted {} of {}; table at the end: {} first sightings, {} protected; not remembered {} (address full), {} (table full); evicted {} stale, {} for a share",
+                    r.flood_admitted,
+                    r.flood_requests,
+                    k.probation,
+                    k.protected,
+                    k.not_remembered_address,
+                    k.not_remembered_table,
+                    k.evicted_stale_probation + k.evicted_stale_protected,
+                    k.evicted_share_probation + k.evicted_share_protected
+                );
             }
             ScenarioReport::Rotation(r) => {
                 let _ = writeln!(

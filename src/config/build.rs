@@ -330,6 +330,17 @@ pub(super) fn build(
     let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
     let mut limiters = build_limiters(raw.limiters, &raw.fleet, ctx)?;
     ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
+    if raw.fleet.max_agents < raw.fleet.max_site_endpoints.max(1) {
+        return Err(ctx.err(
+            "fleet.max_agents",
+            format!(
+                "{} is fewer than fleet.max_site_endpoints = {}: a fleet holds at least its largest site; raise fleet.max_agents (default {})",
+                raw.fleet.max_agents,
+                raw.fleet.max_site_endpoints,
+                defaults::MAX_AGENTS
+            ),
+        ));
+    }
     if client_ip.trusted.ranges.is_empty() {
         if let Some(l) = limiters
             .iter()

@@ -8,13 +8,13 @@
 //! floods. Its budget is the largest site the fleet settings describe appearing at once:
 //!
 //! ```text
-//! limit     = fleet.max_site_endpoints new ids      (250)
-//! window    = agent-device.window                   (1m)
-//! max_known = 2 x fleet.max_site_endpoints per IP   (500)
+//! limit     = fleet.max_site_endpoints new ids          (250)
+//! window    = agent-device.window                       (1m)
+//! max_known = 2 x fleet.max_site_endpoints per address  (500)
 //! known_for = 15m, renewed by each admitted request
 //! ```
 //!
-//! So one IP's agent traffic is at most `max_known` x agent-device's budget plus the new ids
+//! So one address's agent traffic is at most `max_known` x agent-device's budget plus the new ids
 //! (500 x 30 + 250 = 15 250 a minute). With `meter = "requests"` the ceiling meters every
 //! request instead, and its derived budget is the whole site at full rate
 //! (`max_site_endpoints x agent-device.limit`, 7 500 a minute).

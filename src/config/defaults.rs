@@ -161,5 +161,8 @@ pub const BODY_TIMEOUT: &str = "30s";
 pub const BODY_MIN_RATE: &str = "240";
 pub const IPV6_PREFIX: u8 = 56;
 pub const MAX_KEYS: usize = 100_000;
+/// `fleet.max_agents`: the enrolled agents one instance must remember at once. Half of
+/// `MAX_KEYS` keeps them known (`known_agents::split`), with room to spare.
+pub const MAX_AGENTS: u64 = 10_000;
 pub const STORE_TIMEOUT: &str = "50ms";
 pub const STORE_CALLS_IN_FLIGHT: usize = 1;

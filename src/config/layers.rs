@@ -124,6 +124,7 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_ANALYSTS_PER_NAT",
         Kind::Int,
     ),
+    ("fleet.max_agents", "FLEET_LIMITER_MAX_AGENTS", Kind::Int),
     ("identity.jwks_url", "FLEET_LIMITER_JWKS_URL", Kind::Str),
     (
         "identity.jwks_ca_file",

@@ -148,6 +148,9 @@ pub struct FleetConfig {
     pub max_site_endpoints: u64,
     pub dashboard_poll_seconds: u64,
     pub analysts_per_nat: u64,
+    /// The enrolled agents this instance must remember at once (the known-agents table's
+    /// protected half is judged against it); at least `max_site_endpoints`.
+    pub max_agents: u64,
 }
 
 impl Default for FleetConfig {
@@ -159,6 +162,7 @@ impl Default for FleetConfig {
             max_site_endpoints: 250,
             dashboard_poll_seconds: 10,
             analysts_per_nat: 20,
+            max_agents: defaults::MAX_AGENTS,
         }
     }
 }

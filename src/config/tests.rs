@@ -971,3 +971,37 @@ fn unknown_variables_are_named_with_the_nearest_setting_and_never_their_value() 
     assert!(!w[2].contains("did you mean"), "{w:?}");
     assert!(w.iter().all(|l| !l.contains("hunter2")), "{w:?}");
 }
+
+#[test]
+fn the_declared_fleet_holds_at_least_its_largest_site() {
+    assert_eq!(Config::default().fleet.max_agents, 10_000);
+    let e = file_error("[fleet]\nmax_agents = 100\n", &[]);
+    assert_eq!(
+        e,
+        "<dir>/fleet-limiter.toml: fleet.max_agents: 100 is fewer than fleet.max_site_endpoints = 250: a fleet holds at least its largest site; raise fleet.max_agents (default 10000)"
+    );
+    for bad in ["0", "-1", "1e9", "ten", ""] {
+        let e = env_error(&[("FLEET_LIMITER_MAX_AGENTS", bad)]);
+        assert!(
+            e.starts_with("environment variable FLEET_LIMITER_MAX_AGENTS: fleet.max_agents: "),
+            "{bad}: {e}"
+        );
+    }
+    // A larger site needs the fleet declared with it.
+    let e = env_error(&[("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "20000")]);
+    assert!(
+        e.contains("fleet.max_agents: 10000 is fewer than fleet.max_site_endpoints = 20000"),
+        "{e}"
+    );
+    let cfg = Loader::new()
+        .env([
+            (
+                "FLEET_LIMITER_MAX_SITE_ENDPOINTS".to_owned(),
+                "20000".to_owned(),
+            ),
+            ("FLEET_LIMITER_MAX_AGENTS".to_owned(), "50000".to_owned()),
+        ])
+        .load()
+        .unwrap();
+    assert_eq!(cfg.fleet.max_agents, 50_000);
+}

@@ -12,6 +12,7 @@ mod scrape;
 pub use histogram::Histogram;
 
 use crate::http::proxy::pace::Trip;
+use crate::known_agents::KnownAgents;
 use crate::methods::RefusalReason;
 use crate::path::Class;
 use crate::policy::LimiterSpec;
@@ -407,6 +408,15 @@ impl Metrics {
     /// Metrics for a decider over `store`: its key gauges are read at scrape time.
     pub fn for_store(store: Arc<dyn Store>) -> Self {
         Self::build(Some(store), crate::log_sink::lines_dropped)
+    }
+
+    /// Metrics for a decider over `store` with its known-agents table: the store's key gauges
+    /// and the table's counts are read at scrape time.
+    pub fn for_decider(store: Arc<dyn Store>, known: Arc<KnownAgents>) -> Self {
+        let mut m = Self::build(Some(store), crate::log_sink::lines_dropped);
+        m.registry
+            .register_collector(Box::new(scrape::KnownAgentsGauges::new(known)));
+        m
     }
 
     fn build(store: Option<Arc<dyn Store>>, log_lines_dropped: fn() -> u64) -> Self {

@@ -2,6 +2,7 @@
 //! the limiters the settings in force describe, the process-wide log sink, and the upstream
 //! status counts (kept as a plain array of atomics, shown only for statuses seen).
 
+use crate::known_agents::KnownAgents;
 use crate::policy::{LimiterSpec, Mode};
 use crate::store::Store;
 use parking_lot::RwLock;
@@ -78,6 +79,74 @@ impl Collector for StoreGauges {
             )?;
         }
         Ok(())
+    }
+}
+
+/// The known-agents table's counts, read from the table when scraped.
+pub(super) struct KnownAgentsGauges(Arc<KnownAgents>);
+
+impl KnownAgentsGauges {
+    pub(super) fn new(known: Arc<KnownAgents>) -> Self {
+        Self(known)
+    }
+}
+
+impl std::fmt::Debug for KnownAgentsGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("KnownAgentsGauges").finish_non_exhaustive()
+    }
+}
+
+impl Collector for KnownAgentsGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = self.0.counts();
+        let gauge = |n: u64| ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
+        let segments = ["probation", "protected"];
+        let mut m = encoder.encode_descriptor(
+            "fleet_limiter_known_agents",
+            "Agent ids the new-agents ceiling knows now, by segment: probation (seen once) or protected (seen again while known).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (seg, n) in segments.iter().zip([c.probation, c.protected]) {
+            gauge(n).encode(m.encode_family(&[("segment", *seg)])?)?;
+        }
+        one(
+            &mut encoder,
+            "fleet_limiter_known_agents_capacity",
+            "The most agent ids the known-agents table holds (store.max_keys); protected ids fill at most half.",
+            &gauge(c.capacity),
+        )?;
+        let mut m = encoder.encode_descriptor(
+            "fleet_limiter_known_agents_not_remembered",
+            "Admitted agent ids the known-agents table did not remember, so the ceiling meters their next request again, by reason: address (it held max_known ids) or table (full, and no other address held more first sightings).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (reason, n) in [
+            ("address", c.not_remembered_address),
+            ("table", c.not_remembered_table),
+        ] {
+            ConstCounter::new(n).encode(m.encode_family(&[("reason", reason)])?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "fleet_limiter_known_agents_evicted",
+            "Agent ids dropped from the known-agents table before they expired to make room, by segment and reason: stale (not seen within twice the fleet's longest gap between requests) or share (still within it, from the address holding the most).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (i, seg) in segments.iter().enumerate() {
+            for (reason, n) in [("stale", c.evicted_stale[i]), ("share", c.evicted_share[i])] {
+                ConstCounter::new(n)
+                    .encode(m.encode_family(&[("segment", *seg), ("reason", reason)])?)?;
+            }
+        }
+        one(
+            &mut encoder,
+            "fleet_limiter_known_agents_not_promoted",
+            "Agent ids seen again that stayed first sightings (still known) because the protected half was full and nobody had to give way.",
+            &ConstCounter::new(c.not_promoted),
+        )
     }
 }
 

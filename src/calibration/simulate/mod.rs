@@ -16,6 +16,7 @@ pub mod failed_only;
 pub mod fleet;
 pub mod rollout;
 pub mod rotation;
+pub mod table_flood;
 
 pub use abuse::AbuseReport;
 pub use analysts::AnalystsReport;
@@ -23,6 +24,7 @@ pub use failed_only::FailedOnlyReport;
 pub use fleet::FleetReport;
 pub use rollout::RolloutReport;
 pub use rotation::RotationReport;
+pub use table_flood::TableFloodReport;
 
 use crate::clock::{ManualClock, Nanos};
 use crate::config::Config;
@@ -55,16 +57,18 @@ pub enum Scenario {
     Abuse,
     Rotation,
     FailedOnly,
+    TableFlood,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
         Scenario::Abuse,
         Scenario::Rotation,
         Scenario::FailedOnly,
+        Scenario::TableFlood,
     ];
 
     pub fn name(self) -> &'static str {
@@ -75,10 +79,12 @@ impl Scenario {
             Scenario::Abuse => "abuse",
             Scenario::Rotation => "rotation",
             Scenario::FailedOnly => "failed-only",
+            Scenario::TableFlood => "table-flood",
         }
     }
 
-    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, or `all`.
+    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, `table-flood`, or
+    /// `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
@@ -89,7 +95,7 @@ impl Scenario {
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
                 format!(
-                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only or all"
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood or all"
                 )
             })
     }
@@ -105,6 +111,7 @@ pub enum ScenarioReport {
     Abuse(AbuseReport),
     Rotation(RotationReport),
     FailedOnly(FailedOnlyReport),
+    TableFlood(TableFloodReport),
 }
 
 impl ScenarioReport {
@@ -116,6 +123,7 @@ impl ScenarioReport {
             ScenarioReport::Abuse(_) => "abuse",
             ScenarioReport::Rotation(_) => "rotation",
             ScenarioReport::FailedOnly(_) => "failed-only",
+            ScenarioReport::TableFlood(_) => "table-flood",
         }
     }
 
@@ -128,6 +136,7 @@ impl ScenarioReport {
             ScenarioReport::Abuse(r) => &r.series,
             ScenarioReport::Rotation(r) => &r.series,
             ScenarioReport::FailedOnly(r) => &r.series,
+            ScenarioReport::TableFlood(r) => &r.series,
         }
     }
 }
@@ -170,6 +179,7 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
                 Scenario::Abuse => ScenarioReport::Abuse(abuse::run(cfg, s).await),
                 Scenario::Rotation => ScenarioReport::Rotation(rotation::run(cfg, s).await),
                 Scenario::FailedOnly => ScenarioReport::FailedOnly(failed_only::run(cfg, s).await),
+                Scenario::TableFlood => ScenarioReport::TableFlood(table_flood::run(cfg, s).await),
             });
         }
         out
@@ -190,6 +200,7 @@ impl Scenario {
             Scenario::Abuse => 0x0ab0_5e00,
             Scenario::Rotation => 0x0a9e_1d00,
             Scenario::FailedOnly => 0x0fa1_1ed0,
+            Scenario::TableFlood => 0x07ab_1e00,
         }
     }
 }
@@ -350,6 +361,11 @@ impl Sim {
         }
     }
 
+    /// The known-agents table's counts now.
+    pub fn known_agents(&self) -> crate::known_agents::Counts {
+        self.decider.known_agents().counts()
+    }
+
     /// Decide one request at `at` nanoseconds of virtual time.
     pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
         self.send_inner(at, req, None).await
@@ -502,7 +518,7 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 6);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 7);
         assert_eq!(
             Scenario::parse_list("Fleet").unwrap(),
             vec![Scenario::Fleet]
