@@ -191,6 +191,11 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES",
         Kind::Int,
     ),
+    (
+        "identity.jwks_allow_http",
+        "FLEET_LIMITER_JWKS_ALLOW_HTTP",
+        Kind::Bool,
+    ),
     ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
     (
         "decision.listen",

@@ -126,6 +126,9 @@ impl Control {
         self.decider.reload(&new);
         self.cors.set(&new.cors);
         self.decider.metrics().reloaded(true);
+        if let Some(w) = new.identity.plain_http_warning() {
+            tracing::warn!(trigger, "{w}");
+        }
         if !report.restart_required.is_empty() {
             tracing::warn!(
                 trigger,
