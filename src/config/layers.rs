@@ -218,6 +218,7 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         Kind::Int,
     ),
     ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
+    ("ops.drain_delay", "FLEET_LIMITER_DRAIN_DELAY", Kind::Str),
     (
         "admission.max_in_flight",
         "FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT",
