@@ -460,6 +460,7 @@ const PLAIN_HTTP_ELSEWHERE: &[&str] = &[
 /// Not a URL as written (a lenient parser would have repaired each into some host): exit 2 too.
 const NOT_A_URL: &[&str] = &[
     "http:///idp.example.com/jwks.json",
+    "https:///idp.example.com/jwks.json",
     "http:\\\\idp.example.com\\jwks.json",
     "http:idp.example.com/jwks.json",
     "http://idp.example.com\t/jwks.json",
@@ -546,6 +547,18 @@ async fn loopback_spellings_start_and_fetch_from_this_host() {
     }
     // Each spelling fetched from the one endpoint on this host.
     assert_eq!(jwks_hits(&jwks).await, 7);
+    // Loopback names and addresses nothing listens on here: accepted all the same.
+    for url in [
+        "http://localhost:9/jwks.json",
+        "http://[::1]:9/jwks.json",
+        "http://[0:0:0:0:0:0:0:1]:9/jwks.json",
+        "http://127.255.255.254:9/jwks.json",
+    ] {
+        let out = Launch::command(["check"])
+            .env("FLEET_LIMITER_JWKS_URL", url)
+            .run(common::PATIENCE);
+        assert_eq!(out.code, Some(0), "{url}: {}", out.stderr);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
