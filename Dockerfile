@@ -59,8 +59,9 @@ EXPOSE 8080 7391
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
   CMD ["/usr/local/libexec/fleet-limiter/wget", "-q", "-T", "2", "-O", "/dev/null", "http://127.0.0.1:7391/healthz"]
 
-# SIGTERM drains in-flight requests for ops.shutdown_grace (30 s by default) and exits 0:
-# give `docker stop` a longer timeout (-t 35, compose's stop_grace_period). SIGHUP reloads.
+# SIGTERM fails /readyz at once, keeps accepting for ops.drain_delay (5 s by default), then
+# drains in-flight requests for ops.shutdown_grace (30 s by default) and exits 0: give
+# `docker stop` a longer timeout (-t 40, compose's stop_grace_period). SIGHUP reloads.
 # The gateway is PID 1 here and handles both itself; it starts no child processes.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/fleet-limiter"]

@@ -305,6 +305,11 @@ impl Decider {
         &self.store
     }
 
+    /// The token verifier `[identity]` built (its availability is reported by `/readyz`).
+    pub fn verifier(&self) -> &Arc<dyn TokenVerifier> {
+        &self.verifier
+    }
+
     pub async fn decide(&self, req: &RequestFacts<'_>) -> Outcome {
         self.decide_with(&self.settings(), req).await
     }

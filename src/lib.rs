@@ -231,14 +231,20 @@ pub fn build_verifier(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::
             "identity.jwt_hs256_secret is weak ({why}) and identity.allow_weak_secret is set: anyone who can guess the secret can mint dashboard users; never run this in production"
         );
     }
+    if let Some(w) = cfg.identity.plain_http_warning() {
+        // Only reachable with identity.jwks_allow_http; the configuration refuses it otherwise.
+        tracing::warn!("{w}");
+    }
     let clock = Arc::new(clock::SystemClock::new());
     let wall = Arc::new(identity::jwt::SystemWallClock);
     Ok(
         match identity::jwt::JwtVerifier::from_config(&cfg.identity, clock, wall)? {
             Some(v) => {
-                // An https:// key set is fetched once at start: a certificate that does not
-                // verify is a configuration error, found now rather than at the first token.
-                if let Some(jwks) = v.jwks().filter(|j| j.is_https()) {
+                // The key set is fetched once at start: a certificate that does not verify is a
+                // configuration error, found now rather than at the first token; any other
+                // failure is logged at error level and verified identity is unavailable until
+                // a fetch succeeds.
+                if let Some(jwks) = v.jwks() {
                     jwks.check_at_start()?;
                 }
                 Arc::new(v)

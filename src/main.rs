@@ -155,7 +155,7 @@ struct ServeArgs {
     /// (needs decision.allow_from) [default: off].
     #[arg(long, value_name = "ADDR")]
     decision_listen: Option<String>,
-    /// How long in-flight requests may finish after SIGTERM/SIGINT [default: 30s].
+    /// How long in-flight requests may finish once the listeners close after SIGTERM/SIGINT [default: 30s].
     #[arg(long, value_name = "DURATION")]
     shutdown_grace: Option<String>,
     /// Log lines as `text` or `json` [default: text].
@@ -195,6 +195,10 @@ struct ServeArgs {
     /// A WebSocket with no byte either way for this long is closed on both sides [default: 5m].
     #[arg(long, value_name = "DURATION")]
     websocket_idle_timeout: Option<String>,
+    /// After SIGTERM, how long the listeners keep accepting while /readyz answers 503, before
+    /// in-flight requests get --shutdown-grace to finish [default: 5s].
+    #[arg(long, value_name = "DURATION")]
+    drain_delay: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -296,6 +300,7 @@ fn serve_loader(args: &ServeArgs) -> Loader {
             &args.websocket_idle_timeout,
             "--websocket-idle-timeout",
         ),
+        ("ops.drain_delay", &args.drain_delay, "--drain-delay"),
     ];
     for (path, value, flag) in single {
         if let Some(v) = value {

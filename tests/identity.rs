@@ -429,3 +429,177 @@ async fn a_pem_public_key_file_needs_no_network() {
     other["iss"] = json!("https://evil.test");
     assert!(!verifies(&client, &gw, &sign(None, RSA_A, &other)).await);
 }
+
+/// A key set's URL over plain http:// to a host that is not this one, spelled every way a
+/// lenient URL parser reads as such: start-up stops with exit code 2 naming the setting that
+/// would acknowledge it.
+const PLAIN_HTTP_ELSEWHERE: &[&str] = &[
+    "http://idp.example.com/jwks.json",
+    "HTTP://IDP.EXAMPLE.COM/jwks.json",
+    "Http://idp.example.com/jwks.json",
+    "  http://idp.example.com/jwks.json  ",
+    "http://127.0.0.1@idp.example.com/jwks.json",
+    "http://127.0.0.1.@idp.example.com/jwks.json",
+    "http://localhost:80@idp.example.com/jwks.json",
+    "http://issuer:S3cretPw@idp.example.com/jwks.json",
+    "http://localhost./jwks.json",
+    "http://localhost.idp.example.com/jwks.json",
+    "http://idp.localhost/jwks.json",
+    "http://127.0.0.1.nip.io/jwks.json",
+    "http://0.0.0.0/jwks.json",
+    "http://0/jwks.json",
+    "http://[::]/jwks.json",
+    "http://[::ffff:10.0.0.1]/jwks.json",
+    "http://[::127.0.0.1]/jwks.json",
+    "http://167772161/jwks.json",
+    "http://0x0a.0.0.1/jwks.json",
+    "http://10.1/jwks.json",
+    "http://128.0.0.1/jwks.json",
+];
+
+/// Not a URL as written (a lenient parser would have repaired each into some host): exit 2 too.
+const NOT_A_URL: &[&str] = &[
+    "http:///idp.example.com/jwks.json",
+    "https:///idp.example.com/jwks.json",
+    "http:\\\\idp.example.com\\jwks.json",
+    "http:idp.example.com/jwks.json",
+    "http://idp.example.com\t/jwks.json",
+    "http://127.0.0.1\\@idp.example.com/jwks.json",
+    "http://127.0.0.1 @idp.example.com/jwks.json",
+    "http://[::1/jwks.json",
+    "gopher://idp.example.com/jwks.json",
+];
+
+#[test]
+fn a_plain_http_key_set_on_another_host_stops_the_start_however_it_is_spelled() {
+    for url in PLAIN_HTTP_ELSEWHERE {
+        let out = Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .env("FLEET_LIMITER_JWKS_URL", *url)
+            .run(common::PATIENCE);
+        assert_eq!(out.code, Some(2), "{url:?}: {}", out.stderr);
+        let e = out.stderr.trim();
+        assert!(
+            e.starts_with(
+                "fleet-limiter: configuration error: environment variable FLEET_LIMITER_JWKS_URL: identity.jwks_url: "
+            ),
+            "{url:?}: {e}"
+        );
+        assert!(
+            e.contains("not a loopback address")
+                && e.contains("identity.jwks_allow_http = true")
+                && e.contains("FLEET_LIMITER_JWKS_ALLOW_HTTP=true"),
+            "{url:?}: {e}"
+        );
+        assert!(!e.contains("S3cretPw"), "the password is never shown: {e}");
+    }
+    for url in NOT_A_URL {
+        let out = Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .env("FLEET_LIMITER_JWKS_URL", *url)
+            .run(common::PATIENCE);
+        assert_eq!(out.code, Some(2), "{url:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("identity.jwks_url: `")
+                && out.stderr.contains("is not an http:// or https:// URL"),
+            "{url:?}: {}",
+            out.stderr
+        );
+    }
+    // From a file, the message names the file; `check` refuses it the same way.
+    let toml = "[identity]\njwks_url = \"http://idp.example.com/jwks.json\"\n";
+    let out = Launch::command(["check"])
+        .config_toml(toml)
+        .run(common::PATIENCE);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("fleet-limiter.toml: identity.jwks_url: ")
+            && out.stderr.contains("identity.jwks_allow_http"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_spellings_start_and_fetch_from_this_host() {
+    let jwks = MockServer::start().await;
+    publish(&jwks, &["a"]).await;
+    let port = jwks.address().port();
+    for host in [
+        "127.1",
+        "2130706433",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "LOCALHOST",
+        "idp.example.com@127.0.0.1",
+        "[::ffff:127.0.0.1]",
+    ] {
+        let url = format!("HTTP://{host}:{port}/jwks.json");
+        let gw = Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .log("info")
+            .env("FLEET_LIMITER_JWKS_URL", &url)
+            .spawn();
+        let log = gw.stderr();
+        assert!(log.contains("JWKS fetched at start"), "{url}: {log}");
+        assert!(!log.contains("jwks_allow_http"), "{url}: no warning: {log}");
+    }
+    // Each spelling fetched from the one endpoint on this host.
+    assert_eq!(jwks_hits(&jwks).await, 7);
+    // Loopback names and addresses nothing listens on here: accepted all the same.
+    for url in [
+        "http://localhost:9/jwks.json",
+        "http://[::1]:9/jwks.json",
+        "http://[0:0:0:0:0:0:0:1]:9/jwks.json",
+        "http://127.255.255.254:9/jwks.json",
+    ] {
+        let out = Launch::command(["check"])
+            .env("FLEET_LIMITER_JWKS_URL", url)
+            .run(common::PATIENCE);
+        assert_eq!(out.code, Some(0), "{url}: {}", out.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_plain_http_key_set_warns_at_every_start_and_reload() {
+    // TEST-NET-1: never answers; the start-up fetch gives up after the timeout.
+    let toml =
+        "[identity]\njwks_url = \"http://192.0.2.1:9/jwks.json\"\njwks_timeout = \"200ms\"\n";
+    let warning = "fetched over plain http:// from a host that is not a loopback address, because identity.jwks_allow_http is set";
+    for start in 1..=2 {
+        let gw = Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .config_toml(toml)
+            .admin()
+            .log("info")
+            .env("FLEET_LIMITER_JWKS_ALLOW_HTTP", "true")
+            .spawn();
+        let log = gw.stderr();
+        let line = log
+            .lines()
+            .find(|l| l.contains(warning))
+            .unwrap_or_else(|| panic!("start {start}: no warning in:\n{log}"));
+        assert!(line.contains("WARN"), "{line}");
+        assert!(line.contains("http://192.0.2.1:9/jwks.json"), "{line}");
+        if start == 2 {
+            gw.signal("HUP");
+            gw.wait_metric(r#"fleet_limiter_config_reloads_total{result="ok"}"#, |v| {
+                v == 1.0
+            })
+            .await;
+            let res = common::client()
+                .post(gw.admin("/reload"))
+                .send()
+                .await
+                .expect("POST /reload");
+            assert_eq!(res.status(), 200);
+            let log = gw.stderr();
+            assert_eq!(
+                log.matches(warning).count(),
+                3,
+                "at start, on SIGHUP and on POST /reload:\n{log}"
+            );
+        }
+    }
+}

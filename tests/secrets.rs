@@ -120,9 +120,22 @@ async fn a_redis_password_is_redacted_in_logs_readiness_errors_and_reload_report
         .send()
         .await
         .expect("readyz");
-    assert_eq!(ready.status(), 503);
+    assert_eq!(
+        ready.status(),
+        200,
+        "a store that does not answer leaves the instance ready"
+    );
     let ready = ready.text().await.expect("readyz body");
+    assert!(ready.contains("\"store_up\":false"), "{ready}");
     assert_hidden("/readyz", &ready, &[REDIS_PASSWORD]);
+    let store = client()
+        .get(gw.admin("/healthz/store"))
+        .send()
+        .await
+        .expect("/healthz/store");
+    assert_eq!(store.status(), 503);
+    let store = store.text().await.expect("/healthz/store body");
+    assert_hidden("/healthz/store", &store, &[REDIS_PASSWORD]);
 
     // A reload that changes the store: the report names the setting, never the URL.
     gw.rewrite_config(&format!(
@@ -476,7 +489,7 @@ async fn query_string_secrets_stay_out_of_logs_answers_metrics_and_reload_report
         let body = res.text().await.expect("body");
         assert_hidden("a gateway answer", &body, QUERY_SECRETS);
     }
-    for path in ["/readyz", "/metrics", "/healthz"] {
+    for path in ["/readyz", "/metrics", "/healthz", "/healthz/store"] {
         let res = client().get(gw.admin(path)).send().await.expect(path);
         let body = res.text().await.expect("admin body");
         assert_hidden(path, &body, QUERY_SECRETS);

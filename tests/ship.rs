@@ -254,6 +254,29 @@ fn compose_file_validates() {
         .map(String::from)
         .into();
     assert_eq!(services, want);
+    // Both gateways get longer than the default drain delay and grace before SIGKILL.
+    let out = run(Command::new(&compose)
+        .args(["-f", "compose.yaml", "config"])
+        .current_dir(root()));
+    assert_success("docker-compose -f compose.yaml config", &out);
+    let resolved = String::from_utf8_lossy(&out.stdout);
+    let drain = fleet_limiter::config::ops::DRAIN_DELAY.as_secs() + 30;
+    let periods: Vec<u64> = resolved
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("stop_grace_period:"))
+        .filter_map(|v| {
+            v.trim()
+                .trim_matches('"')
+                .trim_end_matches('s')
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(periods.len(), 2, "one per gateway:\n{resolved}");
+    assert!(
+        periods.iter().all(|p| *p > drain),
+        "stop_grace_period {periods:?} must exceed the drain delay and the grace, {drain} s"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -285,15 +308,16 @@ fn systemd_unit_verifies() {
         .lines()
         .any(|l| l.starts_with("RestrictAddressFamilies=")));
     assert!(unit.lines().any(|l| l.starts_with("LimitNOFILE=")));
-    // The stop timeout covers the default shutdown grace (30 s).
+    // The stop timeout covers the default drain delay and shutdown grace (5 s + 30 s).
     let stop = unit
         .lines()
         .find_map(|l| l.strip_prefix("TimeoutStopSec="))
         .and_then(|v| v.trim_end_matches('s').parse::<u64>().ok())
         .expect("TimeoutStopSec=<seconds>s");
+    let drain = fleet_limiter::config::ops::DRAIN_DELAY.as_secs() + 30;
     assert!(
-        stop > 30,
-        "TimeoutStopSec={stop}s must exceed the 30 s grace"
+        stop > drain,
+        "TimeoutStopSec={stop}s must exceed the drain delay and the grace, {drain} s"
     );
 
     // systemd-analyze verify needs ExecStart's binary: the one under test, copied.

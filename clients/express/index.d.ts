@@ -10,7 +10,9 @@ export interface Options {
   fetch?: typeof fetch;
   /**
    * Method override headers to pass on besides X-HTTP-Method-Override, X-HTTP-Method and
-   * X-Method-Override: any others the limiter's `methods.override_headers` names.
+   * X-Method-Override: any others the limiter's `methods.override_headers` names. Naming one the
+   * client sets itself (X-Forwarded-For, Forwarded, X-Real-IP, X-Forwarded-Method/-Uri/-Host/
+   * -Proto, X-Original-Method/-URI, Host) throws a TypeError.
    */
   overrideHeaders?: string[];
 }
@@ -32,7 +34,11 @@ export interface Question {
    * form (`//x`, `/a/../b`, `%72`): pass what your router reads, not the raw target.
    */
   url: string;
-  /** The client's address. */
+  /**
+   * The client's address as something the client cannot write determined it: the connection's
+   * peer, or the entry the one proxy in front appended to X-Forwarded-For (the middleware sends
+   * `req.ip`, under the app's `trust proxy`). Never the header's leftmost entry.
+   */
   ip?: string;
   headers?: Record<string, string | string[] | undefined>;
 }

@@ -17,6 +17,14 @@ const PASSED = ['x-agent-id', 'authorization', 'cookie'];
  * request as every method they name, or refuses it, so it must see them as the app does.
  */
 const OVERRIDE_HEADERS = ['x-http-method-override', 'x-http-method', 'x-method-override'];
+/**
+ * Headers the client writes itself, or that name the original request: never taken from the
+ * app's request, so an `overrideHeaders` list cannot let the caller's own copy through.
+ */
+const RESERVED = new Set([
+  'x-forwarded-for', 'forwarded', 'x-real-ip', 'x-forwarded-host', 'x-forwarded-proto',
+  'x-forwarded-method', 'x-forwarded-uri', 'x-original-method', 'x-original-uri', 'host',
+]);
 /** The headers of its answer that belong on the client's answer. */
 const LIMIT_HEADERS = [
   'ratelimit-policy',
@@ -67,7 +75,11 @@ function options(opts) {
   if (!Array.isArray(extra) || !extra.every((h) => typeof h === 'string')) {
     throw new TypeError('fleet-limiter: `overrideHeaders` is a list of header names');
   }
-  const passed = [...new Set([...PASSED, ...OVERRIDE_HEADERS, ...extra.map((h) => h.toLowerCase())])];
+  const reserved = extra.find((h) => RESERVED.has(h.trim().toLowerCase()));
+  if (reserved !== undefined) {
+    throw new TypeError(`fleet-limiter: \`overrideHeaders\` cannot name ${reserved}: the client sets it from the request Express parsed (the address from req.ip, the method and path it routes on); a copy from the caller would let it choose them`);
+  }
+  const passed = [...new Set([...PASSED, ...OVERRIDE_HEADERS, ...extra.map((h) => h.trim().toLowerCase())])];
   return { url, timeoutMs, onError, passed, fetch: opts.fetch ?? globalThis.fetch };
 }
 
@@ -161,7 +173,10 @@ function routedTarget(req) {
  * Express middleware: `app.use(fleetLimiter({ url: 'http://127.0.0.1:7392' }))`.
  * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's answer
  * (429, or 400 for a path it will not meter as Express routes it) and never reach a route.
- * `req.ip` is the client address: set Express's `trust proxy` as for any other use of it.
+ * The client address sent is `req.ip`, the address Express computed under the app's own
+ * `trust proxy` setting: left unset (the default) for an app clients reach directly, it is the
+ * connection's peer and cannot be forged; behind one proxy that appends to X-Forwarded-For, set
+ * it to 1 (README.md says what goes wrong otherwise).
  */
 function fleetLimiter(opts) {
   const o = options(opts);

@@ -78,6 +78,9 @@ pub struct IdentityConfig {
     pub jwks_ca_file: Option<std::path::PathBuf>,
     /// Accept any certificate from an `https://` JWKS URL (development only; warns on every start).
     pub jwks_insecure_skip_verify: bool,
+    /// Fetch the key set over plain `http://` from a host that is not a loopback address
+    /// (anyone on the path can then publish keys); warns on every start and reload.
+    pub jwks_allow_http: bool,
     /// A PEM public key (RSA, EC or Ed25519): the text itself, read from a file if a path was given.
     pub jwt_public_key_pem: Option<String>,
     pub jwt_hs256_secret: Option<Secret>,
@@ -108,6 +111,7 @@ impl Default for IdentityConfig {
             jwks_url: None,
             jwks_ca_file: None,
             jwks_insecure_skip_verify: false,
+            jwks_allow_http: false,
             jwt_public_key_pem: None,
             jwt_hs256_secret: None,
             jwt_issuer: Vec::new(),
@@ -130,6 +134,20 @@ impl IdentityConfig {
         self.jwks_url.is_some()
             || self.jwt_public_key_pem.is_some()
             || self.jwt_hs256_secret.is_some()
+    }
+
+    /// The warning an acknowledged plain-`http://` key set on a host that is not a loopback
+    /// address gets at every start and reload, or `None` when the key set is fetched over TLS
+    /// or from this host.
+    pub fn plain_http_warning(&self) -> Option<String> {
+        let url = self.jwks_url.as_deref()?;
+        if !self.jwks_allow_http || !needs_tls(url) {
+            return None;
+        }
+        Some(format!(
+            "identity.jwks_url `{}` is fetched over plain http:// from a host that is not a loopback address, because identity.jwks_allow_http is set: anyone on the network path to it can publish keys and mint dashboard users; use https:// (a private CA goes in identity.jwks_ca_file) or a loopback mirror, and unset identity.jwks_allow_http (FLEET_LIMITER_JWKS_ALLOW_HTTP)",
+            crate::redact::url(url)
+        ))
     }
 
     /// Why the HS256 secret is weak, if it is.
@@ -322,6 +340,7 @@ pub(super) struct RawIdentity {
     jwks_url: Option<String>,
     jwks_ca_file: Option<String>,
     jwks_insecure_skip_verify: Option<bool>,
+    jwks_allow_http: Option<bool>,
     jwt_public_key_pem: Option<String>,
     jwt_hs256_secret: Option<String>,
     jwt_issuer: Option<OneOrMany>,
@@ -359,12 +378,13 @@ impl OneOrMany {
 pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, ConfigError> {
     let d = IdentityConfig::default();
     let secs = |v: Duration| format!("{}s", v.as_secs());
+    let jwks_allow_http = raw.jwks_allow_http.unwrap_or(false);
     let jwks_url = match raw
         .jwks_url
         .map(|u| u.trim().to_owned())
         .filter(|u| !u.is_empty())
     {
-        Some(u) => Some(validate_jwks_url(ctx, &u)?),
+        Some(u) => Some(validate_jwks_url(ctx, &u, jwks_allow_http)?),
         None => None,
     };
     let jwks_ca_file = match raw.jwks_ca_file.filter(|p| !p.trim().is_empty()) {
@@ -411,6 +431,7 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
         jwks_url,
         jwks_ca_file,
         jwks_insecure_skip_verify,
+        jwks_allow_http,
         jwt_public_key_pem,
         jwt_hs256_secret: raw.jwt_hs256_secret.map(Secret::new),
         jwt_issuer: raw.jwt_issuer.map(OneOrMany::into_vec).unwrap_or_default(),
@@ -458,13 +479,95 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
     Ok(cfg)
 }
 
-fn validate_jwks_url(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
-    match u.strip_prefix("https://").or_else(|| u.strip_prefix("http://")) {
-        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(u.to_owned()),
-        _ => Err(ctx.err(
+/// The key set's URL as the HTTP client will read it (the WHATWG URL parser `reqwest` uses:
+/// scheme and host lower-cased, whitespace and tabs dropped, `\\` read as `/`, `127.1` and
+/// `2130706433` read as `127.0.0.1`, the host after any `user@`), so that the host judged here
+/// is the host connected to. A plain `http://` URL whose host is not a loopback address is
+/// refused unless `identity.jwks_allow_http` acknowledges it.
+fn validate_jwks_url(ctx: &Ctx, u: &str, allow_http: bool) -> Result<String, ConfigError> {
+    let example = "e.g. \"https://issuer.example/.well-known/jwks.json\"";
+    let not_a_url = |why: &str| {
+        ctx.err(
             "identity.jwks_url",
-            format!("`{}` is not an http:// or https:// URL of a JSON Web Key Set (e.g. \"https://issuer.example/.well-known/jwks.json\")", crate::redact::url(u)),
-        )),
+            format!(
+                "`{}` is not an http:// or https:// URL of a JSON Web Key Set ({why}; {example})",
+                crate::redact::url(u)
+            ),
+        )
+    };
+    // Spelled as written, not as a lenient parser would repair it: `https:///x` (read as the
+    // host `x`), `http:host` and whitespace inside are typos or tricks, and a backslash is read
+    // as `/` by some parsers and as data by others (`http://127.0.0.1\@host/`).
+    if u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(not_a_url("it holds whitespace or a control character"));
+    }
+    if u.contains('\\') {
+        return Err(not_a_url("it holds a backslash; write `/`"));
+    }
+    let lower = u.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"));
+    if !rest.is_some_and(|r| !r.is_empty() && !r.starts_with(['/', '\\'])) {
+        return Err(not_a_url(
+            "it does not start with http:// or https:// and a host",
+        ));
+    }
+    let parsed = reqwest::Url::parse(u).map_err(|e| not_a_url(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(not_a_url(&format!("the scheme is `{}`", parsed.scheme())));
+    }
+    if parsed.host().is_none() {
+        return Err(not_a_url("it names no host"));
+    }
+    let url = parsed.as_str().to_owned();
+    if needs_tls(&url) && !allow_http {
+        return Err(ctx.err(
+            "identity.jwks_url",
+            format!(
+                "`{}` fetches the key set over plain http:// from {}, which is not a loopback address: anyone on the network path to it can publish keys and mint dashboard users, so `serve` does not start with it. Use https:// (trust a private CA with identity.jwks_ca_file), or an http:// mirror on this host (localhost, 127.0.0.1, [::1]); to accept the risk, set identity.jwks_allow_http = true (FLEET_LIMITER_JWKS_ALLOW_HTTP=true), which warns at every start",
+                crate::redact::url(&url),
+                host_shown(&parsed),
+            ),
+        ));
+    }
+    Ok(url)
+}
+
+/// The host of a parsed URL as it would be connected to (no port, no userinfo).
+fn host_shown(url: &reqwest::Url) -> String {
+    url.host_str()
+        .map_or_else(|| "no host".to_owned(), |h| format!("`{h}`"))
+}
+
+/// A URL that is plain `http://` to a host other than this one.
+pub fn needs_tls(url: &str) -> bool {
+    match reqwest::Url::parse(url) {
+        Ok(u) => u.scheme() == "http" && !u.host_str().is_some_and(is_loopback),
+        Err(_) => false,
+    }
+}
+
+/// Whether a parsed URL's host (`Url::host_str`: an IPv4 address already in dotted-quad form,
+/// an IPv6 one in brackets) is a loopback address of this host: `localhost` (exactly: not
+/// `localhost.` nor a name under it, which a resolver may send to DNS), an address in
+/// `127.0.0.0/8` however it was spelled, `::1`, or an IPv4-mapped `::ffff:127.x.y.z`. Not the
+/// unspecified `0.0.0.0` or `::`, which name no peer (Linux happens to connect them to this
+/// host; other systems do not).
+pub fn is_loopback(host: &str) -> bool {
+    if host == "localhost" {
+        return true;
+    }
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => a.is_loopback(),
+        Ok(std::net::IpAddr::V6(a)) => {
+            a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        Err(_) => false,
     }
 }
 
@@ -709,6 +812,146 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown field `jwks_uri`"), "{e}");
+    }
+
+    /// Spellings of a host that is not this one: refused over plain http:// unless acknowledged.
+    const REMOTE: &[&str] = &[
+        "http://idp.example.com/jwks.json",
+        "HTTP://IDP.EXAMPLE.COM/jwks.json",
+        "  http://idp.example.com/jwks.json  ",
+        "http://127.0.0.1.@idp.example.com/jwks.json",
+        "http://127.0.0.1@idp.example.com/jwks.json",
+        "http://localhost:80@idp.example.com/jwks.json",
+        "http://user:pw@idp.example.com/jwks.json",
+        "http://localhost./jwks.json",
+        "http://localhost.idp.example.com/jwks.json",
+        "http://idp.localhost/jwks.json",
+        "http://127.0.0.1.nip.io/jwks.json",
+        "http://0.0.0.0/jwks.json",
+        "http://0/jwks.json",
+        "http://[::]/jwks.json",
+        "http://[::ffff:10.0.0.1]/jwks.json",
+        "http://[::127.0.0.1]/jwks.json",
+        "http://[fe80::1]/jwks.json",
+        "http://167772161/jwks.json",
+        "http://0x0a.0.0.1/jwks.json",
+        "http://10.1/jwks.json",
+        "http://128.0.0.1/jwks.json",
+        "http://126.255.255.255/jwks.json",
+    ];
+
+    /// Spellings of a loopback address: plain http:// stays on this host.
+    const LOOPBACK: &[&str] = &[
+        "http://localhost/jwks.json",
+        "http://LOCALHOST:8080/jwks.json",
+        "HTTP://localhost/jwks.json",
+        "http://\u{24db}ocalhost/jwks.json",
+        "http://127.0.0.1:9/jwks.json",
+        "http://127.255.255.254/jwks.json",
+        "http://127.1/jwks.json",
+        "http://2130706433/jwks.json",
+        "http://0x7f000001/jwks.json",
+        "http://0177.0.0.1/jwks.json",
+        "http://[::1]/jwks.json",
+        "http://[0:0:0:0:0:0:0:1]:8080/jwks.json",
+        "http://[::ffff:127.0.0.1]/jwks.json",
+        "http://[::ffff:7f00:1]/jwks.json",
+        "http://idp.example.com@127.0.0.1/jwks.json",
+        "http://127.0.0.%31/jwks.json",
+        "http://user:pw@localhost/jwks.json",
+    ];
+
+    #[test]
+    fn plain_http_to_another_host_is_refused_however_it_is_spelled() {
+        for url in REMOTE {
+            let e = load(&[("FLEET_LIMITER_JWKS_URL", url)])
+                .expect_err(&format!("{url:?} must be refused"));
+            assert!(
+                e.starts_with("environment variable FLEET_LIMITER_JWKS_URL: identity.jwks_url: "),
+                "{url:?}: {e}"
+            );
+            assert!(
+                e.contains("not a loopback address")
+                    && e.contains("identity.jwks_allow_http = true")
+                    && e.contains("FLEET_LIMITER_JWKS_ALLOW_HTTP=true"),
+                "{url:?}: {e}"
+            );
+            assert!(!e.contains("pw@"), "no password shown: {e}");
+            let c = load(&[
+                ("FLEET_LIMITER_JWKS_URL", url),
+                ("FLEET_LIMITER_JWKS_ALLOW_HTTP", "true"),
+            ])
+            .unwrap_or_else(|e| panic!("{url:?} acknowledged: {e}"));
+            let kept = c.jwks_url.clone().unwrap_or_default();
+            assert!(kept.starts_with("http://"), "{url:?} kept as {kept}");
+            let w = c.plain_http_warning().expect("a warning at every start");
+            assert!(w.contains("identity.jwks_allow_http"), "{w}");
+            assert!(!w.contains("pw@"), "no password shown: {w}");
+        }
+    }
+
+    #[test]
+    fn plain_http_to_a_loopback_address_needs_no_acknowledgement() {
+        for url in LOOPBACK {
+            let c =
+                load(&[("FLEET_LIMITER_JWKS_URL", url)]).unwrap_or_else(|e| panic!("{url:?}: {e}"));
+            let kept = c.jwks_url.clone().unwrap_or_default();
+            assert!(kept.starts_with("http://"), "{url:?} kept as {kept}");
+            assert!(!needs_tls(&kept), "{url:?} read as {kept}");
+            assert_eq!(c.plain_http_warning(), None, "{url:?}");
+        }
+        // What the client connects to is what was judged: the URL kept is the parsed one.
+        for (given, kept) in [
+            ("http://127.1/jwks.json", "http://127.0.0.1/jwks.json"),
+            (
+                "HTTP://LOCALHOST:8080/jwks.json",
+                "http://localhost:8080/jwks.json",
+            ),
+            ("http://2130706433/jwks.json", "http://127.0.0.1/jwks.json"),
+            ("http://[0:0:0:0:0:0:0:1]/k", "http://[::1]/k"),
+            ("https://Issuer.Example/jwks", "https://issuer.example/jwks"),
+        ] {
+            let c = load(&[("FLEET_LIMITER_JWKS_URL", given)]).expect(given);
+            assert_eq!(c.jwks_url.as_deref(), Some(kept), "{given}");
+        }
+    }
+
+    #[test]
+    fn https_and_acknowledged_loopback_never_warn() {
+        for url in [
+            "https://idp.example.com/jwks.json",
+            "http://127.0.0.1/jwks.json",
+        ] {
+            let c = load(&[
+                ("FLEET_LIMITER_JWKS_URL", url),
+                ("FLEET_LIMITER_JWKS_ALLOW_HTTP", "true"),
+            ])
+            .expect(url);
+            assert_eq!(c.plain_http_warning(), None, "{url}");
+        }
+        for url in [
+            "http://",
+            "http:///jwks",
+            "https:///idp.example.com/jwks",
+            "http:\\\\idp.example.com\\jwks.json",
+            "http:/\\idp.example.com/jwks.json",
+            "http://idp.example.com\\jwks.json",
+            "http://127.0.0.1\\@idp.example.com/jwks.json",
+            "http://127.0.0.1%40idp.example.com/jwks.json",
+            "http:idp.example.com/jwks.json",
+            "http://idp.example.com\t/jwks.json",
+            "http://127.0.0.1\n.idp.example.com/jwks.json",
+            "http://[::1/jwks",
+            "http://a b/jwks",
+            "file:///etc/jwks",
+            "http://127.0.0.1:99999/",
+        ] {
+            let e = load(&[("FLEET_LIMITER_JWKS_URL", url)]).expect_err(url);
+            assert!(
+                e.contains("is not an http:// or https:// URL"),
+                "{url}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -192,6 +192,11 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES",
         Kind::Int,
     ),
+    (
+        "identity.jwks_allow_http",
+        "FLEET_LIMITER_JWKS_ALLOW_HTTP",
+        Kind::Bool,
+    ),
     ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
     (
         "decision.listen",
@@ -214,6 +219,7 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         Kind::Int,
     ),
     ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
+    ("ops.drain_delay", "FLEET_LIMITER_DRAIN_DELAY", Kind::Str),
     (
         "admission.max_in_flight",
         "FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT",

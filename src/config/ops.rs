@@ -14,6 +14,10 @@ use std::time::Duration;
 /// servers take by default (3000, 5000, 8000, 8080, 8081, 8443, 8888, 9000); loopback only.
 pub const ADMIN_LISTEN: &str = "127.0.0.1:7391";
 pub const NEAR_LIMIT_PERCENT: u8 = 20;
+/// How long the listeners keep accepting after SIGTERM while `/readyz` answers 503: longer than
+/// Kubernetes takes to drop a terminating pod from its endpoints, and than two failed checks of a
+/// load balancer polling every two seconds.
+pub const DRAIN_DELAY: Duration = Duration::from_secs(5);
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -31,8 +35,11 @@ pub enum LogFormat {
 pub struct OpsConfig {
     /// Where `/metrics`, `/healthz`, `/readyz` and `POST /reload` are served; never the traffic port.
     pub admin_listen: SocketAddr,
-    /// How long in-flight requests may take to finish after SIGTERM/SIGINT.
+    /// How long in-flight requests may take to finish once the listeners close.
     pub shutdown_grace: Duration,
+    /// After SIGTERM, how long the listeners keep accepting (and `/readyz` answers 503) before
+    /// they close: the time a load balancer needs to stop sending.
+    pub drain_delay: Duration,
     /// An allowed decision counts as near the limit when less than this share of the budget
     /// remains, in percent (0 turns near-limit counting off).
     pub near_limit_percent: u8,
@@ -53,6 +60,7 @@ pub struct CorsConfig {
 pub(super) struct RawOps {
     admin_listen: Option<String>,
     shutdown_grace: Option<DurationValue>,
+    drain_delay: Option<DurationValue>,
     near_limit_percent: Option<i64>,
     log_format: Option<LogFormat>,
 }
@@ -86,6 +94,19 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
             "is longer than 1h; use a grace period from 0s to 1h",
         ));
     }
+    let drain_delay = match raw.drain_delay {
+        Some(DurationValue::Secs(s)) => Duration::from_secs(s),
+        Some(DurationValue::Text(t)) => {
+            parse_duration(&t).map_err(|e| ctx.err("ops.drain_delay", e))?
+        }
+        None => DRAIN_DELAY,
+    };
+    if drain_delay > Duration::from_secs(600) {
+        return Err(ctx.err(
+            "ops.drain_delay",
+            "is longer than 10m; a load balancer notices a failing /readyz in seconds (default 5s, 0s to close the listeners at once)",
+        ));
+    }
     let pct = raw.near_limit_percent.unwrap_or(NEAR_LIMIT_PERCENT as i64);
     if !(0..=100).contains(&pct) {
         return Err(ctx.err(
@@ -96,6 +117,7 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
     Ok(OpsConfig {
         admin_listen,
         shutdown_grace,
+        drain_delay,
         near_limit_percent: pct as u8,
         log_format: raw.log_format.unwrap_or_default(),
     })
@@ -157,6 +179,40 @@ mod tests {
         assert_eq!(c.ops.shutdown_grace.as_secs(), 30);
         assert_eq!(c.ops.near_limit_percent, 20);
         assert!(c.cors.allowed_origins.is_empty());
+    }
+
+    #[test]
+    fn the_drain_delay_from_each_layer_and_its_bound() {
+        let c = Loader::new().load().expect("defaults load");
+        assert_eq!(c.ops.drain_delay, super::DRAIN_DELAY);
+        assert_eq!(c.ops.drain_delay.as_secs(), 5);
+        assert!(load("[ops]\ndrain_delay = 0\n")
+            .expect("zero closes at once")
+            .ops
+            .drain_delay
+            .is_zero());
+        let c = Loader::new()
+            .env([("FLEET_LIMITER_DRAIN_DELAY".to_owned(), "15s".to_owned())])
+            .load()
+            .expect("variable");
+        assert_eq!(c.ops.drain_delay.as_secs(), 15);
+        let c = Loader::new()
+            .env([("FLEET_LIMITER_DRAIN_DELAY".to_owned(), "15s".to_owned())])
+            .flag("ops.drain_delay", "2m", "--drain-delay")
+            .load()
+            .expect("flag");
+        assert_eq!(c.ops.drain_delay.as_secs(), 120);
+        let e = load("[ops]\ndrain_delay = \"11m\"\n").unwrap_err();
+        assert!(e.contains("ops.drain_delay: is longer than 10m"), "{e}");
+        let e = Loader::new()
+            .flag("ops.drain_delay", "soon", "--drain-delay")
+            .load()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("flag --drain-delay: ops.drain_delay: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! The admin listener and the process's life cycle.
 //!
 //! - A listener separate from traffic (default `127.0.0.1:7391`): `GET /metrics` (Prometheus
-//!   text), `GET /healthz` (the process answers), `GET /readyz` (the store answers and a
-//!   configuration is loaded), `POST /reload`.
+//!   text), `GET /healthz` (the process answers), `GET /readyz` (this instance can serve traffic
+//!   as configured: a configuration is loaded, the listeners are bound, it is not draining; the
+//!   store's health and verified identity's are reported beside it, never making it unready),
+//!   `GET /healthz/store` (the store alone), `POST /reload`.
 //! - `SIGHUP` and `POST /reload` re-read the configuration the way the process read it at
 //!   start. A valid one takes effect for the next request; buckets are keyed by limiter name, so
 //!   unchanged limiters keep their state. An invalid one is logged with its reason and the old
 //!   one stays.
-//! - `SIGTERM`/`SIGINT`: stop accepting, let in-flight requests finish within the configured
-//!   grace period, then return so the process exits 0.
+//! - `SIGTERM`: `/readyz` answers 503 at once; the listeners keep accepting for
+//!   `ops.drain_delay` (so a load balancer stops sending first), then close, and in-flight
+//!   requests finish within `ops.shutdown_grace`; then return so the process exits 0. `SIGINT`
+//!   (and a second `SIGTERM` during the delay) closes the listeners at once.
 
 use crate::config::{Config, Loader};
 use crate::decision::Decider;
@@ -18,6 +22,7 @@ use actix_web::http::header::ContentType;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use parking_lot::Mutex;
 use serde::Serialize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,6 +63,8 @@ pub struct Control {
     current: Mutex<Config>,
     /// The traffic listener's certificate, when it serves TLS: read again on every reload.
     certs: Option<Arc<crate::tls::CertStore>>,
+    /// Set when SIGTERM or SIGINT arrives: `/readyz` answers 503 from then on.
+    draining: AtomicBool,
 }
 
 impl Control {
@@ -68,7 +75,23 @@ impl Control {
             reloader,
             current: Mutex::new(cfg.clone()),
             certs: None,
+            draining: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a signal to stop has arrived.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// From now on `/readyz` answers 503.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// `ops.drain_delay` of the configuration in effect (it changes on reload).
+    fn drain_delay(&self) -> Duration {
+        self.current.lock().ops.drain_delay
     }
 
     /// Reload the traffic listener's certificate with the configuration.
@@ -126,6 +149,9 @@ impl Control {
         self.decider.reload(&new);
         self.cors.set(&new.cors);
         self.decider.metrics().reloaded(true);
+        if let Some(w) = new.identity.plain_http_warning() {
+            tracing::warn!(trigger, "{w}");
+        }
         if !report.restart_required.is_empty() {
             tracing::warn!(
                 trigger,
@@ -249,30 +275,106 @@ async fn healthz() -> HttpResponse {
         .body("ok\n")
 }
 
-/// How long `/readyz` waits for the store.
-const READY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `/readyz` and `/healthz/store` wait for the store: well inside the 1 s a
+/// Kubernetes probe waits by default, so a store that hangs is reported, never a probe timeout.
+const STORE_PING_TIMEOUT: Duration = Duration::from_millis(500);
 
-async fn readyz(control: web::Data<Control>) -> HttpResponse {
+/// Whether the store answers a ping now, and why not.
+async fn store_health(control: &Control) -> Result<(), String> {
     let store = control.decider().store().clone();
-    let answer = tokio::time::timeout(READY_TIMEOUT, store.ping()).await;
-    let (ready, problem) = match answer {
-        Ok(Ok(())) => (true, None),
-        Ok(Err(e)) => (false, Some(e.to_string())),
-        Err(_) => (
-            false,
-            Some(format!(
-                "the {} store did not answer within {READY_TIMEOUT:?}",
-                store.kind()
-            )),
-        ),
+    match tokio::time::timeout(STORE_PING_TIMEOUT, store.ping()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "the {} store did not answer within {STORE_PING_TIMEOUT:?}",
+            store.kind()
+        )),
+    }
+}
+
+/// The limiters by what they answer while the store cannot decide.
+#[derive(Serialize)]
+struct StoreDownAnswers {
+    allow: Vec<String>,
+    deny: Vec<String>,
+}
+
+/// `/readyz`: whether this instance can serve traffic as configured, and beside it the health of
+/// what it depends on.
+#[derive(Serialize)]
+struct Readiness {
+    ready: bool,
+    /// Why not, when not ready.
+    error: Option<String>,
+    draining: bool,
+    enabled: bool,
+    store: &'static str,
+    store_up: bool,
+    store_error: Option<String>,
+    on_store_error: StoreDownAnswers,
+    identity: &'static str,
+    identity_error: Option<String>,
+}
+
+/// Ready unless draining. Answered by the admin listener, which is bound after the traffic
+/// listeners (and the decision listener): that it answers at all means a configuration is
+/// loaded and they are bound.
+///
+/// The store's health never makes the instance unready: every instance shares the store, so a
+/// store outage would take every instance out of rotation at once, and every limiter has an
+/// answer for it (`on_store_error`): `allow` keeps serving unmetered, `deny` refuses that
+/// limiter's routes on purpose, and either is what the operator chose; an instance out of
+/// rotation answers nothing at all, for every route. Verified identity the same way: without its
+/// key set, dashboard tokens do not verify and their requests are keyed on the client IP
+/// (degraded, not down).
+async fn readyz(control: web::Data<Control>) -> HttpResponse {
+    let store = store_health(&control).await;
+    let settings = control.decider().settings();
+    let mut answers = StoreDownAnswers {
+        allow: Vec::new(),
+        deny: Vec::new(),
     };
+    for l in settings.policy.limiters() {
+        match l.on_store_error {
+            crate::policy::OnStoreError::Allow => answers.allow.push(l.name.to_string()),
+            crate::policy::OnStoreError::Deny => answers.deny.push(l.name.to_string()),
+        }
+    }
+    let identity = control.decider().verifier().availability();
+    let draining = control.draining();
+    let body = Readiness {
+        ready: !draining,
+        error: draining.then(|| {
+            "draining: a signal to stop arrived; the listeners close after ops.drain_delay and in-flight requests finish within ops.shutdown_grace".to_owned()
+        }),
+        draining,
+        enabled: settings.enabled,
+        store: control.decider().store().kind(),
+        store_up: store.is_ok(),
+        store_error: store.err(),
+        on_store_error: answers,
+        identity: identity.as_str(),
+        identity_error: identity.error().map(str::to_owned),
+    };
+    let mut res = if draining {
+        HttpResponse::ServiceUnavailable()
+    } else {
+        HttpResponse::Ok()
+    };
+    res.content_type(ContentType::json())
+        .body(serde_json::to_string(&body).unwrap_or_default())
+}
+
+/// `/healthz/store`: the store alone, 200 when it answers a ping and 503 when not. For
+/// monitoring; not a readiness or liveness probe (see [`readyz`]).
+async fn store_healthz(control: web::Data<Control>) -> HttpResponse {
+    let health = store_health(&control).await;
     let body = serde_json::json!({
-        "ready": ready,
-        "store": store.kind(),
-        "error": problem,
-        "enabled": control.decider().settings().enabled,
+        "store": control.decider().store().kind(),
+        "up": health.is_ok(),
+        "error": health.as_ref().err(),
     });
-    let mut res = if ready {
+    let mut res = if health.is_ok() {
         HttpResponse::Ok()
     } else {
         HttpResponse::ServiceUnavailable()
@@ -351,6 +453,7 @@ impl Admin {
                 .route("/metrics", web::get().to(metrics_page))
                 .route("/healthz", web::get().to(healthz))
                 .route("/readyz", web::get().to(readyz))
+                .route("/healthz/store", web::get().to(store_healthz))
                 .service(
                     web::resource("/reload")
                         .route(web::post().to(reload))
@@ -395,10 +498,16 @@ impl Admin {
             control,
         } = self;
         for addr in addrs {
-            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /reload");
+            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /healthz/store /reload");
         }
         let admin_handle = admin.handle();
         let admin_task = actix_web::rt::spawn(admin);
+        // A key set not fetched at start is fetched in the background until it is.
+        let recovery = control
+            .decider()
+            .verifier()
+            .recover()
+            .map(actix_web::rt::spawn);
         let handles: Vec<ServerHandle> = servers.iter().map(Server::handle).collect();
         let grace = cfg.ops.shutdown_grace;
         let watcher = actix_web::rt::spawn(signals.watch(control, handles.clone(), grace));
@@ -412,6 +521,9 @@ impl Admin {
         }
         let result = first.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         watcher.abort();
+        if let Some(r) = recovery {
+            r.abort();
+        }
         admin_handle.stop(false).await;
         let _ = admin_task.await;
         tracing::info!("fleet-limiter stopped");
@@ -449,6 +561,30 @@ impl Signals {
                 _ = self.term.recv() => "SIGTERM",
                 _ = self.int.recv() => "SIGINT",
             };
+            control.start_draining();
+            // SIGTERM is how orchestrators and load balancers stop an instance: keep accepting
+            // while they notice /readyz failing. SIGINT is someone at a terminal: stop now.
+            let delay = if name == "SIGTERM" {
+                control.drain_delay()
+            } else {
+                Duration::ZERO
+            };
+            if !delay.is_zero() {
+                tracing::info!(
+                    signal = name,
+                    drain_delay_seconds = delay.as_secs_f64(),
+                    grace_seconds = grace.as_secs(),
+                    "stopping: /readyz answers 503; still accepting for ops.drain_delay so load balancers stop sending, then closing the listeners (a second SIGTERM or SIGINT closes them now)"
+                );
+                let cut_short = tokio::select! {
+                    _ = tokio::time::sleep(delay) => None,
+                    _ = self.term.recv() => Some("SIGTERM"),
+                    _ = self.int.recv() => Some("SIGINT"),
+                };
+                if let Some(again) = cut_short {
+                    tracing::info!(signal = again, "drain delay cut short");
+                }
+            }
             tracing::info!(
                 signal = name,
                 grace_seconds = grace.as_secs(),
@@ -470,8 +606,9 @@ impl Signals {
         Ok(Self)
     }
 
-    async fn watch(self, _control: Arc<Control>, servers: Vec<ServerHandle>, _grace: Duration) {
+    async fn watch(self, control: Arc<Control>, servers: Vec<ServerHandle>, _grace: Duration) {
         if tokio::signal::ctrl_c().await.is_ok() {
+            control.start_draining();
             futures_util::future::join_all(servers.iter().map(|s| s.stop(true))).await;
         }
     }

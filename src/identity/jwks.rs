@@ -173,6 +173,8 @@ pub struct Jwks {
     fetch_lock: tokio::sync::Mutex<()>,
     /// A background refresh is queued or running: old keys start at most one task.
     background: AtomicBool,
+    /// Why the last fetch failed, until one succeeds (for `/readyz`).
+    last_error: parking_lot::Mutex<Option<String>>,
 }
 
 /// The setting a JWKS problem is reported under.
@@ -244,7 +246,28 @@ impl Jwks {
             failures: AtomicU64::new(0),
             fetch_lock: tokio::sync::Mutex::new(()),
             background: AtomicBool::new(false),
+            last_error: parking_lot::Mutex::new(None),
         })
+    }
+
+    /// How many usable keys are held, and why the last fetch failed if it did (redacted).
+    pub fn health(&self) -> (usize, Option<String>) {
+        (self.keys.read().len(), self.last_error.lock().clone())
+    }
+
+    fn failed(&self, why: String) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock() = Some(why);
+    }
+
+    /// Fetch until keys are held, once per refresh interval (at least a second apart): a key set
+    /// that could not be fetched at start comes back without waiting for a token to ask.
+    pub async fn fetch_until_held(self: Arc<Self>) {
+        let pause = Duration::from_nanos(self.refresh_interval).max(Duration::from_secs(1));
+        while self.keys.read().is_empty() {
+            tokio::time::sleep(pause).await;
+            self.refresh().await;
+        }
     }
 
     pub fn stats(&self) -> JwksStats {
@@ -307,24 +330,33 @@ impl Jwks {
         self.last_attempt.store(now.max(1), Ordering::Relaxed);
         let result = tokio::time::timeout(self.timeout, self.fetch()).await;
         self.attempts.fetch_add(1, Ordering::Release);
+        let url = crate::redact::url(&self.url);
         match result {
             Ok(Ok(set)) => {
-                tracing::debug!(keys = set.len(), url = %crate::redact::url(&self.url), "JWKS fetched");
+                let recovered = self.keys.read().is_empty() && self.last_error.lock().is_some();
+                if recovered {
+                    tracing::info!(keys = set.len(), url = %url, "{SERVICE}: JWKS fetched: verified identity is available again");
+                } else {
+                    tracing::debug!(keys = set.len(), url = %url, "JWKS fetched");
+                }
                 *self.keys.write() = Arc::new(set);
+                *self.last_error.lock() = None;
                 self.fetched_at
                     .store(self.clock.now().max(1), Ordering::Relaxed);
             }
             Ok(Err(e)) if e.tls => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e.msg), "{SERVICE}: JWKS fetch failed: the TLS certificate does not verify; keeping the keys already held. Trust the issuer's CA with identity.jwks_ca_file");
+                let why = crate::redact::urls_in(&e.msg).into_owned();
+                tracing::error!(url = %url, error = %why, "{SERVICE}: JWKS fetch failed: the TLS certificate does not verify; keeping the keys already held. Trust the issuer's CA with identity.jwks_ca_file");
+                self.failed(why);
             }
             Ok(Err(e)) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e.msg), "{SERVICE}: JWKS fetch failed; keeping the keys already held");
+                let why = crate::redact::urls_in(&e.msg).into_owned();
+                tracing::warn!(url = %url, error = %why, "{SERVICE}: JWKS fetch failed; keeping the keys already held");
+                self.failed(why);
             }
             Err(_) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(url = %crate::redact::url(&self.url), timeout_ms = self.timeout.as_millis() as u64, "JWKS fetch timed out; keeping the keys already held");
+                tracing::warn!(url = %url, timeout_ms = self.timeout.as_millis() as u64, "JWKS fetch timed out; keeping the keys already held");
+                self.failed(format!("no answer within {:?}", self.timeout));
             }
         }
     }
@@ -335,9 +367,9 @@ impl Jwks {
     }
 
     /// Fetch the key set once, now, on a thread of its own (callable with or without a
-    /// runtime): the start-up check of an `https://` URL. A certificate that does not verify is
-    /// an error naming the setting; any other failure is only logged (the keys are fetched again
-    /// when a token needs them, as with a plain `http://` URL).
+    /// runtime): the start-up fetch. A certificate that does not verify is an error naming the
+    /// setting; any other failure is logged at error level (verified identity is unavailable
+    /// until a fetch succeeds: [`Jwks::fetch_until_held`], or a token that needs the keys).
     pub fn check_at_start(&self) -> anyhow::Result<()> {
         let result = std::thread::scope(|s| {
             s.spawn(|| {
@@ -364,6 +396,8 @@ impl Jwks {
                 *self.keys.write() = Arc::new(set);
                 let now = self.clock.now().max(1);
                 self.fetched_at.store(now, Ordering::Relaxed);
+                // A fetch like any other: an unknown `kid` inside the refresh interval waits.
+                self.last_attempt.store(now, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) if e.tls => Err(anyhow::anyhow!(
@@ -372,7 +406,9 @@ impl Jwks {
                 crate::redact::urls_in(&e.msg)
             )),
             Err(e) => {
-                tracing::warn!(url = %crate::redact::url(&self.url), error = %crate::redact::urls_in(&e.msg), "{SERVICE}: JWKS not fetched at start; it is fetched again when a token needs it");
+                let why = crate::redact::urls_in(&e.msg).into_owned();
+                tracing::error!(url = %crate::redact::url(&self.url), error = %why, "{SERVICE}: the key set could not be fetched at start: verified identity is unavailable (no dashboard token verifies; their requests are keyed on the client IP) until a fetch succeeds (tried again when a token needs the keys and, under `serve`, every identity.jwks_refresh_interval); /readyz says \"identity\":\"unavailable\"");
+                self.failed(why);
                 Ok(())
             }
         }

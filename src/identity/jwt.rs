@@ -4,7 +4,7 @@
 //! check per token rather than one per request.
 
 use super::jwks::{Jwks, VerifyKey};
-use super::TokenVerifier;
+use super::{Availability, TokenVerifier};
 use crate::clock::Clock;
 use crate::config::identity::IdentityConfig;
 use futures_util::future::BoxFuture;
@@ -286,5 +286,25 @@ impl JwtVerifier {
 impl TokenVerifier for JwtVerifier {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(self.verify_token(token))
+    }
+
+    fn availability(&self) -> Availability {
+        let Some(jwks) = &self.jwks else {
+            return Availability::Available { last_error: None };
+        };
+        match jwks.health() {
+            (0, error) => Availability::Unavailable {
+                error: error.unwrap_or_else(|| "the key set has not been fetched yet".to_owned()),
+            },
+            (_, last_error) => Availability::Available { last_error },
+        }
+    }
+
+    fn recover(&self) -> Option<BoxFuture<'static, ()>> {
+        let jwks = self.jwks.as_ref()?;
+        if jwks.health().0 > 0 {
+            return None;
+        }
+        Some(Box::pin(jwks.clone().fetch_until_held()))
     }
 }

@@ -17,6 +17,51 @@ pub const API_KEY_PREFIX: &str = "pa_";
 /// Checks a dashboard session token and returns its subject (the user id) when it verifies.
 pub trait TokenVerifier: Send + Sync + 'static {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<String>>;
+
+    /// Whether tokens can be verified now (reported by `/readyz`).
+    fn availability(&self) -> Availability {
+        Availability::Off
+    }
+
+    /// Work that makes verification available again when it is not (a key set not fetched at
+    /// start, fetched until it is), for the server to run in the background; `None` when
+    /// nothing is missing.
+    fn recover(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
+}
+
+/// Whether verified identity works right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    /// No key source is configured: no token verifies, by configuration.
+    Off,
+    /// Tokens signed by a configured key verify. `last_error` is why the last key-set fetch
+    /// failed, when it did (the keys held before it are still in use).
+    Available { last_error: Option<String> },
+    /// A key set is configured but none of its keys is held: tokens it signs do not verify and
+    /// their requests are keyed on the client IP until a fetch succeeds.
+    Unavailable { error: String },
+}
+
+impl Availability {
+    /// `off`, `available` or `unavailable`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Availability::Off => "off",
+            Availability::Available { .. } => "available",
+            Availability::Unavailable { .. } => "unavailable",
+        }
+    }
+
+    /// Why the key set could not be fetched, if it could not.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Availability::Off => None,
+            Availability::Available { last_error } => last_error.as_deref(),
+            Availability::Unavailable { error } => Some(error),
+        }
+    }
 }
 
 /// No verification configured: no token ever verifies, so `ui` keys on the IP.

@@ -271,6 +271,9 @@ impl Launch {
         cmd.env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true");
         // Many gateways run at once: each admin listener takes a free port.
         cmd.env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0");
+        // No load balancer watches these gateways: SIGTERM closes their listeners at once.
+        // The drain delay has its own tests in tests/readiness.rs.
+        cmd.env("FLEET_LIMITER_DRAIN_DELAY", "0s");
         for k in &self.unset {
             cmd.env_remove(k);
         }

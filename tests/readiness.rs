@@ -1,0 +1,427 @@
+//! `/readyz` against the real binary: a store that does not answer (a real `redis-server`,
+//! stopped) leaves the instance ready and is reported on its own; a signal to stop makes it
+//! unready at once while the listeners still serve for the drain delay; a key set that cannot
+//! be fetched at start is reported as verified identity unavailable. Skipped without
+//! redis-server (failed instead when `CI` is set).
+
+mod common;
+mod identity_support;
+mod redis_support;
+
+use common::{unpooled_client as client, Gateway, Launch, PATIENCE};
+use std::time::{Duration, Instant};
+use wiremock::matchers::path;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const HEARTBEAT: &str = "/api/agent/heartbeat";
+const ROTATE: &str = "/api/agent/rotate-key";
+/// A dashboard route: `ui`, keyed on the verified user, or on the IP without one.
+const UI: &str = "/api/agents";
+
+/// `/readyz` as its status code and JSON body.
+async fn readyz(gw: &Gateway) -> (u16, serde_json::Value) {
+    let res = client()
+        .get(gw.admin("/readyz"))
+        .send()
+        .await
+        .expect("GET /readyz");
+    let status = res.status().as_u16();
+    (status, res.json().await.expect("/readyz is JSON"))
+}
+
+async fn store_healthz(gw: &Gateway) -> (u16, serde_json::Value) {
+    let res = client()
+        .get(gw.admin("/healthz/store"))
+        .send()
+        .await
+        .expect("GET /healthz/store");
+    let status = res.status().as_u16();
+    (status, res.json().await.expect("/healthz/store is JSON"))
+}
+
+/// Ask `/readyz` until `done` holds for its answer, and return that answer.
+async fn readyz_until(
+    gw: &Gateway,
+    what: &str,
+    done: impl Fn(u16, &serde_json::Value) -> bool,
+) -> (u16, serde_json::Value) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (status, body) = readyz(gw).await;
+        if done(status, &body) {
+            return (status, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: /readyz still answers {status} {body}; log:\n{}",
+            gw.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn send(gw: &Gateway, method: reqwest::Method, p: &str) -> u16 {
+    client()
+        .request(method, gw.url(p))
+        .header("x-agent-id", "agent-ready-1")
+        .send()
+        .await
+        .expect("request through the gateway")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_and_the_default_answer_readyz_is_200_and_says_the_store_is_down() {
+    let Some(mut redis) = redis_support::own_server() else {
+        return;
+    };
+    let up = redis_support::upstream();
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .env("FLEET_LIMITER_STORE_URL", redis.url())
+        .spawn();
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["store"], "redis", "{ready}");
+    assert_eq!(ready["store_up"], true, "{ready}");
+    assert_eq!(ready["store_error"], serde_json::Value::Null, "{ready}");
+    assert_eq!(ready["draining"], false, "{ready}");
+    assert!(
+        ready["on_store_error"]["deny"]
+            .as_array()
+            .is_some_and(Vec::is_empty),
+        "every built-in limiter allows while the store is down: {ready}"
+    );
+    assert_eq!(store_healthz(&gw).await.0, 200);
+
+    redis.stop();
+    let (status, ready) = readyz_until(&gw, "the store reported down", |_, b| {
+        b["store_up"] == false
+    })
+    .await;
+    assert_eq!(status, 200, "a store outage is not the instance's: {ready}");
+    assert_eq!(ready["ready"], true, "{ready}");
+    let why = ready["store_error"].as_str().unwrap_or_default();
+    assert!(why.contains("redis"), "the reason is given: {ready}");
+    assert_eq!(ready["error"], serde_json::Value::Null, "{ready}");
+    let (status, store) = store_healthz(&gw).await;
+    assert_eq!(status, 503, "{store}");
+    assert_eq!(store["up"], false, "{store}");
+    assert_eq!(store["store"], "redis", "{store}");
+    // What readiness says is what happens: the instance serves, unmetered.
+    for _ in 0..3 {
+        assert_eq!(send(&gw, reqwest::Method::POST, HEARTBEAT).await, 200);
+    }
+    assert!(
+        gw.metric(
+            r#"fleet_limiter_decisions_total{limiter="agent-device",outcome="store_error_allowed"}"#
+        )
+        .await
+        .is_some_and(|v| v >= 3.0),
+        "the requests were answered by on_store_error"
+    );
+
+    redis.start();
+    let (status, ready) = readyz_until(&gw, "the store reported up again", |_, b| {
+        b["store_up"] == true
+    })
+    .await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["store_error"], serde_json::Value::Null, "{ready}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_never_reached_with_a_deny_limiter_is_a_refusal_not_unreadiness() {
+    // Nothing listens at the store's address: the gateway starts, and has never connected.
+    let dead = common::dead_addr();
+    let up = redis_support::upstream();
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .env("FLEET_LIMITER_STORE_URL", format!("redis://{dead}"))
+        .env("FLEET_LIMITER_LIMITER_KEY_ROTATION_ON_STORE_ERROR", "deny")
+        .spawn();
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["ready"], true, "{ready}");
+    assert_eq!(ready["store_up"], false, "{ready}");
+    assert!(
+        ready["store_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not connected")),
+        "{ready}"
+    );
+    assert_eq!(
+        ready["on_store_error"]["deny"],
+        serde_json::json!(["key-rotation"]),
+        "{ready}"
+    );
+    assert!(ready["on_store_error"]["allow"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|n| n == "agent-device")));
+    // The deny limiter refuses its own route, as configured; every other route is served.
+    assert_eq!(send(&gw, reqwest::Method::POST, ROTATE).await, 429);
+    assert_eq!(send(&gw, reqwest::Method::POST, HEARTBEAT).await, 200);
+    assert_eq!(store_healthz(&gw).await.0, 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_sigterm_readyz_is_503_while_the_listeners_keep_serving_for_the_drain_delay() {
+    let up = redis_support::upstream();
+    // A delay far longer than the test: the listeners are open for all of it, and a second
+    // SIGTERM cuts it short.
+    let mut gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .args(["--drain-delay", "10m"])
+        .spawn();
+    assert_eq!(readyz(&gw).await.0, 200);
+    gw.signal("TERM");
+    let (status, ready) = readyz_until(&gw, "draining", |s, _| s == 503).await;
+    assert_eq!(status, 503);
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["draining"], true, "{ready}");
+    assert!(
+        ready["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("draining")),
+        "{ready}"
+    );
+    // Still alive, and still serving new connections and requests.
+    let health = client()
+        .get(gw.admin("/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(
+        health.status(),
+        200,
+        "liveness does not fail while draining"
+    );
+    for _ in 0..3 {
+        assert_eq!(send(&gw, reqwest::Method::POST, HEARTBEAT).await, 200);
+    }
+    assert!(gw.is_running());
+    gw.signal("TERM");
+    let status = gw.wait_exit().await;
+    assert_eq!(status.code(), Some(0), "log:\n{}", gw.stderr());
+    let log = gw.stderr();
+    assert!(log.contains("drain delay cut short"), "{log}");
+    assert!(log.contains("/readyz answers 503"), "{log}");
+}
+
+/// An upstream whose `/slow` answers after 15 s, and which says when a request has arrived.
+async fn slow_upstream() -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(path("/slow"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_string("slow answer")
+                .set_delay(Duration::from_secs(15)),
+        )
+        .mount(&server)
+        .await;
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_the_grace_readyz_is_503_the_listeners_are_closed_and_in_flight_requests_finish() {
+    let up = slow_upstream().await;
+    let mut gw = Launch::serve()
+        .upstream(&up.uri())
+        .admin()
+        .args(["--drain-delay", "1s", "--shutdown-grace", "1m"])
+        .spawn();
+    let url = gw.url("/slow");
+    let in_flight = tokio::spawn(async move { client().get(url).send().await });
+    let deadline = Instant::now() + PATIENCE;
+    while common::received(&up).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the request never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.signal("TERM");
+    readyz_until(&gw, "draining", |s, b| s == 503 && b["draining"] == true).await;
+    // After the delay the traffic listener closes; the admin listener still says why.
+    let deadline = Instant::now() + PATIENCE;
+    while std::net::TcpStream::connect(gw.addr).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the traffic listener never closed; log:\n{}",
+            gw.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 503, "{ready}");
+    let res = in_flight
+        .await
+        .expect("task")
+        .expect("the in-flight request completes");
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.text().await.expect("body"), "slow answer");
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "{}", gw.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_drain_delay_is_logged_and_sigint_skips_it() {
+    let up = redis_support::upstream();
+    let mut gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .unset("FLEET_LIMITER_DRAIN_DELAY")
+        .spawn();
+    gw.signal("TERM");
+    readyz_until(&gw, "draining", |s, _| s == 503).await;
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "{}", gw.stderr());
+    let log = gw.stderr();
+    assert!(log.contains("drain_delay_seconds=5"), "{log}");
+
+    // SIGINT (someone at a terminal) closes the listeners at once: no delay is logged.
+    let mut gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .unset("FLEET_LIMITER_DRAIN_DELAY")
+        .spawn();
+    gw.signal("INT");
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "{}", gw.stderr());
+    let log = gw.stderr();
+    assert!(!log.contains("drain_delay_seconds"), "{log}");
+    assert!(log.contains("SIGINT"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_decision_endpoint_alone_is_unready_from_sigterm_too() {
+    let mut gw = Launch::serve()
+        .decision_only()
+        .admin()
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .args(["--drain-delay", "10m"])
+        .spawn();
+    assert_eq!(readyz(&gw).await.0, 200);
+    gw.signal("TERM");
+    readyz_until(&gw, "draining", |s, _| s == 503).await;
+    let asked = client()
+        .get(gw.url("/forward"))
+        .header("x-forwarded-method", "POST")
+        .header("x-forwarded-uri", HEARTBEAT)
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("x-agent-id", "agent-ready-2")
+        .send()
+        .await
+        .expect("ask the decision endpoint while draining");
+    assert_eq!(asked.status(), 200, "still answering during the delay");
+    gw.signal("INT");
+    assert_eq!(gw.wait_exit().await.code(), Some(0), "{}", gw.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_set_not_fetched_at_start_is_an_error_and_identity_unavailable_until_it_is() {
+    // The key set's address is taken now and served later.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    drop(listener);
+    let up = redis_support::upstream();
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .log("info")
+        .env("FLEET_LIMITER_JWKS_URL", format!("http://{addr}/jwks.json"))
+        .env("FLEET_LIMITER_JWKS_REFRESH_INTERVAL", "1s")
+        .env("FLEET_LIMITER_LIMITER_UI_LIMIT", "1")
+        .env("FLEET_LIMITER_LIMITER_UI_ALGORITHM", "fixed-window")
+        .spawn();
+    let log = gw.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("could not be fetched at start"))
+        .unwrap_or_else(|| panic!("no start-up error line:\n{log}"));
+    assert!(line.contains("ERROR"), "logged at error level: {line}");
+    assert!(line.contains("identity.jwks_url"), "{line}");
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 200, "degraded, not down: {ready}");
+    assert_eq!(ready["identity"], "unavailable", "{ready}");
+    assert!(
+        ready["identity_error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty()),
+        "{ready}"
+    );
+    // Dashboard requests are keyed on the IP meanwhile: with the IP's bucket of one spent, a
+    // token of the issuer does not verify and is refused from it.
+    let http = client();
+    let token = identity_support::sign(
+        Some("key-a"),
+        identity_support::RSA_A,
+        &identity_support::claims("user_alice"),
+    );
+    let cookie = identity_support::Via::Cookie("__session");
+    let anonymous = identity_support::Via::Nothing;
+    assert_eq!(
+        identity_support::get(&http, &gw.url(UI), "", anonymous).await,
+        200
+    );
+    assert_eq!(
+        identity_support::get(&http, &gw.url(UI), &token, cookie).await,
+        429
+    );
+
+    // The issuer comes up on that address: the key set is fetched without a token asking.
+    let listener = std::net::TcpListener::bind(addr).expect("bind the key set's address again");
+    let jwks = MockServer::builder().listener(listener).start().await;
+    identity_support::publish(&jwks, &["a"]).await;
+    let (status, ready) = readyz_until(&gw, "identity available", |_, b| {
+        b["identity"] == "available"
+    })
+    .await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["identity_error"], serde_json::Value::Null, "{ready}");
+    assert!(identity_support::jwks_hits(&jwks).await >= 1);
+    assert!(
+        gw.stderr().contains("verified identity is available again"),
+        "{}",
+        gw.stderr()
+    );
+    // Now the token verifies: a user of its own, not the spent IP bucket.
+    assert_eq!(
+        identity_support::get(&http, &gw.url(UI), &token, cookie).await,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_is_off_without_a_key_source_and_available_with_a_fetched_key_set() {
+    let up = redis_support::upstream();
+    let gw = Launch::serve().upstream(&up).admin().spawn();
+    let (_, ready) = readyz(&gw).await;
+    assert_eq!(ready["identity"], "off", "{ready}");
+    drop(gw);
+    let jwks = MockServer::start().await;
+    identity_support::publish(&jwks, &["a"]).await;
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .env(
+            "FLEET_LIMITER_JWKS_URL",
+            format!("{}/jwks.json", jwks.uri()),
+        )
+        .spawn();
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["identity"], "available", "{ready}");
+    assert_eq!(
+        identity_support::jwks_hits(&jwks).await,
+        1,
+        "fetched at start"
+    );
+}
