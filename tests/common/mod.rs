@@ -271,6 +271,10 @@ impl Launch {
         cmd.env("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION", "true");
         // Many gateways run at once: each admin listener takes a free port.
         cmd.env("FLEET_LIMITER_ADMIN_LISTEN", "127.0.0.1:0");
+        // Most suites tell which limiters metered a request by the names in `RateLimit-Policy`
+        // and `RateLimit`, which only the named items of draft 8 and 10 carry; the tests of the
+        // header profiles themselves (tests/limit_headers.rs, tests/header_clients.rs) unset it.
+        cmd.env("FLEET_LIMITER_HEADERS_STANDARD", "draft-10");
         for k in &self.unset {
             cmd.env_remove(k);
         }
