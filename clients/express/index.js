@@ -17,10 +17,16 @@ const PASSED = ['x-agent-id', 'authorization', 'cookie'];
  * request as every method they name, or refuses it, so it must see them as the app does.
  */
 const OVERRIDE_HEADERS = ['x-http-method-override', 'x-http-method', 'x-method-override'];
-/** The headers of its answer that belong on the client's answer. */
+/**
+ * The headers of its answer that belong on the client's answer: every limit header of every
+ * `[headers]` profile (the limiter sends those of the profile in force), then the others.
+ */
 const LIMIT_HEADERS = [
   'ratelimit-policy',
   'ratelimit',
+  'ratelimit-limit',
+  'ratelimit-remaining',
+  'ratelimit-reset',
   'x-ratelimit-limit',
   'x-ratelimit-remaining',
   'x-ratelimit-reset',
