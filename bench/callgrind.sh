@@ -7,11 +7,14 @@
 #   GATEWAY=path/to/other/fleet-limiter bench/callgrind.sh    # the gateway of another build
 #   MODES=on TOP=60 bench/callgrind.sh      # one mode, a longer list of functions
 #   MODES=decision bench/callgrind.sh       # the forward-auth decision endpoint alone
+#   MODES="hdr-off hdr-draft-7 hdr-draft-6-legacy" bench/callgrind.sh   # header profiles
 #
 # Modes: `on` and `off` are the gateway (rows 2 and 3 of bench/run.sh) in front of nginx
 # `return 200`; `mw-fleet`, `mw-governor` and `mw-bare` are the actix-web apps of rows 6a-6c
 # (bench/middleware); `decision` is the decision endpoint with no upstream, asked by
 # bench/decision.lua as a proxy asks it. Budgets are so large that every request is allowed.
+# `hdr-STANDARD[-legacy[-delta]]` is `on` with that `[headers]` profile (`hdr-off`: no limit
+# header at all; `hdr-draft-6-legacy`: the default; `-delta`: legacy reset in seconds).
 #
 # For each mode the server starts under `valgrind --tool=callgrind`; `wrk -c4` with
 # bench/heartbeat.lua warms it up for WARMUP seconds, the counters are zeroed
@@ -52,9 +55,9 @@ done
 gateway_modes=false middleware_modes=false
 for mode in $MODES; do
   case $mode in
-    on | off | decision) gateway_modes=true ;;
+    on | off | decision | hdr-*) gateway_modes=true ;;
     mw-fleet | mw-governor | mw-bare) middleware_modes=true ;;
-    *) log "unknown mode $mode (on, off, decision, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
+    *) log "unknown mode $mode (on, off, decision, hdr-STANDARD[-legacy[-delta]], mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
   esac
 done
 
@@ -124,6 +127,17 @@ server_command() {
       local enabled=true
       [ "$1" = off ] && enabled=false
       ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_ENABLED=$enabled)
+      CMD=("$GATEWAY" serve
+        --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    hdr-*)
+      local profile=${1#hdr-} legacy=false reset=unix
+      case $profile in
+        *-legacy-delta) legacy=true reset=delta profile=${profile%-legacy-delta} ;;
+        *-legacy) legacy=true profile=${profile%-legacy} ;;
+      esac
+      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_HEADERS_STANDARD="$profile"
+        FLEET_LIMITER_HEADERS_LEGACY=$legacy FLEET_LIMITER_HEADERS_LEGACY_RESET=$reset)
       CMD=("$GATEWAY" serve
         --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
         --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;

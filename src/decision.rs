@@ -82,6 +82,10 @@ pub struct LimitResult {
     pub store_error: bool,
     /// What the request cost this limiter's bucket (charged only when the request was allowed).
     pub units: u32,
+    /// The first bytes of the bucket's name as the store keeps it (keyed SipHash in the memory
+    /// store, SHA-256 in Redis), whatever the verdict: the partition key (`pk`) of the
+    /// draft-8 and draft-10 `RateLimit` headers.
+    pub partition: [u8; 8],
 }
 
 impl LimitResult {
@@ -166,6 +170,8 @@ pub struct Settings {
     pub methods: crate::methods::MethodRules,
     /// Each limiter's metric handles, in policy order (see [`LimitResult::slot`]).
     pub meters: Box<[LimiterMeter]>,
+    /// The limit headers a metered answer carries.
+    pub headers: crate::config::headers::HeaderProfile,
 }
 
 impl Settings {
@@ -181,6 +187,7 @@ impl Settings {
             paths: cfg.path,
             methods: cfg.methods.clone(),
             meters,
+            headers: cfg.headers,
         }
     }
 }
@@ -465,6 +472,8 @@ impl Decider {
             .zip(checks)
             .zip(verdicts)
             .map(|(((spec, slot), check), verdict)| {
+                let mut partition = [0u8; 8];
+                partition.copy_from_slice(&check.key.digest[..8]);
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
                     check.key
                 } else {
@@ -477,6 +486,7 @@ impl Decider {
                     verdict,
                     store_error: errored,
                     units: check.units,
+                    partition,
                 }
             })
             .collect();

@@ -199,6 +199,16 @@ struct ServeArgs {
     /// in-flight requests get --shutdown-grace to finish [default: 5s].
     #[arg(long, value_name = "DURATION")]
     drain_delay: Option<String>,
+    /// The IETF `RateLimit*` headers: draft-6, draft-7, draft-8, draft-10 or off
+    /// [default: draft-6].
+    #[arg(long, value_name = "STANDARD")]
+    headers_standard: Option<String>,
+    /// Send `X-RateLimit-Limit`, `-Remaining` and `-Reset` too: true or false [default: true].
+    #[arg(long, value_name = "BOOL")]
+    headers_legacy: Option<String>,
+    /// `X-RateLimit-Reset` as `unix` (a Unix time) or `delta` (seconds) [default: unix].
+    #[arg(long, value_name = "FORM")]
+    headers_legacy_reset: Option<String>,
 }
 
 fn loader(args: &ConfigArgs) -> Loader {
@@ -301,6 +311,17 @@ fn serve_loader(args: &ServeArgs) -> Loader {
             "--websocket-idle-timeout",
         ),
         ("ops.drain_delay", &args.drain_delay, "--drain-delay"),
+        (
+            "headers.standard",
+            &args.headers_standard,
+            "--headers-standard",
+        ),
+        ("headers.legacy", &args.headers_legacy, "--headers-legacy"),
+        (
+            "headers.legacy_reset",
+            &args.headers_legacy_reset,
+            "--headers-legacy-reset",
+        ),
     ];
     for (path, value, flag) in single {
         if let Some(v) = value {

@@ -1059,3 +1059,194 @@ fn a_path_override_header_in_the_original_request_is_refused() {
         "only the requests without the header reached the upstream"
     );
 }
+
+/// Every limit header name of every profile, and the ones `standard`/`legacy` send.
+const LIMIT_NAMES: [&str; 8] = [
+    "ratelimit",
+    "ratelimit-policy",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+];
+
+fn names_sent(standard: &str, legacy: bool) -> Vec<&'static str> {
+    let mut names = match standard {
+        "off" => vec![],
+        "draft-6" => vec![
+            "ratelimit-policy",
+            "ratelimit-limit",
+            "ratelimit-remaining",
+            "ratelimit-reset",
+        ],
+        _ => vec!["ratelimit", "ratelimit-policy"],
+    };
+    if legacy {
+        names.extend([
+            "x-ratelimit-limit",
+            "x-ratelimit-remaining",
+            "x-ratelimit-reset",
+        ]);
+    }
+    names
+}
+
+/// The limit headers of an answer (each name at most once) and its status, `Retry-After` and
+/// body.
+fn limit_headers_of(res: &common::RawResponse) -> Vec<(&'static str, String)> {
+    LIMIT_NAMES
+        .iter()
+        .filter_map(|n| {
+            let all: Vec<&str> = res
+                .headers
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.as_str())
+                .collect();
+            assert!(all.len() <= 1, "{n} sent {} times: {all:?}", all.len());
+            all.first().map(|v| (*n, (*v).to_owned()))
+        })
+        .collect()
+}
+
+/// What remains and every reset the answer states, read as `standard` writes them (draft 8
+/// and 10: the `key-rotation` item), the legacy reset as seconds from now.
+fn remaining_and_resets(
+    h: &[(&'static str, String)],
+    standard: &str,
+    unix: bool,
+) -> (Vec<u64>, Vec<f64>) {
+    let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    let mut remaining = Vec::new();
+    let mut resets = Vec::new();
+    let param = |item: &str, key: &str| -> Option<u64> {
+        item.split(';')
+            .find_map(|p| p.trim().strip_prefix(&format!("{key}=")))
+            .map(|v| v.parse().expect("a number"))
+    };
+    match standard {
+        "draft-6" => {
+            remaining.push(get("ratelimit-remaining").unwrap().parse().unwrap());
+            resets.push(get("ratelimit-reset").unwrap().parse().unwrap());
+        }
+        "draft-7" => {
+            let v = get("ratelimit").unwrap();
+            let key = |k: &str| -> u64 {
+                v.split(',')
+                    .find_map(|p| p.trim().strip_prefix(&format!("{k}=")))
+                    .unwrap_or_else(|| panic!("{k} in {v}"))
+                    .parse()
+                    .unwrap()
+            };
+            remaining.push(key("remaining"));
+            resets.push(key("reset") as f64);
+        }
+        "draft-8" | "draft-10" => {
+            let v = get("ratelimit").unwrap();
+            let item = v
+                .split(',')
+                .find(|i| i.trim().starts_with("\"key-rotation\""))
+                .unwrap_or_else(|| panic!("key-rotation in {v}"));
+            remaining.push(param(item, "r").expect("r"));
+            if let Some(t) = param(item, "t") {
+                resets.push(t as f64);
+            }
+        }
+        _ => {}
+    }
+    if let Some(r) = get("x-ratelimit-remaining") {
+        remaining.push(r.parse().unwrap());
+        let reset: f64 = get("x-ratelimit-reset").unwrap().parse().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        resets.push(if unix { reset - now } else { reset });
+    }
+    (remaining, resets)
+}
+
+/// Every `[headers]` profile through the real nginx and Caddy running the documented files:
+/// the client gets exactly the limit headers the profile sends (no others, none empty, none
+/// twice), the values the limiter gave, on allowed answers and on the refusal (where every
+/// reset is `Retry-After`); the upstream gets none of them; and limit headers a client sends
+/// itself never come back on the answer.
+#[test]
+fn every_header_profile_passes_through_both_proxies() {
+    let (up, _) = recording_upstream();
+    if ProxyKind::ALL
+        .iter()
+        .any(|k| proxies::missing(*k).is_some_and(|why| !unavailable(&why)))
+    {
+        return;
+    }
+    let mut round = 0u8;
+    for standard in ["draft-10", "draft-8", "draft-7", "draft-6", "off"] {
+        for (legacy, reset_form) in [(false, "unix"), (true, "unix"), (true, "delta")] {
+            let profile = format!("{standard} legacy={legacy} reset={reset_form}");
+            let gw = Gateway::serve()
+                .upstream(&format!("http://{up}"))
+                .decision()
+                .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+                .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+                .env("FLEET_LIMITER_HEADERS_STANDARD", standard)
+                .env("FLEET_LIMITER_HEADERS_LEGACY", legacy.to_string())
+                .env("FLEET_LIMITER_HEADERS_LEGACY_RESET", reset_form)
+                .spawn();
+            let decision = gw.decision_addr.expect("decision listener");
+            let Some(proxies) = both_proxies(decision, &up) else {
+                return;
+            };
+            let sent = names_sent(standard, legacy);
+            for proxy in &proxies {
+                round += 1;
+                let via = format!("{} ({profile})", proxy.kind.name());
+                let client = [127, 0, 2, round];
+                for n in 1..=4u64 {
+                    let res = raw_from(client, proxy.addr, "POST", ROTATE.as_bytes(), &[]);
+                    let h = limit_headers_of(&res);
+                    let names: Vec<&str> = h.iter().map(|(k, _)| *k).collect();
+                    let mut want = sent.clone();
+                    want.sort_unstable();
+                    let mut got = names.clone();
+                    got.sort_unstable();
+                    assert_eq!(got, want, "{via}: request {n}: {h:?}");
+                    assert!(h.iter().all(|(_, v)| !v.is_empty()), "{via}: {h:?}");
+                    let (remaining, resets) =
+                        remaining_and_resets(&h, standard, legacy && reset_form == "unix");
+                    if n <= 3 {
+                        assert_eq!(res.status, 200, "{via}: request {n}");
+                        assert!(
+                            String::from_utf8_lossy(&res.body).contains("leaked=[]"),
+                            "{via}: the upstream got the limiter's headers"
+                        );
+                        assert!(remaining.iter().all(|r| *r == 3 - n), "{via}: {h:?}");
+                    } else {
+                        assert_eq!(res.status, 429, "{via}: {h:?}");
+                        let retry: f64 = res
+                            .header("retry-after")
+                            .expect("Retry-After")
+                            .parse()
+                            .expect("delay-seconds");
+                        assert!(remaining.iter().all(|r| *r == 0), "{via}: {h:?}");
+                        for reset in &resets {
+                            assert!(
+                                (reset - retry).abs() <= 1.0,
+                                "{via}: a reset of {reset} s beside Retry-After {retry}: {h:?}"
+                            );
+                        }
+                    }
+                }
+                // Unmetered, with every limit header forged by the client: none comes back.
+                // (What the upstream gets is the client's own request, as without a limiter.)
+                let forged: Vec<(&str, &[u8])> =
+                    LIMIT_NAMES.iter().map(|n| (*n, b"1".as_slice())).collect();
+                let res = raw_from(client, proxy.addr, "GET", b"/not-metered", &forged);
+                assert_eq!(res.status, 200, "{via}");
+                assert_eq!(limit_headers_of(&res), [], "{via}");
+            }
+        }
+    }
+}

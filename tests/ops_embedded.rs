@@ -60,7 +60,10 @@ allowed_origins = ["http://dash.test"]
     let url = |p: &str| format!("http://{addr}{p}");
     let res = client.get(url("/work/1")).send().await.expect("first");
     assert_eq!(res.status(), 200);
-    assert_eq!(res.headers()["ratelimit-policy"], "\"embedded-a\";q=2;w=60");
+    // The default profile: draft 6 and the legacy headers.
+    assert_eq!(res.headers()["ratelimit-policy"], "2;w=60");
+    assert_eq!(res.headers()["ratelimit-remaining"], "1");
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "1");
     assert_eq!(
         res.text().await.expect("body"),
         "remaining=Some(1)",
@@ -123,7 +126,7 @@ async fn without_the_outcome_extension_handlers_see_none_and_headers_stay() {
                 .insert_header(("x-agent-id", "agent-0001"))
                 .to_request();
             let res = test::call_service(&app, req).await;
-            let limited = res.headers().contains_key("ratelimit");
+            let limited = res.headers().contains_key("ratelimit-limit");
             let body = test::read_body(res).await;
             (limited, String::from_utf8_lossy(&body).into_owned())
         }

@@ -1,6 +1,7 @@
 //! Golden vectors, built from the real functions and kept under `snapshots/`: IP normalisation,
 //! agent-id validation, principal keys and bucket digests for every key kind, client-IP
-//! derivation, and the exact 429 and allowed responses for a decision taken in virtual time.
+//! derivation, and the exact 429 and allowed responses for a decision taken in virtual time, in
+//! every `[headers]` profile.
 //! Another implementation can check byte equality against these files.
 
 #[macro_use]
@@ -9,6 +10,7 @@ mod macros;
 
 use fleet_limiter::client_ip::{client_ip, ForwardedHeader, TrustedProxies};
 use fleet_limiter::clock::ManualClock;
+use fleet_limiter::config::headers::{HeaderProfile, LegacyReset, Standard};
 use fleet_limiter::config::Config;
 use fleet_limiter::decision::{Decider, Outcome, RequestFacts};
 use fleet_limiter::http::response;
@@ -318,10 +320,63 @@ fn client_ip_vectors() {
     snap!("vectors_client_ip", out);
 }
 
+/// A decider on a memory store that names its buckets as Redis does (SHA-256), so that the
+/// partition keys in the headers read the same in every run.
 fn decider(clock: &ManualClock) -> Decider {
     let cfg = Config::default();
-    let store = Arc::new(MemoryStore::new(1000, Arc::new(clock.clone())));
+    let store = Arc::new(
+        MemoryStore::new(1000, Arc::new(clock.clone())).with_key_digest(keys::KeyDigest::Shared),
+    );
     Decider::new(&cfg, store, Arc::new(NoVerifier))
+}
+
+/// Every profile: each standard alone, and with the legacy headers in both reset forms.
+fn profiles() -> Vec<HeaderProfile> {
+    let mut all = Vec::new();
+    for standard in Standard::ALL {
+        for (legacy, legacy_reset) in [
+            (false, LegacyReset::Unix),
+            (true, LegacyReset::Unix),
+            (true, LegacyReset::Delta),
+        ] {
+            all.push(HeaderProfile {
+                standard,
+                legacy,
+                legacy_reset,
+            });
+        }
+    }
+    all
+}
+
+/// The wall clock at the decision: 2026-01-01T00:00:00.5Z (a Unix-time reset counts from it).
+fn decided_at() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_767_225_600_500)
+}
+
+/// The response each profile makes of `o` (`refused`: the 429, else an upstream's 200), its
+/// headers only, one block per profile; then the body, the same for all.
+async fn every_profile(o: &Outcome) -> String {
+    let mut out = String::new();
+    let mut body = String::new();
+    for p in profiles() {
+        let mut res = if o.refused() {
+            response::too_many_requests(o, &p, Some(decided_at()))
+        } else {
+            let mut res = actix_web::HttpResponse::Ok().finish();
+            response::apply_headers(res.headers_mut(), o, &p, Some(decided_at()));
+            res
+        };
+        res.headers_mut().remove("date");
+        let text = render(res).await;
+        let (head, rest) = text.split_once("\n\n").unwrap_or((&text, ""));
+        writeln!(out, "## {}\n{}\n", p.describe(), head.trim_end()).unwrap();
+        body = rest.to_owned();
+    }
+    if !body.is_empty() {
+        writeln!(out, "## body\n{body}").unwrap();
+    }
+    out
 }
 
 async fn decide(
@@ -375,9 +430,7 @@ async fn the_429_response() {
     clock.advance(std::time::Duration::from_millis(500));
     let o = decide(&d, "POST", "/api/agent/heartbeat", Some(b"agent-01"), None).await;
     assert!(o.refused());
-    let mut res = response::too_many_requests(&o);
-    res.headers_mut().remove("date");
-    let text = render(res).await;
+    let text = every_profile(&o).await;
     snap!("response_429_agent_device", text);
 }
 
@@ -393,7 +446,7 @@ async fn the_429_of_stacked_limiters_reports_the_longest_wait() {
     }
     let o = decide(&d, "GET", "/api/tasks", None, Some(b"Bearer pa_x")).await;
     assert!(o.refused());
-    let text = render(response::too_many_requests(&o)).await;
+    let text = every_profile(&o).await;
     snap!("response_429_api_key_and_ui", text);
 }
 
@@ -403,8 +456,6 @@ async fn the_headers_of_an_allowed_request() {
     let d = decider(&clock);
     let o = decide(&d, "GET", "/api/tasks", None, Some(b"Bearer sometoken")).await;
     assert!(!o.refused());
-    let mut res = actix_web::HttpResponse::Ok().finish();
-    response::apply_headers(res.headers_mut(), &o);
-    let text = render(res).await;
+    let text = every_profile(&o).await;
     snap!("response_allowed_ui_and_cli_bearer", text);
 }

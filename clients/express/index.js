@@ -25,10 +25,16 @@ const RESERVED = new Set([
   'x-forwarded-for', 'forwarded', 'x-real-ip', 'x-forwarded-host', 'x-forwarded-proto',
   'x-forwarded-method', 'x-forwarded-uri', 'x-original-method', 'x-original-uri', 'host',
 ]);
-/** The headers of its answer that belong on the client's answer. */
+/**
+ * The headers of its answer that belong on the client's answer: every limit header of every
+ * `[headers]` profile (the limiter sends those of the profile in force), then the others.
+ */
 const LIMIT_HEADERS = [
   'ratelimit-policy',
   'ratelimit',
+  'ratelimit-limit',
+  'ratelimit-remaining',
+  'ratelimit-reset',
   'x-ratelimit-limit',
   'x-ratelimit-remaining',
   'x-ratelimit-reset',

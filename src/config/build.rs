@@ -41,6 +41,8 @@ pub(super) struct RawConfig {
     pub(super) methods: methods::RawMethods,
     #[serde(default)]
     pub(super) websocket: websocket::RawWebsocket,
+    #[serde(default)]
+    pub(super) headers: headers::RawHeaders,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -374,6 +376,7 @@ pub(super) fn build(
         admission: admission::build_admission(raw.admission, ctx)?,
         methods: methods::build_methods(raw.methods, ctx)?,
         websocket: websocket::build_websocket(raw.websocket, ctx)?,
+        headers: headers::build_headers(raw.headers, ctx)?,
         origins: ctx.origins.clone(),
     })
 }

@@ -313,6 +313,17 @@ pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
         "FLEET_LIMITER_WEBSOCKET_IDLE_TIMEOUT",
         Kind::Str,
     ),
+    (
+        "headers.standard",
+        "FLEET_LIMITER_HEADERS_STANDARD",
+        Kind::Str,
+    ),
+    ("headers.legacy", "FLEET_LIMITER_HEADERS_LEGACY", Kind::Bool),
+    (
+        "headers.legacy_reset",
+        "FLEET_LIMITER_HEADERS_LEGACY_RESET",
+        Kind::Str,
+    ),
 ];
 
 /// Fields of a limiter table, with their type for environment overrides
@@ -468,6 +479,7 @@ pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> C
             },
             ("ops", Some(t)) => culprit::<ops::RawOps>(t),
             ("websocket", Some(t)) => culprit::<websocket::RawWebsocket>(t),
+            ("headers", Some(t)) => culprit::<headers::RawHeaders>(t),
             ("cors", Some(t)) => culprit::<ops::RawCors>(t),
             ("identity", Some(t)) => culprit::<identity::RawIdentity>(t),
             ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {

@@ -7,7 +7,7 @@
 //! This file holds the validated types; `layers` merges the layers, `build` reads the merged
 //! document into a [`Config`], `limiters` builds the limiter tables, and each other section
 //! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`,
-//! `methods`, `websocket`).
+//! `methods`, `websocket`, `headers`).
 
 pub mod admission;
 mod build;
@@ -15,6 +15,7 @@ mod ceiling;
 pub mod decision;
 pub mod defaults;
 mod duration;
+pub mod headers;
 pub mod identity;
 mod layers;
 mod limiters;
@@ -192,6 +193,8 @@ pub struct Config {
     pub methods: crate::methods::MethodRules,
     /// Bounds on upgraded (WebSocket) connections (`[websocket]`).
     pub websocket: websocket::WebsocketConfig,
+    /// The limit headers a metered answer carries (`[headers]`).
+    pub headers: headers::HeaderProfile,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }

@@ -26,11 +26,16 @@ use parking_lot::RwLock;
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// The headers a browser script needs to see to honour a limit.
+/// The headers a browser script needs to see to honour a limit: `Retry-After` and every limit
+/// header any `[headers]` profile sends (a name the profile in force does not send costs
+/// nothing, and a reload that changes the profile needs no change here).
 pub const EXPOSED: &[&str] = &[
     "Retry-After",
     "RateLimit",
     "RateLimit-Policy",
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
     "X-RateLimit-Limit",
     "X-RateLimit-Remaining",
     "X-RateLimit-Reset",
@@ -224,6 +229,17 @@ mod tests {
     }
 
     #[test]
+    fn every_limit_header_any_profile_sends_is_exposed() {
+        let exposed: Vec<String> = EXPOSED.iter().map(|n| n.to_ascii_lowercase()).collect();
+        let names: Vec<&str> = crate::http::response::limit_header_names().collect();
+        assert_eq!(names.len(), 8);
+        for name in names {
+            assert!(exposed.iter().any(|e| e == name), "{name} is not exposed");
+        }
+        assert!(exposed.iter().any(|e| e == "retry-after"));
+    }
+
+    #[test]
     fn gateway_made_response_gets_headers_for_listed_origin_only() {
         let p = CorsPolicy::new(&cfg(&["https://dash.example"], true));
         let mut h = HeaderMap::new();
@@ -278,7 +294,7 @@ mod tests {
         assert_eq!(
             h.get(ACCESS_CONTROL_EXPOSE_HEADERS),
             Some(&hv(
-                "X-Request-Id, retry-after, RateLimit, RateLimit-Policy, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset"
+                "X-Request-Id, retry-after, RateLimit, RateLimit-Policy, RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset"
             ))
         );
         // The upstream did not allow the origin: nothing is added.

@@ -29,6 +29,7 @@
 //! Only the proxies in `decision.allow_from` are answered: anyone else gets `403`, so the
 //! endpoint cannot be used to spend other clients' budgets.
 
+use crate::config::headers::HeaderProfile;
 use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::middleware::header_facts;
@@ -212,7 +213,7 @@ pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResp
     endpoint
         .decider
         .observe(&settings, &outcome, started.elapsed());
-    render(flavour, &outcome)
+    render(flavour, &outcome, &settings.headers)
 }
 
 /// Why a question is not answered with a decision.
@@ -405,13 +406,13 @@ fn methods_and_overrides(
     }
 }
 
-/// The proxy's answer for an outcome.
-fn render(flavour: Flavour, outcome: &Outcome) -> HttpResponse {
+/// The proxy's answer for an outcome, with the limit headers of `profile`.
+fn render(flavour: Flavour, outcome: &Outcome, profile: &HeaderProfile) -> HttpResponse {
     if outcome.refused() {
-        return for_proxy(flavour, response::too_many_requests(outcome));
+        return for_proxy(flavour, response::too_many_requests(outcome, profile, None));
     }
     let mut res = HttpResponse::Ok().finish();
-    response::apply_headers(res.headers_mut(), outcome);
+    response::apply_headers(res.headers_mut(), outcome, profile, None);
     res
 }
 

@@ -185,11 +185,17 @@ where
             let started = std::time::Instant::now();
             let outcome = decide(&limiter, &settings, &req, path, named).await;
             let decided_at = std::time::Instant::now();
+            // The wall clock only when a header counts from it (a Unix-time reset).
+            let decided_wall = settings
+                .headers
+                .reads_wall_clock()
+                .then(std::time::SystemTime::now);
             limiter
                 .decider
                 .observe(&settings, &outcome, started.elapsed());
             if outcome.refused() {
-                let mut res = response::too_many_requests(&outcome);
+                let mut res =
+                    response::too_many_requests(&outcome, &settings.headers, decided_wall);
                 let (http_req, mut payload) = req.into_parts();
                 if http_req.head().upgrade() {
                     // A refused upgrade (a WebSocket handshake): nothing to drain, and what the
@@ -226,7 +232,7 @@ where
                 actix_web::rt::spawn(work);
             }
             let mut res = answered?;
-            response::apply_headers(res.headers_mut(), outcome);
+            response::apply_headers(res.headers_mut(), outcome, &settings.headers, decided_wall);
             Ok(res.map_into_left_body())
         })
     }
@@ -602,10 +608,12 @@ mod tests {
             .to_request();
         let res = test::call_service(&app, req).await;
         assert_eq!(res.status(), 200);
+        // The default headers (draft 6): agent-device's 30 a minute among the policies.
         assert!(
-            res.headers()
-                .get("ratelimit-policy")
-                .is_some_and(|v| v.as_bytes().starts_with(b"\"agent-device\"")),
+            res.headers().get("ratelimit-policy").is_some_and(|v| v
+                .as_bytes()
+                .split(|b| *b == b',')
+                .any(|p| p.trim_ascii() == b"30;w=60")),
             "{:?}",
             res.headers()
         );

@@ -1,6 +1,8 @@
-//! What the client sees: IETF `RateLimit` / `RateLimit-Policy` headers, `X-RateLimit-*`, and
-//! RFC 9457 problem documents. Every number is read from the [`Outcome`] that made the decision.
+//! What the client sees: the limit headers of the configured profile (the IETF drafts'
+//! `RateLimit*` forms, `X-RateLimit-*`), `Retry-After`, and RFC 9457 problem documents. Every
+//! number is read from the [`Outcome`] that made the decision.
 
+use crate::config::headers::{HeaderProfile, LegacyReset, Standard};
 use crate::decision::{LimitResult, Outcome};
 use crate::limiter::{ceil_secs, more_quota_after_secs};
 use crate::policy::LimiterSpec;
@@ -12,6 +14,7 @@ use serde::Serialize;
 use smallvec::SmallVec;
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -225,82 +228,281 @@ impl Problem {
 }
 
 // A static, not a const: a const array would be built and dropped again at every use.
-static LIMIT_HEADER_NAMES: [HeaderName; 5] = [
-    HeaderName::from_static("ratelimit-policy"),
+/// Every limit header any profile sends. Draft 7, 8 and 10 send the first two, draft 6 the
+/// next four, the legacy headers the last three.
+static NAMES: [HeaderName; 8] = [
     HeaderName::from_static("ratelimit"),
+    HeaderName::from_static("ratelimit-policy"),
+    HeaderName::from_static("ratelimit-limit"),
+    HeaderName::from_static("ratelimit-remaining"),
+    HeaderName::from_static("ratelimit-reset"),
     HeaderName::from_static("x-ratelimit-limit"),
     HeaderName::from_static("x-ratelimit-remaining"),
     HeaderName::from_static("x-ratelimit-reset"),
 ];
+const RATELIMIT: usize = 0;
+const POLICY: usize = 1;
+/// `RateLimit-Limit`, `-Remaining`, `-Reset` (draft 6) start here.
+const DRAFT6: usize = 2;
+/// `X-RateLimit-Limit`, `-Remaining`, `-Reset` start here.
+const LEGACY: usize = 5;
 
-/// The limit headers for an outcome, as `(name, value)` pairs.
+/// Every limit header name any profile may send (lower-case), for what must pass them on or
+/// expose them: the CORS layer, the proxies' configurations, the Express client.
+pub fn limit_header_names() -> impl Iterator<Item = &'static str> {
+    NAMES.iter().map(HeaderName::as_str)
+}
+
+/// The names `profile` sends: its standard's, then the legacy ones.
+fn names_sent(profile: &HeaderProfile) -> [&'static [HeaderName]; 2] {
+    let standard: &'static [HeaderName] = match profile.standard {
+        Standard::Off => &[],
+        Standard::Draft6 => &NAMES[POLICY..LEGACY],
+        Standard::Draft7 | Standard::Draft8 | Standard::Draft10 => &NAMES[RATELIMIT..DRAFT6],
+    };
+    let legacy: &'static [HeaderName] = if profile.legacy {
+        &NAMES[LEGACY..]
+    } else {
+        &[]
+    };
+    [standard, legacy]
+}
+
+/// The limit headers `profile` gives an outcome, as `(name, value)` pairs, in the order they
+/// are sent. `decided_at` is when the decision was made on the wall clock (the moment a Unix
+/// `X-RateLimit-Reset` counts from; `None` reads the clock now, and only when that header is
+/// sent).
 ///
-/// - `RateLimit-Policy: "agent-device";q=30;w=60, ...` for each limiter that decided.
-/// - `RateLimit: "agent-device";r=29;t=2, ...`: remaining, and seconds until additional quota is
-///   made available (draft-ietf-httpapi-ratelimit-headers-10); no `t` when the quota is whole.
-/// - `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` for the tightest limiter,
-///   the last as seconds until its quota is whole again.
-pub fn limit_headers(outcome: &Outcome) -> Vec<(HeaderName, String)> {
+/// What each profile sends (for a limiter `agent-device`, 30 a minute, after its first request;
+/// see docs/configuration.md#headers):
+///
+/// - `draft-10`: `RateLimit-Policy: "agent-device";q=30;w=60` and
+///   `RateLimit: "agent-device";r=29;t=2;pk=:…:`, one item per limiter that decided, `t` the
+///   seconds until additional quota is made available, `pk` the bucket's partition key;
+/// - `draft-8`: the same, `t` the seconds until the quota is whole again;
+/// - `draft-7`: `RateLimit-Policy: 30;w=60` and `RateLimit: limit=30, remaining=29, reset=2`;
+/// - `draft-6`: `RateLimit-Policy: 30;w=60`, `RateLimit-Limit: 30`, `RateLimit-Remaining: 29`,
+///   `RateLimit-Reset: 2`;
+/// - legacy: `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`, the last a
+///   Unix time or a number of seconds (`legacy_reset`).
+///
+/// The single-limit forms (draft 6 and 7, legacy) describe the limiter that refused with the
+/// longest wait, or, when nothing refused, the one closest to refusing. On a refusal every reset
+/// sent is `Retry-After`: the time the refused request could succeed.
+pub fn limit_headers(
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+) -> Vec<(HeaderName, String)> {
     let mut out = Vec::new();
-    render(outcome, |name, v| {
-        out.push((name, String::from_utf8_lossy(v.as_bytes()).into_owned()))
+    render(outcome, profile, decided_at, |name, v| {
+        out.push((
+            name.clone(),
+            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+        ))
     });
     out
 }
 
-/// Every limit header, handed to `out` as it is made. `RateLimit-Policy` depends only on which
-/// limiters decided, so it is reused from the previous response on this thread when those are
-/// the same; the other values are written into one buffer (one allocation for all of them) and
-/// handed out as slices of it.
-fn render(outcome: &Outcome, mut out: impl FnMut(HeaderName, HeaderValue)) {
-    let decided = || outcome.results.iter().filter(|r| !r.store_error);
-    if decided().next().is_none() {
-        return;
-    }
-    out(LIMIT_HEADER_NAMES[0].clone(), policy_value(outcome));
-    // One buffer for the `RateLimit` value and any number too large for the table below, each
-    // header value a slice of it.
-    let mut buf = BytesMut::with_capacity(24 * outcome.results.len() + 32);
-    write_items(&mut buf, decided(), [b";r=", b";t="], |r| {
-        [
-            Some(u64::from(r.verdict.remaining)),
-            more_quota_after_secs(&r.spec.quota, &r.verdict),
-        ]
-    });
-    let rate_end = buf.len();
-    let mut numbers: [Option<Result<HeaderValue, (usize, usize)>>; 3] = [None, None, None];
-    if let Some(t) = outcome.tightest() {
-        let mut digits = itoa::Buffer::new();
-        let values = [
-            u64::from(t.verdict.limit),
-            u64::from(t.verdict.remaining),
-            ceil_secs(t.verdict.reset_after_ns),
-        ];
-        for (slot, n) in numbers.iter_mut().zip(values) {
-            *slot = Some(match small_number(n) {
-                Some(v) => Ok(v),
-                None => {
-                    let start = buf.len();
-                    buf.extend_from_slice(digits.format(n).as_bytes());
-                    Err((start, buf.len()))
-                }
-            });
+/// A header value made before the buffer was frozen, or where in the buffer it is.
+enum Slot {
+    Ready(HeaderValue),
+    Range(usize, usize),
+}
+
+/// `n` as a header value: from the table of small numbers, or written into `buf`.
+fn number(buf: &mut BytesMut, n: u64) -> Slot {
+    match small_number(n) {
+        Some(v) => Slot::Ready(v),
+        None => {
+            let start = buf.len();
+            buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            Slot::Range(start, buf.len())
         }
     }
-    let all = buf.freeze();
-    if let Ok(v) = HeaderValue::from_maybe_shared(all.slice(..rate_end)) {
-        out(LIMIT_HEADER_NAMES[1].clone(), v);
+}
+
+/// Every limit header of `profile`, handed to `out` as it is made. `RateLimit-Policy` depends
+/// only on which limiters decided (and, in its draft-6/7 form, which one the single-limit
+/// headers describe), so it is reused from the previous response on this thread when those
+/// are the same; the other values are written into one buffer (one allocation for all of them)
+/// and handed out as slices of it, or taken from a table of small numbers.
+fn render(
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+    mut out: impl FnMut(&'static HeaderName, HeaderValue),
+) {
+    if !profile.sends_any() {
+        return;
     }
-    for (name, n) in LIMIT_HEADER_NAMES[2..].iter().zip(numbers) {
-        let v = match n {
-            None => continue,
-            Some(Ok(v)) => v,
-            Some(Err((a, b))) => match HeaderValue::from_maybe_shared(all.slice(a..b)) {
+    let Some(expiring) = expiring(outcome) else {
+        return;
+    };
+    // On a refusal, the wait every reset speaks of: Retry-After's.
+    let wait = if outcome.refused() {
+        outcome.retry_after_secs()
+    } else {
+        None
+    };
+    let single_reset = wait.unwrap_or_else(|| reset_secs(expiring).unwrap_or(0));
+    let limit = u64::from(expiring.verdict.limit);
+    let remaining = u64::from(expiring.verdict.remaining);
+    // Room for what this profile writes (draft 6 and the legacy counts come from the table of
+    // small numbers, so a profile of only those often allocates nothing).
+    let mut buf = BytesMut::with_capacity(
+        match profile.standard {
+            Standard::Draft8 | Standard::Draft10 => 72 * outcome.results.len(),
+            Standard::Draft7 => 48,
+            Standard::Draft6 | Standard::Off => 0,
+        } + if profile.reads_wall_clock() { 12 } else { 0 },
+    );
+    let mut values: SmallVec<[(usize, Slot); 8]> = SmallVec::new();
+    match profile.standard {
+        Standard::Off => {}
+        Standard::Draft10 | Standard::Draft8 => {
+            values.push((
+                POLICY,
+                Slot::Ready(policy_value(outcome, PolicyForm::Named, usize::MAX)),
+            ));
+            let start = buf.len();
+            write_service_limits(&mut buf, outcome, wait, profile.standard);
+            values.push((RATELIMIT, Slot::Range(start, buf.len())));
+        }
+        Standard::Draft7 => {
+            values.push((
+                POLICY,
+                Slot::Ready(policy_value(outcome, PolicyForm::Numbers, expiring.slot)),
+            ));
+            let start = buf.len();
+            let mut digits = itoa::Buffer::new();
+            buf.extend_from_slice(b"limit=");
+            buf.extend_from_slice(digits.format(limit).as_bytes());
+            buf.extend_from_slice(b", remaining=");
+            buf.extend_from_slice(digits.format(remaining).as_bytes());
+            buf.extend_from_slice(b", reset=");
+            buf.extend_from_slice(digits.format(single_reset).as_bytes());
+            values.push((RATELIMIT, Slot::Range(start, buf.len())));
+        }
+        Standard::Draft6 => {
+            values.push((
+                POLICY,
+                Slot::Ready(policy_value(outcome, PolicyForm::Numbers, expiring.slot)),
+            ));
+            values.push((DRAFT6, number(&mut buf, limit)));
+            values.push((DRAFT6 + 1, number(&mut buf, remaining)));
+            values.push((DRAFT6 + 2, number(&mut buf, single_reset)));
+        }
+    }
+    if profile.legacy {
+        values.push((LEGACY, number(&mut buf, limit)));
+        values.push((LEGACY + 1, number(&mut buf, remaining)));
+        let reset = match profile.legacy_reset {
+            LegacyReset::Delta => single_reset,
+            LegacyReset::Unix => {
+                // Counted from the exact instant, rounded up: never a second before the
+                // request could succeed (or the quota is whole).
+                let ahead_ns = match wait {
+                    Some(w) => w.saturating_mul(NANOS),
+                    None if expiring.verdict.allowed => expiring.verdict.reset_after_ns,
+                    None => single_reset.saturating_mul(NANOS),
+                };
+                let now_ns = decided_at
+                    .unwrap_or_else(SystemTime::now)
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+                    .unwrap_or(0);
+                ceil_secs(now_ns.saturating_add(ahead_ns))
+            }
+        };
+        values.push((LEGACY + 2, number(&mut buf, reset)));
+    }
+    let all = buf.freeze();
+    for (name, slot) in values {
+        let v = match slot {
+            Slot::Ready(v) => v,
+            Slot::Range(a, b) => match HeaderValue::from_maybe_shared(all.slice(a..b)) {
                 Ok(v) => v,
                 Err(_) => continue,
             },
         };
-        out(name.clone(), v);
+        out(&NAMES[name], v);
+    }
+}
+
+const NANOS: u64 = 1_000_000_000;
+
+/// The limiter the single-limit headers (draft 6 and 7, legacy) describe: on a refusal the
+/// enforcing limiter that refused with the longest wait (the one `Retry-After` is from), else
+/// the one closest to refusing. `None` when no limiter decided (the store failed for all).
+fn expiring(outcome: &Outcome) -> Option<&LimitResult> {
+    outcome
+        .results
+        .iter()
+        .filter(|r| !r.store_error && r.refuses())
+        .max_by_key(|r| {
+            (
+                r.verdict.retry_after_ns,
+                std::cmp::Reverse((r.verdict.remaining, r.verdict.limit)),
+            )
+        })
+        .or_else(|| outcome.tightest())
+}
+
+/// Seconds until a limiter's quota resets (is whole again), rounded up: the reset of draft 6,
+/// 7 and 8 and of `X-RateLimit-Reset`. A verdict that said no (a shadow limiter's) resets, for
+/// its client, when it would say yes: its wait, at least 1. `None` when the quota is whole.
+fn reset_secs(r: &LimitResult) -> Option<u64> {
+    let v = &r.verdict;
+    if !v.allowed {
+        return Some(ceil_secs(v.retry_after_ns).max(1));
+    }
+    if v.reset_after_ns == 0 || v.remaining >= v.limit {
+        return None;
+    }
+    Some(ceil_secs(v.reset_after_ns))
+}
+
+/// The `RateLimit` value of draft 8 and 10: `"name";r=29;t=2;pk=:…:` for each limiter that
+/// decided. On a refusal (`wait`), the limiters that refused carry `t` = `Retry-After` and the
+/// others none (nothing was taken from them, and their own resets do not say when the request
+/// can succeed).
+fn write_service_limits(
+    buf: &mut BytesMut,
+    outcome: &Outcome,
+    wait: Option<u64>,
+    standard: Standard,
+) {
+    use base64::Engine;
+    let mut num = itoa::Buffer::new();
+    let decided = outcome.results.iter().filter(|r| !r.store_error);
+    for (i, r) in decided.enumerate() {
+        if i > 0 {
+            buf.extend_from_slice(b", ");
+        }
+        buf.extend_from_slice(b"\"");
+        buf.extend_from_slice(r.spec.name.as_bytes());
+        buf.extend_from_slice(b"\";r=");
+        buf.extend_from_slice(num.format(r.verdict.remaining).as_bytes());
+        let t = match wait {
+            Some(w) => r.refuses().then_some(w),
+            None if standard == Standard::Draft10 => {
+                more_quota_after_secs(&r.spec.quota, &r.verdict)
+            }
+            None => reset_secs(r),
+        };
+        if let Some(t) = t {
+            buf.extend_from_slice(b";t=");
+            buf.extend_from_slice(num.format(t).as_bytes());
+        }
+        // 8 bytes are 12 characters of base64 with their padding.
+        let mut pk = [0u8; 12];
+        if let Ok(n) = base64::engine::general_purpose::STANDARD.encode_slice(r.partition, &mut pk)
+        {
+            buf.extend_from_slice(b";pk=:");
+            buf.extend_from_slice(&pk[..n]);
+            buf.extend_from_slice(b":");
+        }
     }
 }
 
@@ -327,8 +529,25 @@ fn small_number(n: u64) -> Option<HeaderValue> {
     table.get(n as usize).cloned()
 }
 
-/// The limiters a `RateLimit-Policy` value names, and the value.
-type PolicyValue = (SmallVec<[Arc<LimiterSpec>; 4]>, HeaderValue);
+/// How a `RateLimit-Policy` value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyForm {
+    /// Draft 8 and 10: `"agent-device";q=30;w=60, ...`, one named item per limiter.
+    Named,
+    /// Draft 6 and 7: `30;w=60, ...`, integer items, no two with the same quota (the drafts
+    /// forbid it): the limiter the single-limit headers describe first, so that its window can
+    /// be read beside them, then each other limiter whose budget differs from those before it.
+    Numbers,
+}
+
+/// The form, the limiters a `RateLimit-Policy` value names, the one it puts first
+/// (`usize::MAX` for none), and the value.
+type PolicyValue = (
+    PolicyForm,
+    SmallVec<[Arc<LimiterSpec>; 4]>,
+    usize,
+    HeaderValue,
+);
 
 thread_local! {
     /// The last `RateLimit-Policy` rendered on this thread. The specs are held (not just their
@@ -336,82 +555,111 @@ thread_local! {
     static LAST_POLICY: RefCell<Option<PolicyValue>> = const { RefCell::new(None) };
 }
 
-/// `RateLimit-Policy`: `"agent-device";q=30;w=60, ...` for each limiter that decided.
-fn policy_value(outcome: &Outcome) -> HeaderValue {
+/// A window in whole seconds, rounded up, at least 1 (the drafts' `w` is a positive integer).
+fn window_secs(spec: &LimiterSpec) -> u64 {
+    ceil_secs(spec.quota.window_ns()).max(1)
+}
+
+/// `RateLimit-Policy` in `form` for the limiters that decided, `first` (a policy slot, for
+/// [`PolicyForm::Numbers`]) leading.
+fn policy_value(outcome: &Outcome, form: PolicyForm, first: usize) -> HeaderValue {
     let decided = || outcome.results.iter().filter(|r| !r.store_error);
-    let same = |specs: &[Arc<LimiterSpec>]| {
-        specs.len() == decided().count()
+    let same = |f: PolicyForm, specs: &[Arc<LimiterSpec>], at: usize| {
+        f == form
+            && at == first
+            && specs.len() == decided().count()
             && specs
                 .iter()
                 .zip(decided())
                 .all(|(a, r)| Arc::ptr_eq(a, &r.spec))
     };
     let cached = LAST_POLICY.with_borrow(|last| match last {
-        Some((specs, value)) if same(specs) => Some(value.clone()),
+        Some((f, specs, at, value)) if same(*f, specs, *at) => Some(value.clone()),
         _ => None,
     });
     if let Some(v) = cached {
         return v;
     }
     let mut buf = BytesMut::with_capacity(40 * outcome.results.len());
-    write_items(&mut buf, decided(), [b";q=", b";w="], |r| {
-        [
-            Some(u64::from(r.spec.quota.limit())),
-            Some(r.spec.quota.window.as_secs().max(1)),
-        ]
-    });
+    let mut num = itoa::Buffer::new();
+    match form {
+        PolicyForm::Named => {
+            for (i, r) in decided().enumerate() {
+                if i > 0 {
+                    buf.extend_from_slice(b", ");
+                }
+                buf.extend_from_slice(b"\"");
+                buf.extend_from_slice(r.spec.name.as_bytes());
+                buf.extend_from_slice(b"\";q=");
+                buf.extend_from_slice(num.format(r.spec.quota.limit()).as_bytes());
+                buf.extend_from_slice(b";w=");
+                buf.extend_from_slice(num.format(window_secs(&r.spec)).as_bytes());
+            }
+        }
+        PolicyForm::Numbers => {
+            let lead = decided().filter(|r| r.slot == first);
+            let rest = decided().filter(|r| r.slot != first);
+            let mut written: SmallVec<[u32; 4]> = SmallVec::new();
+            for r in lead.chain(rest) {
+                let q = r.spec.quota.limit();
+                if written.contains(&q) {
+                    continue;
+                }
+                if !written.is_empty() {
+                    buf.extend_from_slice(b", ");
+                }
+                written.push(q);
+                buf.extend_from_slice(num.format(q).as_bytes());
+                buf.extend_from_slice(b";w=");
+                buf.extend_from_slice(num.format(window_secs(&r.spec)).as_bytes());
+            }
+        }
+    }
     let value = HeaderValue::from_maybe_shared(buf.freeze())
         .unwrap_or_else(|_| HeaderValue::from_static(""));
     let specs = decided().map(|r| r.spec.clone()).collect();
-    LAST_POLICY.set(Some((specs, value.clone())));
+    LAST_POLICY.set(Some((form, specs, first, value.clone())));
     value
 }
 
-/// `"name";k1=v1;k2=v2` for each result, comma-separated (the IETF headers' list form); a
-/// parameter without a value is left out.
-fn write_items<'a>(
-    buf: &mut BytesMut,
-    results: impl Iterator<Item = &'a LimitResult>,
-    keys: [&[u8]; 2],
-    values: impl Fn(&LimitResult) -> [Option<u64>; 2],
-) {
-    let mut num = itoa::Buffer::new();
-    for (i, r) in results.enumerate() {
-        if i > 0 {
-            buf.extend_from_slice(b", ");
-        }
-        buf.extend_from_slice(b"\"");
-        buf.extend_from_slice(r.spec.name.as_bytes());
-        buf.extend_from_slice(b"\"");
-        for (key, value) in keys.iter().zip(values(r)) {
-            let Some(value) = value else { continue };
-            buf.extend_from_slice(key);
-            buf.extend_from_slice(num.format(value).as_bytes());
-        }
-    }
-}
-
-/// Add the limit headers to a response that is about to leave.
-/// Values the upstream set under the same names are replaced. Most responses carry none of
+/// Add `profile`'s limit headers to a response that is about to leave (`decided_at`: see
+/// [`limit_headers`]). Values the upstream set under the same names are replaced; the names
+/// this profile does not send are left as the upstream set them. Most responses carry none of
 /// these names: one pass over the handful of names present tells, and then `append` skips
 /// both a lookup per limit header and the list of removed values that `insert` builds.
-pub fn apply_headers(headers: &mut HeaderMap, outcome: &Outcome) {
-    let clash = headers.keys().any(|k| LIMIT_HEADER_NAMES.contains(k));
-    render(outcome, |name, value| {
+pub fn apply_headers(
+    headers: &mut HeaderMap,
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+) {
+    if !profile.sends_any() {
+        return;
+    }
+    let [standard, legacy] = names_sent(profile);
+    let clash = headers
+        .keys()
+        .any(|k| standard.contains(k) || legacy.contains(k));
+    render(outcome, profile, decided_at, |name, value| {
         if clash {
-            headers.insert(name, value);
+            headers.insert(name.clone(), value);
         } else {
-            headers.append(name, value);
+            headers.append(name.clone(), value);
         }
     });
 }
 
-/// The refusal: 429, problem+json, `Retry-After` from the bucket, and the limit headers.
-pub fn too_many_requests(outcome: &Outcome) -> HttpResponse {
+/// The refusal: 429, problem+json, `Retry-After` from the bucket, and `profile`'s limit
+/// headers (`decided_at`: see [`limit_headers`]).
+pub fn too_many_requests(
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+) -> HttpResponse {
     let wait = outcome.retry_after_secs().unwrap_or(1).max(1);
     let mut res = Problem::rate_limited(wait).into_response();
     let headers = res.headers_mut();
     headers.insert(RETRY_AFTER, HeaderValue::from(wait));
-    apply_headers(headers, outcome);
+    apply_headers(headers, outcome, profile, decided_at);
     res
 }

@@ -72,6 +72,13 @@ impl MemoryStore {
         }
     }
 
+    /// The same store naming its buckets with `digest` instead of a random key: for vectors
+    /// that must read the same in every run (`KeyDigest::Shared` names them as Redis does).
+    pub fn with_key_digest(mut self, digest: crate::keys::KeyDigest) -> Self {
+        self.digest = digest;
+        self
+    }
+
     /// The cap actually enforced (`max_keys` rounded up to a multiple of the shard count).
     pub fn capacity(&self) -> usize {
         self.per_shard_cap * self.shard_count

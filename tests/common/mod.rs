@@ -274,6 +274,10 @@ impl Launch {
         // No load balancer watches these gateways: SIGTERM closes their listeners at once.
         // The drain delay has its own tests in tests/readiness.rs.
         cmd.env("FLEET_LIMITER_DRAIN_DELAY", "0s");
+        // Most suites tell which limiters metered a request by the names in `RateLimit-Policy`
+        // and `RateLimit`, which only the named items of draft 8 and 10 carry; the tests of the
+        // header profiles themselves (tests/limit_headers.rs, tests/header_clients.rs) unset it.
+        cmd.env("FLEET_LIMITER_HEADERS_STANDARD", "draft-10");
         for k in &self.unset {
             cmd.env_remove(k);
         }
