@@ -51,7 +51,9 @@ async function limiter() {
   const port = await freePort();
   const env = { PATH: process.env.PATH, FLEET_LIMITER_LOG: 'warn', FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION: 'true',
     FLEET_LIMITER_TRUST_PROXY: '127.0.0.1', FLEET_LIMITER_DECISION_ALLOW_FROM: '127.0.0.1',
-    FLEET_LIMITER_DRAIN_DELAY: '0s' };
+    FLEET_LIMITER_DRAIN_DELAY: '0s',
+    // The draft-10 profile names each limiter in RateLimit-Policy, which these tests read.
+    FLEET_LIMITER_HEADERS_STANDARD: 'draft-10' };
   const log = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'fl-express-ms-')), 'stderr.log');
   const child = spawn(BIN, ['serve', '--decision-listen', `127.0.0.1:${port}`, '--admin-listen', '127.0.0.1:0'],
     { env, stdio: ['ignore', 'ignore', fs.openSync(log, 'w')] });
