@@ -16,7 +16,7 @@
 #   bench/admission.sh
 #   ROUNDS=8 DURATION=2s bench/admission.sh
 #
-# Reuses target/release/fleet-limiter when BUILD=0.
+# Reuses target/profiling/fleet-limiter when BUILD=0.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,9 +44,9 @@ for port in $P_UP $P_OFF $P_ON $P_ON_ADMIN $P_FAILED $P_FAILED_ADMIN; do
 done
 if [ "$BUILD" = 1 ]; then
   log "building the release binary"
-  (cd "$ROOT" && cargo build --release --quiet --bin fleet-limiter)
+  (cd "$ROOT" && cargo build --profile profiling --quiet --bin fleet-limiter)
 fi
-GATEWAY="$ROOT/target/release/fleet-limiter"
+GATEWAY="$ROOT/target/profiling/fleet-limiter"
 mkdir -p "$OUT"
 
 TMP=$(mktemp -d /tmp/fleet-limiter-bench-adm.XXXXXX)

@@ -63,13 +63,13 @@ done
 
 if $gateway_modes && [ -z "${GATEWAY:-}" ]; then
   log "building the gateway"
-  (cd "$ROOT" && cargo build --release --quiet --bin fleet-limiter)
-  GATEWAY="$ROOT/target/release/fleet-limiter"
+  (cd "$ROOT" && cargo build --profile profiling --quiet --bin fleet-limiter)
+  GATEWAY="$ROOT/target/profiling/fleet-limiter"
 fi
 if $middleware_modes && [ -z "${MW:-}" ]; then
   log "building the middleware apps"
-  (cd "$BENCH/middleware" && CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --bins)
-  MW="$ROOT/target/release/fleet-limiter-bench-middleware"
+  (cd "$BENCH/middleware" && CARGO_TARGET_DIR="$ROOT/target" cargo build --profile profiling --quiet --bins)
+  MW="$ROOT/target/profiling/fleet-limiter-bench-middleware"
 fi
 
 for p in "$P_UPSTREAM" "$P_SERVER"; do

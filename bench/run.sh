@@ -71,12 +71,12 @@ install_tools() {
 
 build() {
   log "building release binaries"
-  (cd "$ROOT" && cargo build --release --quiet --bin fleet-limiter --example memory_per_key)
+  (cd "$ROOT" && cargo build --profile profiling --quiet --bin fleet-limiter --example memory_per_key)
   # The middleware apps are their own cargo project (actix-governor stays out of the crate);
   # sharing the target directory reuses the crate's compiled dependencies.
-  (cd "$BENCH/middleware" && CARGO_TARGET_DIR="$ROOT/target" cargo build --release --quiet --bins)
-  GATEWAY="$ROOT/target/release/fleet-limiter"
-  MW="$ROOT/target/release/fleet-limiter-bench-middleware"
+  (cd "$BENCH/middleware" && CARGO_TARGET_DIR="$ROOT/target" cargo build --profile profiling --quiet --bins)
+  GATEWAY="$ROOT/target/profiling/fleet-limiter"
+  MW="$ROOT/target/profiling/fleet-limiter-bench-middleware"
 }
 
 # ---------------------------------------------------------------- process helpers
@@ -354,9 +354,9 @@ run_memory() {
     echo "### Memory per tracked key ($MEM_KEYS keys)"
     echo
     echo '```'
-    "$ROOT/target/release/examples/memory_per_key" "$MEM_KEYS"
-    "$ROOT/target/release/governor_memory" "$MEM_KEYS" ip+agent
-    "$ROOT/target/release/governor_memory" "$MEM_KEYS" digest
+    "$ROOT/target/profiling/examples/memory_per_key" "$MEM_KEYS"
+    "$ROOT/target/profiling/governor_memory" "$MEM_KEYS" ip+agent
+    "$ROOT/target/profiling/governor_memory" "$MEM_KEYS" digest
     node --expose-gc "$BENCH/node/memory.js" "$MEM_KEYS"
     redis_memory
     echo '```'

@@ -7,7 +7,7 @@
 #   bench/tls_upstream.sh
 #   ROUNDS=8 DURATION=2s bench/tls_upstream.sh
 #
-# Reuses target/release/fleet-limiter when BUILD=0.
+# Reuses target/profiling/fleet-limiter when BUILD=0.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,9 +35,9 @@ for port in $P_PLAIN $P_TLS $P_GW_PLAIN $P_GW_TLS; do
 done
 if [ "$BUILD" = 1 ]; then
   log "building the release binary"
-  (cd "$ROOT" && cargo build --release --quiet --bin fleet-limiter)
+  (cd "$ROOT" && cargo build --profile profiling --quiet --bin fleet-limiter)
 fi
-GATEWAY="$ROOT/target/release/fleet-limiter"
+GATEWAY="$ROOT/target/profiling/fleet-limiter"
 mkdir -p "$OUT"
 
 TMP=$(mktemp -d /tmp/fleet-limiter-bench-tls.XXXXXX)
