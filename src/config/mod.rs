@@ -15,6 +15,7 @@ mod ceiling;
 pub mod decision;
 pub mod defaults;
 mod duration;
+mod flags;
 pub mod identity;
 mod layers;
 mod limiters;
@@ -22,17 +23,19 @@ mod methods;
 pub mod ops;
 mod path;
 mod rate;
+pub mod settings;
 mod syntax;
 mod trust;
 mod upstream;
 pub mod websocket;
 
 use build::*;
-use layers::*;
 use limiters::*;
+use settings::{Kind, SETTINGS};
 
 pub use ceiling::{AGENT_DEVICE, AGENT_IP};
 pub use duration::parse_duration;
+pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
 pub use layers::Loader;
 pub use rate::parse_rate;
 pub use trust::covers_everything;
@@ -231,10 +234,7 @@ impl Config {
 /// The environment variable of the scalar setting at `path` (e.g. `FLEET_LIMITER_LISTEN` for
 /// `server.listen`).
 pub fn variable_of(path: &str) -> Option<&'static str> {
-    SETTINGS
-        .iter()
-        .find(|(p, _, _)| *p == path)
-        .map(|(_, v, _)| *v)
+    settings::setting(path).map(|s| s.variable)
 }
 
 impl Default for Config {
