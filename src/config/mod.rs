@@ -26,6 +26,7 @@ mod rate;
 pub mod settings;
 mod syntax;
 mod trust;
+mod type_error;
 mod upstream;
 pub mod websocket;
 

@@ -363,6 +363,14 @@ pub const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("cost_max", Int),
 ];
 
+/// Fields of an `[admission.groups.<name>]` table, set in the file only.
+pub const GROUP_FIELDS: &[(&str, Kind)] = &[
+    ("routes", List),
+    ("max_in_flight", Int),
+    ("queue", Int),
+    ("body_hold", Duration),
+];
+
 /// A variable (and flag) read by the command itself, not by the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct CommandSetting {
@@ -476,6 +484,13 @@ mod tests {
                     f.name
                 );
             }
+        }
+        for (field, _) in GROUP_FIELDS {
+            let cell = format!("| `admission.groups.<name>.{field}` |");
+            assert!(
+                rows.iter().any(|r| r.starts_with(&cell)),
+                "docs/configuration.md has no row for `admission.groups.<name>.{field}`"
+            );
         }
         for (field, _) in LIMITER_FIELDS {
             let cell = format!("| `{field}` |");
