@@ -22,7 +22,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) store: RawStore,
     #[serde(default)]
-    pub(super) fleet: FleetConfig,
+    pub(super) fleet: fleet::RawFleet,
     #[serde(default)]
     pub(super) limiters: BTreeMap<String, RawLimiter>,
     #[serde(default)]
@@ -327,20 +327,10 @@ pub(super) fn build(
         ));
     }
 
+    let fleet = fleet::build_fleet(raw.fleet, ctx)?;
     let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
-    let mut limiters = build_limiters(raw.limiters, &raw.fleet, ctx)?;
-    ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
-    if raw.fleet.max_agents < raw.fleet.max_site_endpoints.max(1) {
-        return Err(ctx.err(
-            "fleet.max_agents",
-            format!(
-                "{} is fewer than fleet.max_site_endpoints = {}: a fleet holds at least its largest site; raise fleet.max_agents (default {})",
-                raw.fleet.max_agents,
-                raw.fleet.max_site_endpoints,
-                defaults::MAX_AGENTS
-            ),
-        ));
-    }
+    let mut limiters = build_limiters(raw.limiters, &fleet, ctx)?;
+    ceiling::derive_agent_ip(&mut limiters, explicit, &fleet, ctx)?;
     if client_ip.trusted.ranges.is_empty() {
         if let Some(l) = limiters
             .iter()
@@ -364,7 +354,7 @@ pub(super) fn build(
         server,
         client_ip,
         store,
-        fleet: raw.fleet,
+        fleet,
         limiters,
         identity,
         ops: ops::build_ops(raw.ops, ctx)?,

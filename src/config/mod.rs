@@ -16,6 +16,7 @@ pub mod decision;
 pub mod defaults;
 mod duration;
 mod flags;
+mod fleet;
 pub mod identity;
 mod layers;
 mod limiters;
@@ -37,6 +38,7 @@ use settings::{Kind, SETTINGS};
 pub use ceiling::{AGENT_DEVICE, AGENT_IP};
 pub use duration::parse_duration;
 pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
+pub use fleet::FleetConfig;
 pub use layers::Loader;
 pub use rate::parse_rate;
 pub use trust::covers_everything;
@@ -138,35 +140,6 @@ impl StoreConfig {
                 "redis {}",
                 crate::redact::url(self.url.as_deref().unwrap_or_default())
             ),
-        }
-    }
-}
-
-/// What a healthy fleet looks like; the calibration is checked against it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FleetConfig {
-    pub heartbeat_interval_seconds: u64,
-    pub poll_interval_seconds: u64,
-    pub heartbeat_timeout_seconds: u64,
-    pub max_site_endpoints: u64,
-    pub dashboard_poll_seconds: u64,
-    pub analysts_per_nat: u64,
-    /// The enrolled agents this instance must remember at once (the known-agents table's
-    /// protected half is judged against it); at least `max_site_endpoints`.
-    pub max_agents: u64,
-}
-
-impl Default for FleetConfig {
-    fn default() -> Self {
-        Self {
-            heartbeat_interval_seconds: 60,
-            poll_interval_seconds: 30,
-            heartbeat_timeout_seconds: 180,
-            max_site_endpoints: 250,
-            dashboard_poll_seconds: 10,
-            analysts_per_nat: 20,
-            max_agents: defaults::MAX_AGENTS,
         }
     }
 }

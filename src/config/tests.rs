@@ -974,7 +974,7 @@ fn unknown_variables_are_named_with_the_nearest_setting_and_never_their_value() 
 
 #[test]
 fn the_declared_fleet_holds_at_least_its_largest_site() {
-    assert_eq!(Config::default().fleet.max_agents, 10_000);
+    assert_eq!(Config::default().fleet.max_agents.get(), 10_000);
     let e = file_error("[fleet]\nmax_agents = 100\n", &[]);
     assert_eq!(
         e,
@@ -1003,5 +1003,5 @@ fn the_declared_fleet_holds_at_least_its_largest_site() {
         ])
         .load()
         .unwrap();
-    assert_eq!(cfg.fleet.max_agents, 50_000);
+    assert_eq!(cfg.fleet.max_agents.get(), 50_000);
 }
