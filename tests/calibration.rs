@@ -320,7 +320,7 @@ fn serve_refuses_an_unsafe_calibration() {
 #[test]
 fn the_library_gateway_refuses_an_unsafe_calibration_before_it_listens() {
     let mut cfg = replaced_config();
-    cfg.server.upstream = Some("http://127.0.0.1:9".to_owned());
+    cfg.server.upstream = Some("http://127.0.0.1:9".parse().expect("an upstream URL"));
     let decider = std::sync::Arc::new(fleet_limiter::build_decider(&cfg).expect("decider"));
     let run =
         actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));

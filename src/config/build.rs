@@ -391,34 +391,7 @@ pub(super) fn ca_file(ctx: &Ctx, path: &str, value: &str) -> Result<PathBuf, Con
     }
 }
 
-pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
-    let trimmed = u.trim().trim_end_matches('/');
-    let rest = trimmed
-        .strip_prefix("http://")
-        .or_else(|| trimmed.strip_prefix("https://"))
-        .ok_or_else(|| {
-            ctx.err(
-                "server.upstream",
-                format!(
-                    "`{}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")",
-                    crate::redact::url(u)
-                ),
-            )
-        })?;
-    if rest.is_empty() || rest.contains(['?', '#']) {
-        return Err(ctx.err(
-            "server.upstream",
-            format!(
-                "`{}` must be scheme, host, port and optionally a path prefix; a query or a fragment is not sent upstream",
-                crate::redact::url(u)
-            ),
-        ));
-    }
-    if let Some(why) = upstream::problem(rest) {
-        return Err(ctx.err(
-            "server.upstream",
-            format!("`{}` {why}", crate::redact::url(u)),
-        ));
-    }
-    Ok(trimmed.to_owned())
+pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<UpstreamUrl, ConfigError> {
+    u.parse::<UpstreamUrl>()
+        .map_err(|why| ctx.err("server.upstream", why))
 }

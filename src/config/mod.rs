@@ -42,6 +42,7 @@ pub use fleet::FleetConfig;
 pub use layers::Loader;
 pub use rate::parse_rate;
 pub use trust::covers_everything;
+pub use upstream::UpstreamUrl;
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
@@ -83,7 +84,7 @@ pub enum StoreBackend {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub upstream: Option<String>,
+    pub upstream: Option<UpstreamUrl>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     /// The longest wait for the next chunk of a client's request body.

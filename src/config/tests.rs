@@ -112,7 +112,7 @@ routes = ["POST /api/reports/**"]
     );
     let cfg = Loader::new().file(&f.path).load().expect("valid");
     assert_eq!(
-        cfg.server.upstream.as_deref(),
+        cfg.server.upstream.as_ref().map(UpstreamUrl::as_str),
         Some("http://127.0.0.1:3000")
     );
     assert_eq!(cfg.server.read_timeout, Duration::from_secs(5));
@@ -655,7 +655,7 @@ fn https_upstream_and_tls_settings() {
         .load()
         .expect("valid");
     assert_eq!(
-        cfg.server.upstream.as_deref(),
+        cfg.server.upstream.as_ref().map(UpstreamUrl::as_str),
         Some("https://api.internal:8443/v1")
     );
     assert_eq!(
