@@ -104,26 +104,23 @@ pub(super) fn build_fleet(raw: RawFleet, ctx: &Ctx) -> Result<FleetConfig, Confi
         (1, MAX_PER_ADDRESS),
         "the most agents behind one NAT address (it sizes the agent-ip ceiling)",
     )?;
-    let agents = raw
-        .max_agents
-        .unwrap_or(i64::try_from(d.max_agents.get()).unwrap_or(i64::MAX));
-    if u64::try_from(agents).is_ok_and(|a| (1..site.get()).contains(&a)) {
+    let max_agents = field(
+        ctx,
+        "max_agents",
+        raw.max_agents,
+        d.max_agents,
+        (1, MAX_AGENTS),
+        "the enrolled agents one instance must remember, at least fleet.max_site_endpoints",
+    )?;
+    if max_agents < site {
         return Err(ctx.err(
             "fleet.max_agents",
             format!(
-                "{agents} is fewer than fleet.max_site_endpoints = {site}: a fleet holds at least its largest site; raise fleet.max_agents (default {})",
+                "{max_agents} is fewer than fleet.max_site_endpoints = {site}: a fleet holds at least its largest site; raise fleet.max_agents (default {})",
                 d.max_agents
             ),
         ));
     }
-    let max_agents = field(
-        ctx,
-        "max_agents",
-        Some(agents),
-        d.max_agents,
-        (site.get(), MAX_AGENTS),
-        "the enrolled agents one instance must remember, at least fleet.max_site_endpoints",
-    )?;
     Ok(FleetConfig {
         heartbeat_interval_seconds: field(
             ctx,
