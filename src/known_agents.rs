@@ -80,7 +80,7 @@ pub fn grace(fleet: &FleetConfig) -> Nanos {
     let gap = fleet
         .heartbeat_interval_seconds
         .max(fleet.poll_interval_seconds)
-        .max(1);
+        .get();
     gap.saturating_mul(2).saturating_mul(NS)
 }
 

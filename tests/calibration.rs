@@ -290,6 +290,62 @@ fn check_reads_the_fleet_settings() {
     );
 }
 
+#[test]
+fn each_fleet_setting_out_of_range_stops_check_and_serve_naming_the_field_and_the_range() {
+    for (var, path) in [
+        (
+            "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS",
+            "fleet.heartbeat_interval_seconds",
+        ),
+        (
+            "FLEET_LIMITER_POLL_INTERVAL_SECONDS",
+            "fleet.poll_interval_seconds",
+        ),
+        (
+            "FLEET_LIMITER_HEARTBEAT_TIMEOUT_SECONDS",
+            "fleet.heartbeat_timeout_seconds",
+        ),
+        (
+            "FLEET_LIMITER_MAX_SITE_ENDPOINTS",
+            "fleet.max_site_endpoints",
+        ),
+        (
+            "FLEET_LIMITER_DASHBOARD_POLL_SECONDS",
+            "fleet.dashboard_poll_seconds",
+        ),
+        ("FLEET_LIMITER_ANALYSTS_PER_NAT", "fleet.analysts_per_nat"),
+        ("FLEET_LIMITER_MAX_AGENTS", "fleet.max_agents"),
+    ] {
+        for bad in ["0", "-5", "9999999999999"] {
+            let o = cli(&["check"]).env(var, bad).run(LIMIT);
+            assert_eq!(o.code, Some(2), "{var}={bad}: {}", o.stderr);
+            let said = format!("environment variable {var}: {path}: {bad} is out of range; use ");
+            assert!(o.stderr.contains(&said), "{var}={bad}: {}", o.stderr);
+            assert!(o.stderr.contains("(default "), "{}", o.stderr);
+        }
+    }
+    let o = as_by_default(Launch::serve())
+        .upstream("http://127.0.0.1:9")
+        .config_toml("[fleet]\npoll_interval_seconds = 0\n")
+        .run(LIMIT);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(".toml: fleet.poll_interval_seconds: 0 is out of range; use the seconds between two task polls of a healthy agent, 1 to 86400 (default 30)"),
+        "{}",
+        o.stderr
+    );
+    let o = as_by_default(Launch::serve())
+        .upstream("http://127.0.0.1:9")
+        .config_toml("[fleet]\nheartbeat_interval_seconds = \"60\"\n")
+        .run(LIMIT);
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert!(
+        o.stderr.contains(".toml: fleet.heartbeat_interval_seconds: got string \"60\"; expected a whole number (no quotes)"),
+        "{}",
+        o.stderr
+    );
+}
+
 /// `serve` on the replaced calibration, as the binary runs by default.
 fn serve_replaced() -> Launch {
     as_by_default(Launch::serve())
@@ -320,7 +376,7 @@ fn serve_refuses_an_unsafe_calibration() {
 #[test]
 fn the_library_gateway_refuses_an_unsafe_calibration_before_it_listens() {
     let mut cfg = replaced_config();
-    cfg.server.upstream = Some("http://127.0.0.1:9".to_owned());
+    cfg.server.upstream = Some("http://127.0.0.1:9".parse().expect("an upstream URL"));
     let decider = std::sync::Arc::new(fleet_limiter::build_decider(&cfg).expect("decider"));
     let run =
         actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));

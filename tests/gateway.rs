@@ -1108,6 +1108,62 @@ async fn bodiless_upstream_answers_gain_no_headers() {
 }
 
 #[test]
+fn every_flag_of_the_settings_table_is_a_serve_flag_and_reaches_its_setting() {
+    use fleet_limiter::config::settings::{Kind, SETTINGS};
+    let limit = Duration::from_secs(30);
+    let help = Launch::command(["serve", "--help"]).run(limit);
+    assert_eq!(help.code, Some(0), "{}", help.stderr);
+    let check = Launch::command(["check", "--help"]).run(limit);
+    assert_eq!(check.code, Some(0), "{}", check.stderr);
+    for c in [&help.stdout, &check.stdout] {
+        assert!(c.contains("--config <FILE>"), "{c}");
+    }
+    let flagged: Vec<_> = SETTINGS.iter().filter(|s| s.flag.is_some()).collect();
+    assert!(flagged.len() >= 25, "{}", flagged.len());
+    for s in flagged {
+        let f = s.flag.expect("a flag");
+        let spelled = format!("--{} <{}>", f.name, f.value_name);
+        assert!(
+            help.stdout.contains(&spelled),
+            "serve --help lacks {spelled}"
+        );
+        assert!(
+            help.stdout.contains(s.help),
+            "serve --help lacks the help of {spelled}"
+        );
+        assert!(
+            !check.stdout.contains(&format!("--{} ", f.name)),
+            "check takes no setting flag: {spelled}"
+        );
+        // A value no setting takes: refused, naming the flag and the setting. (Admission's
+        // settings are read when admission control is on.)
+        let mut launch = Launch::command([
+            "serve".to_owned(),
+            format!("--{}", f.name),
+            "not valid!".to_owned(),
+        ])
+        .env("FLEET_LIMITER_UPSTREAM", "http://127.0.0.1:9");
+        if s.section() == "admission" {
+            launch = launch.env("FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT", "8");
+        }
+        let out = launch.run(limit);
+        assert_eq!(out.code, Some(2), "--{}: {}", f.name, out.stderr);
+        let path = if s.kind == Kind::Store {
+            "store"
+        } else {
+            s.path
+        };
+        assert!(
+            out.stderr
+                .contains(&format!("configuration error: flag --{}: {path}: ", f.name)),
+            "--{}: {}",
+            f.name,
+            out.stderr
+        );
+    }
+}
+
+#[test]
 fn start_up_errors_exit_2_and_say_what_to_fix() {
     let limit = Duration::from_secs(30);
     let out = Launch::serve().run(limit);

@@ -214,16 +214,16 @@ impl KnownTable {
     pub fn of(cfg: &Config) -> Self {
         let capacity = cfg.store.max_keys as u64;
         let (protected, probation) = crate::known_agents::split(capacity);
-        let site = cfg.fleet.max_site_endpoints.max(1);
+        let site = cfg.fleet.max_site_endpoints.get();
         Self {
             capacity,
             protected,
             probation,
-            max_agents: cfg.fleet.max_agents,
+            max_agents: cfg.fleet.max_agents.get(),
             site,
             others_first_sightings: probation.saturating_sub(site),
             flooding_addresses: (probation / site).saturating_sub(1),
-            others_protected: protected.saturating_sub(cfg.fleet.max_agents),
+            others_protected: protected.saturating_sub(cfg.fleet.max_agents.get()),
             grace_seconds: crate::known_agents::grace(&cfg.fleet) / 1_000_000_000,
         }
     }
@@ -319,7 +319,7 @@ struct Spec {
 /// The declared workloads; `verified`: a token verifier is configured, so a dashboard's token
 /// names its analyst (without one it verifies as nothing and the request is anonymous).
 fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
-    let per_min = |secs: u64| 60.0 / secs.max(1) as f64;
+    let per_min = |secs: u64| 60.0 / secs as f64;
     let agent = |route, amount| Req {
         route,
         credential: Credential::None,
@@ -339,17 +339,20 @@ fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
     vec![
         Spec {
             workload: Workload::AgentIdle,
-            clients: f.max_site_endpoints,
+            clients: f.max_site_endpoints.get(),
             steady: true,
             unit: "agent",
             reqs: vec![
-                agent(traffic::HEARTBEAT, per_min(f.heartbeat_interval_seconds)),
-                agent(traffic::POLL, per_min(f.poll_interval_seconds)),
+                agent(
+                    traffic::HEARTBEAT,
+                    per_min(f.heartbeat_interval_seconds.get()),
+                ),
+                agent(traffic::POLL, per_min(f.poll_interval_seconds.get())),
             ],
         },
         Spec {
             workload: Workload::Rollout,
-            clients: f.max_site_endpoints,
+            clients: f.max_site_endpoints.get(),
             steady: false,
             unit: "endpoint",
             reqs: vec![
@@ -359,7 +362,7 @@ fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
         },
         Spec {
             workload: Workload::Dashboards,
-            clients: f.analysts_per_nat,
+            clients: f.analysts_per_nat.get(),
             steady: true,
             unit: if verified {
                 "verified analyst"
@@ -597,7 +600,7 @@ fn new_agent_rules(
             reasons,
         );
     }
-    if u64::from(r.max_known) < fleet.max_site_endpoints {
+    if u64::from(r.max_known) < fleet.max_site_endpoints.get() {
         raise(
             status,
             Status::Unsafe,
@@ -610,7 +613,8 @@ fn new_agent_rules(
     }
     let gap = fleet
         .heartbeat_interval_seconds
-        .max(fleet.poll_interval_seconds);
+        .max(fleet.poll_interval_seconds)
+        .get();
     if r.known_for.as_secs() <= gap {
         raise(
             status,
@@ -731,9 +735,9 @@ fn judge(
                 );
             } else if workload == Workload::AgentIdle {
                 let w = worst.unwrap_or(f64::INFINITY);
-                let timeout = fleet.heartbeat_timeout_seconds as f64;
+                let timeout = fleet.heartbeat_timeout_seconds.get() as f64;
                 let gap = if carries_heartbeat {
-                    w + fleet.heartbeat_interval_seconds as f64
+                    w + fleet.heartbeat_interval_seconds.get() as f64
                 } else {
                     w
                 };
@@ -920,9 +924,10 @@ mod tests {
     #[test]
     fn one_dashboard_load_six_requests_every_ten_seconds() {
         assert_eq!(traffic::DASHBOARD_REQUESTS_PER_POLL, 6);
-        assert_eq!(traffic::dashboard_per_minute(10), 36.0);
-        assert_eq!(traffic::dashboard_per_minute(15), 24.0);
-        assert_eq!(traffic::dashboard_per_minute(0), 360.0);
+        let every = |s| std::num::NonZeroU64::new(s).expect("positive");
+        assert_eq!(traffic::dashboard_per_minute(every(10)), 36.0);
+        assert_eq!(traffic::dashboard_per_minute(every(15)), 24.0);
+        assert_eq!(traffic::dashboard_per_minute(every(1)), 360.0);
         let r = check(&Config::default());
         assert_eq!(r.dashboards.requests_per_poll, 6);
         assert_eq!(r.dashboards.per_analyst_per_minute, 36.0);
@@ -1109,7 +1114,7 @@ mod tests {
 
     #[test]
     fn extreme_fleet_settings_do_not_panic() {
-        for v in [0, 1, u64::MAX] {
+        for v in [std::num::NonZeroU64::MIN, std::num::NonZeroU64::MAX] {
             let cfg = Config {
                 fleet: FleetConfig {
                     heartbeat_interval_seconds: v,
@@ -1127,9 +1132,9 @@ mod tests {
             let _ = crate::calibration::report::check_table(&r);
             let _ = crate::calibration::report::json(&r);
         }
-        // A zero heartbeat timeout can never be met.
+        // A heartbeat timeout of one second can never be met.
         let mut cfg = Config::default();
-        cfg.fleet.heartbeat_timeout_seconds = 0;
+        cfg.fleet.heartbeat_timeout_seconds = std::num::NonZeroU64::MIN;
         assert!(!check(&cfg).is_safe());
     }
 

@@ -211,8 +211,8 @@ pub mod traffic {
     /// The dashboard load: requests per minute one analyst's open dashboard sends,
     /// [`DASHBOARD_REQUESTS_PER_POLL`] every `dashboard_poll_seconds` (6 every 10 s: 36 a
     /// minute). `check` and `simulate` both use it, and docs/calibration.md states it.
-    pub fn dashboard_per_minute(dashboard_poll_seconds: u64) -> f64 {
-        DASHBOARD_REQUESTS_PER_POLL as f64 * 60.0 / dashboard_poll_seconds.max(1) as f64
+    pub fn dashboard_per_minute(dashboard_poll_seconds: std::num::NonZeroU64) -> f64 {
+        DASHBOARD_REQUESTS_PER_POLL as f64 * 60.0 / dashboard_poll_seconds.get() as f64
     }
     /// A CLI polling the device-authorisation token endpoint while its user logs in.
     pub const DEVICE_POLL: (&str, &str) = ("POST", "/api/cli/auth/device/token");

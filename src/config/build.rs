@@ -22,7 +22,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) store: RawStore,
     #[serde(default)]
-    pub(super) fleet: FleetConfig,
+    pub(super) fleet: fleet::RawFleet,
     #[serde(default)]
     pub(super) limiters: BTreeMap<String, RawLimiter>,
     #[serde(default)]
@@ -329,20 +329,10 @@ pub(super) fn build(
         ));
     }
 
+    let fleet = fleet::build_fleet(raw.fleet, ctx)?;
     let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
-    let mut limiters = build_limiters(raw.limiters, &raw.fleet, ctx)?;
-    ceiling::derive_agent_ip(&mut limiters, explicit, &raw.fleet, ctx)?;
-    if raw.fleet.max_agents < raw.fleet.max_site_endpoints.max(1) {
-        return Err(ctx.err(
-            "fleet.max_agents",
-            format!(
-                "{} is fewer than fleet.max_site_endpoints = {}: a fleet holds at least its largest site; raise fleet.max_agents (default {})",
-                raw.fleet.max_agents,
-                raw.fleet.max_site_endpoints,
-                defaults::MAX_AGENTS
-            ),
-        ));
-    }
+    let mut limiters = build_limiters(raw.limiters, &fleet, ctx)?;
+    ceiling::derive_agent_ip(&mut limiters, explicit, &fleet, ctx)?;
     if client_ip.trusted.ranges.is_empty() {
         if let Some(l) = limiters
             .iter()
@@ -366,7 +356,7 @@ pub(super) fn build(
         server,
         client_ip,
         store,
-        fleet: raw.fleet,
+        fleet,
         limiters,
         identity,
         ops: ops::build_ops(raw.ops, ctx)?,
@@ -404,34 +394,7 @@ pub(super) fn ca_file(ctx: &Ctx, path: &str, value: &str) -> Result<PathBuf, Con
     }
 }
 
-pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<String, ConfigError> {
-    let trimmed = u.trim().trim_end_matches('/');
-    let rest = trimmed
-        .strip_prefix("http://")
-        .or_else(|| trimmed.strip_prefix("https://"))
-        .ok_or_else(|| {
-            ctx.err(
-                "server.upstream",
-                format!(
-                    "`{}` must be an http:// or https:// URL of the upstream API (e.g. \"http://127.0.0.1:3000\" or \"https://api.internal\")",
-                    crate::redact::url(u)
-                ),
-            )
-        })?;
-    if rest.is_empty() || rest.contains(['?', '#']) {
-        return Err(ctx.err(
-            "server.upstream",
-            format!(
-                "`{}` must be scheme, host, port and optionally a path prefix; a query or a fragment is not sent upstream",
-                crate::redact::url(u)
-            ),
-        ));
-    }
-    if let Some(why) = upstream::problem(rest) {
-        return Err(ctx.err(
-            "server.upstream",
-            format!("`{}` {why}", crate::redact::url(u)),
-        ));
-    }
-    Ok(trimmed.to_owned())
+pub(super) fn validate_upstream(ctx: &Ctx, u: &str) -> Result<UpstreamUrl, ConfigError> {
+    u.parse::<UpstreamUrl>()
+        .map_err(|why| ctx.err("server.upstream", why))
 }

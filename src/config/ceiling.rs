@@ -72,12 +72,11 @@ pub fn derived_limit(
     window_ns: u64,
     new_agents: bool,
 ) -> Option<u64> {
+    let site = fleet.max_site_endpoints.get();
     let per_device_window = if new_agents {
-        fleet.max_site_endpoints
+        site
     } else {
-        fleet
-            .max_site_endpoints
-            .checked_mul(u64::from(device.limit()))?
+        site.checked_mul(u64::from(device.limit()))?
     };
     let device_ns = device.window.as_nanos();
     if device_ns == 0 {
@@ -116,12 +115,6 @@ pub(super) fn derive_agent_ip(
     let Some(ceiling) = limiters.iter_mut().find(|l| &*l.name == AGENT_IP) else {
         return Ok(());
     };
-    if fleet.max_site_endpoints < 1 {
-        return Err(ctx.err(
-            "fleet.max_site_endpoints",
-            "must be at least 1: it sizes the agent-ip ceiling (default 250)",
-        ));
-    }
     let window = if explicit.window {
         ceiling.quota.window
     } else {
@@ -132,12 +125,14 @@ pub(super) fn derive_agent_ip(
     } else {
         device.quota.algorithm
     };
-    let limit = if explicit.limit {
-        ceiling.quota.limit()
+    // Positive: the site and agent-device's budget are at least 1, and so is the window.
+    let derived = if explicit.limit {
+        None
     } else {
         let new_agents = ceiling.new_agents.is_some();
         let n = derived_limit(fleet, &device.quota, window.as_nanos() as u64, new_agents)
-            .filter(|n| *n <= u32::MAX as u64)
+            .and_then(|n| u32::try_from(n).ok())
+            .and_then(std::num::NonZeroU32::new)
             .ok_or_else(|| {
                 ctx.err(
                     "fleet.max_site_endpoints",
@@ -147,15 +142,17 @@ pub(super) fn derive_agent_ip(
                     ),
                 )
             })?;
-        n as u32
+        Some(n)
     };
-    let Some(limit) = std::num::NonZeroU32::new(limit) else {
-        return Err(ctx.err(
-            "fleet.max_site_endpoints",
-            "is 0, which leaves agent-ip no budget; use at least 1",
-        ));
+    ceiling.quota = match derived {
+        Some(limit) => Quota::new(limit, window, algorithm),
+        None => {
+            let mut quota = ceiling.quota;
+            quota.window = window;
+            quota.algorithm = algorithm;
+            quota
+        }
     };
-    ceiling.quota = Quota::new(limit, window, algorithm);
     if !explicit.routes {
         ceiling.routes = device.routes.clone();
     }
@@ -307,12 +304,13 @@ mod tests {
     fn ceiling_errors_name_the_fix() {
         let e = load(&[("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "0")]).unwrap_err();
         assert!(
-            e.contains("fleet.max_site_endpoints: must be at least 1"),
+            e.contains("fleet.max_site_endpoints: 0 is out of range; use the most agents behind one NAT address (it sizes the agent-ip ceiling), 1 to"),
             "{e}"
         );
         let e = load(&[
-            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "4000000000"),
-            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100"),
+            ("FLEET_LIMITER_MAX_SITE_ENDPOINTS", "1000000"),
+            ("FLEET_LIMITER_MAX_AGENTS", "1000000"),
+            ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "10000"),
             ("FLEET_LIMITER_LIMITER_AGENT_IP_METER", "requests"),
         ])
         .unwrap_err();

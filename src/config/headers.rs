@@ -114,14 +114,13 @@ impl HeaderProfile {
     }
 }
 
-/// `standard` as written: a string; a boolean (express-rate-limit's older spelling) or any
-/// other value is refused, naming the strings to write instead.
+/// `standard` as written: a string, or a boolean (express-rate-limit's older spelling), refused
+/// naming the string to write instead. Any other type is a type error naming the choices.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub(super) enum StandardValue {
     Text(String),
     Flag(bool),
-    Other(toml::Value),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -150,7 +149,6 @@ pub(super) fn build_headers(raw: RawHeaders, ctx: &Ctx) -> Result<HeaderProfile,
     let standard = match raw.standard {
         None => defaults.standard,
         Some(StandardValue::Flag(b)) => return Err(standard_error(ctx, &b.to_string())),
-        Some(StandardValue::Other(v)) => return Err(standard_error(ctx, &v.to_string())),
         Some(StandardValue::Text(s)) => {
             let t = s.trim();
             Standard::ALL

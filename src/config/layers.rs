@@ -2,352 +2,8 @@
 //! variables, then flags, merged into one TOML document whose every value remembers where it
 //! came from; type errors named by field in an operator's words.
 
+use super::settings::LIMITER_FIELDS;
 use super::*;
-
-/// A setting's value type, for parsing it from an environment variable or a flag.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Kind {
-    Str,
-    Int,
-    Bool,
-    List,
-}
-
-/// Every scalar setting: its TOML path, its environment variable, its type.
-pub(super) const SETTINGS: &[(&str, &str, Kind)] = &[
-    ("enabled", "FLEET_LIMITER_ENABLED", Kind::Bool),
-    ("server.listen", "FLEET_LIMITER_LISTEN", Kind::Str),
-    ("server.upstream", "FLEET_LIMITER_UPSTREAM", Kind::Str),
-    (
-        "server.connect_timeout",
-        "FLEET_LIMITER_CONNECT_TIMEOUT",
-        Kind::Str,
-    ),
-    (
-        "server.read_timeout",
-        "FLEET_LIMITER_READ_TIMEOUT",
-        Kind::Str,
-    ),
-    (
-        "server.body_timeout",
-        "FLEET_LIMITER_BODY_TIMEOUT",
-        Kind::Str,
-    ),
-    (
-        "server.body_min_rate",
-        "FLEET_LIMITER_BODY_MIN_RATE",
-        Kind::Str,
-    ),
-    (
-        "server.upstream_ca_file",
-        "FLEET_LIMITER_UPSTREAM_CA_FILE",
-        Kind::Str,
-    ),
-    (
-        "server.upstream_insecure_skip_verify",
-        "FLEET_LIMITER_UPSTREAM_INSECURE_SKIP_VERIFY",
-        Kind::Bool,
-    ),
-    (
-        "server.tls_cert_file",
-        "FLEET_LIMITER_TLS_CERT_FILE",
-        Kind::Str,
-    ),
-    (
-        "server.tls_key_file",
-        "FLEET_LIMITER_TLS_KEY_FILE",
-        Kind::Str,
-    ),
-    (
-        "client_ip.trust_proxy",
-        "FLEET_LIMITER_TRUST_PROXY",
-        Kind::List,
-    ),
-    (
-        "client_ip.header",
-        "FLEET_LIMITER_FORWARDED_HEADER",
-        Kind::Str,
-    ),
-    (
-        "client_ip.ipv6_prefix",
-        "FLEET_LIMITER_IPV6_PREFIX",
-        Kind::Int,
-    ),
-    (
-        "client_ip.trust_all_addresses",
-        "FLEET_LIMITER_TRUST_ALL_ADDRESSES",
-        Kind::Bool,
-    ),
-    ("store.backend", "FLEET_LIMITER_STORE_BACKEND", Kind::Str),
-    ("store.url", "FLEET_LIMITER_STORE_URL", Kind::Str),
-    ("store.cluster", "FLEET_LIMITER_STORE_CLUSTER", Kind::List),
-    ("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Kind::Int),
-    ("store.timeout", "FLEET_LIMITER_STORE_TIMEOUT", Kind::Str),
-    (
-        "store.calls_in_flight",
-        "FLEET_LIMITER_STORE_CALLS_IN_FLIGHT",
-        Kind::Int,
-    ),
-    ("store.ca_file", "FLEET_LIMITER_STORE_CA_FILE", Kind::Str),
-    (
-        "store.insecure_skip_verify",
-        "FLEET_LIMITER_STORE_INSECURE_SKIP_VERIFY",
-        Kind::Bool,
-    ),
-    (
-        "fleet.heartbeat_interval_seconds",
-        "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS",
-        Kind::Int,
-    ),
-    (
-        "fleet.poll_interval_seconds",
-        "FLEET_LIMITER_POLL_INTERVAL_SECONDS",
-        Kind::Int,
-    ),
-    (
-        "fleet.heartbeat_timeout_seconds",
-        "FLEET_LIMITER_HEARTBEAT_TIMEOUT_SECONDS",
-        Kind::Int,
-    ),
-    (
-        "fleet.max_site_endpoints",
-        "FLEET_LIMITER_MAX_SITE_ENDPOINTS",
-        Kind::Int,
-    ),
-    (
-        "fleet.dashboard_poll_seconds",
-        "FLEET_LIMITER_DASHBOARD_POLL_SECONDS",
-        Kind::Int,
-    ),
-    (
-        "fleet.analysts_per_nat",
-        "FLEET_LIMITER_ANALYSTS_PER_NAT",
-        Kind::Int,
-    ),
-    ("fleet.max_agents", "FLEET_LIMITER_MAX_AGENTS", Kind::Int),
-    ("identity.jwks_url", "FLEET_LIMITER_JWKS_URL", Kind::Str),
-    (
-        "identity.jwks_ca_file",
-        "FLEET_LIMITER_JWKS_CA_FILE",
-        Kind::Str,
-    ),
-    (
-        "identity.jwks_insecure_skip_verify",
-        "FLEET_LIMITER_JWKS_INSECURE_SKIP_VERIFY",
-        Kind::Bool,
-    ),
-    (
-        "identity.jwt_public_key_pem",
-        "FLEET_LIMITER_JWT_PUBLIC_KEY_PEM",
-        Kind::Str,
-    ),
-    (
-        "identity.jwt_hs256_secret",
-        "FLEET_LIMITER_JWT_HS256_SECRET",
-        Kind::Str,
-    ),
-    (
-        "identity.jwt_issuer",
-        "FLEET_LIMITER_JWT_ISSUER",
-        Kind::List,
-    ),
-    (
-        "identity.jwt_audience",
-        "FLEET_LIMITER_JWT_AUDIENCE",
-        Kind::List,
-    ),
-    (
-        "identity.authorized_parties",
-        "FLEET_LIMITER_AUTHORIZED_PARTIES",
-        Kind::List,
-    ),
-    (
-        "identity.session_cookie",
-        "FLEET_LIMITER_SESSION_COOKIE",
-        Kind::Str,
-    ),
-    (
-        "identity.allow_weak_secret",
-        "FLEET_LIMITER_ALLOW_WEAK_SECRET",
-        Kind::Bool,
-    ),
-    ("identity.leeway", "FLEET_LIMITER_JWT_LEEWAY", Kind::Str),
-    (
-        "identity.jwks_refresh_interval",
-        "FLEET_LIMITER_JWKS_REFRESH_INTERVAL",
-        Kind::Str,
-    ),
-    (
-        "identity.jwks_max_age",
-        "FLEET_LIMITER_JWKS_MAX_AGE",
-        Kind::Str,
-    ),
-    (
-        "identity.jwks_timeout",
-        "FLEET_LIMITER_JWKS_TIMEOUT",
-        Kind::Str,
-    ),
-    (
-        "identity.cache_max_entries",
-        "FLEET_LIMITER_JWT_CACHE_MAX_ENTRIES",
-        Kind::Int,
-    ),
-    (
-        "identity.jwks_allow_http",
-        "FLEET_LIMITER_JWKS_ALLOW_HTTP",
-        Kind::Bool,
-    ),
-    ("ops.admin_listen", "FLEET_LIMITER_ADMIN_LISTEN", Kind::Str),
-    (
-        "decision.listen",
-        "FLEET_LIMITER_DECISION_LISTEN",
-        Kind::Str,
-    ),
-    (
-        "decision.allow_from",
-        "FLEET_LIMITER_DECISION_ALLOW_FROM",
-        Kind::List,
-    ),
-    (
-        "ops.shutdown_grace",
-        "FLEET_LIMITER_SHUTDOWN_GRACE",
-        Kind::Str,
-    ),
-    (
-        "ops.near_limit_percent",
-        "FLEET_LIMITER_NEAR_LIMIT_PERCENT",
-        Kind::Int,
-    ),
-    ("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Kind::Str),
-    ("ops.drain_delay", "FLEET_LIMITER_DRAIN_DELAY", Kind::Str),
-    (
-        "admission.max_in_flight",
-        "FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT",
-        Kind::Int,
-    ),
-    (
-        "admission.queue",
-        "FLEET_LIMITER_ADMISSION_QUEUE",
-        Kind::Int,
-    ),
-    (
-        "admission.queue_timeout",
-        "FLEET_LIMITER_ADMISSION_QUEUE_TIMEOUT",
-        Kind::Str,
-    ),
-    (
-        "cors.allowed_origins",
-        "FLEET_LIMITER_CORS_ALLOWED_ORIGINS",
-        Kind::List,
-    ),
-    (
-        "cors.allow_credentials",
-        "FLEET_LIMITER_CORS_ALLOW_CREDENTIALS",
-        Kind::Bool,
-    ),
-    (
-        "path.invalid_escape",
-        "FLEET_LIMITER_PATH_INVALID_ESCAPE",
-        Kind::Str,
-    ),
-    (
-        "path.invalid_utf8",
-        "FLEET_LIMITER_PATH_INVALID_UTF8",
-        Kind::Str,
-    ),
-    (
-        "path.encoded_slash",
-        "FLEET_LIMITER_PATH_ENCODED_SLASH",
-        Kind::Str,
-    ),
-    ("path.backslash", "FLEET_LIMITER_PATH_BACKSLASH", Kind::Str),
-    ("path.semicolon", "FLEET_LIMITER_PATH_SEMICOLON", Kind::Str),
-    ("path.control", "FLEET_LIMITER_PATH_CONTROL", Kind::Str),
-    (
-        "path.segment_edge",
-        "FLEET_LIMITER_PATH_SEGMENT_EDGE",
-        Kind::Str,
-    ),
-    (
-        "methods.override",
-        "FLEET_LIMITER_METHOD_OVERRIDE",
-        Kind::Str,
-    ),
-    (
-        "methods.override_headers",
-        "FLEET_LIMITER_METHOD_OVERRIDE_HEADERS",
-        Kind::List,
-    ),
-    (
-        "methods.override_params",
-        "FLEET_LIMITER_METHOD_OVERRIDE_PARAMS",
-        Kind::List,
-    ),
-    (
-        "methods.allowed",
-        "FLEET_LIMITER_ALLOWED_METHODS",
-        Kind::List,
-    ),
-    (
-        "admission.client_share_percent",
-        "FLEET_LIMITER_ADMISSION_CLIENT_SHARE_PERCENT",
-        Kind::Int,
-    ),
-    (
-        "admission.body_hold",
-        "FLEET_LIMITER_ADMISSION_BODY_HOLD",
-        Kind::Str,
-    ),
-    (
-        "websocket.max_open",
-        "FLEET_LIMITER_WEBSOCKET_MAX_OPEN",
-        Kind::Int,
-    ),
-    (
-        "websocket.max_per_client",
-        "FLEET_LIMITER_WEBSOCKET_MAX_PER_CLIENT",
-        Kind::Int,
-    ),
-    (
-        "websocket.idle_timeout",
-        "FLEET_LIMITER_WEBSOCKET_IDLE_TIMEOUT",
-        Kind::Str,
-    ),
-    (
-        "headers.standard",
-        "FLEET_LIMITER_HEADERS_STANDARD",
-        Kind::Str,
-    ),
-    ("headers.legacy", "FLEET_LIMITER_HEADERS_LEGACY", Kind::Bool),
-    (
-        "headers.legacy_reset",
-        "FLEET_LIMITER_HEADERS_LEGACY_RESET",
-        Kind::Str,
-    ),
-];
-
-/// Fields of a limiter table, with their type for environment overrides
-/// (`FLEET_LIMITER_LIMITER_<NAME>_<FIELD>`, e.g. `FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT=60`).
-pub(super) const LIMITER_FIELDS: &[(&str, Kind)] = &[
-    ("on_store_error", Kind::Str),
-    ("algorithm", Kind::Str),
-    ("credential", Kind::Str),
-    ("routes", Kind::List),
-    ("except", Kind::List),
-    ("window", Kind::Str),
-    ("limit", Kind::Int),
-    ("group", Kind::Str),
-    ("mode", Kind::Str),
-    ("key", Kind::Str),
-    ("meter", Kind::Str),
-    ("known_for", Kind::Str),
-    ("max_known", Kind::Int),
-    ("count", Kind::Str),
-    ("failed_statuses", Kind::List),
-    ("cost", Kind::Int),
-    ("cost_header", Kind::Str),
-    ("cost_max", Kind::Int),
-];
 
 /// Builds a [`Config`] from its layers.
 #[derive(Debug, Clone, Default)]
@@ -428,135 +84,9 @@ impl Loader {
             origins,
             file: file_name,
         };
-        let raw: RawConfig = match Value::Table(doc.clone()).try_into() {
-            Ok(raw) => raw,
-            Err(e) => return Err(type_error(&doc, &e, &ctx)),
-        };
+        let raw = type_error::read(&doc, &ctx)?;
         build(raw, &ctx, self.file.clone())
     }
-}
-
-/// Name the field a deserialisation error is about: each entry is tried on its own until one
-/// fails, section by section, so the message carries the full path and the value's origin.
-pub(super) fn type_error(doc: &toml::Table, e: &toml::de::Error, ctx: &Ctx) -> ConfigError {
-    fn culprit<T: serde::de::DeserializeOwned>(t: &toml::Table) -> Option<(String, String)> {
-        t.iter().find_map(|(k, v)| {
-            let one = toml::Table::from_iter([(k.clone(), v.clone())]);
-            Value::Table(one)
-                .try_into::<T>()
-                .err()
-                .map(|e| (k.clone(), e.message().trim().to_owned()))
-        })
-    }
-    let found = culprit::<RawConfig>(doc).map(|(section, msg)| {
-        let inner = doc.get(&section).and_then(Value::as_table);
-        let deeper = match (section.as_str(), inner) {
-            ("server", Some(t)) => culprit::<RawServer>(t),
-            ("client_ip", Some(t)) => culprit::<RawClientIp>(t),
-            ("store", Some(t)) => culprit::<RawStore>(t),
-            ("fleet", Some(t)) => culprit::<FleetConfig>(t),
-            ("path", Some(t)) => culprit::<path::RawPath>(t),
-            ("decision", Some(t)) => culprit::<decision::RawDecision>(t),
-            ("methods", Some(t)) => culprit::<methods::RawMethods>(t),
-            ("admission", Some(t)) => match culprit::<admission::RawAdmission>(t) {
-                Some((field, msg)) if field == "groups" => {
-                    let groups = t.get("groups").and_then(Value::as_table);
-                    groups
-                        .and_then(|g| {
-                            g.iter().find_map(|(name, v)| match v.as_table() {
-                                Some(gt) => culprit::<admission::RawAdmissionGroup>(gt)
-                                    .map(|(f, m)| (format!("groups.{name}.{f}"), m)),
-                                None => Some((
-                                    format!("groups.{name}"),
-                                    "must be a table of routes, max_in_flight, queue and body_hold"
-                                        .to_owned(),
-                                )),
-                            })
-                        })
-                        .or(Some((field, msg)))
-                }
-                other => other,
-            },
-            ("ops", Some(t)) => culprit::<ops::RawOps>(t),
-            ("websocket", Some(t)) => culprit::<websocket::RawWebsocket>(t),
-            ("headers", Some(t)) => culprit::<headers::RawHeaders>(t),
-            ("cors", Some(t)) => culprit::<ops::RawCors>(t),
-            ("identity", Some(t)) => culprit::<identity::RawIdentity>(t),
-            ("limiters", Some(t)) => t.iter().find_map(|(name, v)| match v.as_table() {
-                Some(lt) => culprit::<RawLimiter>(lt).map(|(f, m)| (format!("{name}.{f}"), m)),
-                None => Some((name.clone(), "must be a table of limiter fields".to_owned())),
-            }),
-            _ => None,
-        };
-        match deeper {
-            Some((field, m)) => (format!("{section}.{field}"), m),
-            None => (section, msg),
-        }
-    });
-    let found = found.map(|(path, msg)| (path, operator_words(&msg)));
-    match found {
-        Some((path, msg)) if syntax::is_secret_path(&path) => {
-            let expected = msg.split_once(", expected ").map(|(_, e)| e);
-            let msg = match expected {
-                Some(e) => format!("has the wrong type (expected {e}); the value is not shown"),
-                None => "has the wrong type; the value is not shown".to_owned(),
-            };
-            ctx.err(&path, msg)
-        }
-        Some((path, msg)) => ctx.err(&path, msg),
-        None => {
-            let where_ = ctx.file.as_deref().unwrap_or("the configuration");
-            ConfigError(format!("{where_}: {}", e.message().trim()))
-        }
-    }
-}
-
-/// A deserialiser's message in an operator's words: what was found, and what the field takes,
-/// without Rust's type names (`invalid type: string "lots", expected i64` reads
-/// `got the string "lots"; expected a whole number`).
-pub(super) fn operator_words(msg: &str) -> String {
-    let msg = msg.trim();
-    if let Some((_, kind)) = msg.split_once("did not match any variant of untagged enum ") {
-        return match kind.trim() {
-            "DurationValue" => {
-                "is not a duration; write one such as \"30s\", \"15m\" or a whole number of seconds"
-                    .to_owned()
-            }
-            "OneOrMany" => "is not a string or a list of strings".to_owned(),
-            "RateValue" => {
-                "is not a rate; write bytes per second such as 240, \"1KiB\" or \"off\"".to_owned()
-            }
-            _ => "has a value of a kind this field does not take".to_owned(),
-        };
-    }
-    let (found, expected) = match msg.split_once(", expected ") {
-        Some((f, e)) => (f, Some(e)),
-        None => (msg, None),
-    };
-    let found = match found.strip_prefix("invalid type: ") {
-        Some("unit variant") => "got a value of the wrong kind".to_owned(),
-        Some(what) => format!("got {}", what.trim()),
-        None => match found.strip_prefix("invalid value: ") {
-            Some(what) => format!("got {}", what.trim()),
-            None => found.to_owned(),
-        },
-    };
-    let Some(expected) = expected else {
-        return found;
-    };
-    let e = expected.trim();
-    let words = match e {
-        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32" | "u64" | "u128"
-        | "usize" => "a whole number (no quotes)",
-        "f32" | "f64" => "a number (no quotes)",
-        "a boolean" => "true or false (no quotes)",
-        "a string" | "string only" => "a string in quotes",
-        "a sequence" => "a list, e.g. [\"a\", \"b\"]",
-        "a map" => "a table",
-        _ if e.starts_with("struct ") => "a table",
-        _ => e,
-    };
-    format!("{found}; expected {words}")
 }
 
 pub(super) fn read_file(path: &Path) -> Result<toml::Table, ConfigError> {
@@ -596,7 +126,9 @@ pub(super) fn parse_kind(
     path: &str,
 ) -> Result<Value, ConfigError> {
     Ok(match kind {
-        Kind::Str => Value::String(raw.to_owned()),
+        Kind::Str | Kind::Duration | Kind::Rate | Kind::Choice(_) | Kind::Store => {
+            Value::String(raw.to_owned())
+        }
         Kind::Int => Value::Integer(raw.trim().parse::<i64>().map_err(|_| {
             ConfigError(format!("{origin}: {path}: `{raw}` is not a whole number"))
         })?),
@@ -609,7 +141,7 @@ pub(super) fn parse_kind(
                 )))
             }
         },
-        Kind::List => Value::Array(
+        Kind::List | Kind::StrOrList | Kind::Statuses => Value::Array(
             raw.split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
@@ -645,13 +177,13 @@ pub(super) fn apply_env(
     origins: &mut HashMap<String, String>,
 ) -> Result<(), ConfigError> {
     let origin = format!("environment variable {var}");
-    if var == "FLEET_LIMITER_STORE" {
-        return apply_store_shorthand(doc, raw, &origin, origins);
-    }
-    if let Some((path, _, kind)) = SETTINGS.iter().find(|(_, v, _)| *v == var) {
-        let v = parse_kind(raw, *kind, &origin, path)?;
-        set_path(doc, path, v);
-        origins.insert((*path).to_owned(), origin);
+    if let Some(s) = settings::by_variable(var) {
+        if s.kind == Kind::Store {
+            return apply_store_shorthand(doc, raw, &origin, origins);
+        }
+        let v = parse_kind(raw, s.kind, &origin, s.path)?;
+        set_path(doc, s.path, v);
+        origins.insert(s.path.to_owned(), origin);
         return Ok(());
     }
     if let Some(rest) = var.strip_prefix("FLEET_LIMITER_LIMITER_") {
@@ -680,32 +212,25 @@ pub(super) fn apply_env(
     Ok(())
 }
 
-/// Variables other parts of the program read (the configuration file, the log filter, the
-/// calibration override) and the store shorthand.
-pub(super) const OTHER_VARIABLES: &[&str] = &[
-    "FLEET_LIMITER_CONFIG",
-    "FLEET_LIMITER_LOG",
-    "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION",
-    "FLEET_LIMITER_STORE",
-];
+/// Every variable the program reads: the settings' and the commands' own.
+fn known_variables() -> impl Iterator<Item = &'static str> {
+    SETTINGS
+        .iter()
+        .map(|s| s.variable)
+        .chain(settings::COMMAND_SETTINGS.iter().map(|c| c.variable))
+}
 
 /// Whether some part of the program reads this variable. `FLEET_LIMITER_LIMITER_*` counts as
 /// known: a wrong field there is already a configuration error.
 pub(super) fn is_known_variable(var: &str) -> bool {
-    var.starts_with("FLEET_LIMITER_LIMITER_")
-        || OTHER_VARIABLES.contains(&var)
-        || SETTINGS.iter().any(|(_, v, _)| *v == var)
+    var.starts_with("FLEET_LIMITER_LIMITER_") || known_variables().any(|k| k == var)
 }
 
 /// The known variable nearest to `var` by edit distance, when it is close (at most a third of
 /// the name after the prefix, and at most 3 edits).
 pub(super) fn nearest_variable(var: &str) -> Option<&'static str> {
     let tail = var.strip_prefix("FLEET_LIMITER_").unwrap_or(var);
-    let known = SETTINGS
-        .iter()
-        .map(|(_, v, _)| *v)
-        .chain(OTHER_VARIABLES.iter().copied());
-    let (distance, best) = known
+    let (distance, best) = known_variables()
         .map(|k| {
             let k_tail = k.strip_prefix("FLEET_LIMITER_").unwrap_or(k);
             (edit_distance(tail, k_tail), k)
@@ -768,14 +293,12 @@ pub(super) fn apply_flag(
     origins: &mut HashMap<String, String>,
 ) -> Result<(), ConfigError> {
     let origin = format!("flag {flag}");
-    if path == "store" {
+    let kind = settings::setting(path)
+        .map(|s| s.kind)
+        .ok_or_else(|| ConfigError(format!("{origin}: `{path}` is not a setting")))?;
+    if kind == Kind::Store {
         return apply_store_shorthand(doc, raw, &origin, origins);
     }
-    let kind = SETTINGS
-        .iter()
-        .find(|(p, _, _)| *p == path)
-        .map(|(_, _, k)| *k)
-        .ok_or_else(|| ConfigError(format!("{origin}: `{path}` is not a setting")))?;
     let v = match (kind, doc_get(doc, path)) {
         // A repeatable flag adds to what the flag already gave.
         (Kind::List, Some(Value::Array(prev))) if origins.get(path) == Some(&origin) => {

@@ -234,7 +234,7 @@ pub(super) fn build_limiters(
                         "must be from 1m to 1d: long enough to cover a healthy agent's longest gap between requests",
                     ));
                 }
-                let default_known = fleet.max_site_endpoints.saturating_mul(2).max(1);
+                let default_known = fleet.max_site_endpoints.get().saturating_mul(2);
                 let raw_known = r
                     .max_known
                     .unwrap_or(default_known.min(i64::MAX as u64) as i64);

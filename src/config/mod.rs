@@ -15,6 +15,8 @@ mod ceiling;
 pub mod decision;
 pub mod defaults;
 mod duration;
+mod flags;
+mod fleet;
 pub mod headers;
 pub mod identity;
 mod layers;
@@ -23,20 +25,25 @@ mod methods;
 pub mod ops;
 mod path;
 mod rate;
+pub mod settings;
 mod syntax;
 mod trust;
+mod type_error;
 mod upstream;
 pub mod websocket;
 
 use build::*;
-use layers::*;
 use limiters::*;
+use settings::{Kind, SETTINGS};
 
 pub use ceiling::{AGENT_DEVICE, AGENT_IP};
 pub use duration::parse_duration;
+pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
+pub use fleet::FleetConfig;
 pub use layers::Loader;
 pub use rate::parse_rate;
 pub use trust::covers_everything;
+pub use upstream::UpstreamUrl;
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
@@ -78,7 +85,7 @@ pub enum StoreBackend {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub upstream: Option<String>,
+    pub upstream: Option<UpstreamUrl>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     /// The longest wait for the next chunk of a client's request body.
@@ -135,35 +142,6 @@ impl StoreConfig {
                 "redis {}",
                 crate::redact::url(self.url.as_deref().unwrap_or_default())
             ),
-        }
-    }
-}
-
-/// What a healthy fleet looks like; the calibration is checked against it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FleetConfig {
-    pub heartbeat_interval_seconds: u64,
-    pub poll_interval_seconds: u64,
-    pub heartbeat_timeout_seconds: u64,
-    pub max_site_endpoints: u64,
-    pub dashboard_poll_seconds: u64,
-    pub analysts_per_nat: u64,
-    /// The enrolled agents this instance must remember at once (the known-agents table's
-    /// protected half is judged against it); at least `max_site_endpoints`.
-    pub max_agents: u64,
-}
-
-impl Default for FleetConfig {
-    fn default() -> Self {
-        Self {
-            heartbeat_interval_seconds: 60,
-            poll_interval_seconds: 30,
-            heartbeat_timeout_seconds: 180,
-            max_site_endpoints: 250,
-            dashboard_poll_seconds: 10,
-            analysts_per_nat: 20,
-            max_agents: defaults::MAX_AGENTS,
         }
     }
 }
@@ -234,10 +212,7 @@ impl Config {
 /// The environment variable of the scalar setting at `path` (e.g. `FLEET_LIMITER_LISTEN` for
 /// `server.listen`).
 pub fn variable_of(path: &str) -> Option<&'static str> {
-    SETTINGS
-        .iter()
-        .find(|(p, _, _)| *p == path)
-        .map(|(_, v, _)| *v)
+    settings::setting(path).map(|s| s.variable)
 }
 
 impl Default for Config {

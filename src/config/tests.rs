@@ -112,7 +112,7 @@ routes = ["POST /api/reports/**"]
     );
     let cfg = Loader::new().file(&f.path).load().expect("valid");
     assert_eq!(
-        cfg.server.upstream.as_deref(),
+        cfg.server.upstream.as_ref().map(UpstreamUrl::as_str),
         Some("http://127.0.0.1:3000")
     );
     assert_eq!(cfg.server.read_timeout, Duration::from_secs(5));
@@ -655,7 +655,7 @@ fn https_upstream_and_tls_settings() {
         .load()
         .expect("valid");
     assert_eq!(
-        cfg.server.upstream.as_deref(),
+        cfg.server.upstream.as_ref().map(UpstreamUrl::as_str),
         Some("https://api.internal:8443/v1")
     );
     assert_eq!(
@@ -974,7 +974,7 @@ fn unknown_variables_are_named_with_the_nearest_setting_and_never_their_value() 
 
 #[test]
 fn the_declared_fleet_holds_at_least_its_largest_site() {
-    assert_eq!(Config::default().fleet.max_agents, 10_000);
+    assert_eq!(Config::default().fleet.max_agents.get(), 10_000);
     let e = file_error("[fleet]\nmax_agents = 100\n", &[]);
     assert_eq!(
         e,
@@ -1003,7 +1003,7 @@ fn the_declared_fleet_holds_at_least_its_largest_site() {
         ])
         .load()
         .unwrap();
-    assert_eq!(cfg.fleet.max_agents, 50_000);
+    assert_eq!(cfg.fleet.max_agents.get(), 50_000);
 }
 
 #[test]

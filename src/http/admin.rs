@@ -192,61 +192,7 @@ fn diff(old: &Config, new: &Config) -> ReloadReport {
             r.removed.push(l.name.to_string());
         }
     }
-    let restart = [
-        ("server.listen", old.server.listen != new.server.listen),
-        (
-            "server.upstream",
-            old.server.upstream != new.server.upstream,
-        ),
-        (
-            "server.connect_timeout",
-            old.server.connect_timeout != new.server.connect_timeout,
-        ),
-        (
-            "server.read_timeout",
-            old.server.read_timeout != new.server.read_timeout,
-        ),
-        (
-            "server.body_timeout",
-            old.server.body_timeout != new.server.body_timeout,
-        ),
-        (
-            "server.body_min_rate",
-            old.server.body_min_rate != new.server.body_min_rate,
-        ),
-        (
-            "server.upstream_ca_file",
-            old.server.upstream_ca_file != new.server.upstream_ca_file,
-        ),
-        (
-            "server.upstream_insecure_skip_verify",
-            old.server.upstream_insecure_skip_verify != new.server.upstream_insecure_skip_verify,
-        ),
-        // Turning TLS on or off changes the listener; a new pair of files is read live.
-        (
-            "server.tls_cert_file",
-            old.server.tls_cert_file.is_some() != new.server.tls_cert_file.is_some(),
-        ),
-        ("store", old.store != new.store),
-        (
-            "ops.admin_listen",
-            old.ops.admin_listen != new.ops.admin_listen,
-        ),
-        (
-            "ops.shutdown_grace",
-            old.ops.shutdown_grace != new.ops.shutdown_grace,
-        ),
-        ("ops.log_format", old.ops.log_format != new.ops.log_format),
-        ("identity", old.identity != new.identity),
-        ("decision", old.decision != new.decision),
-        ("admission", old.admission != new.admission),
-        ("websocket", old.websocket != new.websocket),
-    ];
-    r.restart_required = restart
-        .iter()
-        .filter(|(_, c)| *c)
-        .map(|(n, _)| *n)
-        .collect();
+    r.restart_required = crate::config::settings::restart_required(old, new);
     r
 }
 

@@ -55,7 +55,7 @@ pub async fn serve_gateway_with(
         );
         return admin.run(vec![decision], cfg).await;
     };
-    let tls = if base.starts_with("https://") {
+    let tls = if base.is_https() {
         let client = crate::tls::client_config(
             "upstream",
             cfg.server.upstream_ca_file.as_deref(),
@@ -104,7 +104,7 @@ pub async fn serve_gateway_with(
         return Err(TlsSetupError(format!(
             "{}: server.upstream: {}: the upstream's TLS certificate does not verify: {why}; trust the CA that signed it with server.upstream_ca_file (FLEET_LIMITER_UPSTREAM_CA_FILE), or give the upstream a certificate valid for this host name",
             cfg.origin("server.upstream"),
-            crate::redact::url(&upstream.base)
+            crate::redact::url(upstream.base.as_str())
         ))
         .into());
     }
@@ -154,7 +154,7 @@ pub async fn serve_gateway_with(
         listen = %cfg.server.listen,
         tls = certs.is_some(),
         admin_listen = %admin.addrs(),
-        upstream = %crate::redact::url(&upstream.base),
+        upstream = %crate::redact::url(upstream.base.as_str()),
         store = %cfg.store.describe(),
         limiters = cfg.limiters.len(),
         enabled = cfg.enabled,

@@ -30,6 +30,7 @@ pub mod pace;
 pub mod upgrade;
 
 use crate::admission::{Admission, Slot};
+use crate::config::UpstreamUrl;
 use crate::decision::Decider;
 use crate::http::response::Problem;
 use crate::metrics::{AdmissionMeter, Metrics, ShedReason};
@@ -57,9 +58,8 @@ use std::time::{Duration, Instant};
 /// Where allowed requests go.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// `http://host:port` or `https://host:port`, plus an optional path prefix, without a
-    /// trailing slash.
-    pub base: String,
+    /// The upstream's URL: scheme, host, port and path prefix.
+    pub base: UpstreamUrl,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     /// The pace the client's request body must keep.
@@ -139,9 +139,8 @@ pub struct UpstreamTls {
 impl UpstreamTls {
     /// TLS for the `https://` URL `base`, verified by `client` (whose ALPN is replaced by
     /// `http/1.1`: the connection speaks HTTP/1.1 only).
-    pub fn new(base: &str, client: &rustls::ClientConfig) -> Result<Self, String> {
-        let (authority, _, _) = split_base(base);
-        let host = host_of(authority);
+    pub fn new(base: &UpstreamUrl, client: &rustls::ClientConfig) -> Result<Self, String> {
+        let host = base.host();
         let name = ServerName::try_from(host.to_owned())
             .map_err(|e| format!("`{host}` is not a host name TLS can verify: {e}"))?;
         let mut config = client.clone();
@@ -153,46 +152,13 @@ impl UpstreamTls {
     }
 }
 
-/// `(authority, path prefix, default port)` of an upstream base URL.
-fn split_base(base: &str) -> (&str, &str, u16) {
-    let (rest, port) = match base.strip_prefix("https://") {
-        Some(rest) => (rest, 443),
-        None => (base.strip_prefix("http://").unwrap_or(base), 80),
-    };
-    match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..], port),
-        None => (rest, "", port),
-    }
-}
-
-/// The host of `host[:port]` or `[v6][:port]`, without brackets.
-fn host_of(authority: &str) -> &str {
-    match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(v6),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    }
-}
-
 impl Upstream {
     /// The connection pool of one worker thread (connections are driven by that thread).
     pub fn client(&self) -> UpstreamClient {
-        let (authority, prefix, port) = split_base(&self.base);
-        let addr = if authority.starts_with('[') {
-            // `[v6]` or `[v6]:port`
-            if authority.contains("]:") {
-                authority.to_owned()
-            } else {
-                format!("{authority}:{port}")
-            }
-        } else if authority.contains(':') {
-            authority.to_owned()
-        } else {
-            format!("{authority}:{port}")
-        };
         UpstreamClient {
-            addr,
-            host: authority.to_owned(),
-            prefix: prefix.to_owned(),
+            addr: self.base.address(),
+            host: self.base.authority().to_owned(),
+            prefix: self.base.path_prefix().to_owned(),
             connect_timeout: self.connect_timeout,
             tls: self.tls.clone(),
             idle: Rc::new(Pool::default()),
@@ -1108,7 +1074,7 @@ mod tests {
     #[test]
     fn upstream_urls_give_address_host_header_and_tls_name() {
         let up = |base: &str| Upstream {
-            base: base.to_owned(),
+            base: base.parse().expect("an upstream URL"),
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             body: BodyRules::new(Duration::from_secs(1), 0),
@@ -1157,7 +1123,7 @@ mod tests {
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
         let name = |base: &str| {
-            UpstreamTls::new(base, &client).map(|t| {
+            UpstreamTls::new(&base.parse().expect("an upstream URL"), &client).map(|t| {
                 (
                     t.name.to_str().into_owned(),
                     t.config.alpn_protocols.clone(),
@@ -1169,9 +1135,10 @@ mod tests {
             Ok(("api.internal".to_owned(), vec![b"http/1.1".to_vec()]))
         );
         // An IP address is checked against the certificate's IP addresses (no SNI is sent).
-        let ip = UpstreamTls::new("https://[::1]:8443", &client).expect("an IP host");
+        let url = |u: &str| u.parse::<UpstreamUrl>().expect("an upstream URL");
+        let ip = UpstreamTls::new(&url("https://[::1]:8443"), &client).expect("an IP host");
         assert!(matches!(ip.name, ServerName::IpAddress(_)), "{:?}", ip.name);
-        let ip = UpstreamTls::new("https://10.0.0.5", &client).expect("an IP host");
+        let ip = UpstreamTls::new(&url("https://10.0.0.5"), &client).expect("an IP host");
         assert!(matches!(ip.name, ServerName::IpAddress(_)), "{:?}", ip.name);
     }
 }

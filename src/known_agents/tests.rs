@@ -404,12 +404,13 @@ fn a_raw_id_is_never_held() {
 fn the_grace_is_twice_the_longest_gap_and_the_split_leaves_half_for_first_sightings() {
     let mut f = FleetConfig::default();
     assert_eq!(grace(&f), 120 * S);
-    f.poll_interval_seconds = 300;
+    let n = |n| std::num::NonZeroU64::new(n).expect("positive");
+    f.poll_interval_seconds = n(300);
     assert_eq!(grace(&f), 600 * S);
-    f.heartbeat_interval_seconds = u64::MAX;
+    f.heartbeat_interval_seconds = n(u64::MAX);
     assert_eq!(grace(&f), Nanos::MAX);
-    f.heartbeat_interval_seconds = 0;
-    f.poll_interval_seconds = 0;
+    f.heartbeat_interval_seconds = n(1);
+    f.poll_interval_seconds = n(1);
     assert_eq!(grace(&f), 2 * S);
     assert_eq!(split(100_000), (50_000, 50_000));
     assert_eq!(split(1), (0, 1));

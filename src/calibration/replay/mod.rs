@@ -317,7 +317,7 @@ impl Replayer {
             seq: 0,
             buffered_bytes: 0,
             window: secs(opts.reorder_seconds),
-            timeout: secs(cfg.fleet.heartbeat_timeout_seconds),
+            timeout: secs(cfg.fleet.heartbeat_timeout_seconds.get()),
             limiters: BTreeMap::new(),
             agents: HashMap::new(),
             offline: BTreeMap::new(),
@@ -330,7 +330,7 @@ impl Replayer {
                 } else {
                     "client address only: this log format has no X-Agent-Id, so agent-keyed limiters see every agent behind an address as one; verified identity is not in access logs"
                 },
-                offline_threshold_seconds: cfg.fleet.heartbeat_timeout_seconds,
+                offline_threshold_seconds: cfg.fleet.heartbeat_timeout_seconds.get(),
                 ..ReplayReport::default()
             },
         }

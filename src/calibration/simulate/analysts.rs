@@ -28,7 +28,7 @@ pub struct AnalystsRun {
 pub struct AnalystsReport {
     pub scenario: &'static str,
     pub analysts: u64,
-    pub poll_seconds: u64,
+    pub poll_seconds: std::num::NonZeroU64,
     /// Requests each dashboard sends per poll: its widgets and the notification bell.
     pub requests_per_poll: u64,
     pub duration_seconds: u64,
@@ -53,8 +53,8 @@ pub struct AnalystsReport {
 struct Ev(usize);
 
 async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
-    let m = cfg.fleet.analysts_per_nat as usize;
-    let every = super::ns(cfg.fleet.dashboard_poll_seconds.max(1));
+    let m = cfg.fleet.analysts_per_nat.get() as usize;
+    let every = super::ns(cfg.fleet.dashboard_poll_seconds.get());
     let nat = ip(SITE_NAT);
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(cfg);
@@ -94,7 +94,7 @@ pub async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
     let (without, series_without_verified_tokens) = one(cfg, seed, false).await;
     AnalystsReport {
         scenario: "analysts",
-        analysts: cfg.fleet.analysts_per_nat,
+        analysts: cfg.fleet.analysts_per_nat.get(),
         poll_seconds: cfg.fleet.dashboard_poll_seconds,
         requests_per_poll: traffic::DASHBOARD_REQUESTS_PER_POLL,
         duration_seconds: DURATION_SECONDS,

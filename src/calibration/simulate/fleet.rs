@@ -135,10 +135,10 @@ struct Agent {
 
 pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
     let f = &cfg.fleet;
-    let n = f.max_site_endpoints as usize;
-    let hb = super::ns(f.heartbeat_interval_seconds.max(1));
-    let poll = super::ns(f.poll_interval_seconds.max(1));
-    let timeout = super::ns(f.heartbeat_timeout_seconds);
+    let n = f.max_site_endpoints.get() as usize;
+    let hb = super::ns(f.heartbeat_interval_seconds.get());
+    let poll = super::ns(f.poll_interval_seconds.get());
+    let timeout = super::ns(f.heartbeat_timeout_seconds.get());
     let end = DURATION_SECONDS * NS;
     let nat = ip(SITE_NAT);
     let mut rng = Rng::new(seed);

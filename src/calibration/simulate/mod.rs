@@ -156,8 +156,11 @@ pub const MAX_POPULATION: u64 = 10_000;
 /// Run the scenarios against a configuration.
 pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<SimulationReport> {
     for (name, n) in [
-        ("fleet.max_site_endpoints", cfg.fleet.max_site_endpoints),
-        ("fleet.analysts_per_nat", cfg.fleet.analysts_per_nat),
+        (
+            "fleet.max_site_endpoints",
+            cfg.fleet.max_site_endpoints.get(),
+        ),
+        ("fleet.analysts_per_nat", cfg.fleet.analysts_per_nat.get()),
     ] {
         if n > MAX_POPULATION {
             anyhow::bail!(
@@ -503,15 +506,16 @@ mod tests {
     #[test]
     fn extreme_fleet_settings_neither_panic_nor_run_forever() {
         let mut cfg = Config::default();
-        cfg.fleet.heartbeat_interval_seconds = u64::MAX;
-        cfg.fleet.poll_interval_seconds = 0;
-        cfg.fleet.heartbeat_timeout_seconds = u64::MAX;
-        cfg.fleet.dashboard_poll_seconds = u64::MAX;
-        cfg.fleet.max_site_endpoints = 3;
-        cfg.fleet.analysts_per_nat = 0;
+        let n = |n| std::num::NonZeroU64::new(n).expect("positive");
+        cfg.fleet.heartbeat_interval_seconds = n(u64::MAX);
+        cfg.fleet.poll_interval_seconds = n(1);
+        cfg.fleet.heartbeat_timeout_seconds = n(u64::MAX);
+        cfg.fleet.dashboard_poll_seconds = n(u64::MAX);
+        cfg.fleet.max_site_endpoints = n(3);
+        cfg.fleet.analysts_per_nat = n(1);
         let r = run(&cfg, &[Scenario::Fleet, Scenario::Analysts], 1).unwrap();
         assert_eq!(r.scenarios.len(), 2);
-        cfg.fleet.max_site_endpoints = MAX_POPULATION + 1;
+        cfg.fleet.max_site_endpoints = n(MAX_POPULATION + 1);
         let e = run(&cfg, &[Scenario::Rollout], 1).unwrap_err().to_string();
         assert!(e.contains("fleet.max_site_endpoints = 10001"), "{e}");
     }

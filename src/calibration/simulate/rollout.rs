@@ -42,7 +42,7 @@ enum Ev {
 }
 
 pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
-    let n = cfg.fleet.max_site_endpoints as usize;
+    let n = cfg.fleet.max_site_endpoints.get() as usize;
     let nat = ip(SITE_NAT);
     let end = CAP_SECONDS * NS;
     let mut rng = Rng::new(seed);

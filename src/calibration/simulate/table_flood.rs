@@ -162,15 +162,15 @@ fn ceiling(cfg: &Config) -> (u64, Nanos) {
             let w = u64::try_from(l.quota.window.as_nanos()).unwrap_or(u64::MAX);
             (u64::from(l.quota.limit()), w.max(1))
         })
-        .unwrap_or((cfg.fleet.max_site_endpoints.max(1), 60 * NS))
+        .unwrap_or((cfg.fleet.max_site_endpoints.get(), 60 * NS))
 }
 
 pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
     let f = &cfg.fleet;
-    let n = f.max_site_endpoints as usize;
-    let hb = super::ns(f.heartbeat_interval_seconds.max(1));
-    let poll = super::ns(f.poll_interval_seconds.max(1));
-    let timeout = super::ns(f.heartbeat_timeout_seconds);
+    let n = f.max_site_endpoints.get() as usize;
+    let hb = super::ns(f.heartbeat_interval_seconds.get());
+    let poll = super::ns(f.poll_interval_seconds.get());
+    let timeout = super::ns(f.heartbeat_timeout_seconds.get());
     let end = DURATION_SECONDS * NS;
     let table = KnownTable::of(cfg);
     let site = table.site;
