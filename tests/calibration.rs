@@ -648,8 +648,8 @@ fn abuse_plot_draws_each_client_s_admitted_rate() {
             .collect();
         assert_eq!(rates.len(), ab.attackers.len(), "a series per client");
         // The rotation scenario draws two more: the site's heartbeats and the rotating client;
-        // table-flood three: each site's heartbeats.
-        assert_eq!(all_rates, ab.attackers.len() + 2 + 3);
+        // failed-only two: its API clients; table-flood three: each site's heartbeats.
+        assert_eq!(all_rates, ab.attackers.len() + 2 + 2 + 3);
         for at in &ab.attackers {
             let s = rates
                 .iter()
@@ -669,6 +669,255 @@ fn abuse_plot_draws_each_client_s_admitted_rate() {
             .expect("rotator drawn");
         let mean = rot.values.iter().sum::<f64>() / rot.values.len() as f64;
         assert!((mean - rotator).abs() < 1.0, "{mean}");
+    }
+}
+
+/// Each `<text>` of an SVG: its attributes and its text, unescaped.
+fn texts(svg: &str) -> Vec<(String, String)> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|rest| {
+            let (attrs, rest) = rest.split_once('>')?;
+            let (text, _) = rest.split_once("</text>")?;
+            let text = text
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&amp;", "&");
+            Some((attrs.to_owned(), text))
+        })
+        .collect()
+}
+
+/// Every number in a JSON document.
+fn numbers(v: &serde_json::Value, out: &mut Vec<f64>) {
+    match v {
+        serde_json::Value::Number(n) => out.extend(n.as_f64()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| numbers(x, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| numbers(x, out)),
+        _ => {}
+    }
+}
+
+/// The bare numbers of a line of text: digits not glued to a unit (`10s`, `1m18s`, `/56s`).
+fn bare_numbers(text: &str) -> Vec<f64> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len()
+            && (b[i].is_ascii_digit()
+                || (b[i] == b'.' && i + 1 < b.len() && b[i + 1].is_ascii_digit()))
+        {
+            i += 1;
+        }
+        let glued_before = start > 0
+            && (b[start - 1].is_ascii_alphanumeric()
+                || b[start - 1] == b'/'
+                || b[start - 1] == b'.');
+        let glued_after = i < b.len() && b[i].is_ascii_alphabetic();
+        if !glued_before && !glued_after {
+            out.extend(text[start..i].parse::<f64>().ok());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_scenario_has_its_panel_and_every_number_on_it_is_the_report_s() {
+    let panels = |name: &str| -> &'static [&'static str] {
+        match name {
+            "fleet" => &["fleet-heartbeat-age", "fleet-offline", "fleet-requests"],
+            "rollout" => &["rollout-enrolled", "rollout-requests"],
+            "analysts" => &["analysts-verified", "analysts-unverified"],
+            "abuse" => &["abuse"],
+            "rotation" => &["rotation"],
+            "failed-only" => &["failed-only"],
+            "table-flood" => &["table-flood"],
+            other => panic!("a scenario the test does not know: {other}"),
+        }
+    };
+    for r in [default_run(), replaced_run()] {
+        let svg = plot::svg(r);
+        let json: serde_json::Value = serde_json::from_str(&report::json(r)).expect("json");
+        assert_eq!(r.scenarios.len(), Scenario::ALL.len());
+        for s in &r.scenarios {
+            for p in panels(s.name()) {
+                assert!(
+                    svg.contains(&format!(r#"data-panel="{p}""#)),
+                    "{}: no `{p}` panel",
+                    s.name()
+                );
+            }
+        }
+        // Every bare number written on the figure, outside its axes' tick labels, is one of the
+        // report's (or, for the line of what a client sends, one of its rates a second times 60).
+        let mut reported = Vec::new();
+        numbers(&json, &mut reported);
+        let per_minute: Vec<f64> = reported.iter().map(|n| n * 60.0).collect();
+        let known = |n: f64| {
+            reported
+                .iter()
+                .chain(&per_minute)
+                .any(|r| (r - n).abs() < 1e-9)
+        };
+        let mut checked = 0;
+        for (attrs, text) in texts(&svg) {
+            let tick = attrs.contains(r#"text-anchor="middle""#)
+                || (attrs.contains(r#"text-anchor="end""#) && !attrs.contains("font-weight"));
+            if tick {
+                continue;
+            }
+            for n in bare_numbers(&text) {
+                checked += 1;
+                assert!(known(n), "{n} in `{text}` is not in the report");
+            }
+        }
+        assert!(checked > 40, "only {checked} numbers read");
+        // Each client's legend says the report's rate, and its line averages to it over the time
+        // the client was sending.
+        for (scenario, clients) in [
+            ("abuse", &json_clients(&json, "abuse")),
+            ("rotation", &json_clients(&json, "rotation")),
+            ("failed-only", &json_clients(&json, "failed-only")),
+            ("table-flood", &json_clients(&json, "table-flood")),
+        ] {
+            let d = drawn(&svg);
+            assert!(!clients.is_empty(), "{scenario}: clients in the report");
+            for (name, rate, from) in clients {
+                let legend = format!("{name}: {}/min admitted", fmt_rate(*rate));
+                assert!(
+                    texts(&svg).iter().any(|(_, t)| *t == legend),
+                    "{scenario}: legend `{legend}` drawn"
+                );
+                let s = d
+                    .iter()
+                    .find(|s| {
+                        s.series == "admitted-per-minute"
+                            && s.client.as_deref() == Some(name.as_str())
+                    })
+                    .unwrap_or_else(|| panic!("{scenario}: no series for {name}"));
+                let first = (*from / s.bin_seconds as f64) as usize;
+                let sending = &s.values[first..];
+                let mean = sending.iter().sum::<f64>() / sending.len() as f64;
+                assert!(
+                    (mean - rate).abs() <= 0.05 + 1e-9,
+                    "{scenario}: {name} drawn at {mean}/min, legend {rate}/min"
+                );
+            }
+        }
+    }
+}
+
+/// A rate as the figures and the table write it: one decimal, none when whole.
+fn fmt_rate(v: f64) -> String {
+    let r = (v * 10.0).round() / 10.0;
+    if r == r.trunc() {
+        format!("{}", r as i64)
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+/// Each client a clients panel draws, from the report's JSON: name, admitted per minute, and
+/// when it starts sending (seconds).
+fn json_clients(json: &serde_json::Value, scenario: &str) -> Vec<(String, f64, f64)> {
+    let s = json["scenarios"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["scenario"] == scenario))
+        .unwrap_or_else(|| panic!("{scenario} in the report"));
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("{scenario}: {v}"));
+    match scenario {
+        "abuse" => s["admitted_per_minute"]
+            .as_object()
+            .expect("abuse rates")
+            .iter()
+            .map(|(k, v)| (k.clone(), f(v), 0.0))
+            .collect(),
+        "rotation" => vec![
+            (
+                "site heartbeats".to_owned(),
+                f(&s["heartbeats_admitted_per_minute"]),
+                0.0,
+            ),
+            (
+                "rotating client".to_owned(),
+                f(&s["rotating_admitted_per_minute"]),
+                f(&s["flood_starts_seconds"]),
+            ),
+        ],
+        "failed-only" => s["clients"]
+            .as_array()
+            .expect("clients")
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().expect("name").to_owned(),
+                    f(&c["admitted_per_minute"]),
+                    0.0,
+                )
+            })
+            .collect(),
+        _ => s["sites"]
+            .as_array()
+            .expect("sites")
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().expect("name").to_owned(),
+                    f(&c["admitted_per_minute"]),
+                    f(&c["arrives_seconds"]),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Estimated on the generous side of sans-serif's glyphs: 0.62 em bold, 0.56 em otherwise.
+fn estimated_width(attrs: &str, text: &str) -> f64 {
+    let size: f64 = attr(attrs, "font-size").map_or(12.0, |s| s.parse().expect("a size"));
+    let em = if attrs.contains("font-weight=\"bold\"") {
+        0.62
+    } else {
+        0.56
+    };
+    text.chars().count() as f64 * size * em
+}
+
+#[test]
+fn no_text_on_a_figure_runs_off_the_page() {
+    // A configuration path long enough to run off the title line.
+    let long = "/etc/fleet-limiter/a-directory-name-that-goes-on/and-on-and-on/to-the-end-of-the-page/calibration.toml";
+    let mut r = default_run().clone();
+    r.config = Some(long.into());
+    for r in [&r, replaced_run()] {
+        let svg = plot::svg(r);
+        let width: f64 = attr(&svg, "width")
+            .and_then(|w| w.parse().ok())
+            .expect("width");
+        for (attrs, text) in texts(&svg) {
+            if attrs.contains("rotate(") {
+                continue; // the y-axis titles, drawn upright beside short frames
+            }
+            let x: f64 = attr(&attrs, "x").and_then(|x| x.parse().ok()).expect("x");
+            let w = estimated_width(&attrs, &text);
+            let (left, right) = if attrs.contains(r#"text-anchor="end""#) {
+                (x - w, x)
+            } else if attrs.contains(r#"text-anchor="middle""#) {
+                (x - w / 2.0, x + w / 2.0)
+            } else {
+                (x, x + w)
+            };
+            assert!(
+                left >= 0.0 && right <= width,
+                "`{text}` spans {left:.0}..{right:.0} of {width}"
+            );
+        }
     }
 }
 

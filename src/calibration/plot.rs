@@ -18,8 +18,8 @@
 
 use super::fmt_secs;
 use super::simulate::{
-    abuse::Attacker, AbuseReport, AnalystsReport, FleetReport, RolloutReport, RotationReport,
-    ScenarioReport, Series, SimulationReport, TableFloodReport,
+    abuse::Attacker, failed_only::FailedOnlyReport, AbuseReport, AnalystsReport, FleetReport,
+    RolloutReport, RotationReport, ScenarioReport, Series, SimulationReport, TableFloodReport,
 };
 use std::fmt::Write;
 
@@ -31,6 +31,8 @@ const HEADER: f64 = 50.0;
 /// Time labels and axis title under a panel's frame, and the gap to the next panel.
 const FOOTER: f64 = 58.0;
 const TALL: f64 = 180.0;
+/// A further line of a legend under a panel.
+const LEGEND_LINE: f64 = 18.0;
 const SHORT: f64 = 120.0;
 /// Most bins drawn per line; longer series are merged into wider, round bins.
 const MAX_POINTS: usize = 240;
@@ -61,8 +63,7 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::Abuse(a) => abuse(&mut body, a, y),
             ScenarioReport::Rotation(r) => rotation(&mut body, r, y),
             ScenarioReport::TableFlood(r) => table_flood(&mut body, r, y),
-            // Two clients and two numbers: the report's table says it all.
-            ScenarioReport::FailedOnly(_) => y,
+            ScenarioReport::FailedOnly(f) => failed_only(&mut body, f, y),
         };
     }
     let height = y.ceil();
@@ -76,15 +77,19 @@ pub fn svg(r: &SimulationReport) -> String {
         Some(p) => p.display().to_string(),
         None => "built-in calibration".to_owned(),
     };
+    let avail = WIDTH - LEFT - RIGHT;
+    let heading = format!("fleet-limiter simulate: {title}, seed {}", r.seed);
     let _ = writeln!(
         o,
-        r#"<text x="{LEFT}" y="24" font-size="16" font-weight="bold">fleet-limiter simulate: {}, seed {}</text>"#,
-        escape(&title),
-        r.seed
+        r#"<text x="{LEFT}" y="24" font-weight="bold"{}>{}</text>"#,
+        fit(&heading, 16.0, true, avail),
+        escape(&heading),
     );
+    let note = "Virtual time. Heartbeat age, agents offline, endpoints enrolled and admitted per minute keep the same scales for every calibration.";
     let _ = writeln!(
         o,
-        r##"<text x="{LEFT}" y="44" fill="{GREY}">Virtual time. Heartbeat age, agents offline, endpoints enrolled and admitted per minute keep the same scales for every calibration.</text>"##
+        r##"<text x="{LEFT}" y="44" fill="{GREY}"{}>{note}</text>"##,
+        fit(note, 12.0, false, avail)
     );
     o.push_str(&body);
     o.push_str("</svg>\n");
@@ -99,6 +104,29 @@ fn escape(s: &str) -> String {
 }
 
 /// A round step between time labels that gives at most eight of them.
+/// A line's estimated width in pixels, on the generous side of sans-serif's average glyph
+/// (digits and lower case run narrower), so that an estimate that fits, fits.
+pub(crate) fn text_width(s: &str, size: f64, bold: bool) -> f64 {
+    s.chars().count() as f64 * size * if bold { 0.62 } else { 0.56 }
+}
+
+/// The `font-size` that fits a line into `avail` pixels: `size` when its estimated width fits,
+/// smaller in proportion when it would pass them, so no text is ever clipped (nor stretched).
+/// Empty at the document's own 12 px.
+fn fit(s: &str, size: f64, bold: bool, avail: f64) -> String {
+    let width = text_width(s, size, bold);
+    let size = if width <= avail {
+        size
+    } else {
+        (size * avail.max(1.0) / width * 10.0).floor() / 10.0
+    };
+    if size == 12.0 {
+        String::new()
+    } else {
+        format!(r#" font-size="{size}""#)
+    }
+}
+
 fn tick_step(total: u64) -> u64 {
     const STEPS: [u64; 13] = [
         10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200,
@@ -258,18 +286,26 @@ impl Frame {
         y_label: &str,
         legend: &[(&str, &str, bool)],
     ) {
+        // The title keeps clear of the legend on its line.
+        let legend_w: f64 = legend
+            .iter()
+            .map(|(label, _, _)| text_width(label, 12.0, false) + 42.0)
+            .sum();
+        let title_avail = self.w - legend_w - 12.0;
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" font-size="14" font-weight="bold">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" font-weight="bold"{}>{}</text>"#,
             self.x,
             self.top - 30.0,
+            fit(title, 14.0, true, title_avail),
             escape(title)
         );
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" fill="{GREY}">{}</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" fill="{GREY}"{}>{}</text>"#,
             self.x,
             self.top - 12.0,
+            fit(headline, 12.0, false, self.w),
             escape(headline)
         );
         for (v, label) in self.scale.ticks() {
@@ -321,7 +357,7 @@ impl Frame {
         // The legend, right-aligned on the title's line.
         let mut x = self.x + self.w;
         for (label, colour, dashed) in legend.iter().rev() {
-            let text_w = label.chars().count() as f64 * 6.4;
+            let text_w = text_width(label, 12.0, false);
             x -= text_w;
             let y = self.top - 30.0;
             let _ = writeln!(o, r#"<text x="{x:.1}" y="{y:.1}">{}</text>"#, escape(label));
@@ -733,14 +769,19 @@ fn analysts(o: &mut String, a: &AnalystsReport, y: f64) -> f64 {
         );
         let _ = writeln!(o, "</g>");
     }
-    let _ = writeln!(
-        o,
-        r##"<text x="{LEFT}" y="{:.1}" fill="{GREY}">{} dashboards sending {} requests every {}s for {}, in two separate runs, each on its own axis from 0. Green admitted, red refused.</text>"##,
-        y + 18.0,
+    let note = format!(
+        "{} dashboards sending {} requests every {}s for {}, in two separate runs, each on its own axis from 0. Green admitted, red refused.",
         a.analysts,
         a.requests_per_poll,
         a.poll_seconds,
         fmt_secs(a.duration_seconds as f64)
+    );
+    let _ = writeln!(
+        o,
+        r##"<text x="{LEFT}" y="{:.1}" fill="{GREY}"{}>{}</text>"##,
+        y + 18.0,
+        fit(&note, 12.0, false, WIDTH - LEFT - RIGHT),
+        escape(&note)
     );
     y + HEADER + 18.0 + SHORT + FOOTER
 }
@@ -757,7 +798,7 @@ fn abuse(o: &mut String, a: &AbuseReport, y: f64) -> f64 {
                 a.rate_per_second,
             ),
             sent: (a.rate_per_second * 60) as f64,
-            sent_label: "per client",
+            sent_label: "per client".to_owned(),
         },
         &a.attackers,
         y,
@@ -777,7 +818,7 @@ fn rotation(o: &mut String, r: &RotationReport, y: f64) -> f64 {
                 r.flood_rate_per_second
             ),
             sent: (r.flood_rate_per_second * 60) as f64,
-            sent_label: "by the rotating client",
+            sent_label: "by the rotating client".to_owned(),
         },
         &r.clients,
         y,
@@ -801,9 +842,34 @@ fn table_flood(o: &mut String, r: &TableFloodReport, y: f64) -> f64 {
                 r.sustained_addresses
             ),
             sent: r.site_heartbeats_per_minute,
-            sent_label: "by one site",
+            sent_label: "by one site".to_owned(),
         },
         &r.clients,
+        y,
+    )
+}
+
+fn failed_only(o: &mut String, f: &FailedOnlyReport, y: f64) -> f64 {
+    let busiest = f.clients.iter().max_by_key(|c| c.rate_per_second);
+    let budget = match (f.api_key_count, f.api_key_budget) {
+        (Some(count), Some(b)) => format!("api-key counts {count}, budget {b} over the run."),
+        _ => "no api-key limiter.".to_owned(),
+    };
+    let rates: Vec<String> = f
+        .clients
+        .iter()
+        .map(|c| format!("{} {}/s answered {}", c.name, c.rate_per_second, c.status))
+        .collect();
+    clients(
+        o,
+        ClientsPanel {
+            panel: "failed-only",
+            title: "failed-only: requests admitted per minute, per API client",
+            subtitle: format!("{}; {budget}", rates.join(", ")),
+            sent: busiest.map_or(0.0, |c| (c.rate_per_second * 60) as f64),
+            sent_label: busiest.map_or(String::new(), |c| format!("by {}", c.name)),
+        },
+        &f.plot_clients,
         y,
     )
 }
@@ -814,7 +880,7 @@ struct ClientsPanel {
     title: &'static str,
     subtitle: String,
     sent: f64,
-    sent_label: &'static str,
+    sent_label: String,
 }
 
 fn clients(o: &mut String, p: ClientsPanel, attackers: &[Attacker], y: f64) -> f64 {
@@ -876,10 +942,15 @@ fn clients(o: &mut String, p: ClientsPanel, attackers: &[Attacker], y: f64) -> f
             CLIENT_DASHES[i % CLIENT_DASHES.len()],
         );
     }
-    // The legend sits under the time axis, one client per entry.
+    // The legend sits under the time axis, one client per entry, on as many lines as it needs.
     let mut x = fr.x;
-    let ly = fr.top + fr.h + 52.0;
+    let mut ly = fr.top + fr.h + 52.0;
     for (label, colour, dash) in &legend {
+        let entry = 28.0 + text_width(label, 12.0, false);
+        if x > fr.x && x + entry > fr.x + fr.w {
+            x = fr.x;
+            ly += LEGEND_LINE;
+        }
         let dash = dash
             .map(|d| format!(r#" stroke-dasharray="{d}""#))
             .unwrap_or_default();
@@ -892,14 +963,15 @@ fn clients(o: &mut String, p: ClientsPanel, attackers: &[Attacker], y: f64) -> f
         );
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{ly:.1}">{}</text>"#,
+            r#"<text x="{:.1}" y="{ly:.1}"{}>{}</text>"#,
             x + 28.0,
+            fit(label, 12.0, false, fr.x + fr.w - x - 28.0),
             escape(label)
         );
-        x += 28.0 + label.chars().count() as f64 * 6.4 + 24.0;
+        x += entry + 24.0;
     }
     let _ = writeln!(o, "</g>");
-    y + 24.0
+    y + 24.0 + (ly - (fr.top + fr.h + 52.0))
 }
 
 /// The SVG document for a replay: for each limiter that metered anything, the requests it

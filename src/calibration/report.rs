@@ -337,11 +337,12 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                 for c in &f.clients {
                     let _ = writeln!(
                         o,
-                        "          {} {}/s answered {}  admitted {}  refused {} of {}",
+                        "          {} {}/s answered {}  admitted {} ({}/min)  refused {} of {}",
                         pad(c.name, 17),
                         c.rate_per_second,
                         c.status,
                         c.admitted,
+                        c.admitted_per_minute,
                         c.refused,
                         c.requests
                     );
@@ -407,12 +408,13 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                 for s in &r.sites {
                     let _ = writeln!(
                         o,
-                        "          site {} ({} agents from {}): heartbeats refused {} of {}  polls refused {}  marked offline {}",
+                        "          site {} ({} agents from {}): heartbeats refused {} of {} (admitted {}/min)  polls refused {}  marked offline {}",
                         pad(s.name, 20),
                         s.agents,
                         fmt_secs(s.arrives_seconds as f64),
                         s.heartbeats_refused,
                         s.heartbeats,
+                        s.admitted_per_minute,
                         s.polls_refused,
                         s.agents_marked_offline
                     );
@@ -442,10 +444,11 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                 );
                 let _ = writeln!(
                     o,
-                    "          healthy agents marked offline {}  heartbeats refused {} of {}  polls refused {}  longest heartbeat gap {}",
+                    "          healthy agents marked offline {}  heartbeats refused {} of {} (admitted {}/min)  polls refused {}  longest heartbeat gap {}",
                     r.agents_marked_offline,
                     r.heartbeats_refused,
                     r.heartbeats,
+                    r.heartbeats_admitted_per_minute,
                     r.polls_refused,
                     fmt_secs(r.longest_heartbeat_gap_seconds)
                 );
@@ -456,8 +459,8 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                     });
                 let _ = writeln!(
                     o,
-                    "          rotating client admitted {} of {} ({allows})",
-                    r.rotating_admitted, r.rotating_requests
+                    "          rotating client admitted {} of {} ({}/min; {allows})",
+                    r.rotating_admitted, r.rotating_requests, r.rotating_admitted_per_minute
                 );
             }
         }

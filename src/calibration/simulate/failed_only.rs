@@ -12,6 +12,7 @@
 //! `api-key` budget; with `docs/examples/failed-only.toml` it is refused 0 times, and the guesser
 //! is admitted at most the budget: `limit` at once, then `limit` per window.
 
+use super::abuse::Attacker;
 use super::{ip, Answer, Queue, Req, Series, Sim, NS};
 use crate::calibration::traffic;
 use crate::config::Config;
@@ -29,6 +30,8 @@ pub struct Client {
     pub requests: u64,
     pub admitted: u64,
     pub refused: u64,
+    /// Admitted per minute over the run, as the plot's legend gives it.
+    pub admitted_per_minute: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +45,9 @@ pub struct FailedOnlyReport {
     pub clients: Vec<Client>,
     pub requests: u64,
     pub refused: u64,
+    /// Each client's admitted requests per bin, for the plot.
+    #[serde(skip)]
+    pub plot_clients: Vec<Attacker>,
     #[serde(skip)]
     pub series: Series,
 }
@@ -60,6 +66,13 @@ pub async fn run(cfg: &Config, seed: u64) -> FailedOnlyReport {
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();
     let mut counts = [(0u64, 0u64); CLIENTS.len()];
+    let mut per_client: Vec<Series> = vec![
+        Series {
+            bin_seconds: super::BIN_SECONDS,
+            ..Series::default()
+        };
+        CLIENTS.len()
+    ];
     for (k, c) in CLIENTS.iter().enumerate() {
         q.push(rng.within(1.0 / c.2 as f64), Ev(k));
     }
@@ -77,7 +90,9 @@ pub async fn run(cfg: &Config, seed: u64) -> FailedOnlyReport {
             bearer: Some(&bearer),
         };
         counts[k].0 += 1;
-        if let Answer::Refused { .. } = sim.send_answered(t, &req, status).await {
+        let answer = sim.send_answered(t, &req, status).await;
+        per_client[k].record(t, answer == Answer::Admitted);
+        if let Answer::Refused { .. } = answer {
             counts[k].1 += 1;
         }
         q.push(t + NS / rate, Ev(k));
@@ -96,24 +111,44 @@ pub async fn run(cfg: &Config, seed: u64) -> FailedOnlyReport {
         }
     });
     sim.series.pad_to(DURATION_SECONDS);
+    let minutes = DURATION_SECONDS as f64 / 60.0;
+    let per_min = |admitted: u64| (admitted as f64 / minutes * 10.0).round() / 10.0;
+    let clients: Vec<Client> = CLIENTS
+        .iter()
+        .zip(counts)
+        .map(|((name, _, rate, status), (requests, refused))| Client {
+            name,
+            route: format!("{} {}", route.0, route.1),
+            rate_per_second: *rate,
+            status: *status,
+            requests,
+            admitted: requests - refused,
+            refused,
+            admitted_per_minute: per_min(requests - refused),
+        })
+        .collect();
+    let plot_clients = clients
+        .iter()
+        .zip(per_client)
+        .map(|(c, mut series)| {
+            series.pad_to(DURATION_SECONDS);
+            Attacker {
+                name: c.name,
+                route: c.route.clone(),
+                requests: c.requests,
+                refused: c.refused,
+                admitted_per_minute: c.admitted_per_minute,
+                series,
+            }
+        })
+        .collect();
     FailedOnlyReport {
         scenario: "failed-only",
         duration_seconds: DURATION_SECONDS,
         api_key_budget: budget,
         api_key_count: api_key.map(|l| l.count.as_str()),
-        clients: CLIENTS
-            .iter()
-            .zip(counts)
-            .map(|((name, _, rate, status), (requests, refused))| Client {
-                name,
-                route: format!("{} {}", route.0, route.1),
-                rate_per_second: *rate,
-                status: *status,
-                requests,
-                admitted: requests - refused,
-                refused,
-            })
-            .collect(),
+        clients,
+        plot_clients,
         requests: sim.requests,
         refused: sim.refused,
         series: sim.series,

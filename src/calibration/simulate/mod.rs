@@ -443,10 +443,10 @@ impl<E: Ord> Queue<E> {
         self.heap.push(Reverse((at, self.seq, e)));
     }
 
-    /// The next event due at or before `until`.
+    /// The next event due before `until`: a run of `until` holds the instants `0..until`.
     pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
         match self.heap.peek() {
-            Some(Reverse((at, _, _))) if *at <= until => {
+            Some(Reverse((at, _, _))) if *at < until => {
                 self.heap.pop().map(|Reverse((at, _, e))| (at, e))
             }
             _ => None,

@@ -89,6 +89,8 @@ pub struct SiteOutcome {
     pub heartbeats_refused: u64,
     pub polls_refused: u64,
     pub agents_marked_offline: u64,
+    /// Heartbeats admitted per minute from the site's arrival to the end.
+    pub admitted_per_minute: f64,
     /// The table when the site arrived.
     pub table_at_arrival: TableCounts,
 }
@@ -124,6 +126,9 @@ impl From<Counts> for TableCounts {
 }
 
 /// The three sites: name, NAT, arrival.
+/// Every site arrives before the run ends (each one's rate is over its own time).
+const _: () =
+    assert!(AFTER_FILL_SECONDS < DURATION_SECONDS && DURING_FLOOD_SECONDS < DURATION_SECONDS);
 const SITES: [(&str, &str, u64); 3] = [
     ("established", SITE_NAT, 0),
     ("new after the fill", "198.51.100.20", AFTER_FILL_SECONDS),
@@ -211,6 +216,7 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
             heartbeats_refused: 0,
             polls_refused: 0,
             agents_marked_offline: 0,
+            admitted_per_minute: 0.0,
             table_at_arrival: TableCounts::default(),
         })
         .collect();
@@ -328,6 +334,9 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
             offline[s][i] |= end - last >= timeout;
         }
         site.agents_marked_offline = offline[s].iter().filter(|o| **o).count() as u64;
+        let minutes = (DURATION_SECONDS - site.arrives_seconds) as f64 / 60.0;
+        let admitted = site.heartbeats - site.heartbeats_refused;
+        site.admitted_per_minute = (admitted as f64 / minutes * 10.0).round() / 10.0;
     }
     sim.series.pad_to(DURATION_SECONDS);
     let clients = outcomes
@@ -335,14 +344,12 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
         .zip(site_series)
         .map(|(o, mut series)| {
             series.pad_to(DURATION_SECONDS);
-            let minutes = (DURATION_SECONDS - o.arrives_seconds).max(1) as f64 / 60.0;
-            let admitted = o.heartbeats - o.heartbeats_refused;
             Attacker {
                 name: o.name,
                 route: format!("{} {}", traffic::HEARTBEAT.0, traffic::HEARTBEAT.1),
                 requests: o.heartbeats,
                 refused: o.heartbeats_refused,
-                admitted_per_minute: (admitted as f64 / minutes * 10.0).round() / 10.0,
+                admitted_per_minute: o.admitted_per_minute,
                 series,
             }
         })
