@@ -21,7 +21,7 @@ fn check(principal: &str, quota: Quota) -> Check {
         key: BucketKey::new(Arc::from("agent-device"), principal),
         quota,
         shadow: false,
-        units: 1,
+        units: std::num::NonZeroU32::MIN,
     }
 }
 

@@ -38,7 +38,7 @@ fn main() {
         key: BucketKey::new(limiter.clone(), "seed"),
         quota,
         shadow: false,
-        units: 1,
+        units: std::num::NonZeroU32::MIN,
     }];
     for i in 0..n {
         let principal = format!(

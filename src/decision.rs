@@ -17,6 +17,7 @@ use crate::store::{Check, GiveBack, Store, StoreError};
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 /// The facts of one request that limiting needs; all borrowed from the request.
@@ -81,7 +82,7 @@ pub struct LimitResult {
     /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
     pub store_error: bool,
     /// What the request cost this limiter's bucket (charged only when the request was allowed).
-    pub units: u32,
+    pub units: NonZeroU32,
     /// The first bytes of the bucket's name as the store keeps it (keyed SipHash in the memory
     /// store, SHA-256 in Redis), whatever the verdict: the partition key (`pk`) of the
     /// draft-8 and draft-10 `RateLimit` headers.
@@ -504,7 +505,7 @@ pub fn build_checks<'p>(
     digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
     principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,
-    units: impl Fn(&LimiterSpec) -> u32,
+    units: impl Fn(&LimiterSpec) -> NonZeroU32,
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()

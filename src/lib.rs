@@ -130,7 +130,7 @@
 //!     key: BucketKey::new(Arc::from(limiter), "198.51.100.9"),
 //!     quota: Quota::gcra(nonzero(n), Duration::from_secs(60)),
 //!     shadow: false,
-//!     units: 1,
+//!     units: std::num::NonZeroU32::MIN,
 //! };
 //! let both = [check("wide", 100), check("tight", 1)];
 //! assert!(store.decide_now(&both).iter().all(|v| v.allowed));

@@ -14,6 +14,7 @@ use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -194,14 +195,14 @@ impl fmt::Display for StatusRanges {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cost {
     /// Always this many units (`cost = N`; 1 by default).
-    Fixed(u32),
+    Fixed(NonZeroU32),
     /// What the request's header says (`cost_header`), capped at `max` (`cost_max`).
-    Header { name: Arc<str>, max: u32 },
+    Header { name: Arc<str>, max: NonZeroU32 },
 }
 
 impl Default for Cost {
     fn default() -> Self {
-        Cost::Fixed(1)
+        Cost::Fixed(NonZeroU32::MIN)
     }
 }
 
@@ -211,12 +212,14 @@ impl Cost {
     /// spaces ignored), that number capped at `max`; anything else (empty, zero, negative, a
     /// sign, a fraction, non-ASCII, sent more than once), `max`: a client that says nothing
     /// sensible pays the most, never less than an honest one.
-    pub fn of(&self, value: Option<&[u8]>) -> u32 {
+    pub fn of(&self, value: Option<&[u8]>) -> NonZeroU32 {
         match self {
-            Cost::Fixed(n) => (*n).max(1),
+            Cost::Fixed(n) => *n,
             Cost::Header { max, .. } => {
-                let max = (*max).max(1);
-                let Some(v) = value else { return 1 };
+                let max = *max;
+                let Some(v) = value else {
+                    return NonZeroU32::MIN;
+                };
                 let v = v.trim_ascii();
                 if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
                     return max;
@@ -224,11 +227,8 @@ impl Cost {
                 let n = v.iter().fold(0u64, |n, d| {
                     n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
                 });
-                if n == 0 {
-                    max
-                } else {
-                    u32::try_from(n).unwrap_or(u32::MAX).min(max)
-                }
+                let n = NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX));
+                n.map_or(max, |n| n.min(max))
             }
         }
     }
@@ -929,7 +929,7 @@ mod tests {
     fn a_header_cost_is_honest_or_the_most() {
         let c = Cost::Header {
             name: Arc::from("x-batch-size"),
-            max: 50,
+            max: crate::limiter::nonzero(50),
         };
         for (v, want) in [
             (None, 1),
@@ -946,10 +946,13 @@ mod tests {
             (Some(b""), 50),
             (Some("\u{663}".as_bytes()), 50),
         ] {
-            assert_eq!(c.of(v), want, "{v:?}");
+            assert_eq!(c.of(v).get(), want, "{v:?}");
         }
-        assert_eq!(Cost::Fixed(4).of(Some(b"1")), 4);
-        assert_eq!(Cost::default().of(None), 1);
+        assert_eq!(
+            Cost::Fixed(crate::limiter::nonzero(4)).of(Some(b"1")).get(),
+            4
+        );
+        assert_eq!(Cost::default().of(None).get(), 1);
     }
 
     #[test]

@@ -155,9 +155,9 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                         quota: *quota,
                         shadow: *shadow,
                         units: if rng.gen_bool(0.3) {
-                            rng.gen_range(1..=quota.limit())
+                            fleet_limiter::limiter::nonzero(rng.gen_range(1..=quota.limit()))
                         } else {
-                            1
+                            std::num::NonZeroU32::MIN
                         },
                     }
                 })
@@ -174,7 +174,7 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             let want = memory.decide(checks).await.expect("memory decides");
             assert_eq!(got.expect("redis decides"), want, "step {step}: {checks:?}");
             multi += usize::from(checks.len() > 1);
-            costly += checks.iter().filter(|c| c.units > 1).count();
+            costly += checks.iter().filter(|c| c.units.get() > 1).count();
             // Some admitted requests are given back, as an answer that should not count would
             // be, a random part of the way into their charge (after the whole group is decided,
             // as Redis decided it): both stores must agree after.
@@ -363,7 +363,7 @@ fn check(limiter: &str, principal: &str, quota: Quota) -> Check {
         key: BucketKey::new(Arc::from(limiter), principal),
         quota,
         shadow: false,
-        units: 1,
+        units: std::num::NonZeroU32::MIN,
     }
 }
 
@@ -950,7 +950,7 @@ async fn memory_per_active_key() {
                     key: BucketKey::new(limiter.clone(), &format!("203.0.113.7:agent-{batch}-{i}")),
                     quota,
                     shadow: false,
-                    units: 1,
+                    units: std::num::NonZeroU32::MIN,
                 }]
             })
             .collect();

@@ -638,7 +638,7 @@ fn judge(
     // A fixed cost of N leaves the bucket room for limit / N requests. A cost read from a
     // header is judged at 1 a request: what clients send is not known here.
     let cost = match l.cost {
-        crate::policy::Cost::Fixed(n) => n.max(1),
+        crate::policy::Cost::Fixed(n) => n.get(),
         crate::policy::Cost::Header { .. } => 1,
     };
     let limit = (l.quota.limit() / cost).max(1);

@@ -152,7 +152,7 @@ pub(super) fn build_limiters(
                 format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
             ));
         };
-        let cost = build_cost(&r, limit.get(), &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
+        let cost = build_cost(&r, limit, &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
         let window = duration(ctx, &at("window"), r.window, "1m")?;
         if window > Duration::from_secs(7 * 86_400) {
             return Err(ctx.err(
@@ -275,10 +275,10 @@ pub(super) fn build_limiters(
 /// limit). A cost above the limit could never pass, so it is refused. Errors name the field.
 fn build_cost(
     r: &RawLimiter,
-    limit: u32,
+    limit: NonZeroU32,
     at: &dyn Fn(&str) -> String,
 ) -> Result<Cost, (&'static str, String)> {
-    let units = |field: &'static str, n: i64| -> Result<u32, (&'static str, String)> {
+    let units = |field: &'static str, n: i64| -> Result<NonZeroU32, (&'static str, String)> {
         let Ok(n) = u32::try_from(n) else {
             return Err((
                 field,
@@ -287,12 +287,12 @@ fn build_cost(
                 ),
             ));
         };
-        if n == 0 {
+        let Some(n) = NonZeroU32::new(n) else {
             return Err((
                 field,
                 format!("0 is not a cost; use a whole number of units from 1 to the limit ({limit}), or leave it out for 1"),
             ));
-        }
+        };
         if n > limit {
             return Err((
                 field,
@@ -317,7 +317,7 @@ fn build_cost(
             ),
         )),
         (Some(n), None, None) => units("cost", n).map(Cost::Fixed),
-        (None, None, None) => Ok(Cost::Fixed(1)),
+        (None, None, None) => Ok(Cost::Fixed(NonZeroU32::MIN)),
         (None, Some(name), max) => {
             let lower = name.trim().to_ascii_lowercase();
             let token = !lower.is_empty()

@@ -450,22 +450,25 @@ fn a_cost_is_opt_in_and_never_above_the_limit() {
     assert!(Config::default()
         .limiters
         .iter()
-        .all(|l| l.cost == Cost::Fixed(1)));
+        .all(|l| l.cost == Cost::Fixed(crate::limiter::nonzero(1))));
     let f = file("[limiters.ui]\ncost = 5\n[limiters.api-key]\ncost_header = \"X-Batch-Size\"\ncost_max = 20\n[limiters.cli-bearer]\ncost_header = \"x-items\"\n");
     let cfg = Loader::new().file(&f.path).load().expect("valid");
-    assert_eq!(limiter(&cfg, "ui").cost, Cost::Fixed(5));
+    assert_eq!(
+        limiter(&cfg, "ui").cost,
+        Cost::Fixed(crate::limiter::nonzero(5))
+    );
     assert_eq!(
         limiter(&cfg, "api-key").cost,
         Cost::Header {
             name: Arc::from("x-batch-size"),
-            max: 20
+            max: crate::limiter::nonzero(20)
         }
     );
     assert_eq!(
         limiter(&cfg, "cli-bearer").cost,
         Cost::Header {
             name: Arc::from("x-items"),
-            max: 60
+            max: crate::limiter::nonzero(60)
         },
         "cost_max defaults to the limit"
     );

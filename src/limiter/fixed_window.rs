@@ -5,11 +5,12 @@
 
 use super::{Quota, State, Verdict};
 use crate::clock::Nanos;
+use std::num::NonZeroU32;
 
 /// [`decide_units`] for one unit.
 #[cfg(test)]
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
-    decide_units(quota, state, now, 1)
+    decide_units(quota, state, now, NonZeroU32::MIN)
 }
 
 /// [`decide`] for a request that costs `units`: allowed when all of them fit in the window.
@@ -17,9 +18,9 @@ pub fn decide_units(
     quota: &Quota,
     state: Option<State>,
     now: Nanos,
-    units: u32,
+    units: NonZeroU32,
 ) -> (Verdict, Option<State>) {
-    let units = units.max(1);
+    let units = units.get();
     let window = quota.window_ns();
     let limit = quota.limit();
     let (end, count) = match state {

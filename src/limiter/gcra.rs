@@ -5,11 +5,12 @@
 
 use super::{Quota, State, Verdict};
 use crate::clock::Nanos;
+use std::num::NonZeroU32;
 
 /// [`decide_units`] for one unit.
 #[cfg(test)]
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
-    decide_units(quota, state, now, 1)
+    decide_units(quota, state, now, NonZeroU32::MIN)
 }
 
 /// [`decide`] for a request that costs `units`: allowed when all of them fit, moving `tat` by
@@ -18,7 +19,7 @@ pub fn decide_units(
     quota: &Quota,
     state: Option<State>,
     now: Nanos,
-    units: u32,
+    units: NonZeroU32,
 ) -> (Verdict, Option<State>) {
     let t = quota.emission_interval_ns();
     let limit = quota.limit();
@@ -27,7 +28,7 @@ pub fn decide_units(
         Some(State::Gcra { tat }) => tat.max(now),
         _ => now,
     };
-    let new_tat = tat.saturating_add(t.saturating_mul(u64::from(units.max(1))));
+    let new_tat = tat.saturating_add(t.saturating_mul(u64::from(units.get())));
     let used = new_tat - now;
     if used > burst {
         let verdict = Verdict {

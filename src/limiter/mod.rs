@@ -117,17 +117,17 @@ pub struct Verdict {
 /// Decide one request. Returns the verdict and the state to store: `Some` when the
 /// request was allowed (budget consumed), `None` when nothing changes.
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
-    decide_units(quota, state, now, 1)
+    decide_units(quota, state, now, NonZeroU32::MIN)
 }
 
-/// [`decide`] for a request that costs `units` (at least 1): allowed only when all of them
+/// [`decide`] for a request that costs `units`: allowed only when all of them
 /// fit, and then all of them are consumed; a refusal's `retry_after_ns` is the wait until they
 /// all fit (for a fixed window, until it ends).
 pub fn decide_units(
     quota: &Quota,
     state: Option<State>,
     now: Nanos,
-    units: u32,
+    units: NonZeroU32,
 ) -> (Verdict, Option<State>) {
     match quota.algorithm {
         Algorithm::Gcra => gcra::decide_units(quota, state, now, units),
@@ -149,7 +149,8 @@ impl State {
 /// may have built on its write: GCRA moves the arrival time back by `units` emission intervals;
 /// a fixed window counts them back (never below zero). The Redis store's `refund.lua` does the
 /// same on its stored form.
-pub fn give_back(quota: &Quota, state: State, units: u32) -> State {
+pub fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State {
+    let units = units.get();
     match state {
         State::Gcra { tat } => State::Gcra {
             tat: tat.saturating_sub(
@@ -178,18 +179,18 @@ pub fn give_back(quota: &Quota, state: State, units: u32) -> State {
 pub fn give_back_answered(
     quota: &Quota,
     state: State,
-    units: u32,
+    units: NonZeroU32,
     outstanding_ns: Nanos,
     now: Nanos,
 ) -> Option<State> {
-    if outstanding_ns == 0 || units == 0 {
+    if outstanding_ns == 0 {
         return None;
     }
     match state {
         State::Gcra { tat } if tat > now => {
             let back = quota
                 .emission_interval_ns()
-                .saturating_mul(u64::from(units))
+                .saturating_mul(u64::from(units.get()))
                 .min(outstanding_ns);
             Some(State::Gcra {
                 tat: tat.saturating_sub(back).max(now),
@@ -208,15 +209,15 @@ pub fn give_back_answered(
 /// nothing was consumed: one more remaining and, for GCRA, one emission interval less to wait
 /// until the bucket is full.
 pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
-    unconsumed_units(quota, v, 1)
+    unconsumed_units(quota, v, NonZeroU32::MIN)
 }
 
 /// [`unconsumed`] for a check that would have consumed `units`.
-pub fn unconsumed_units(quota: &Quota, v: Verdict, units: u32) -> Verdict {
+pub fn unconsumed_units(quota: &Quota, v: Verdict, units: NonZeroU32) -> Verdict {
     if !v.allowed {
         return v;
     }
-    let units = units.max(1);
+    let units = units.get();
     let remaining = v.remaining.saturating_add(units).min(v.limit);
     let reset_after_ns = match quota.algorithm {
         Algorithm::Gcra => v.reset_after_ns.saturating_sub(
@@ -286,7 +287,7 @@ mod tests {
             prop_oneof![Just(Algorithm::Gcra), Just(Algorithm::FixedWindow)],
         )
             .prop_map(|(limit, secs, alg)| {
-                Quota::new(nonzero(limit.max(1)), Duration::from_secs(secs), alg)
+                Quota::new(nonzero(limit), Duration::from_secs(secs), alg)
             })
     }
 
@@ -302,7 +303,8 @@ mod tests {
                 assert!(v.allowed, "{alg:?} request {i}");
                 let later = now + S / 10;
                 st = new.and_then(|s| {
-                    give_back_answered(&q, s, 1, v.reset_after_ns - S / 10, later).or(Some(s))
+                    give_back_answered(&q, s, NonZeroU32::MIN, v.reset_after_ns - S / 10, later)
+                        .or(Some(s))
                 });
             }
             // Three kept, then the fourth is refused.
@@ -322,13 +324,19 @@ mod tests {
         let (v, s) = decide(&g, None, 0);
         let s = s.unwrap();
         assert_eq!(
-            give_back_answered(&g, s, 1, v.reset_after_ns.saturating_sub(30 * S), 30 * S),
+            give_back_answered(
+                &g,
+                s,
+                NonZeroU32::MIN,
+                v.reset_after_ns.saturating_sub(30 * S),
+                30 * S
+            ),
             None
         );
         // Others used the bucket meanwhile: only what is left of this charge comes back.
         let busy = State::Gcra { tat: 50 * S };
         assert_eq!(
-            give_back_answered(&g, busy, 1, 5 * S, 15 * S),
+            give_back_answered(&g, busy, NonZeroU32::MIN, 5 * S, 15 * S),
             Some(State::Gcra { tat: 45 * S })
         );
         let f = Quota::new(nonzero(3), Duration::from_secs(60), Algorithm::FixedWindow);
@@ -337,14 +345,17 @@ mod tests {
             ends_at: 130 * S,
             count: 2,
         };
-        assert_eq!(give_back_answered(&f, next, 1, 0, 70 * S), None);
         assert_eq!(
-            give_back_answered(&f, next, 1, 1, 70 * S),
+            give_back_answered(&f, next, NonZeroU32::MIN, 0, 70 * S),
+            None
+        );
+        assert_eq!(
+            give_back_answered(&f, next, NonZeroU32::MIN, 1, 70 * S),
             None,
             "a window away"
         );
         assert_eq!(
-            give_back_answered(&f, next, 1, 60 * S, 70 * S),
+            give_back_answered(&f, next, NonZeroU32::MIN, 60 * S, 70 * S),
             Some(State::FixedWindow {
                 ends_at: 130 * S,
                 count: 1
@@ -354,7 +365,10 @@ mod tests {
             ends_at: 130 * S,
             count: 0,
         };
-        assert_eq!(give_back_answered(&f, empty, 1, 60 * S, 70 * S), None);
+        assert_eq!(
+            give_back_answered(&f, empty, NonZeroU32::MIN, 60 * S, 70 * S),
+            None
+        );
     }
 
     /// A bucket after `hits` requests at the given offsets (in ms) from 0.
@@ -417,7 +431,7 @@ mod tests {
             let (v, after) = decide(&q, before, now);
             prop_assume!(v.allowed);
             let after = after.expect("an allowed request writes a state");
-            let back = give_back(&q, after, 1);
+            let back = give_back(&q, after, NonZeroU32::MIN);
             // From now on the given-back bucket decides exactly as if the request never came.
             let t = now + later * 1_000_000;
             let (a, _) = decide(&q, Some(back), t);
@@ -426,6 +440,121 @@ mod tests {
             if q.algorithm == Algorithm::Gcra {
                 prop_assert_eq!(a, b);
             }
+        }
+    }
+
+    /// A bucket after requests at the given offsets (in ms) from 0, each of the given cost.
+    fn run_costly(q: &Quota, hits: &[(u64, u32)]) -> (Option<State>, Nanos) {
+        let mut st = None;
+        let mut now = 0;
+        for &(dt, units) in hits {
+            now += dt * 1_000_000;
+            let units = NonZeroU32::new(units.min(q.limit())).unwrap_or(NonZeroU32::MIN);
+            if let (_, Some(s)) = decide_units(q, st, now, units) {
+                st = Some(s);
+            }
+        }
+        (st, now)
+    }
+
+    /// Units the bucket holds at `now`: what a one-unit request would leave, plus itself.
+    fn capacity(q: &Quota, st: Option<State>, now: Nanos) -> u32 {
+        let (v, _) = decide(q, st, now);
+        if v.allowed {
+            v.remaining + 1
+        } else {
+            0
+        }
+    }
+
+    /// A quota and a history of costly requests, each cost up to the quota's limit.
+    fn costly() -> impl Strategy<Value = (Quota, Vec<(u64, u32)>, u32)> {
+        quota().prop_flat_map(|q| {
+            let l = q.limit();
+            (
+                Just(q),
+                proptest::collection::vec((0u64..3_000, 1..=l), 0..200),
+                1..=l,
+            )
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn a_costly_request_is_all_or_nothing((q, hits, units) in costly(), dt in 0u64..10_000) {
+            let (st, now) = run_costly(&q, &hits);
+            let now = now + dt * 1_000_000;
+            let held = capacity(&q, st, now);
+            let u = NonZeroU32::new(units).expect("a cost is at least 1");
+            let (v, new) = decide_units(&q, st, now, u);
+            // Allowed exactly when every unit fits, and then every unit is taken.
+            prop_assert_eq!(v.allowed, units <= held, "held {}, cost {}", held, units);
+            if v.allowed {
+                prop_assert_eq!(v.remaining, held - units);
+                prop_assert!(new.is_some());
+                // Nothing consumed (another limiter refused): the bucket as it was.
+                let unused = unconsumed_units(&q, v, u);
+                prop_assert_eq!(unused.remaining, held);
+            } else {
+                prop_assert_eq!(new, None, "a refusal charges nothing");
+                prop_assert!(v.retry_after_ns > 0);
+                // Waiting the refusal's own wait is enough for the same cost.
+                let (later, _) = decide_units(&q, st, now + v.retry_after_ns, u);
+                prop_assert!(later.allowed, "still refused after Retry-After");
+            }
+        }
+
+        #[test]
+        fn giving_back_a_costly_allow_undoes_it(
+            (q, hits, _) in costly(),
+            pick in 0.0f64..1.0,
+            later in 0u64..20_000,
+        ) {
+            let (before, now) = run_costly(&q, &hits);
+            // A cost the bucket holds (a refusal gives nothing back to test).
+            let held = capacity(&q, before, now);
+            prop_assume!(held > 0);
+            let units = 1 + ((held - 1) as f64 * pick) as u32;
+            let u = NonZeroU32::new(units).expect("a cost is at least 1");
+            let (v, after) = decide_units(&q, before, now, u);
+            prop_assume!(v.allowed);
+            let after = after.expect("an allowed request writes a state");
+            let t = now + later * 1_000_000;
+            let back = give_back(&q, after, u);
+            prop_assert_eq!(capacity(&q, Some(back), t), capacity(&q, before, t));
+            // Given back while the whole charge is outstanding: the same.
+            if let Some(answered) = give_back_answered(&q, after, u, v.reset_after_ns, now) {
+                prop_assert_eq!(capacity(&q, Some(answered), t), capacity(&q, before, t));
+            } else {
+                prop_assert_eq!(v.reset_after_ns, 0, "nothing outstanding, nothing to give");
+            }
+        }
+
+        #[test]
+        fn an_answered_give_back_never_gives_more_than_was_taken(
+            (q, hits, _) in costly(),
+            pick in 0.0f64..1.0,
+            taken_ago in 0u64..20_000,
+            later in 0u64..20_000,
+        ) {
+            let (before, now) = run_costly(&q, &hits);
+            // A cost the bucket holds (a refusal gives nothing back to test).
+            let held = capacity(&q, before, now);
+            prop_assume!(held > 0);
+            let units = 1 + ((held - 1) as f64 * pick) as u32;
+            let u = NonZeroU32::new(units).expect("a cost is at least 1");
+            let (v, after) = decide_units(&q, before, now, u);
+            prop_assume!(v.allowed);
+            let after = after.expect("an allowed request writes a state");
+            // The answer comes `taken_ago` ms after the decision.
+            let answered_at = now + taken_ago * 1_000_000;
+            let outstanding = v.reset_after_ns.saturating_sub(taken_ago * 1_000_000);
+            let t = answered_at + later * 1_000_000;
+            let back = give_back_answered(&q, after, u, outstanding, answered_at).unwrap_or(after);
+            // Never more room than if the request had not come at all, never less than if it
+            // had stayed charged.
+            prop_assert!(capacity(&q, Some(back), t) <= capacity(&q, before, t));
+            prop_assert!(capacity(&q, Some(back), t) >= capacity(&q, Some(after), t));
         }
     }
 

@@ -353,7 +353,7 @@ mod tests {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             shadow: false,
-            units: 1,
+            units: std::num::NonZeroU32::MIN,
         }
     }
 

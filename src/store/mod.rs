@@ -7,6 +7,7 @@ pub mod redis;
 use crate::keys::{BucketKey, KeyDigest};
 use crate::limiter::{Quota, Verdict};
 use futures_util::future::BoxFuture;
+use std::num::NonZeroU32;
 
 /// One limiter's question about one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,9 +16,9 @@ pub struct Check {
     pub quota: Quota,
     /// A shadow-mode limiter: its refusal never stops the others from consuming.
     pub shadow: bool,
-    /// What the request costs in this bucket (at least 1): all of it fits, or the request is
-    /// refused and charges nothing.
-    pub units: u32,
+    /// What the request costs in this bucket: all of it fits, or the request is refused and
+    /// charges nothing.
+    pub units: NonZeroU32,
 }
 
 /// An admitted check to give back because the request's answer says it should not have counted
@@ -27,7 +28,7 @@ pub struct GiveBack {
     pub key: BucketKey,
     pub quota: Quota,
     /// Units the request consumed.
-    pub units: u32,
+    pub units: NonZeroU32,
     /// What was left of the decision's `reset_after_ns` when the answer came: the part of the
     /// charge the bucket still carries (see [`crate::limiter::give_back_answered`]).
     pub outstanding_ns: u64,

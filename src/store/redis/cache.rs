@@ -7,6 +7,7 @@ use crate::limiter::{Quota, Verdict};
 use crate::store::Check;
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ const CACHE_SHARDS: usize = 16;
 
 /// What a refused request looked like, so an identical one can be answered without Redis.
 struct Snapshot {
-    checks: Vec<(BucketKey, Quota, bool, u32)>,
+    checks: Vec<(BucketKey, Quota, bool, NonZeroU32)>,
     verdicts: Vec<Verdict>,
     at: Nanos,
     /// The earliest instant one of its refusals ends.
@@ -153,7 +154,7 @@ mod tests {
             key: BucketKey::new(Arc::from(limiter), principal),
             quota: Quota::gcra(nonzero(limit), Duration::from_secs(secs)),
             shadow,
-            units: 1,
+            units: std::num::NonZeroU32::MIN,
         }
     }
 

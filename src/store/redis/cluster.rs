@@ -127,7 +127,7 @@ impl Inner {
                 let units: u64 = same
                     .iter()
                     .filter(|&&p| a.verdicts[p].allowed)
-                    .map(|&p| u64::from(checks[g[p]].units.max(1)))
+                    .map(|&p| u64::from(checks[g[p]].units.get()))
                     .sum();
                 let q = &checks[i].quota;
                 let algo = if q.algorithm == Algorithm::Gcra {

@@ -475,7 +475,7 @@ impl Inner {
                     };
                     cmd.arg(algo)
                         .arg(p)
-                        .arg(items[i].units)
+                        .arg(items[i].units.get())
                         .arg(items[i].outstanding_ns.min(MAX_WINDOW_NS));
                 }
             })

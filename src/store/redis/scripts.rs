@@ -7,6 +7,7 @@ use super::Inner;
 use crate::keys::BucketKey;
 use crate::limiter::{Algorithm, Quota, Verdict};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
+use std::num::NonZeroU32;
 
 pub(super) const SLOT_LUA: &str = concat!(
     include_str!("prelude.lua"),
@@ -93,7 +94,7 @@ pub(super) struct GroupAnswer {
 }
 
 /// The six script arguments of one check (see `gcra.lua`).
-pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: u32) {
+pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: NonZeroU32) {
     let limit = u64::from(q.limit());
     let (algo, p, burst) = match q.algorithm {
         Algorithm::Gcra => {
@@ -107,7 +108,7 @@ pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: u32) {
         .arg(p)
         .arg(burst)
         .arg(if shadow { "1" } else { "0" })
-        .arg(units.max(1));
+        .arg(units.get());
 }
 
 pub(super) fn int(v: &Value) -> RedisResult<i64> {

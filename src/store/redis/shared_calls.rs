@@ -7,6 +7,7 @@ use super::{Inner, StoreError, StoreErrorKind};
 use crate::limiter::{Quota, Verdict};
 use crate::store::Check;
 use redis::Cmd;
+use std::num::NonZeroU32;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use tokio::sync::mpsc::error::TrySendError;
@@ -120,7 +121,7 @@ impl Inner {
 /// A standalone request waiting for a shared call.
 pub(super) struct Job {
     pub(super) keys: Vec<String>,
-    pub(super) checks: Vec<(Quota, bool, u32)>,
+    pub(super) checks: Vec<(Quota, bool, NonZeroU32)>,
     pub(super) reply: tokio::sync::oneshot::Sender<Result<Vec<Verdict>, (StoreErrorKind, String)>>,
 }
 
