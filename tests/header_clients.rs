@@ -17,14 +17,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// Skip (printing why), or fail under `CI`.
-fn unavailable(why: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "required when CI is set: {why}"
-    );
-    eprintln!("skipping: {why}");
-}
+use common::unavailable;
 
 fn dir() -> PathBuf {
     common::manifest_dir().join("tests/header_clients")

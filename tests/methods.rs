@@ -60,13 +60,7 @@ limit = 1000000
 limit = 1000000
 "#;
 
-/// Skip (printing why), or fail under `CI`.
-fn unavailable(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("required when CI is set: {why}");
-    }
-    eprintln!("skipping: {why}");
-}
+use common::unavailable;
 
 fn node_dir() -> PathBuf {
     common::manifest_dir().join("tests/paths/node")

@@ -189,13 +189,7 @@ fn corpus() -> Vec<Line> {
     lines
 }
 
-/// Skip (printing why), or fail under `CI`.
-fn unavailable(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("required when CI is set: {why}");
-    }
-    eprintln!("skipping: {why}");
-}
+use common::unavailable;
 
 /// What a line is sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,22 +24,7 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
 }
 
-/// The tool's path on `PATH`; `None` (after saying why) when it is missing outside CI.
-/// Under `CI` a missing tool fails the test.
-fn tool(name: &str, install: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        if std::env::var_os("CI").is_some() {
-            panic!("`{name}` is not on PATH and CI is set; install it: {install}");
-        }
-        eprintln!("skipped: `{name}` is not on PATH (install it: {install})");
-    }
-    found
-}
+use common::tool;
 
 fn run(cmd: &mut Command) -> Output {
     cmd.output()

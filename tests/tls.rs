@@ -93,7 +93,7 @@ fn tls_redis(pki: &Pki) -> Option<TlsRedis> {
 
 /// The same; with `cluster`, a Cluster node whose bus speaks TLS too.
 fn tls_redis_node(pki: &Pki, cluster: bool) -> Option<TlsRedis> {
-    let port = redis_support::free_port();
+    let port = redis_support::free_cluster_port();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cmd = Command::new("redis-server");
     if cluster {

@@ -34,6 +34,29 @@ const POLL: Duration = Duration::from_millis(50);
 /// How many times a start-up is retried on fresh ports when a chosen one was taken meanwhile.
 const PORT_RETRIES: u32 = 5;
 
+/// A test that cannot run here: skip it, printing why, or fail it when `CI` is set (CI has
+/// everything a test needs, so a missing piece there is a broken machine, not a skip).
+pub fn unavailable(why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "required when CI is set: {why}"
+    );
+    eprintln!("skipping: {why}");
+}
+
+/// A program on `PATH`, or `None` after [`unavailable`] said how to install it.
+pub fn tool(name: &str, install: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        unavailable(&format!("`{name}` is not on PATH; install it: {install}"));
+    }
+    found
+}
+
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -387,12 +410,7 @@ pub fn prlimit() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !works {
-        let why = "prlimit (util-linux) cannot set a descriptor limit here";
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "required when CI is set: {why}"
-        );
-        eprintln!("skipping: {why}");
+        unavailable("prlimit (util-linux) cannot set a descriptor limit here");
     }
     works
 }

@@ -15,10 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Skip the test, or fail it when `CI` is set.
 pub fn unavailable(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("Redis is required when CI is set: {why}");
-    }
-    eprintln!("skipped: {why}");
+    super::common::unavailable(&format!("Redis: {why}"));
 }
 
 fn has_redis_server() -> bool {
@@ -32,7 +29,7 @@ fn has_redis_server() -> bool {
 }
 
 /// A free port whose cluster-bus companion (port + 10000) is free too.
-pub fn free_port() -> u16 {
+pub fn free_cluster_port() -> u16 {
     for _ in 0..200 {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = l.local_addr().expect("local addr").port();
@@ -187,7 +184,7 @@ pub fn own_server() -> Option<RedisServer> {
         return None;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    Some(RedisServer::spawn(free_port(), false, dir))
+    Some(RedisServer::spawn(free_cluster_port(), false, dir))
 }
 
 /// A three-master Redis Cluster on free ports, no replicas; `None` when skipped.
@@ -207,7 +204,13 @@ pub fn cluster() -> Option<Cluster> {
         return None;
     }
     let nodes: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::spawn(free_port(), true, tempfile::tempdir().expect("tempdir")))
+        .map(|_| {
+            RedisServer::spawn(
+                free_cluster_port(),
+                true,
+                tempfile::tempdir().expect("tempdir"),
+            )
+        })
         .collect();
     let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
     let out = Command::new("redis-cli")
