@@ -59,21 +59,16 @@ fn a_toml_syntax_error_in_the_hs256_secret_is_located_but_not_echoed() {
             serve_with(toml),
             Launch::command(["check"]).config_toml(toml.clone()),
         ] {
-            let out = launch.run(PATIENCE);
-            assert_eq!(out.code, Some(2), "{toml}\n{}", out.stderr);
-            assert!(
-                out.stderr.contains("configuration error") || out.stderr.contains("fleet-limiter"),
-                "{}",
-                out.stderr
+            refused(
+                launch,
+                &[
+                    "fleet-limiter",
+                    "TOML parse error at line",
+                    "column",
+                    "not shown",
+                ],
+                SECRET_PIECES,
             );
-            assert!(
-                out.stderr.contains("TOML parse error at line"),
-                "{}",
-                out.stderr
-            );
-            assert!(out.stderr.contains("column"), "{}", out.stderr);
-            assert!(out.stderr.contains("not shown"), "{}", out.stderr);
-            assert_exit_hidden(&out, SECRET_PIECES);
         }
     }
 }
@@ -86,10 +81,11 @@ fn a_toml_syntax_error_in_a_redis_url_does_not_echo_its_password() {
             "[store]\nbackend = \"redis\"\ncluster = [\n  \"redis://127.0.0.1:1\",\n  \"redis://default:{REDIS_PASSWORD}\\q@127.0.0.1:2\",\n]\n"
         ),
     ] {
-        let out = serve_with(&toml).run(PATIENCE);
-        assert_eq!(out.code, Some(2), "{}", out.stderr);
-        assert!(out.stderr.contains("TOML parse error at line"), "{}", out.stderr);
-        assert_exit_hidden(&out, &[REDIS_PASSWORD]);
+        refused(
+            serve_with(&toml),
+            &["TOML parse error at line"],
+            &[REDIS_PASSWORD],
+        );
     }
 }
 
@@ -159,55 +155,49 @@ async fn a_redis_password_is_redacted_in_logs_readiness_errors_and_reload_report
     assert_hidden("stdout", &gw.stdout(), &[REDIS_PASSWORD]);
 }
 
+/// Runs `launch`, which must stop at start-up (exit code 2) saying each of `says` and showing
+/// none of `secrets` on stdout or stderr.
+fn refused(launch: Launch, says: &[&str], secrets: &[&str]) -> Exited {
+    let out = launch.run(PATIENCE);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    for s in says {
+        assert!(out.stderr.contains(s), "`{s}` not in: {}", out.stderr);
+    }
+    assert_exit_hidden(&out, secrets);
+    out
+}
+
 #[test]
 fn redis_urls_in_configuration_errors_are_redacted() {
-    let flag = Launch::serve()
-        .upstream("http://127.0.0.1:9")
-        .arg("--store")
-        .arg(format!("redis+tcp://default:{REDIS_PASSWORD}@127.0.0.1:1/"))
-        .run(PATIENCE);
-    assert_eq!(flag.code, Some(2), "{}", flag.stderr);
-    assert!(
-        flag.stderr.contains("redis+tcp://default:***@127.0.0.1:1"),
-        "{}",
-        flag.stderr
+    refused(
+        Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .arg("--store")
+            .arg(format!("redis+tcp://default:{REDIS_PASSWORD}@127.0.0.1:1/")),
+        &["redis+tcp://default:***@127.0.0.1:1"],
+        &[REDIS_PASSWORD],
     );
-    assert_exit_hidden(&flag, &[REDIS_PASSWORD]);
-
-    let cluster = serve_with(&format!(
-        "[store]\nbackend = \"redis\"\ncluster = [\"http://default:{REDIS_PASSWORD}@127.0.0.1:1\"]\n"
-    ))
-    .run(PATIENCE);
-    assert_eq!(cluster.code, Some(2), "{}", cluster.stderr);
-    assert!(
-        cluster.stderr.contains("store.cluster"),
-        "{}",
-        cluster.stderr
-    );
-    assert_exit_hidden(&cluster, &[REDIS_PASSWORD]);
-
-    let wrong_type = serve_with(&format!(
-        "[store]\nbackend = \"redis\"\ncluster = \"redis://default:{REDIS_PASSWORD}@127.0.0.1:1\"\n"
-    ))
-    .run(PATIENCE);
-    assert_eq!(wrong_type.code, Some(2), "{}", wrong_type.stderr);
-    assert!(
-        wrong_type.stderr.contains("store.cluster"),
-        "{}",
-        wrong_type.stderr
-    );
-    assert_exit_hidden(&wrong_type, &[REDIS_PASSWORD]);
-
-    let jwks = Launch::serve()
-        .upstream("http://127.0.0.1:9")
-        .env(
+    for cluster in [
+        format!("[\"http://default:{REDIS_PASSWORD}@127.0.0.1:1\"]"),
+        // Not a list: the wrong type is named without the value.
+        format!("\"redis://default:{REDIS_PASSWORD}@127.0.0.1:1\""),
+    ] {
+        refused(
+            serve_with(&format!(
+                "[store]\nbackend = \"redis\"\ncluster = {cluster}\n"
+            )),
+            &["store.cluster"],
+            &[REDIS_PASSWORD],
+        );
+    }
+    refused(
+        Launch::serve().upstream("http://127.0.0.1:9").env(
             "FLEET_LIMITER_JWKS_URL",
             format!("ftp://issuer:{REDIS_PASSWORD}@127.0.0.1:1/jwks.json"),
-        )
-        .run(PATIENCE);
-    assert_eq!(jwks.code, Some(2), "{}", jwks.stderr);
-    assert!(jwks.stderr.contains("identity.jwks_url"), "{}", jwks.stderr);
-    assert_exit_hidden(&jwks, &[REDIS_PASSWORD]);
+        ),
+        &["identity.jwks_url"],
+        &[REDIS_PASSWORD],
+    );
 }
 
 #[test]
@@ -235,15 +225,11 @@ fn an_upstream_url_with_credentials_or_a_space_is_refused() {
         ),
         ("http://127.0.0.1:99999".to_owned(), "port"),
     ] {
-        let out = Launch::serve().upstream(&upstream).run(PATIENCE);
-        assert_eq!(out.code, Some(2), "{upstream}: {}", out.stderr);
-        assert!(
-            out.stderr.contains("flag --upstream: server.upstream:"),
-            "{}",
-            out.stderr
+        refused(
+            Launch::serve().upstream(&upstream),
+            &["flag --upstream: server.upstream:", why],
+            &[UPSTREAM_PASSWORD],
         );
-        assert!(out.stderr.contains(why), "{upstream}: {}", out.stderr);
-        assert_exit_hidden(&out, &[UPSTREAM_PASSWORD]);
     }
 }
 
@@ -308,30 +294,22 @@ fn weak_secrets_stop_the_start_without_being_echoed() {
         ("aaaabbbbaaaabbbbccccaaaabbbbccccaaaabbbb", "few distinct"),
         ("my-super-secret-jwt-key-for-production", "placeholder"),
     ] {
-        let out = Launch::serve()
-            .upstream("http://127.0.0.1:9")
-            .env("FLEET_LIMITER_JWT_HS256_SECRET", secret)
-            .run(PATIENCE);
-        assert_eq!(out.code, Some(2), "{secret}: {}", out.stderr);
-        assert!(
-            out.stderr.contains(
-                "environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: the HS256 secret is weak"
-            ),
-            "{}",
-            out.stderr
-        );
-        assert!(out.stderr.contains(why), "{secret}: {}", out.stderr);
-        assert!(
-            out.stderr.contains("openssl rand -base64 48"),
-            "{}",
-            out.stderr
+        let out = refused(
+            Launch::serve()
+                .upstream("http://127.0.0.1:9")
+                .env("FLEET_LIMITER_JWT_HS256_SECRET", secret),
+            &[
+                "environment variable FLEET_LIMITER_JWT_HS256_SECRET: identity.jwt_hs256_secret: the HS256 secret is weak",
+                why,
+                "openssl rand -base64 48",
+            ],
+            &[secret],
         );
         // A short word (`secret`) may well appear in the message itself; longer ones may not.
         let trimmed = secret.trim();
         if trimmed.len() >= 16 {
             assert_exit_hidden(&out, &[trimmed]);
         }
-        assert_exit_hidden(&out, &[secret]);
     }
 }
 
