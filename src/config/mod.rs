@@ -21,6 +21,7 @@ pub mod headers;
 pub mod identity;
 mod layers;
 mod limiters;
+pub(crate) use limiters::unguarded_client_chosen_key;
 mod methods;
 pub mod ops;
 mod path;

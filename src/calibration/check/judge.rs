@@ -1,12 +1,12 @@
 //! The judge: the arithmetic that decides how one limiter fares against the loads the workload
 //! model puts on it. It yields [`Finding`]s, numbers with a class; `wording` writes them out.
 
-use super::types::{KnownTable, LimiterCheck, Load, Status, Workload};
+use super::types::{CostShown, KnownTable, LimiterCheck, Load, Status, Workload};
 use super::workload::{Demand, Model, Spec};
 use super::MIN_IDLE_HEADROOM;
 use crate::config::FleetConfig;
 use crate::limiter::Algorithm;
-use crate::policy::{LimiterSpec, Mode, Remember};
+use crate::policy::{Cost, Count, LimiterSpec, Meter, Mode, Remember};
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -304,21 +304,49 @@ pub(super) fn line(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Limite
         }
         _ => {}
     }
+    // Suggestions for what the limiter would refuse once enforced; off and shadow refuse nothing.
+    let suggested = if status >= Status::AtRisk {
+        super::suggest::suggest(l, model, table)
+    } else {
+        super::suggest::Suggested {
+            suggestion: None,
+            alternatives: Vec::new(),
+            no_fix: None,
+        }
+    };
     let limit = effective_limit(l);
     let window = l.quota.window.as_secs_f64();
     let fixed = l.quota.algorithm == Algorithm::FixedWindow;
     let (reasons, reason_status) = reasons.into_iter().unzip();
     LimiterCheck {
         name: l.name.to_string(),
-        limit,
+        limit: l.quota.limit(),
+        requests_per_window: limit,
         window_seconds: window,
         algorithm: l.quota.algorithm.as_str(),
         refill_interval_seconds: if fixed { window } else { window / limit as f64 },
-        key: l.key.as_str(),
+        key: super::suggest::key_text(l),
+        meter: if l.new_agents.is_some() {
+            Meter::NewAgents.as_str()
+        } else {
+            Meter::Requests.as_str()
+        },
+        count: l.count.as_str(),
+        failed_statuses: (l.count != Count::All).then(|| l.failed_statuses.to_string()),
+        cost: match &l.cost {
+            Cost::Fixed(n) => CostShown::Fixed { units: *n },
+            Cost::Header { name, max } => CostShown::Header {
+                header: name.to_string(),
+                max: *max,
+            },
+        },
         mode: l.mode.as_str(),
         loads,
         status,
         reasons,
         reason_status,
+        suggestion: suggested.suggestion,
+        alternatives: suggested.alternatives,
+        no_fix: suggested.no_fix,
     }
 }

@@ -27,16 +27,19 @@
 //!
 //! The code follows the mechanisms: [`types`] holds what the report says, `workload` the
 //! declared fleet and whose bucket each request lands in, `judge` the arithmetic of a verdict
-//! and `wording` its sentences, `admission` the rule `serve` and every reload apply.
+//! and `wording` its sentences, `suggest` the smallest change the judge accepts, `admission` the rule `serve` and every reload apply.
 
 mod admission;
 mod judge;
+mod suggest;
 pub mod types;
 mod wording;
 mod workload;
 
 pub use admission::{admit, Admitted, Refusal};
-pub use types::{CheckReport, Dashboards, KnownTable, LimiterCheck, Load, Status, Workload};
+pub use types::{
+    CheckReport, CostShown, Dashboards, Fix, KnownTable, LimiterCheck, Load, Status, Workload,
+};
 pub(crate) use wording::fmt_rate;
 
 use super::traffic;

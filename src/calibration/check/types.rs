@@ -86,12 +86,26 @@ pub struct Load {
 #[derive(Debug, Clone, Serialize)]
 pub struct LimiterCheck {
     pub name: String,
+    /// The configured `limit`, in cost units.
     pub limit: u32,
+    /// Requests the bucket holds as judged: `limit` over a fixed `cost` (a cost read from a
+    /// header is judged at 1 a request).
+    pub requests_per_window: u32,
     pub window_seconds: f64,
     pub algorithm: &'static str,
     /// Time for one request's worth of budget to return (a fixed window returns it all at its end).
     pub refill_interval_seconds: f64,
-    pub key: &'static str,
+    /// As configured: `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>`.
+    pub key: String,
+    /// `requests` (every request it applies to) or `new-agents` (agent ids it does not know).
+    pub meter: &'static str,
+    /// Which answers count: `all`, `failed` or `succeeded` (the others are given back).
+    pub count: &'static str,
+    /// The statuses `count` reads as failed, e.g. `400-499, 503` (absent when `count` is `all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_statuses: Option<String>,
+    /// What one request costs the bucket.
+    pub cost: CostShown,
     /// `enforce`, `shadow` (decides and reports but never refuses) or `off`.
     pub mode: &'static str,
     pub loads: Vec<Load>,
@@ -100,6 +114,50 @@ pub struct LimiterCheck {
     /// The class of each reason, in step with `reasons` (a limiter can mix them).
     #[serde(skip)]
     pub reason_status: Vec<Status>,
+    /// For an unsafe or at-risk limiter, the smallest change `check` judges safe: the limit
+    /// with the window kept, else the window with the limit kept, else the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<Fix>,
+    /// The other single changes that also make it safe (the window, the key).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<Fix>,
+    /// Why no limit, window or key within the configuration's ranges makes it safe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_fix: Option<String>,
+}
+
+/// A limiter's cost per request: `{"units": 1}`, or `{"header": "x-batch-size", "max": 50}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum CostShown {
+    Fixed { units: u32 },
+    Header { header: String, max: u32 },
+}
+
+impl std::fmt::Display for CostShown {
+    /// `1`, `30`, or `x-batch-size max 50`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CostShown::Fixed { units } => write!(f, "{units}"),
+            CostShown::Header { header, max } => write!(f, "{header} max {max}"),
+        }
+    }
+}
+
+/// One change to a limiter's table that `check`'s own judge accepts: the budget, window and
+/// key it leaves, and the lines to set under `[limiters.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fix {
+    /// What changes: `limit`, `window` or `key`.
+    pub change: &'static str,
+    pub limit: u32,
+    /// As configuration writes it (`1m`, `90s`).
+    pub window: String,
+    pub key: String,
+    /// The lines to set, e.g. `[limiters.agent-device]\nlimit = 750\n`.
+    pub toml: String,
+    /// The limiter's status with the change: `ok`, or `warning` (thin headroom).
+    pub status: Status,
 }
 
 impl LimiterCheck {

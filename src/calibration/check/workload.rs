@@ -140,6 +140,8 @@ pub(super) struct Demand {
 /// limiter can be judged again with another key, budget or window without routing anew.
 pub(super) struct Model<'a> {
     pub(super) fleet: &'a FleetConfig,
+    /// Every configured limiter, as the configuration's own rules see them together.
+    pub(super) limiters: &'a [LimiterSpec],
     pub(super) specs: Vec<Spec>,
     /// limiter name -> (workload index, request index) of every request it meters, in order.
     reaches: BTreeMap<String, Vec<(usize, usize)>>,
@@ -164,6 +166,7 @@ impl<'a> Model<'a> {
         }
         Self {
             fleet: &cfg.fleet,
+            limiters: &cfg.limiters,
             specs,
             reaches,
         }
