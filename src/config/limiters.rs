@@ -370,7 +370,7 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
 
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
 /// lower-cased).
-pub(super) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
+pub(crate) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
     let kinds = "use ip, ip+agent, user-or-ip, credential, global or header:<name> (e.g. \"header:x-tenant-id\")";
     if let Some(name) = s.strip_prefix("header:") {
         let name = name.trim().to_ascii_lowercase();

@@ -331,3 +331,182 @@ fn dashboard_and_device_poll_cadences_must_fit() {
     assert_eq!(line(&r, "cli-device-poll").status, Status::Unsafe);
     assert_eq!(r.unsafe_limiters, 2);
 }
+
+/// `cfg` with limiter `name` changed by `f`.
+fn with(cfg: &Config, name: &str, f: impl Fn(&mut crate::policy::LimiterSpec)) -> Config {
+    let mut c = cfg.clone();
+    for l in &mut c.limiters {
+        if &*l.name == name {
+            f(l);
+        }
+    }
+    c
+}
+
+/// `cfg` with a fix applied to limiter `name`, as the pasted TOML would set it.
+fn applied(cfg: &Config, name: &str, fix: &Fix) -> Config {
+    let window = crate::config::parse_duration(&fix.window).unwrap();
+    let (key, header) = crate::config::parse_key(&fix.key).unwrap();
+    with(cfg, name, |l| {
+        l.quota = crate::limiter::Quota::new(
+            std::num::NonZeroU32::new(fix.limit).unwrap(),
+            window,
+            l.quota.algorithm,
+        );
+        l.key = key;
+        l.key_header = header.clone();
+    })
+}
+
+fn limit_of(cfg: &Config, name: &str, limit: u32) -> Config {
+    with(cfg, name, |l| {
+        l.quota = l
+            .quota
+            .with_limit(std::num::NonZeroU32::new(limit).unwrap());
+    })
+}
+
+/// The two properties of every suggestion: applied, `check` accepts the limiter; one step
+/// smaller (one unit of limit less, one second of window more), it does not.
+fn assert_smallest(cfg: &Config, name: &str) -> Option<Fix> {
+    let r = check(cfg);
+    let l = line(&r, name);
+    if l.status < Status::AtRisk {
+        assert!(l.suggestion.is_none() && l.no_fix.is_none(), "{l:?}");
+        return None;
+    }
+    assert!(l.suggestion.is_some() != l.no_fix.is_some(), "{l:?}");
+    for fix in l.suggestion.iter().chain(&l.alternatives) {
+        let after = check(&applied(cfg, name, fix));
+        let now = line(&after, name);
+        assert!(now.status < Status::AtRisk, "{fix:?} -> {:?}", now.reasons);
+        assert_eq!(now.status, fix.status, "{fix:?}");
+        match fix.change {
+            "limit" => {
+                assert!(fix.limit > l.limit, "{fix:?}");
+                let below = check(&limit_of(cfg, name, fix.limit - 1));
+                assert!(line(&below, name).status >= Status::AtRisk, "{fix:?}");
+            }
+            "window" => {
+                let secs = crate::config::parse_duration(&fix.window)
+                    .unwrap()
+                    .as_secs();
+                let longer = with(cfg, name, |l| {
+                    l.quota.window = std::time::Duration::from_secs(secs + 1);
+                });
+                assert!(
+                    line(&check(&longer), name).status >= Status::AtRisk,
+                    "{fix:?}"
+                );
+            }
+            _ => assert_ne!(fix.key, l.key, "{fix:?}"),
+        }
+    }
+    if l.no_fix.is_some() {
+        let most = check(&limit_of(cfg, name, u32::MAX));
+        assert!(line(&most, name).status >= Status::AtRisk);
+    }
+    l.suggestion.clone()
+}
+
+#[test]
+fn suggestions_are_accepted_and_the_smallest() {
+    let base = Config::default();
+    // Too small a budget for the agents' poll and heartbeat cadence: 2 a minute for 3.
+    let fix = assert_smallest(&limit_of(&base, "agent-device", 2), "agent-device").unwrap();
+    assert_eq!(
+        (fix.change, fix.limit, fix.window.as_str()),
+        ("limit", 3, "1m")
+    );
+    assert_eq!(fix.toml, "[limiters.agent-device]\nlimit = 3\n");
+    assert_eq!(fix.status, Status::Warning);
+    // A whole NAT on one IP bucket: a budget of 750 a minute, or a key per agent.
+    let nat = load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_KEY", "ip")]);
+    let fix = assert_smallest(&nat, "agent-device").unwrap();
+    assert_eq!((fix.change, fix.limit), ("limit", 750));
+    let r = check(&nat);
+    let alts = &line(&r, "agent-device").alternatives;
+    assert!(
+        alts.iter()
+            .any(|f| f.change == "key" && f.key == "ip+agent"),
+        "{alts:?}"
+    );
+    // A fixed cost of 15 leaves 30 two requests a minute: 45 carries three.
+    let costly = with(&base, "agent-device", |l| {
+        l.cost = crate::policy::Cost::Fixed(15);
+        l.count = crate::policy::Count::Failed;
+    });
+    let fix = assert_smallest(&costly, "agent-device").unwrap();
+    assert_eq!(fix.limit, 45);
+    // At risk: the dashboards' NAT needs 10800 per 15 minutes, or a window of 83 s.
+    let fix = assert_smallest(&base, "ui").unwrap();
+    assert_eq!((fix.limit, fix.window.as_str()), (10800, "15m"));
+    // A 15-minute fixed window locks an agent out past the timeout whatever the limit.
+    let long = load(&[
+        ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT", "100"),
+        ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_WINDOW", "15m"),
+        (
+            "FLEET_LIMITER_LIMITER_AGENT_DEVICE_ALGORITHM",
+            "fixed-window",
+        ),
+    ]);
+    let fix = assert_smallest(&long, "agent-device").unwrap();
+    assert_eq!((fix.change, fix.window.as_str()), ("window", "119s"));
+}
+
+#[test]
+fn no_fix_says_why() {
+    // The ceiling forgets an agent before its next heartbeat: no budget changes that.
+    let cfg = with(&Config::default(), "agent-ip", |l| {
+        if let Some(r) = &mut l.new_agents {
+            r.known_for = std::time::Duration::from_secs(60);
+        }
+    });
+    assert!(assert_smallest(&cfg, "agent-ip").is_none());
+    let r = check(&cfg);
+    let why = line(&r, "agent-ip").no_fix.clone().unwrap();
+    for needle in [
+        "no limit (from 1 to 4294967295)",
+        "no window (from 1s to 7d)",
+        "known_for = 1m",
+    ] {
+        assert!(why.contains(needle), "{needle}: {why}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn random_unsafe_budgets_get_the_smallest_accepted_fix(
+        limit in 1u32..400,
+        window in 1u64..7200,
+        fixed in proptest::bool::ANY,
+        ip in proptest::bool::ANY,
+        cost in 1u32..4,
+        probe in 1u32..100_000,
+    ) {
+        let cfg = with(&Config::default(), "agent-device", |l| {
+            let algorithm = if fixed {
+                crate::limiter::Algorithm::FixedWindow
+            } else {
+                crate::limiter::Algorithm::Gcra
+            };
+            l.quota = crate::limiter::Quota::new(
+                std::num::NonZeroU32::new(limit.max(cost)).unwrap(),
+                std::time::Duration::from_secs(window),
+                algorithm,
+            );
+            l.cost = crate::policy::Cost::Fixed(cost);
+            if ip {
+                l.key = crate::keys::KeyKind::Ip;
+            }
+        });
+        assert_smallest(&cfg, "agent-device");
+        // Monotone in the limit: a larger budget is never refused where a smaller one passes.
+        let (a, b) = (limit.max(cost), limit.max(cost).saturating_add(probe));
+        let small = line(&check(&limit_of(&cfg, "agent-device", a)), "agent-device").status;
+        let large = line(&check(&limit_of(&cfg, "agent-device", b)), "agent-device").status;
+        proptest::prop_assert!(small >= Status::AtRisk || large < Status::AtRisk);
+    }
+}
