@@ -102,18 +102,21 @@ pub fn check_table(r: &CheckReport) -> String {
         );
     }
     let _ = writeln!(o);
-    let cols = [16, 24, 11, 7, 42, 9, 10, 6];
+    let cols = [16, 24, 11, 10, 9, 5, 7, 42, 9, 10, 6];
     let head = [
         "LIMITER",
         "BUDGET",
         "KEY",
+        "METER",
+        "COUNT",
+        "COST",
         "REFILL",
         "MUST CARRY",
         "HEADROOM",
         "WORST RUN",
         "STATUS",
     ];
-    let row = |cells: [&str; 8]| -> String {
+    let row = |cells: [&str; 11]| -> String {
         let mut line = String::new();
         for (c, w) in cells.iter().zip(cols) {
             line.push_str(&pad(c, w));
@@ -131,43 +134,38 @@ pub fn check_table(r: &CheckReport) -> String {
         );
         let refill = fmt_secs(l.refill_interval_seconds);
         let status = l.status.as_str();
+        let count = match &l.failed_statuses {
+            Some(s) if s != DEFAULT_FAILED => format!("{} {s}", l.count),
+            _ => l.count.to_owned(),
+        };
+        let cost = l.cost.to_string();
+        let first = [
+            l.name.as_str(),
+            &budget,
+            &l.key,
+            l.meter,
+            &count,
+            &cost,
+            &refill,
+        ];
         if l.loads.is_empty() {
             let carries = if l.status == Status::Off {
                 "mode = off: never consulted"
             } else {
                 "no declared cadence (abuse guard)"
             };
-            o.push_str(&row([
-                &l.name, &budget, l.key, &refill, carries, "-", "-", status,
-            ]));
+            o.push_str(&row(cells(first, [carries, "-", "-", status])));
             continue;
         }
         for (i, load) in l.loads.iter().enumerate() {
             let headroom = fmt_headroom(load.headroom);
             let worst = fmt_secs(load.worst_refused_seconds.unwrap_or(f64::INFINITY));
-            if i == 0 {
-                o.push_str(&row([
-                    &l.name,
-                    &budget,
-                    l.key,
-                    &refill,
-                    &load.describe,
-                    &headroom,
-                    &worst,
-                    status,
-                ]));
-            } else {
-                o.push_str(&row([
-                    "",
-                    "",
-                    "",
-                    "",
-                    &load.describe,
-                    &headroom,
-                    &worst,
-                    "",
-                ]));
-            }
+            let lead = if i == 0 { first } else { [""; 7] };
+            let status = if i == 0 { status } else { "" };
+            o.push_str(&row(cells(
+                lead,
+                [&load.describe, &headroom, &worst, status],
+            )));
         }
     }
     let findings: Vec<&LimiterCheck> = r
@@ -188,6 +186,17 @@ pub fn check_table(r: &CheckReport) -> String {
             }
         }
     }
+    let fixes: Vec<&LimiterCheck> = r
+        .limiters
+        .iter()
+        .filter(|l| l.suggestion.is_some() || l.no_fix.is_some())
+        .collect();
+    if !fixes.is_empty() {
+        let _ = writeln!(o);
+        for l in fixes {
+            o.push_str(&fix_lines(l));
+        }
+    }
     let verdict = if !r.is_safe() {
         "UNSAFE"
     } else if r.is_at_risk() {
@@ -203,6 +212,47 @@ pub fn check_table(r: &CheckReport) -> String {
         r.at_risk,
         r.warnings
     );
+    o
+}
+
+/// A table row: the limiter's own cells, then one load's.
+fn cells<'a>(lead: [&'a str; 7], tail: [&'a str; 4]) -> [&'a str; 11] {
+    [
+        lead[0], lead[1], lead[2], lead[3], lead[4], lead[5], lead[6], tail[0], tail[1], tail[2],
+        tail[3],
+    ]
+}
+
+/// `failed_statuses` when it is not set: 400 and above.
+const DEFAULT_FAILED: &str = "400-999";
+
+/// The fixes of one limiter: the preferred one, then each alternative, each with the lines to
+/// set under its `[limiters.NAME]` table; or why there is none.
+fn fix_lines(l: &LimiterCheck) -> String {
+    let mut o = String::new();
+    if let Some(why) = &l.no_fix {
+        let _ = writeln!(o, "no fix: {}: {why}", l.name);
+    }
+    for (i, f) in l.suggestion.iter().chain(&l.alternatives).enumerate() {
+        let what = match f.change {
+            "limit" => format!("limit = {} (window {} kept)", f.limit, f.window),
+            "window" => format!("window = \"{}\" (limit {} kept)", f.window, f.limit),
+            _ => format!(
+                "key = \"{}\" (budget {} / {} kept)",
+                f.key, f.limit, f.window
+            ),
+        };
+        let or = if i == 0 { "" } else { "or " };
+        let warn = if f.status == Status::Warning {
+            ", with a warning"
+        } else {
+            ""
+        };
+        let _ = writeln!(o, "fix: {}: {or}safe with {what}{warn}; set:", l.name);
+        for line in f.toml.lines() {
+            let _ = writeln!(o, "    {line}");
+        }
+    }
     o
 }
 

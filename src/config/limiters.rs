@@ -370,7 +370,7 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
 
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
 /// lower-cased).
-pub(super) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
+pub(crate) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
     let kinds = "use ip, ip+agent, user-or-ip, credential, global or header:<name> (e.g. \"header:x-tenant-id\")";
     if let Some(name) = s.strip_prefix("header:") {
         let name = name.trim().to_ascii_lowercase();
@@ -407,6 +407,30 @@ pub(super) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> 
     Ok((kind, None))
 }
 
+/// The first request an enforcing limiter keyed on a value the client chooses meters with no
+/// enforcing limiter keyed on the client's address beside it (see [`check_client_chosen_keys`]):
+/// the limiter's index, the request, and the credential it carries. `None` when every such
+/// request is guarded, as a configuration must have it to load.
+pub(crate) fn unguarded_client_chosen_key(
+    limiters: &[LimiterSpec],
+) -> Option<(usize, String, Credential)> {
+    let client_chosen = |l: &LimiterSpec| {
+        matches!(
+            l.key,
+            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header
+        )
+    };
+    let policy = crate::policy::Policy::new(limiters.to_vec());
+    policy.first_unguarded(
+        |l| l.mode == Mode::Enforce && client_chosen(l),
+        |g, l| {
+            g.mode == Mode::Enforce
+                && g.key == KeyKind::Ip
+                && (g.new_agents.is_none() || l.key == KeyKind::IpAgent)
+        },
+    )
+}
+
 /// Key kinds whose value the client chooses: the agent id (`ip+agent`), the Bearer token
 /// (`credential`) and any header (`header:<name>`: nginx and Caddy pass a client's headers on,
 /// so "set by the trusted proxy" is not a guarantee). A client varying the value would get a
@@ -422,22 +446,7 @@ pub(super) fn check_client_chosen_keys(
     limiters: &[LimiterSpec],
     ctx: &Ctx,
 ) -> Result<(), ConfigError> {
-    let client_chosen = |l: &LimiterSpec| {
-        matches!(
-            l.key,
-            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header
-        )
-    };
-    let policy = crate::policy::Policy::new(limiters.to_vec());
-    let found = policy.first_unguarded(
-        |l| l.mode == Mode::Enforce && client_chosen(l),
-        |g, l| {
-            g.mode == Mode::Enforce
-                && g.key == KeyKind::Ip
-                && (g.new_agents.is_none() || l.key == KeyKind::IpAgent)
-        },
-    );
-    let Some((i, request, cred)) = found else {
+    let Some((i, request, cred)) = unguarded_client_chosen_key(limiters) else {
         return Ok(());
     };
     let Some(l) = limiters.get(i) else {

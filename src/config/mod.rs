@@ -21,6 +21,9 @@ pub mod headers;
 pub mod identity;
 mod layers;
 mod limiters;
+#[cfg(test)]
+pub(crate) use limiters::parse_key;
+pub(crate) use limiters::unguarded_client_chosen_key;
 mod methods;
 pub mod ops;
 mod path;

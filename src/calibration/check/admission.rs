@@ -1,0 +1,62 @@
+//! Start-up and reload admission: the one rule `serve` and every reload apply to a calibration.
+
+use super::check;
+use crate::config::Config;
+
+/// A calibration [`admit`] lets in, with what the operator should hear about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// `limiter: reason` for every warning (thin headroom, shadow mode …) and every at-risk
+    /// finding (dashboards keyed on the IP for want of `[identity]`), at-risk first.
+    pub warnings: Vec<String>,
+    /// `limiter: reason` for every unsafe finding let in because the operator allowed it.
+    pub overridden: Vec<String>,
+}
+
+/// A calibration [`admit`] keeps out: it could lock healthy agents out of the declared fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `limiter: reason` for every unsafe finding.
+    pub problems: Vec<String>,
+    /// `limiter: reason` for every at-risk finding and every warning.
+    pub warnings: Vec<String>,
+}
+
+impl std::fmt::Display for Refusal {
+    /// One line, as a rejected reload reports it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the calibration is unsafe for the declared fleet: {}; run `fleet-limiter check`, or pass --allow-unsafe-calibration",
+            self.problems.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// The one admission rule, for start-up and every reload: a calibration with an unsafe finding
+/// is refused unless `allow_unsafe` (`--allow-unsafe-calibration`,
+/// `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`). At-risk findings are let in as warnings:
+/// the built-in configuration, with no `[identity]`, keys dashboards on the IP and must still
+/// start. With limiting switched off nothing is enforced, so nothing can lock a client out and
+/// everything is admitted. Returns the findings; the caller says them.
+pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
+    if !cfg.enabled {
+        return Ok(Admitted {
+            warnings: Vec::new(),
+            overridden: Vec::new(),
+        });
+    }
+    let report = check(cfg);
+    let mut warnings = report.risk_lines();
+    warnings.extend(report.warning_lines());
+    let problems = report.problems();
+    if problems.is_empty() || allow_unsafe {
+        return Ok(Admitted {
+            warnings,
+            overridden: problems,
+        });
+    }
+    Err(Refusal { problems, warnings })
+}

@@ -1,0 +1,352 @@
+//! The judge: the arithmetic that decides how one limiter fares against the loads the workload
+//! model puts on it. It yields [`Finding`]s, numbers with a class; `wording` writes them out.
+
+use super::types::{CostShown, KnownTable, LimiterCheck, Load, Status, Workload};
+use super::workload::{Demand, Model, Spec};
+use super::MIN_IDLE_HEADROOM;
+use crate::config::FleetConfig;
+use crate::limiter::Algorithm;
+use crate::policy::{Cost, Count, LimiterSpec, Meter, Mode, Remember};
+use std::collections::BTreeMap;
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+/// One thing the judge found, with the numbers its sentence needs.
+#[derive(Debug, Clone)]
+pub(super) enum Finding {
+    /// The known-agents table's protected half is smaller than the declared fleet.
+    TableProtected {
+        protected: u64,
+        capacity: u64,
+        max_agents: u64,
+    },
+    /// The known-agents table's first-sighting half holds fewer than two sites.
+    TableProbation {
+        probation: u64,
+        capacity: u64,
+        site: u64,
+    },
+    /// A `new-agents` ceiling remembers fewer agents per IP than a site has.
+    MaxKnown { max_known: u32, site: NonZeroU64 },
+    /// A `new-agents` ceiling forgets an agent before its next request.
+    KnownFor { known_for: Duration, gap: u64 },
+    /// Clients that would fit alone share one IP bucket for want of a token verifier.
+    SharedIp {
+        sharers: u64,
+        unit: &'static str,
+        amount: f64,
+        refill: f64,
+        workload: Workload,
+    },
+    /// The bucket refills slower than the cadence asks.
+    RefillTooSlow {
+        refill: f64,
+        amount: f64,
+        workload: Workload,
+        per_bucket: String,
+    },
+    /// A refused agent can go longer than the heartbeat timeout without a heartbeat.
+    HeartbeatGap {
+        wait: f64,
+        gap: f64,
+        carries_heartbeat: bool,
+        timeout: NonZeroU64,
+    },
+    /// Under [`MIN_IDLE_HEADROOM`] over the agents' idle cadence.
+    ThinHeadroom { headroom: f64 },
+    /// The bucket holds less than a site's burst.
+    Burst {
+        site: NonZeroU64,
+        limit: u32,
+        burst: u64,
+        worst: f64,
+    },
+}
+
+impl Finding {
+    /// The class of the finding, for a limiter that enforces.
+    pub(super) fn status(&self) -> Status {
+        match self {
+            Finding::SharedIp { .. } => Status::AtRisk,
+            Finding::ThinHeadroom { .. } => Status::Warning,
+            _ => Status::Unsafe,
+        }
+    }
+}
+
+/// The budget as the judge sees it: a fixed cost of N leaves the bucket room for limit / N
+/// requests; a cost read from a header is judged at 1 a request (what clients send is not
+/// known here).
+pub(super) fn effective_limit(l: &LimiterSpec) -> u32 {
+    let cost = match l.cost {
+        crate::policy::Cost::Fixed(n) => n.get(),
+        crate::policy::Cost::Header { .. } => 1,
+    };
+    (l.quota.limit() / cost).max(1)
+}
+
+/// What a `new-agents` ceiling must also give the declared fleet: room to remember every agent
+/// of the largest site, a memory longer than a healthy agent's longest gap, and a table that
+/// keeps the whole declared fleet and a new site's first sightings however others fill it.
+fn new_agent_rules(r: Remember, fleet: &FleetConfig, table: &KnownTable, found: &mut Vec<Finding>) {
+    if table.protected < table.max_agents {
+        found.push(Finding::TableProtected {
+            protected: table.protected,
+            capacity: table.capacity,
+            max_agents: table.max_agents,
+        });
+    }
+    if table.flooding_addresses < 1 {
+        found.push(Finding::TableProbation {
+            probation: table.probation,
+            capacity: table.capacity,
+            site: table.site,
+        });
+    }
+    if u64::from(r.max_known) < fleet.max_site_endpoints.get() {
+        found.push(Finding::MaxKnown {
+            max_known: r.max_known,
+            site: fleet.max_site_endpoints,
+        });
+    }
+    let gap = fleet
+        .heartbeat_interval_seconds
+        .max(fleet.poll_interval_seconds)
+        .get();
+    if r.known_for.as_secs() <= gap {
+        found.push(Finding::KnownFor {
+            known_for: r.known_for,
+            gap,
+        });
+    }
+}
+
+/// A limiter judged: its loads, and what was found, in the order found.
+pub(super) struct Judged {
+    pub(super) loads: Vec<Load>,
+    /// `Unloaded` when no load reaches it, else `Ok` raised by the findings (mode aside).
+    pub(super) status: Status,
+    pub(super) findings: Vec<Finding>,
+}
+
+/// Judge `l` against the loads `model` puts on it, before its mode is taken into account.
+pub(super) fn judge_loads(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Judged {
+    let loads = model.loads(l);
+    judge_demand(l, model.fleet, table, &model.specs, loads)
+}
+
+fn judge_demand(
+    l: &LimiterSpec,
+    fleet: &FleetConfig,
+    table: &KnownTable,
+    specs: &[Spec],
+    loads: BTreeMap<Workload, Demand>,
+) -> Judged {
+    let limit = effective_limit(l);
+    let window = l.quota.window.as_secs_f64();
+    let fixed = l.quota.algorithm == Algorithm::FixedWindow;
+    let emission = window / limit as f64;
+    let refill_per_min = limit as f64 * 60.0 / window;
+    let mut status = Status::Unloaded;
+    let mut found = Vec::new();
+    let mut out = Vec::new();
+    for (workload, d) in loads {
+        let Demand {
+            amount,
+            sharers,
+            carries_heartbeat,
+            ip_fallback,
+        } = d;
+        let Some(spec) = specs.iter().find(|s| s.workload == workload) else {
+            continue;
+        };
+        status = status.max(Status::Ok);
+        let per_bucket = super::wording::per_bucket(sharers, spec.unit);
+        // A ceiling that meters new agent ids sees each idle agent once, all at once at worst
+        // (a rollout, or every agent after the store forgot them); known agents skip it.
+        let (steady, amount) = match l.new_agents {
+            Some(r) if workload == Workload::AgentIdle => {
+                new_agent_rules(r, fleet, table, &mut found);
+                (false, sharers as f64)
+            }
+            _ => (spec.steady, amount),
+        };
+        if steady {
+            let headroom = refill_per_min / amount;
+            // Time for an emptied bucket to give each sharer one request.
+            let worst = if amount > refill_per_min {
+                None
+            } else if fixed {
+                Some(window * (sharers as f64 / limit as f64).ceil())
+            } else {
+                Some(emission * sharers as f64)
+            };
+            // Each client on a bucket of its own would fit: only the missing verifier shares it.
+            let fits_alone = amount / sharers as f64 <= refill_per_min;
+            if amount > refill_per_min && ip_fallback && fits_alone {
+                found.push(Finding::SharedIp {
+                    sharers,
+                    unit: spec.unit,
+                    amount,
+                    refill: refill_per_min,
+                    workload,
+                });
+            } else if amount > refill_per_min {
+                found.push(Finding::RefillTooSlow {
+                    refill: refill_per_min,
+                    amount,
+                    workload,
+                    per_bucket: per_bucket.clone(),
+                });
+            } else if workload == Workload::AgentIdle {
+                let w = worst.unwrap_or(f64::INFINITY);
+                let timeout = fleet.heartbeat_timeout_seconds;
+                let gap = if carries_heartbeat {
+                    w + fleet.heartbeat_interval_seconds.get() as f64
+                } else {
+                    w
+                };
+                if gap >= timeout.get() as f64 {
+                    found.push(Finding::HeartbeatGap {
+                        wait: w,
+                        gap,
+                        carries_heartbeat,
+                        timeout,
+                    });
+                } else if headroom < MIN_IDLE_HEADROOM {
+                    found.push(Finding::ThinHeadroom { headroom });
+                }
+            }
+            out.push(Load {
+                workload,
+                sharers,
+                per_minute: Some(amount),
+                burst: None,
+                carries_heartbeat,
+                ip_fallback,
+                headroom,
+                worst_refused_seconds: worst,
+                describe: super::wording::steady(workload, amount, sharers, spec.unit, ip_fallback),
+            });
+        } else {
+            let burst = amount.round() as u64;
+            let headroom = limit as f64 / amount;
+            let over = burst.saturating_sub(limit as u64);
+            let worst = if over == 0 {
+                0.0
+            } else if fixed {
+                window * (over as f64 / limit as f64).ceil()
+            } else {
+                emission * over as f64
+            };
+            if over > 0 {
+                found.push(Finding::Burst {
+                    site: fleet.max_site_endpoints,
+                    limit,
+                    burst,
+                    worst,
+                });
+            }
+            out.push(Load {
+                workload,
+                sharers,
+                per_minute: None,
+                burst: Some(burst),
+                carries_heartbeat,
+                ip_fallback,
+                headroom,
+                worst_refused_seconds: Some(worst),
+                describe: super::wording::burst(
+                    workload,
+                    burst,
+                    sharers,
+                    &per_bucket,
+                    l.new_agents.is_some(),
+                ),
+            });
+        }
+    }
+    for f in &found {
+        status = status.max(f.status());
+    }
+    Judged {
+        loads: out,
+        status,
+        findings: found,
+    }
+}
+
+/// One limiter's line of the report: the judge's findings in words, its mode applied.
+pub(super) fn line(l: &LimiterSpec, model: &Model, table: &KnownTable) -> LimiterCheck {
+    let Judged {
+        loads,
+        mut status,
+        findings,
+    } = judge_loads(l, model, table);
+    let mut reasons: Vec<(String, Status)> = findings
+        .iter()
+        .map(|f| (f.sentence(), f.status()))
+        .collect();
+    match l.mode {
+        Mode::Off => {
+            // Never consulted: nothing it would do is a finding.
+            status = Status::Off;
+            for (_, s) in &mut reasons {
+                *s = Status::Off;
+            }
+        }
+        Mode::Shadow if status >= Status::AtRisk => {
+            status = Status::Warning;
+            for (r, s) in &mut reasons {
+                *r = super::wording::in_shadow(r);
+                *s = Status::Warning;
+            }
+        }
+        _ => {}
+    }
+    // Suggestions for what the limiter would refuse once enforced; off and shadow refuse nothing.
+    let suggested = if status >= Status::AtRisk {
+        super::suggest::suggest(l, model, table)
+    } else {
+        super::suggest::Suggested {
+            suggestion: None,
+            alternatives: Vec::new(),
+            no_fix: None,
+        }
+    };
+    let limit = effective_limit(l);
+    let window = l.quota.window.as_secs_f64();
+    let fixed = l.quota.algorithm == Algorithm::FixedWindow;
+    let (reasons, reason_status) = reasons.into_iter().unzip();
+    LimiterCheck {
+        name: l.name.to_string(),
+        limit: l.quota.limit(),
+        requests_per_window: limit,
+        window_seconds: window,
+        algorithm: l.quota.algorithm.as_str(),
+        refill_interval_seconds: if fixed { window } else { window / limit as f64 },
+        key: super::suggest::key_text(l),
+        meter: if l.new_agents.is_some() {
+            Meter::NewAgents.as_str()
+        } else {
+            Meter::Requests.as_str()
+        },
+        count: l.count.as_str(),
+        failed_statuses: (l.count != Count::All).then(|| l.failed_statuses.to_string()),
+        cost: match &l.cost {
+            Cost::Fixed(n) => CostShown::Fixed { units: n.get() },
+            Cost::Header { name, max } => CostShown::Header {
+                header: name.to_string(),
+                max: max.get(),
+            },
+        },
+        mode: l.mode.as_str(),
+        loads,
+        status,
+        reasons,
+        reason_status,
+        suggestion: suggested.suggestion,
+        alternatives: suggested.alternatives,
+        no_fix: suggested.no_fix,
+    }
+}

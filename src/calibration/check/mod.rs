@@ -1,0 +1,101 @@
+//! The heartbeat-aware check: does each limiter carry the traffic a healthy fleet declares?
+//!
+//! The fleet settings declare four workloads. For each, the configured [`Policy`](crate::policy::Policy) says which
+//! limiters meter its requests (the same routing the gateway uses), and the limiter's key says
+//! how many clients share one bucket: an `ip+agent` bucket holds one agent, a `user-or-ip` bucket
+//! one verified analyst, an `ip` bucket everyone behind the NAT. Analysts are verified users
+//! only when a token verifier is configured (`[identity]`, [`IdentityConfig::verifies`]);
+//! without one their dashboards are keyed as anonymous requests, on the NAT's IP, and all
+//! `analysts_per_nat` of them share one `user-or-ip` bucket.
+//!
+//! | workload | requests | clients | rules |
+//! |---|---|---|---|
+//! | agent idle | heartbeat every `heartbeat_interval_seconds`, task poll every `poll_interval_seconds` | `max_site_endpoints` agents | refill at least the cadence; a refused agent is admitted again before `heartbeat_timeout_seconds` pass without a heartbeat; warn under 10x headroom |
+//! | rollout | one download and one enrollment per endpoint, all at once | `max_site_endpoints` installers | the burst fits the budget |
+//! | dashboards | [`traffic::DASHBOARD_REQUESTS_PER_POLL`] requests (the page's widgets and the notification bell) every `dashboard_poll_seconds`, with a verified token when `[identity]` is configured | `analysts_per_nat` analysts | refill at least the cadence; one IP-keyed bucket shared for want of a verifier that cannot carry them all is *at risk* |
+//! | CLI login | device-flow token poll every 5 s (RFC 8628's default interval) | one CLI | refill at least the cadence |
+//!
+//! "Worst refusal run" is how long a client of the workload can be refused in a row when its
+//! bucket has just been emptied (a burst of result posts, a retry storm): for a token bucket,
+//! the time the bucket takes to give every client sharing it one request (`sharers x limit/window`);
+//! for a fixed window, the windows that takes (each `window` long, the first one whole).
+//!
+//! Verdicts: *unsafe* findings stop `serve` (unless allowed); *at risk* marks dashboards that
+//! share one IP bucket only because no token verifier is configured, which `serve` starts with
+//! and warns about (the built-in configuration is at risk until `[identity]` is set), and
+//! `check --fail-on-risk` fails on; *warnings* only inform.
+//!
+//! The code follows the mechanisms: [`types`] holds what the report says, `workload` the
+//! declared fleet and whose bucket each request lands in, `judge` the arithmetic of a verdict
+//! and `wording` its sentences, `suggest` the smallest change the judge accepts, `admission` the rule `serve` and every reload apply.
+
+mod admission;
+mod judge;
+mod suggest;
+pub mod types;
+mod wording;
+mod workload;
+
+pub use admission::{admit, Admitted, Refusal};
+pub use types::{
+    CheckReport, CostShown, Dashboards, Fix, KnownTable, LimiterCheck, Load, Status, Workload,
+};
+pub(crate) use wording::fmt_rate;
+
+use super::traffic;
+#[cfg(doc)]
+use crate::config::identity::IdentityConfig;
+use crate::config::Config;
+use crate::policy::Mode;
+
+/// Headroom over the agents' idle cadence under which `check` warns.
+pub const MIN_IDLE_HEADROOM: f64 = 10.0;
+
+/// Run the check on a configuration.
+pub fn check(cfg: &Config) -> CheckReport {
+    let fleet = cfg.fleet.clone();
+    let verified = cfg.identity.verifies();
+    let model = workload::Model::new(cfg);
+    let table = KnownTable::of(cfg);
+    let limiters: Vec<LimiterCheck> = cfg
+        .limiters
+        .iter()
+        .map(|l| judge::line(l, &model, &table))
+        .collect();
+    let known_agents = cfg
+        .limiters
+        .iter()
+        .any(|l| l.new_agents.is_some() && l.mode != Mode::Off)
+        .then_some(table);
+    let unsafe_limiters = limiters
+        .iter()
+        .filter(|l| l.status == Status::Unsafe)
+        .count();
+    let warnings = limiters
+        .iter()
+        .filter(|l| l.status == Status::Warning)
+        .count();
+    let at_risk = limiters
+        .iter()
+        .filter(|l| l.status == Status::AtRisk)
+        .count();
+    CheckReport {
+        config: cfg.source.clone(),
+        enabled: cfg.enabled,
+        store: cfg.store.describe(),
+        dashboards: Dashboards {
+            requests_per_poll: traffic::DASHBOARD_REQUESTS_PER_POLL,
+            per_analyst_per_minute: traffic::dashboard_per_minute(fleet.dashboard_poll_seconds),
+            verified_users: verified,
+        },
+        fleet,
+        limiters,
+        unsafe_limiters,
+        warnings,
+        at_risk,
+        known_agents,
+    }
+}
+
+#[cfg(test)]
+mod tests;

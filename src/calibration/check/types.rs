@@ -1,0 +1,319 @@
+//! What `check` reports: each limiter's line, its loads and verdict, and the whole report.
+
+#[cfg(doc)]
+use crate::calibration::traffic;
+use crate::config::{Config, FleetConfig};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// How a limiter fares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// `mode = "off"`: never consulted.
+    Off,
+    /// No declared workload reaches it: an abuse guard.
+    Unloaded,
+    Ok,
+    Warning,
+    /// Dashboards keyed on the IP for want of a token verifier, more than their shared bucket
+    /// carries: refused once it runs dry, but `serve` still starts.
+    AtRisk,
+    Unsafe,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Off => "off",
+            Status::Unloaded => "guard",
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::AtRisk => "AT RISK",
+            Status::Unsafe => "UNSAFE",
+        }
+    }
+}
+
+/// Which declared workload a load comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    AgentIdle,
+    Rollout,
+    Dashboards,
+    CliLogin,
+}
+
+impl Workload {
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::AgentIdle => "agent idle",
+            Workload::Rollout => "rollout",
+            Workload::Dashboards => "dashboards",
+            Workload::CliLogin => "CLI login",
+        }
+    }
+}
+
+/// What one workload asks of one limiter's bucket.
+#[derive(Debug, Clone, Serialize)]
+pub struct Load {
+    pub workload: Workload,
+    /// Clients sharing one bucket of this limiter.
+    pub sharers: u64,
+    /// A steady demand on one bucket, in requests per minute (absent for a burst).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_minute: Option<f64>,
+    /// A one-off demand on one bucket, in requests (absent for a steady cadence).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Whether the agents' heartbeat is among the requests.
+    pub carries_heartbeat: bool,
+    /// The clients share one bucket only because no token verifier is configured: a
+    /// `user-or-ip` limiter falling back to the IP for dashboards (present only when `true`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ip_fallback: bool,
+    /// Capacity over demand: refill over cadence, or budget over burst.
+    pub headroom: f64,
+    /// Longest run of refusals for a client of this workload, in seconds; `None` if unbounded.
+    pub worst_refused_seconds: Option<f64>,
+    /// Human wording of the demand, e.g. `3/min per agent`.
+    pub describe: String,
+}
+
+/// One limiter's line of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimiterCheck {
+    pub name: String,
+    /// The configured `limit`, in cost units.
+    pub limit: u32,
+    /// Requests the bucket holds as judged: `limit` over a fixed `cost` (a cost read from a
+    /// header is judged at 1 a request).
+    pub requests_per_window: u32,
+    pub window_seconds: f64,
+    pub algorithm: &'static str,
+    /// Time for one request's worth of budget to return (a fixed window returns it all at its end).
+    pub refill_interval_seconds: f64,
+    /// As configured: `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>`.
+    pub key: String,
+    /// `requests` (every request it applies to) or `new-agents` (agent ids it does not know).
+    pub meter: &'static str,
+    /// Which answers count: `all`, `failed` or `succeeded` (the others are given back).
+    pub count: &'static str,
+    /// The statuses `count` reads as failed, e.g. `400-499, 503` (absent when `count` is `all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_statuses: Option<String>,
+    /// What one request costs the bucket.
+    pub cost: CostShown,
+    /// `enforce`, `shadow` (decides and reports but never refuses) or `off`.
+    pub mode: &'static str,
+    pub loads: Vec<Load>,
+    pub status: Status,
+    pub reasons: Vec<String>,
+    /// The class of each reason, in step with `reasons` (a limiter can mix them).
+    #[serde(skip)]
+    pub reason_status: Vec<Status>,
+    /// For an unsafe or at-risk limiter, the smallest change `check` judges safe: the limit
+    /// with the window kept, else the window with the limit kept, else the key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suggestion: Option<Fix>,
+    /// The other single changes that also make it safe (the window, the key).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<Fix>,
+    /// Why no limit, window or key within the configuration's ranges makes it safe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_fix: Option<String>,
+}
+
+/// A limiter's cost per request: `{"units": 1}`, or `{"header": "x-batch-size", "max": 50}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum CostShown {
+    Fixed { units: u32 },
+    Header { header: String, max: u32 },
+}
+
+impl std::fmt::Display for CostShown {
+    /// `1`, `30`, or `x-batch-size max 50`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CostShown::Fixed { units } => write!(f, "{units}"),
+            CostShown::Header { header, max } => write!(f, "{header} max {max}"),
+        }
+    }
+}
+
+/// One change to a limiter's table that `check`'s own judge accepts: the budget, window and
+/// key it leaves, and the lines to set under `[limiters.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fix {
+    /// What changes: `limit`, `window` or `key`.
+    pub change: &'static str,
+    pub limit: u32,
+    /// As configuration writes it (`1m`, `90s`).
+    pub window: String,
+    pub key: String,
+    /// The lines to set, e.g. `[limiters.agent-device]\nlimit = 750\n`.
+    pub toml: String,
+    /// The limiter's status with the change: `ok`, or `warning` (thin headroom).
+    pub status: Status,
+}
+
+impl LimiterCheck {
+    /// The smallest headroom over any load.
+    pub fn headroom(&self) -> Option<f64> {
+        self.loads.iter().map(|l| l.headroom).min_by(f64::total_cmp)
+    }
+
+    /// The longest refusal run over any load (`Some(None)` = unbounded).
+    pub fn worst_refused(&self) -> Option<Option<f64>> {
+        let mut worst: Option<Option<f64>> = None;
+        for l in &self.loads {
+            worst = Some(match (worst, l.worst_refused_seconds) {
+                (Some(None), _) | (_, None) => None,
+                (Some(Some(a)), Some(b)) => Some(a.max(b)),
+                (None, Some(b)) => Some(b),
+            });
+        }
+        worst
+    }
+}
+
+/// The whole check.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckReport {
+    /// The configuration file, or `None` for the built-in calibration.
+    pub config: Option<PathBuf>,
+    /// `false` when limiting is switched off (`enabled = false`): nothing is enforced.
+    pub enabled: bool,
+    /// The store the buckets live in, as `serve` would use it (`memory`: each instance counts on
+    /// its own; `redis redis://host:6379`: instances share one budget), password hidden.
+    pub store: String,
+    #[serde(serialize_with = "fleet_json")]
+    pub fleet: FleetConfig,
+    /// The dashboard load and how dashboards are keyed.
+    pub dashboards: Dashboards,
+    pub limiters: Vec<LimiterCheck>,
+    pub unsafe_limiters: usize,
+    pub warnings: usize,
+    /// Limiters at risk: dashboards sharing one IP bucket for want of a token verifier.
+    pub at_risk: usize,
+    /// The known-agents table a `new-agents` ceiling remembers agents in, against the fleet
+    /// (absent when no such ceiling is on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub known_agents: Option<KnownTable>,
+}
+
+/// The known-agents table against the declared fleet (see [`crate::known_agents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KnownTable {
+    /// Ids in all: `store.max_keys`.
+    pub capacity: u64,
+    /// The most ids kept for agents seen twice: half the table.
+    pub protected: u64,
+    /// The room always left for first sightings: the other half.
+    pub probation: u64,
+    /// `fleet.max_agents`: the agents the protected half must keep.
+    pub max_agents: u64,
+    /// `fleet.max_site_endpoints`: the first sightings of a new site.
+    pub site: u64,
+    /// First sightings other addresses may hold, minted within the grace and each address
+    /// counted up to `site`, while a new site keeps every one of its own until its second
+    /// requests: `probation - site`.
+    pub others_first_sightings: u64,
+    /// The same bound in addresses, whatever each of them mints: `probation / site - 1`.
+    pub flooding_addresses: u64,
+    /// Protected places others may hold, renewed within the grace and each address counted up
+    /// to `site`, while every agent of the declared fleet keeps its own: `protected -
+    /// max_agents`.
+    pub others_protected: u64,
+    /// How long a first sighting is guaranteed a place, and a protected id may go unseen
+    /// before it is the first to give way ([`crate::known_agents::grace`]).
+    pub grace_seconds: u64,
+}
+
+impl KnownTable {
+    pub fn of(cfg: &Config) -> Self {
+        let capacity = cfg.store.max_keys as u64;
+        let (protected, probation) = crate::known_agents::split(capacity);
+        let site = cfg.fleet.max_site_endpoints.get();
+        Self {
+            capacity,
+            protected,
+            probation,
+            max_agents: cfg.fleet.max_agents.get(),
+            site,
+            others_first_sightings: probation.saturating_sub(site),
+            flooding_addresses: (probation / site).saturating_sub(1),
+            others_protected: protected.saturating_sub(cfg.fleet.max_agents.get()),
+            grace_seconds: crate::known_agents::grace(&cfg.fleet) / 1_000_000_000,
+        }
+    }
+}
+
+/// What one analyst's dashboard sends, and whose bucket it lands in.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dashboards {
+    /// Requests an open dashboard sends every `dashboard_poll_seconds`: its page's widgets and
+    /// the notification bell ([`traffic::DASHBOARD_REQUESTS_PER_POLL`]).
+    pub requests_per_poll: u64,
+    /// The dashboard load of one analyst, requests per minute ([`traffic::dashboard_per_minute`]).
+    pub per_analyst_per_minute: f64,
+    /// Whether a token verifier is configured (`[identity]`): then each analyst is a verified
+    /// user with their own `user-or-ip` bucket; else the `analysts_per_nat` analysts behind one
+    /// NAT share its IP's bucket.
+    pub verified_users: bool,
+}
+
+impl CheckReport {
+    pub fn is_safe(&self) -> bool {
+        self.unsafe_limiters == 0
+    }
+
+    /// `limiter: reason` for every unsafe finding.
+    pub fn problems(&self) -> Vec<String> {
+        self.findings(Status::Unsafe)
+    }
+
+    /// `limiter: reason` for every warning.
+    pub fn warning_lines(&self) -> Vec<String> {
+        self.findings(Status::Warning)
+    }
+
+    /// `limiter: reason` for every at-risk finding.
+    pub fn risk_lines(&self) -> Vec<String> {
+        self.findings(Status::AtRisk)
+    }
+
+    /// Whether any limiter is at risk.
+    pub fn is_at_risk(&self) -> bool {
+        self.at_risk > 0
+    }
+
+    fn findings(&self, status: Status) -> Vec<String> {
+        self.limiters
+            .iter()
+            .flat_map(|l| {
+                l.reasons
+                    .iter()
+                    .zip(&l.reason_status)
+                    .filter(move |(_, s)| **s == status)
+                    .map(move |(r, _)| format!("{}: {r}", l.name))
+            })
+            .collect()
+    }
+}
+
+fn fleet_json<S: serde::Serializer>(f: &FleetConfig, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeStruct;
+    let mut st = s.serialize_struct("fleet", 7)?;
+    st.serialize_field("heartbeat_interval_seconds", &f.heartbeat_interval_seconds)?;
+    st.serialize_field("poll_interval_seconds", &f.poll_interval_seconds)?;
+    st.serialize_field("heartbeat_timeout_seconds", &f.heartbeat_timeout_seconds)?;
+    st.serialize_field("max_site_endpoints", &f.max_site_endpoints)?;
+    st.serialize_field("dashboard_poll_seconds", &f.dashboard_poll_seconds)?;
+    st.serialize_field("analysts_per_nat", &f.analysts_per_nat)?;
+    st.serialize_field("max_agents", &f.max_agents)?;
+    st.end()
+}
