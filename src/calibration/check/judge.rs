@@ -52,6 +52,9 @@ pub(super) enum Finding {
         carries_heartbeat: bool,
         timeout: NonZeroU64,
     },
+    /// A request costs more than the whole budget: none can ever pass (a limiter built in
+    /// code; a configuration file with such a cost does not load).
+    NothingFits { cost: u32, limit: u32 },
     /// Under [`MIN_IDLE_HEADROOM`] over the agents' idle cadence.
     ThinHeadroom { headroom: f64 },
     /// The bucket holds less than a site's burst.
@@ -76,13 +79,16 @@ impl Finding {
 
 /// The budget as the judge sees it: a fixed cost of N leaves the bucket room for limit / N
 /// requests; a cost read from a header is judged at 1 a request (what clients send is not
-/// known here).
+/// known here). 0 when a request costs more than the limit.
 pub(super) fn effective_limit(l: &LimiterSpec) -> u32 {
-    let cost = match l.cost {
+    l.quota.limit() / fixed_cost(l)
+}
+
+fn fixed_cost(l: &LimiterSpec) -> u32 {
+    match l.cost {
         crate::policy::Cost::Fixed(n) => n.get(),
         crate::policy::Cost::Header { .. } => 1,
-    };
-    (l.quota.limit() / cost).max(1)
+    }
 }
 
 /// What a `new-agents` ceiling must also give the declared fleet: room to remember every agent
@@ -161,6 +167,13 @@ fn judge_demand(
             continue;
         };
         status = status.max(Status::Ok);
+        if limit == 0 {
+            found.push(Finding::NothingFits {
+                cost: fixed_cost(l),
+                limit: l.quota.limit(),
+            });
+            continue;
+        }
         let per_bucket = super::wording::per_bucket(sharers, spec.unit);
         // A ceiling that meters new agent ids sees each idle agent once, all at once at worst
         // (a rollout, or every agent after the store forgot them); known agents skip it.

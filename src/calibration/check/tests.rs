@@ -27,6 +27,27 @@ const OIDC: &[(&str, &str)] = &[
 ];
 
 #[test]
+fn a_cost_above_the_limit_is_unsafe_not_one_request() {
+    // A limiter built in code may cost more than its limit (a file with one does not load).
+    let cfg = with(&Config::default(), "agent-device", |l| {
+        l.cost = crate::policy::Cost::Fixed(crate::limiter::nonzero(31));
+    });
+    let r = check(&cfg);
+    let l = line(&r, "agent-device");
+    assert_eq!(l.status, Status::Unsafe, "{:?}", l.reasons);
+    assert_eq!(l.requests_per_window, 0);
+    assert!(
+        l.reasons
+            .iter()
+            .any(|s| s.contains("each request costs 31, more than limit = 30")),
+        "{:?}",
+        l.reasons
+    );
+    // The report still serialises.
+    assert!(crate::calibration::report::json(&r).contains("agent-device"));
+}
+
+#[test]
 fn a_fixed_cost_shrinks_what_a_bucket_carries() {
     let cfg = crate::config::Loader::new()
         .env([(

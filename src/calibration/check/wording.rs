@@ -98,6 +98,9 @@ impl Finding {
             Finding::MaxKnown { max_known, site } => format!(
                 "remembers {max_known} agents per IP, fewer than max_site_endpoints = {site}: the rest are metered as new on every request"
             ),
+            Finding::NothingFits { cost, limit } => format!(
+                "each request costs {cost}, more than limit = {limit}: no request can ever pass; lower the cost to at most the limit"
+            ),
             Finding::KnownFor { known_for, gap } => format!(
                 "forgets an agent after known_for = {}, not longer than its {gap}s between requests: healthy agents are metered as new on every request",
                 fmt_secs(known_for.as_secs_f64())
