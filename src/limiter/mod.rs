@@ -75,6 +75,11 @@ impl Quota {
         self.limit.get()
     }
 
+    /// [`Quota::limit`], as the type that says so.
+    pub fn nonzero_limit(&self) -> NonZeroU32 {
+        self.limit
+    }
+
     /// The same budget with another limit.
     pub fn with_limit(self, limit: NonZeroU32) -> Self {
         Self { limit, ..self }

@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::known_agents::Counts;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv6Addr};
+use std::num::NonZeroU64;
 
 /// Virtual length of the run.
 pub const DURATION_SECONDS: u64 = 8 * 60;
@@ -159,15 +160,15 @@ fn v6(sustained: bool, n: u64, host: u64) -> IpAddr {
 }
 
 /// The ceiling's budget: `(limit, window)`; the fleet's largest site a minute without one.
-fn ceiling(cfg: &Config) -> (u64, Nanos) {
+fn ceiling(cfg: &Config) -> (NonZeroU64, Nanos) {
     cfg.limiters
         .iter()
         .find(|l| &*l.name == crate::config::AGENT_IP)
         .map(|l| {
             let w = u64::try_from(l.quota.window.as_nanos()).unwrap_or(u64::MAX);
-            (u64::from(l.quota.limit()), w.max(1))
+            (NonZeroU64::from(l.quota.nonzero_limit()), w.max(1))
         })
-        .unwrap_or((cfg.fleet.max_site_endpoints.get(), 60 * NS))
+        .unwrap_or((cfg.fleet.max_site_endpoints, 60 * NS))
 }
 
 pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
@@ -185,7 +186,8 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
         (table.others_first_sightings.saturating_sub(stream) / site).min(MAX_SUSTAINED_ADDRESSES);
     let (limit, window) = ceiling(cfg);
     let fill_total = FILL_ADDRESSES * FILL_IDS_EACH;
-    let fill_gap = FILL_SECONDS * NS / fill_total.max(1);
+    const _: () = assert!(FILL_ADDRESSES * FILL_IDS_EACH > 0);
+    let fill_gap = FILL_SECONDS * NS / fill_total;
     let keep_starts = FILL_STARTS_SECONDS * NS + fill_total * fill_gap;
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(cfg);
@@ -198,7 +200,7 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
     for a in 0..sustained {
         // Staggered over the first second.
         q.push(
-            SUSTAINED_STARTS_SECONDS * NS + a * NS / sustained.max(1),
+            SUSTAINED_STARTS_SECONDS * NS + a * NS / sustained,
             Ev::Sustained(a, 0),
         );
     }
@@ -303,10 +305,10 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
             }
             Ev::Sustained(a, k) => {
                 // The ceiling's burst at once, then its refill.
-                let gap = if k + 1 < limit {
+                let gap = if k + 1 < limit.get() {
                     NS / 1000
                 } else {
-                    window / limit.max(1)
+                    window / limit.get()
                 };
                 q.push(t + gap, Ev::Sustained(a, k + 1));
                 Some((v6(true, a, k), format!("flood-{a}-{k}")))
