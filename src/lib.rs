@@ -165,6 +165,7 @@ pub(crate) mod observe;
 pub mod path;
 pub mod policy;
 pub mod redact;
+pub mod serve;
 pub mod store;
 pub(crate) mod tls;
 

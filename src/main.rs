@@ -1,12 +1,8 @@
 //! The `fleet-limiter` command line: `serve`, `check`, `simulate` and `replay` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
-use fleet_limiter::calibration::check;
 use fleet_limiter::calibration::report::Format;
-use fleet_limiter::config::ops::LogFormat;
-use fleet_limiter::config::{AllowUnsafeCalibration, Config, ConfigFile, Loader, SettingFlags};
-use fleet_limiter::http::admin::Reloader;
-use std::io::IsTerminal;
+use fleet_limiter::config::{AllowUnsafeCalibration, ConfigFile, Loader, SettingFlags};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -122,14 +118,6 @@ fn loader(args: &ConfigArgs) -> Loader {
     args.file.loader()
 }
 
-fn load_serve(args: &ServeArgs) -> Result<Config, String> {
-    serve_loader(args).load().map_err(|e| e.to_string())
-}
-
-fn serve_loader(args: &ServeArgs) -> Loader {
-    args.settings.apply(loader(&args.cfg))
-}
-
 /// `check` and `simulate` log nothing: unknown variables are named on stderr.
 fn warn_unknown(l: &Loader) {
     for w in l.warnings() {
@@ -137,124 +125,16 @@ fn warn_unknown(l: &Loader) {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        // A log line that cannot be written (its reader is gone) is dropped and counted; it
-        // never panics the thread that logged it.
-        .with_writer(fleet_limiter::log_sink::Stderr)
-        .log_internal_errors(false);
-    match format {
-        LogFormat::Text => fmt.init(),
-        LogFormat::Json => fmt
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
-    }
-}
-
-/// The admission rule before `serve` listens: warnings are logged; an unsafe calibration stops
-/// it (exit code 2) with each limiter and reason on stderr, unless the operator allowed it.
-fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
-    match check::admit(cfg, allow_unsafe) {
-        Ok(admitted) => {
-            for w in &admitted.warnings {
-                tracing::warn!("calibration: {w}");
-            }
-            for p in &admitted.overridden {
-                tracing::warn!(
-                    "unsafe calibration, starting anyway (--allow-unsafe-calibration): {p}"
-                );
-            }
-            Ok(())
-        }
-        Err(refusal) => {
-            for w in &refusal.warnings {
-                tracing::warn!("calibration: {w}");
-            }
-            fleet_limiter::log_sink::eprint_line(
-                "fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet",
-            );
-            for p in &refusal.problems {
-                fleet_limiter::log_sink::eprint_line(format!("  unsafe: {p}"));
-            }
-            fleet_limiter::log_sink::eprint_line("Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway.");
-            Err(ExitCode::from(2))
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
+            let allow_unsafe = args.allow_unsafe.0;
             let args: Arc<ServeArgs> = Arc::from(args);
-            let cfg = match load_serve(&args) {
-                Ok(c) => c,
-                Err(e) => {
-                    fleet_limiter::log_sink::eprint_line(format!(
-                        "fleet-limiter: configuration error: {e}"
-                    ));
-                    return ExitCode::from(2);
-                }
-            };
-            init_logging(cfg.ops.log_format);
-            for w in serve_loader(&args).warnings() {
-                tracing::warn!("{w}");
-            }
-            if cfg.server.upstream.is_none() && cfg.decision.listen.is_none() {
-                fleet_limiter::log_sink::eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
-                return ExitCode::from(2);
-            }
-            for w in cfg.count_warnings() {
-                tracing::warn!("{w}");
-            }
-            if let Err(code) = admit_at_startup(&cfg, args.allow_unsafe.0) {
-                return code;
-            }
-            let decider = match fleet_limiter::build_decider(&cfg) {
-                Ok(d) => Arc::new(d),
-                Err(e) => {
-                    fleet_limiter::log_sink::eprint_line(format!(
-                        "fleet-limiter: {}",
-                        fleet_limiter::redact::urls_in(&e.to_string())
-                    ));
-                    return ExitCode::from(2);
-                }
-            };
-            // A reload is held to the same start-up rules: an unsafe calibration is rejected
-            // (the old one stays) unless the operator allowed it.
-            let reloader: Reloader = Arc::new(move || {
-                let cfg = load_serve(&args)?;
-                check::admit(&cfg, args.allow_unsafe.0).map_err(|r| r.to_string())?;
-                Ok(cfg)
-            });
-            let run = actix_web::rt::System::new().block_on(
-                fleet_limiter::http::serve_gateway_with(&cfg, decider, reloader),
-            );
-            match run {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e)
-                    if e.is::<fleet_limiter::http::ListenError>()
-                        || e.is::<fleet_limiter::http::TlsSetupError>() =>
-                {
-                    fleet_limiter::log_sink::eprint_line(format!(
-                        "fleet-limiter: configuration error: {e}"
-                    ));
-                    ExitCode::from(2)
-                }
-                Err(e) => {
-                    fleet_limiter::log_sink::eprint_line(format!(
-                        "fleet-limiter: {}",
-                        fleet_limiter::redact::urls_in(&e.to_string())
-                    ));
-                    ExitCode::FAILURE
-                }
-            }
+            fleet_limiter::serve::run(
+                move || args.settings.apply(loader(&args.cfg)),
+                allow_unsafe,
+            )
         }
         Command::Check(args) => {
             let l = loader(&args.cfg);

@@ -1,0 +1,130 @@
+//! `fleet-limiter serve` as one library call: load the configuration, start logging, admit the
+//! calibration, build the decider, run the gateway; the exit code says how it ended (0 stopped,
+//! 1 failed while running, 2 a configuration that cannot be used).
+
+use crate::calibration::check;
+use crate::config::ops::LogFormat;
+use crate::config::{Config, Loader};
+use crate::http::admin::Reloader;
+use crate::log_sink::eprint_line;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// What a configuration error exits with, as every command's.
+const CONFIG_ERROR: u8 = 2;
+
+/// Run the gateway `loader` describes until it is stopped. `loader` is asked again on every
+/// reload (SIGHUP, `POST /reload`), which is held to the same rules as the start: an unsafe
+/// calibration is refused unless `allow_unsafe`.
+pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bool) -> ExitCode {
+    let first = loader();
+    let cfg = match first.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprint_line(format!("fleet-limiter: configuration error: {e}"));
+            return ExitCode::from(CONFIG_ERROR);
+        }
+    };
+    init_logging(cfg.ops.log_format);
+    for w in first.warnings() {
+        tracing::warn!("{w}");
+    }
+    if cfg.server.upstream.is_none() && cfg.decision.listen.is_none() {
+        eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
+        return ExitCode::from(CONFIG_ERROR);
+    }
+    for w in cfg.count_warnings() {
+        tracing::warn!("{w}");
+    }
+    if let Err(code) = admit_at_startup(&cfg, allow_unsafe) {
+        return code;
+    }
+    let decider = match crate::build_decider(&cfg) {
+        Ok(d) => Arc::new(d),
+        Err(e) => {
+            eprint_line(format!(
+                "fleet-limiter: {}",
+                crate::redact::urls_in(&e.to_string())
+            ));
+            return ExitCode::from(CONFIG_ERROR);
+        }
+    };
+    let reloader: Reloader = Arc::new(move || {
+        let cfg = loader().load().map_err(|e| e.to_string())?;
+        check::admit(&cfg, allow_unsafe).map_err(|r| r.to_string())?;
+        Ok(cfg)
+    });
+    let run = actix_web::rt::System::new().block_on(crate::http::serve_gateway_with(
+        &cfg, decider, reloader,
+    ));
+    match run {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e)
+            if e.is::<crate::http::ListenError>() || e.is::<crate::http::TlsSetupError>() =>
+        {
+            eprint_line(format!("fleet-limiter: configuration error: {e}"));
+            ExitCode::from(CONFIG_ERROR)
+        }
+        Err(e) => {
+            eprint_line(format!(
+                "fleet-limiter: {}",
+                crate::redact::urls_in(&e.to_string())
+            ));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Log lines to stderr, as text or JSON, at the level `FLEET_LIMITER_LOG` asks (`info`
+/// otherwise).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        // A log line that cannot be written (its reader is gone) is dropped and counted; it
+        // never panics the thread that logged it.
+        .with_writer(crate::log_sink::Stderr)
+        .log_internal_errors(false);
+    let _ = match format {
+        LogFormat::Text => fmt.try_init(),
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init(),
+    };
+}
+
+/// The admission rule before `serve` listens: warnings are logged; an unsafe calibration stops
+/// it (exit code 2) with each limiter and reason on stderr, unless the operator allowed it.
+fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
+    match check::admit(cfg, allow_unsafe) {
+        Ok(admitted) => {
+            for w in &admitted.warnings {
+                tracing::warn!("calibration: {w}");
+            }
+            for p in &admitted.overridden {
+                tracing::warn!(
+                    "unsafe calibration, starting anyway (--allow-unsafe-calibration): {p}"
+                );
+            }
+            Ok(())
+        }
+        Err(refusal) => {
+            for w in &refusal.warnings {
+                tracing::warn!("calibration: {w}");
+            }
+            eprint_line(
+                "fleet-limiter: refusing to start: the calibration is unsafe for the declared fleet",
+            );
+            for p in &refusal.problems {
+                eprint_line(format!("  unsafe: {p}"));
+            }
+            eprint_line("Run `fleet-limiter check` for the full report. Fix the limiters or the [fleet] settings, or pass --allow-unsafe-calibration (FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true) to start anyway.");
+            Err(ExitCode::from(CONFIG_ERROR))
+        }
+    }
+}
