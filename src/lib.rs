@@ -153,6 +153,7 @@ pub mod clock;
 pub mod config;
 pub mod decision;
 pub mod descriptors;
+mod error;
 pub mod http;
 pub mod identity;
 pub mod keys;
@@ -169,10 +170,15 @@ pub mod serve;
 pub mod store;
 pub(crate) mod tls;
 
+pub use error::Error;
 use std::sync::Arc;
 
 /// The decider a configuration describes: its store, the system clock, its token verifier.
-pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
+pub fn build_decider(cfg: &config::Config) -> Result<decision::Decider, Error> {
+    decider_of(cfg).map_err(Error::building)
+}
+
+fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
     if let Some(what) = config::covers_everything(&cfg.client_ip.trusted.ranges) {
         // Only reachable with client_ip.trust_all_addresses; the configuration refuses it otherwise.
         tracing::warn!(
@@ -189,7 +195,7 @@ pub fn build_decider(cfg: &config::Config) -> anyhow::Result<decision::Decider> 
             Arc::new(store::redis::RedisStore::start(target, opts)?)
         }
     };
-    Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
+    Ok(decision::Decider::new(cfg, store, verifier_of(cfg)?))
 }
 
 /// Where and how the Redis store connects, from `[store]`: `store.cluster` when given, else
@@ -225,7 +231,11 @@ pub fn redis_settings(
 }
 
 /// The token verifier `[identity]` describes; with no key source no token verifies.
-pub fn build_verifier(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::TokenVerifier>> {
+pub fn build_verifier(cfg: &config::Config) -> Result<Arc<dyn identity::TokenVerifier>, Error> {
+    verifier_of(cfg).map_err(Error::building)
+}
+
+fn verifier_of(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::TokenVerifier>> {
     if let Some(why) = cfg.identity.weak_secret() {
         // Only reachable with identity.allow_weak_secret; the configuration refuses it otherwise.
         tracing::warn!(

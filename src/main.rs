@@ -131,10 +131,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             let allow_unsafe = args.allow_unsafe.0;
             let args: Arc<ServeArgs> = Arc::from(args);
-            fleet_limiter::serve::run(
-                move || args.settings.apply(loader(&args.cfg)),
-                allow_unsafe,
-            )
+            fleet_limiter::serve::run(move || args.settings.apply(loader(&args.cfg)), allow_unsafe)
         }
         Command::Check(args) => {
             let l = loader(&args.cfg);

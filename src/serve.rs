@@ -43,11 +43,8 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
     let decider = match crate::build_decider(&cfg) {
         Ok(d) => Arc::new(d),
         Err(e) => {
-            eprint_line(format!(
-                "fleet-limiter: {}",
-                crate::redact::urls_in(&e.to_string())
-            ));
-            return ExitCode::from(CONFIG_ERROR);
+            eprint_line(format!("fleet-limiter: {e}"));
+            return ExitCode::from(e.exit_code());
         }
     };
     let reloader: Reloader = Arc::new(move || {
@@ -55,23 +52,17 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
         check::admit(&cfg, allow_unsafe).map_err(|r| r.to_string())?;
         Ok(cfg)
     });
-    let run = actix_web::rt::System::new().block_on(crate::http::serve_gateway_with(
-        &cfg, decider, reloader,
-    ));
+    let run = actix_web::rt::System::new()
+        .block_on(crate::http::serve_gateway_with(&cfg, decider, reloader));
     match run {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e)
-            if e.is::<crate::http::ListenError>() || e.is::<crate::http::TlsSetupError>() =>
-        {
+        Err(e) if e.is_config() => {
             eprint_line(format!("fleet-limiter: configuration error: {e}"));
-            ExitCode::from(CONFIG_ERROR)
+            ExitCode::from(e.exit_code())
         }
         Err(e) => {
-            eprint_line(format!(
-                "fleet-limiter: {}",
-                crate::redact::urls_in(&e.to_string())
-            ));
-            ExitCode::FAILURE
+            eprint_line(format!("fleet-limiter: {e}"));
+            ExitCode::from(e.exit_code())
         }
     }
 }

@@ -381,9 +381,10 @@ fn the_library_gateway_refuses_an_unsafe_calibration_before_it_listens() {
     let run =
         actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
     let err = run.expect_err("serve_gateway refuses the replaced calibration");
-    let refusal = err
-        .downcast_ref::<fleet_limiter::calibration::check::Refusal>()
-        .unwrap_or_else(|| panic!("not a calibration refusal: {err:#}"));
+    assert_eq!(err.exit_code(), 2, "{err}");
+    let fleet_limiter::Error::UnsafeCalibration(refusal) = &err else {
+        panic!("not a calibration refusal: {err}");
+    };
     assert!(
         refusal
             .problems

@@ -19,10 +19,11 @@ use std::sync::Arc;
 /// Run the gateway until it is stopped: limiter in front, streaming proxy behind.
 ///
 /// A calibration that could lock healthy agents out of the declared fleet is refused before
-/// anything listens (the error is a [`Refusal`](crate::calibration::check::Refusal)), as are
+/// anything listens ([`Error::UnsafeCalibration`](crate::Error::UnsafeCalibration)), as are
 /// reloads that bring one.
-pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<()> {
-    let admitted = crate::calibration::check::admit(cfg, false)?;
+pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), crate::Error> {
+    let admitted =
+        crate::calibration::check::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
     for w in &admitted.warnings {
         tracing::warn!("calibration: {w}");
     }
@@ -31,6 +32,16 @@ pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Resul
 
 /// [`serve_gateway`], with the admin listener reloading through `reloader` (SIGHUP, POST /reload).
 pub async fn serve_gateway_with(
+    cfg: &Config,
+    decider: Arc<Decider>,
+    reloader: admin::Reloader,
+) -> Result<(), crate::Error> {
+    run_gateway(cfg, decider, reloader)
+        .await
+        .map_err(crate::Error::serving)
+}
+
+async fn run_gateway(
     cfg: &Config,
     decider: Arc<Decider>,
     reloader: admin::Reloader,
