@@ -83,7 +83,7 @@ async fn replay_file(
                     Err(e) => Err(e),
                 };
                 if let Err(why) = res {
-                    rp.malformed(name, n, why);
+                    rp.malformed_line(name, n, why, buf);
                 }
             }
         }
@@ -94,14 +94,16 @@ async fn replay_file(
 }
 
 /// `fleet-limiter replay`: replay the logs through one calibration, or two with `against`, and
-/// print the report. Exit 0 when every file was read to its end and most dated lines were
-/// replayed, 1 when a file was not read to its end or most dated lines were late or outliers, 2
-/// when a configuration or the log format cannot be used.
+/// print the report. Exit 0 when every file was read to its end and no more than
+/// `max_skipped_percent` of the lines went unreplayed, 1 otherwise (after the report), 2 when a
+/// configuration or the log format cannot be used.
+#[allow(clippy::too_many_arguments)]
 pub fn run_replay(
     loader: crate::config::Loader,
     against: Option<crate::config::Loader>,
     log_format: Option<&str>,
     reorder_seconds: u64,
+    max_skipped_percent: f64,
     logs: &[PathBuf],
     format: crate::calibration::report::Format,
     plot: Option<&Path>,
@@ -139,7 +141,10 @@ pub fn run_replay(
             }
         };
         match run(&cfg, &opts, logs) {
-            Ok(r) => reports.push(r),
+            Ok(mut r) => {
+                r.max_skipped_percent = max_skipped_percent;
+                reports.push(r);
+            }
             Err(e) => {
                 drop_plot();
                 crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
@@ -170,7 +175,10 @@ pub fn run_replay(
         crate::log_sink::eprint_line(format!("fleet-limiter: plot written to {}", path.display()));
     }
     // Every calibration reads the same lines: what they were is said once.
-    if let Some(r) = reports.first().filter(|r| r.outliers > 0) {
+    let Some(r) = reports.first() else {
+        return ExitCode::SUCCESS;
+    };
+    if r.outliers > 0 {
         crate::log_sink::eprint_line(format!(
             "fleet-limiter: {} {} set aside as {}, not replayed: dated more than the reorder window past most of the {LOOK_AHEAD} lines after {}",
             r.outliers,
@@ -186,16 +194,28 @@ pub fn run_replay(
             crate::log_sink::eprint_line(format!("fleet-limiter: and {more} more"));
         }
     }
+    for line in summary::describe(r) {
+        crate::log_sink::eprint_line(format!("fleet-limiter: {line}"));
+    }
+    for r in &reports {
+        if let Some(none) = &r.no_limiter_matched {
+            let source = r.config.as_ref().map_or_else(
+                || "the built-in calibration".to_owned(),
+                |p| p.display().to_string(),
+            );
+            crate::log_sink::eprint_line(format!("fleet-limiter: {source}: {none}"));
+        }
+    }
     let mut code = ExitCode::SUCCESS;
-    if let Some(r) = reports.first().filter(|r| r.late + r.outliers > r.replayed) {
+    if summary::too_many_skipped(r) {
         crate::log_sink::eprint_line(format!(
-            "fleet-limiter: most dated lines were not replayed ({} late, {} outliers, {} replayed): the figures do not describe these logs; put the lines in time order or raise --reorder-seconds",
-            r.late, r.outliers, r.replayed
+            "fleet-limiter: exit status 1: {} of {} lines ({} %) were not replayed, more than --max-skipped {} % allows; the figures may not describe these logs (apply the fixes above, or give --max-skipped 100 to accept them)",
+            r.not_replayed, r.lines, r.not_replayed_percent, r.max_skipped_percent
         ));
         code = ExitCode::FAILURE;
     }
-    if reports.iter().any(|r| !r.read_errors.is_empty()) {
-        for e in reports.iter().take(1).flat_map(|r| &r.read_errors) {
+    if !r.read_errors.is_empty() {
+        for e in &r.read_errors {
             crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
         }
         return ExitCode::FAILURE;

@@ -33,6 +33,7 @@ impl Replayer {
             limiters: BTreeMap::new(),
             agents: HashMap::new(),
             offline: BTreeMap::new(),
+            malformed_sample: Vec::new(),
             report: ReplayReport {
                 config: cfg.source.clone(),
                 reorder_seconds: opts.reorder_seconds,
@@ -46,6 +47,14 @@ impl Replayer {
                 ..ReplayReport::default()
             },
         }
+    }
+
+    /// Count a malformed line, and keep it (while few are kept) to try the other formats on.
+    pub(super) fn malformed_line(&mut self, file: &str, line: u64, why: Malformed, text: &[u8]) {
+        if self.malformed_sample.len() < SAMPLED_MALFORMED && text.len() <= SAMPLED_LINE_BYTES {
+            self.malformed_sample.push(text.into());
+        }
+        self.malformed(file, line, why);
     }
 
     pub(super) fn malformed(&mut self, file: &str, line: u64, why: Malformed) {
@@ -88,6 +97,9 @@ impl Replayer {
         };
         let outcome = self.decider.decide(&facts).await;
         self.report.replayed += 1;
+        if !outcome.results.is_empty() {
+            self.report.matched += 1;
+        }
         let refused = outcome.refused();
         if refused {
             self.report.refused += 1;
@@ -100,6 +112,7 @@ impl Replayer {
                 Mode::Off => "off",
             };
             t.metered += 1;
+            t.window = i64::try_from(r.spec.quota.window.as_nanos()).unwrap_or(i64::MAX);
             let series = t.series.get_or_insert_with(|| Series {
                 bin_seconds: PLOT_BIN_SECONDS,
                 admitted: Vec::new(),
@@ -108,7 +121,7 @@ impl Replayer {
             record_bounded(series, (at - first).max(0) as Nanos, r.verdict.allowed);
             let who = principal(outcome.client_ip.unwrap_or(p.peer), p, r.spec.key);
             if r.verdict.allowed {
-                if let Some(start) = t.open_runs.remove(&who) {
+                if let Some((start, _)) = t.open_runs.remove(&who) {
                     let run = at - start;
                     if run > t.longest.0 {
                         t.longest = (run, Some(who));
@@ -122,15 +135,17 @@ impl Replayer {
                 t.shadow_refused += 1;
             }
             *t.by_principal.entry(who.clone()).or_default() += 1;
-            t.open_runs.entry(who).or_insert(at);
+            t.open_runs.entry(who).or_insert((at, at)).1 = at;
         }
         let is_heartbeat = (&*p.method, path_only) == (traffic::HEARTBEAT.0, traffic::HEARTBEAT.1);
         if let (true, Some(agent)) = (is_heartbeat, &p.agent_id) {
             let hb = self.agents.entry(agent.clone()).or_insert(Heartbeats {
                 last_admitted: at,
+                last_seen: at,
                 refused_since: false,
                 worst_gap: 0,
             });
+            hb.last_seen = at;
             if refused {
                 hb.refused_since = true;
             } else {
@@ -155,13 +170,27 @@ impl Replayer {
             self.decide_run(at, run).await;
         }
         let end = self.last_decided;
+        let mut last_refused = 0;
         for (agent, hb) in &self.agents {
-            let gap = end - hb.last_admitted;
-            if hb.refused_since && gap >= self.timeout {
+            if !hb.refused_since {
+                continue;
+            }
+            // Its last heartbeat was refused and it sent none after: offline only if its
+            // refused heartbeats alone went past the threshold, not counted to the logs' end.
+            last_refused += 1;
+            let gap = hb.last_seen - hb.last_admitted;
+            if gap >= self.timeout {
                 let worst = self.offline.entry(agent.clone()).or_default();
                 *worst = (*worst).max(gap);
             }
         }
+        self.report.agents_last_heartbeat_refused = last_refused;
+        self.report.seen.format_that_reads =
+            if self.report.malformed * 2 > self.report.lines && !self.malformed_sample.is_empty() {
+                summary::format_that_reads(&self.malformed_sample)
+            } else {
+                None
+            };
         let mut r = self.report;
         r.span_seconds = self.first.map_or(0.0, |f| secs(end - f));
         r.agents_seen = self.agents.len() as u64;
@@ -173,13 +202,42 @@ impl Replayer {
                 longest_gap_seconds: secs(gap),
             })
             .collect();
-        for (name, mut t) in self.limiters {
-            for (who, start) in t.open_runs.drain() {
-                let run = end - start;
-                if run > t.longest.0 || (run == t.longest.0 && t.longest.1.is_none()) {
-                    t.longest = (run, Some(who));
+        r.unmetered = r.replayed - r.matched.min(r.replayed);
+        r.unmetered_percent = summary::percent(r.unmetered, r.replayed);
+        if r.matched == 0 {
+            r.no_limiter_matched = Some(if r.replayed == 0 {
+                "No request matched any limiter: no line was replayed".to_owned()
+            } else {
+                format!(
+                    "No request matched any limiter: none of the {} replayed requests is on a route this calibration meters",
+                    r.replayed
+                )
+            });
+        }
+        for (name, t) in self.limiters {
+            let mut unfinished = UnfinishedRuns::default();
+            let mut longest: Option<(i64, Box<str>, &'static str)> = None;
+            for (who, (start, last)) in t.open_runs {
+                let ends = if end - last < t.window {
+                    unfinished.still_refused_at_end += 1;
+                    STILL_REFUSED
+                } else {
+                    unfinished.never_seen_again += 1;
+                    NEVER_SEEN_AGAIN
+                };
+                let run = last - start;
+                let longer = longest
+                    .as_ref()
+                    .is_none_or(|(l, w, _)| run > *l || (run == *l && who < *w));
+                if longer {
+                    longest = Some((run, who, ends));
                 }
             }
+            unfinished.longest = longest.map(|(run, who, ends)| UnfinishedRun {
+                principal: who.into(),
+                refused_for_seconds: secs(run),
+                ends,
+            });
             let mut top: Vec<(String, u64)> = t
                 .by_principal
                 .into_iter()
@@ -196,9 +254,11 @@ impl Replayer {
                 top_refused: top,
                 longest_refusal_run_seconds: secs(t.longest.0),
                 longest_refusal_run_principal: t.longest.1.map(Into::into),
+                unfinished_refusal_runs: unfinished,
                 series: t.series.unwrap_or_default(),
             });
         }
+        summary::summarise(&mut r);
         r
     }
 }

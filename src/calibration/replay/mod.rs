@@ -36,6 +36,7 @@ pub mod line;
 pub mod nginx;
 mod reorder;
 pub mod report;
+pub mod summary;
 #[cfg(test)]
 mod tests;
 pub mod time;
@@ -73,9 +74,23 @@ pub const SHOWN_PRINCIPALS: usize = 10;
 pub const SHOWN_OUTLIERS: usize = 5;
 /// How many of the lines after a line judge whether it is an outlier.
 pub const LOOK_AHEAD: usize = 32;
+/// The reorder window when `--reorder-seconds` is not given: twice the 60 s request timeout
+/// most servers and proxies default to (Apache `Timeout`, nginx `proxy_read_timeout`, an ALB's
+/// idle timeout). A server that logs a request when it completes, stamped with the time it
+/// arrived (Apache `%t`), writes it up to its timeout after the requests that arrived later;
+/// twice that covers a request that waited out one timeout sending its body and another for
+/// the upstream's answer.
+pub const DEFAULT_REORDER_SECONDS: u64 = 120;
 /// The most the reorder buffer holds, in bytes (requests, their text, and the buffer's own
-/// bookkeeping, estimated); past it the earliest lines are decided at once.
-pub const REORDER_BUDGET: usize = 16 << 20;
+/// bookkeeping, estimated); past it the earliest lines are decided at once. 64 MiB holds the
+/// default window's 120 s at about 1 600 distinct requests a second.
+pub const REORDER_BUDGET: usize = 64 << 20;
+/// Lines out of order by more than this are not a reorder window's business: a clock set
+/// wrong, or files given out of order. No `--reorder-seconds` is suggested for them.
+pub const FAR_SECONDS: i64 = 3_600;
+/// Malformed lines kept to try the other built-in formats on, and the longest one kept.
+const SAMPLED_MALFORMED: usize = 64;
+const SAMPLED_LINE_BYTES: usize = 8 * 1024;
 /// What one buffered run costs beside its text: its key and value in the buffer's tree,
 /// twice over, because a tree filled in order keeps its nodes about half full.
 const RUN_BYTES: usize = 2 * std::mem::size_of::<((UnixNanos, u64), Run)>();
@@ -136,6 +151,16 @@ pub struct Options {
     pub format: LineFormat,
     /// How far out of order timestamps may arrive, in seconds.
     pub reorder_seconds: u64,
+}
+
+impl Options {
+    /// `format` with the default reorder window.
+    pub fn new(format: LineFormat) -> Self {
+        Self {
+            format,
+            reorder_seconds: DEFAULT_REORDER_SECONDS,
+        }
+    }
 }
 
 /// One request as a line gives it.
@@ -208,13 +233,41 @@ pub struct LimiterReport {
     pub shadow_refused: u64,
     /// Principals refused most (enforced or shadow), as the logs name them.
     pub top_refused: Vec<(String, u64)>,
-    /// The longest time one principal went from a refusal to its next admitted request.
+    /// The longest lockout: the time one principal went from a refusal to its next admitted
+    /// request. Runs no admitted request ended are in `unfinished_refusal_runs`, not here.
     pub longest_refusal_run_seconds: f64,
     pub longest_refusal_run_principal: Option<String>,
+    /// Refusal runs still open when the logs end: the principal's last request was refused.
+    pub unfinished_refusal_runs: UnfinishedRuns,
     /// Admitted and refused per minute since the first line (drawn by `--plot`, not printed).
     #[serde(skip)]
     pub series: Series,
 }
+
+/// Refusal runs no admitted request ended.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct UnfinishedRuns {
+    /// Last refused within the limiter's window of the logs' end: still refused when they end.
+    pub still_refused_at_end: u64,
+    /// Last refused longer than the limiter's window before the logs' end: the client never
+    /// came back, so whether it would have been locked out is unknown.
+    pub never_seen_again: u64,
+    /// The one refused longest, from its first refusal to its last refused request.
+    pub longest: Option<UnfinishedRun>,
+}
+
+/// One refusal run no admitted request ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnfinishedRun {
+    pub principal: String,
+    /// From the run's first refusal to its last refused request.
+    pub refused_for_seconds: f64,
+    /// `still refused at the end of the log` or `last request refused, never seen again`.
+    pub ends: &'static str,
+}
+
+pub const STILL_REFUSED: &str = "still refused at the end of the log";
+pub const NEVER_SEEN_AGAIN: &str = "last request refused, never seen again";
 
 /// An agent whose heartbeats would have gone unanswered past the offline threshold.
 #[derive(Debug, Clone, Serialize)]
@@ -230,7 +283,20 @@ pub struct ReplayReport {
     pub files: Vec<String>,
     pub lines: u64,
     pub replayed: u64,
+    /// Lines read but not replayed (late, outliers, malformed), and their share of the lines.
+    pub not_replayed: u64,
+    pub not_replayed_percent: f64,
+    /// The share of lines `--max-skipped` lets go unreplayed before the exit status is 1.
+    pub max_skipped_percent: f64,
+    /// Every reason lines were skipped or decided early: count, share, why, and the fix.
+    pub skipped: Vec<summary::Skipped>,
     pub refused: u64,
+    /// Replayed requests at least one limiter metered, those none did, and the latter's share.
+    pub matched: u64,
+    pub unmetered: u64,
+    pub unmetered_percent: f64,
+    /// Said when no replayed request matched any limiter of the calibration.
+    pub no_limiter_matched: Option<String>,
     pub malformed: u64,
     pub malformed_by_reason: BTreeMap<&'static str, u64>,
     pub first_malformed: Vec<BadLine>,
@@ -252,7 +318,13 @@ pub struct ReplayReport {
     pub offline_threshold_seconds: u64,
     pub agents_seen: u64,
     pub agents_offline: Vec<OfflineAgent>,
+    /// Agents whose last heartbeat in the logs was refused: offline only when their refused
+    /// heartbeats alone spanned the threshold, since nothing shows whether they came back.
+    pub agents_last_heartbeat_refused: u64,
     pub limiters: Vec<LimiterReport>,
+    /// What the summary's fixes are computed from.
+    #[serde(skip)]
+    pub seen: summary::Seen,
 }
 
 #[derive(Default)]
@@ -262,8 +334,11 @@ struct LimiterTally {
     refused: u64,
     shadow_refused: u64,
     by_principal: HashMap<Box<str>, u64>,
-    /// Principals refused since their last admitted request: when the run started.
-    open_runs: HashMap<Box<str>, UnixNanos>,
+    /// Principals refused since their last admitted request: when the run started, and the
+    /// last refusal.
+    open_runs: HashMap<Box<str>, (UnixNanos, UnixNanos)>,
+    /// The limiter's window: a run last refused within it of the logs' end is still refused.
+    window: i64,
     longest: (i64, Option<Box<str>>),
     /// Admitted and refused (enforced or shadow) per minute of the logs, for `--plot`.
     series: Option<Series>,
@@ -272,6 +347,7 @@ struct LimiterTally {
 #[derive(Clone, Copy)]
 struct Heartbeats {
     last_admitted: UnixNanos,
+    last_seen: UnixNanos,
     refused_since: bool,
     worst_gap: i64,
 }
@@ -293,6 +369,8 @@ struct Replayer {
     limiters: BTreeMap<Arc<str>, LimiterTally>,
     agents: HashMap<Box<str>, Heartbeats>,
     offline: BTreeMap<Box<str>, i64>,
+    /// Malformed lines kept to try the other built-in formats on.
+    malformed_sample: Vec<Box<[u8]>>,
     report: ReplayReport,
 }
 

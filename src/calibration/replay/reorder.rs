@@ -53,6 +53,15 @@ impl Replayer {
 
     pub(super) fn outlier(&mut self, x: &Ahead) {
         self.report.outliers += 1;
+        // Accepted, it would have made lines up to this far behind it late.
+        let earliest = self.ahead.iter().map(|a| a.at).min().unwrap_or(x.at);
+        let spread = x.at.saturating_sub(earliest);
+        if spread > FAR_SECONDS * NS {
+            self.report.seen.outliers_far += 1;
+        } else {
+            let seen = &mut self.report.seen;
+            seen.outlier_spread_max = seen.outlier_spread_max.max(spread);
+        }
         if self.report.first_outliers.len() >= SHOWN_OUTLIERS {
             return;
         }
@@ -70,9 +79,25 @@ impl Replayer {
     /// Put an accepted line in the reorder buffer and decide what has left its window (or,
     /// with the buffer full, the earliest lines).
     pub(super) async fn accept(&mut self, at: UnixNanos, request: Pending) {
-        if at < self.last_decided || at < self.newest.saturating_sub(self.window) {
+        let behind = self.newest.saturating_sub(at);
+        if at < self.newest.saturating_sub(self.window) {
             self.report.late += 1;
+            let seen = &mut self.report.seen;
+            if behind > FAR_SECONDS * NS {
+                seen.late_far += 1;
+            } else {
+                seen.late_behind_max = seen.late_behind_max.max(behind);
+            }
             return;
+        }
+        if at < self.last_decided {
+            self.report.late += 1;
+            self.report.seen.late_after_early += 1;
+            return;
+        }
+        if self.newest != i64::MIN {
+            let seen = &mut self.report.seen;
+            seen.disorder_max = seen.disorder_max.max(behind);
         }
         let last_at_this_instant = self
             .buffer
