@@ -62,7 +62,7 @@ struct ReplayArgs {
     /// The share of lines that may go unreplayed (late, outliers, malformed) before the exit
     /// status is 1: 0 to 100, with or without `%`. 100 never fails on skipped lines; the
     /// summary is printed either way.
-    #[arg(long = "max-skipped", default_value = "1", value_name = "PERCENT", value_parser = fleet_limiter::calibration::replay::summary::parse_max_skipped)]
+    #[arg(long = "max-skipped", default_value = "1", value_name = "PERCENT", allow_hyphen_values = true, value_parser = fleet_limiter::calibration::replay::summary::parse_max_skipped)]
     max_skipped: f64,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]

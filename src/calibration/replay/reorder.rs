@@ -44,7 +44,28 @@ impl Replayer {
         let cutoff = x.at.saturating_sub(self.window);
         let after = self.ahead.len();
         let behind = self.ahead.iter().filter(|a| a.at < cutoff).count();
-        if moves_clock && behind * 2 > after {
+        let outlier = moves_clock && behind * 2 > after;
+        // The log's disorder: how far each line is dated before the newest line before it,
+        // outliers counted unless a clock set wrong put them far ahead.
+        let seen = &mut self.report.seen;
+        let far = FAR_SECONDS * NS;
+        if let Some(newest) = seen.newest {
+            let back = newest.saturating_sub(x.at);
+            if back <= far {
+                seen.disorder_max = seen.disorder_max.max(back);
+            }
+        }
+        let far_ahead = outlier
+            && self
+                .ahead
+                .iter()
+                .map(|a| a.at)
+                .min()
+                .is_some_and(|e| x.at.saturating_sub(e) > far);
+        if !far_ahead && seen.newest.is_none_or(|n| x.at > n) {
+            seen.newest = Some(x.at);
+        }
+        if outlier {
             self.outlier(&x);
         } else {
             self.accept(x.at, x.request).await;
@@ -55,12 +76,8 @@ impl Replayer {
         self.report.outliers += 1;
         // Accepted, it would have made lines up to this far behind it late.
         let earliest = self.ahead.iter().map(|a| a.at).min().unwrap_or(x.at);
-        let spread = x.at.saturating_sub(earliest);
-        if spread > FAR_SECONDS * NS {
+        if x.at.saturating_sub(earliest) > FAR_SECONDS * NS {
             self.report.seen.outliers_far += 1;
-        } else {
-            let seen = &mut self.report.seen;
-            seen.outlier_spread_max = seen.outlier_spread_max.max(spread);
         }
         if self.report.first_outliers.len() >= SHOWN_OUTLIERS {
             return;
@@ -79,14 +96,10 @@ impl Replayer {
     /// Put an accepted line in the reorder buffer and decide what has left its window (or,
     /// with the buffer full, the earliest lines).
     pub(super) async fn accept(&mut self, at: UnixNanos, request: Pending) {
-        let behind = self.newest.saturating_sub(at);
         if at < self.newest.saturating_sub(self.window) {
             self.report.late += 1;
-            let seen = &mut self.report.seen;
-            if behind > FAR_SECONDS * NS {
-                seen.late_far += 1;
-            } else {
-                seen.late_behind_max = seen.late_behind_max.max(behind);
+            if self.newest.saturating_sub(at) > FAR_SECONDS * NS {
+                self.report.seen.late_far += 1;
             }
             return;
         }
@@ -95,10 +108,7 @@ impl Replayer {
             self.report.seen.late_after_early += 1;
             return;
         }
-        if self.newest != i64::MIN {
-            let seen = &mut self.report.seen;
-            seen.disorder_max = seen.disorder_max.max(behind);
-        }
+
         let last_at_this_instant = self
             .buffer
             .range_mut((at, 0)..=(at, u64::MAX))

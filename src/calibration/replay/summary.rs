@@ -9,18 +9,17 @@ use serde::Serialize;
 /// What the fixes are computed from, gathered while the lines are read.
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
-    /// The furthest a late line was dated before the newest line accepted when it came
-    /// (nanoseconds), among those at most [`FAR_SECONDS`] behind; and how many were further.
-    pub late_behind_max: i64,
+    /// The newest line read so far, outliers included unless [`FAR_SECONDS`] ahead.
+    pub newest: Option<i64>,
+    /// The furthest a line was dated before that newest line (nanoseconds), among those at
+    /// most [`FAR_SECONDS`] before it: the log's disorder, the window that replays it whole.
+    pub disorder_max: i64,
+    /// Late lines dated more than [`FAR_SECONDS`] before the newest line.
     pub late_far: u64,
     /// Lines late only because the full buffer had decided later lines early.
     pub late_after_early: u64,
-    /// The furthest an outlier was dated after the earliest of the lines after it, among those
-    /// at most [`FAR_SECONDS`] ahead; and how many were further.
-    pub outlier_spread_max: i64,
+    /// Outliers dated more than [`FAR_SECONDS`] after the earliest of the lines after them.
     pub outliers_far: u64,
-    /// The furthest an accepted line was dated before the newest line accepted before it.
-    pub disorder_max: i64,
     /// The built-in format that reads most of the malformed lines kept, how many of them.
     pub format_that_reads: Option<(&'static str, usize, usize)>,
 }
@@ -113,7 +112,7 @@ pub fn summarise(r: &mut ReplayReport) {
     let seen = r.seen.clone();
     let window = r.reorder_seconds;
     let mut out = Vec::new();
-    let need = seen.late_behind_max.max(seen.outlier_spread_max);
+    let need = seen.disorder_max;
     let raise = |what: &str| -> String {
         if need > 0 && window_for(need) > window {
             format!(
@@ -209,11 +208,11 @@ pub fn summarise(r: &mut ReplayReport) {
         });
     }
     if r.decided_early > 0 {
-        let smaller = window_for(seen.disorder_max);
+        let smaller = window_for(need);
         let fix = if smaller < window {
             format!(
                 "--reorder-seconds {smaller} (the accepted lines were out of order by at most {} s, so a smaller window holds fewer lines)",
-                (seen.disorder_max.max(0) as u64).div_ceil(NS as u64)
+                (need.max(0) as u64).div_ceil(NS as u64)
             )
         } else {
             "none: they were replayed, but perhaps out of order; the buffer's size is fixed"

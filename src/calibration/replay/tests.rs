@@ -180,3 +180,103 @@ fn a_series_over_decades_stays_bounded_and_keeps_its_counts() {
     assert_eq!(s.refused.iter().sum::<u64>(), 3);
     assert_eq!(s.bin_seconds % 86_400, 0, "{}", s.bin_seconds);
 }
+
+/// A log written as requests complete, stamped with their arrival: `(arrival, duration)` in
+/// seconds, each line written at arrival + duration, arrivals `gap` apart.
+fn completion_order(durations: &[i64], gap: i64) -> Vec<i64> {
+    let mut lines: Vec<(i64, i64)> = durations
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (i as i64 * gap + d, i as i64 * gap))
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, at)| at).collect()
+}
+
+proptest! {
+    /// Whatever a log's disorder, the window the summary names replays it whole: no line
+    /// late, no outlier.
+    #[test]
+    fn the_window_the_summary_names_replays_the_log_whole(
+        durations in prop::collection::vec(prop_oneof![0i64..3, 0i64..60, 0i64..900], 1..300),
+        gap in 0i64..20,
+    ) {
+        let at = completion_order(&durations, gap);
+        let n = at.len() as u64;
+        let r = replay(5, &at, false);
+        prop_assert_eq!(r.late + r.outliers + r.replayed, n);
+        let disorder = *durations.iter().max().unwrap_or(&0);
+        prop_assert!(r.seen.disorder_max <= disorder * NS, "{:?}", r.seen);
+        let w = summary::window_for(r.seen.disorder_max);
+        if r.late + r.outliers > 0 {
+            let fix = r.skipped.iter().map(|s| s.fix.clone()).collect::<Vec<_>>().join(" ");
+            let named = format!("--reorder-seconds {w} ");
+            prop_assert!(fix.contains(&named), "{fix}");
+        }
+        let again = replay(w, &at, false);
+        prop_assert_eq!((again.late, again.outliers, again.replayed), (0, 0, n), "{:?}", at);
+    }
+
+    /// Any share from 0 to 100 is read back, with or without `%`; outside it, refused.
+    #[test]
+    fn max_skipped_reads_every_share_and_refuses_the_rest(v in -1_000.0f64..1_000.0) {
+        let text = format!("{v}");
+        let got = summary::parse_max_skipped(&text);
+        let pct = summary::parse_max_skipped(&format!("{text}%"));
+        if (0.0..=100.0).contains(&v) {
+            prop_assert_eq!(got, Ok(v));
+            prop_assert_eq!(pct, Ok(v));
+        } else {
+            prop_assert!(got.is_err() && pct.is_err());
+        }
+    }
+
+    /// The share is the count's, to two decimals, and never past 100 %.
+    #[test]
+    fn percent_is_the_share_to_two_decimals(total in 1u64..10_000_000, k in 0u64..=10_000) {
+        let n = total * k / 10_000;
+        let p = summary::percent(n, total);
+        prop_assert!((0.0..=100.0).contains(&p));
+        prop_assert!((p - n as f64 * 100.0 / total as f64).abs() <= 0.005 + 1e-9);
+    }
+}
+
+#[test]
+fn max_skipped_refuses_what_is_not_a_share() {
+    for bad in [
+        "", " ", "-1", "101", "abc", "5%%", "%", "1e2", "nan", "inf", "0x10", "1,5",
+    ] {
+        let e = summary::parse_max_skipped(bad).expect_err(bad);
+        assert!(e.contains("from 0 to 100"), "{bad}: {e}");
+    }
+    assert_eq!(summary::parse_max_skipped("0"), Ok(0.0));
+    assert_eq!(summary::parse_max_skipped("100%"), Ok(100.0));
+    assert_eq!(summary::parse_max_skipped("2.5 %"), Ok(2.5));
+}
+
+#[test]
+fn the_window_named_is_a_second_more_rounded_up() {
+    assert_eq!(summary::window_for(0), 10);
+    assert_eq!(summary::window_for(59 * NS), 60);
+    assert_eq!(summary::window_for(60 * NS), 70);
+    assert_eq!(summary::window_for(59 * NS + 1), 70);
+    assert_eq!(summary::window_for(619 * NS), 660);
+    assert_eq!(summary::window_for(3_600 * NS), 3_660);
+}
+
+#[test]
+fn a_line_from_a_clock_far_ahead_names_no_window() {
+    let far = 74 * 365 * 86_400;
+    let mut at: Vec<i64> = (0..50).collect();
+    at.push(far);
+    at.extend(50..100);
+    let r = replay(5, &at, false);
+    assert_eq!(
+        (r.outliers, r.seen.outliers_far, r.late),
+        (1, 1, 0),
+        "{r:?}"
+    );
+    let fix = &r.skipped[0].fix;
+    assert!(!fix.contains("--reorder-seconds"), "{fix}");
+    assert!(fix.contains("clock set wrong"), "{fix}");
+}
