@@ -109,10 +109,8 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
     let mut y = 64.0;
     let n = reports.len();
     for (i, r) in reports.iter().enumerate() {
-        let line = format!(
-            "{}{}: replayed {} of {} lines, not replayed {} ({} %); refused {}; unmetered {} ({} % of replayed)",
-            source(r),
-            which(n, i),
+        let figures = format!(
+            "replayed {} of {} lines, not replayed {} ({} %); refused {}; unmetered {} ({} % of replayed)",
             r.replayed,
             r.lines,
             r.not_replayed,
@@ -121,6 +119,10 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
             r.unmetered,
             r.unmetered_percent
         );
+        // The figures whole; the calibration's name shortened to what room is left.
+        let room = WIDTH - LEFT - RIGHT - text_width(&figures, 12.0, false) - 12.0;
+        let who = fit(&format!("{}{}", source(r), which(n, i)), room, 12.0, false);
+        let line = format!("{who}: {figures}");
         let _ = writeln!(
             body,
             r#"<text x="{LEFT}" y="{:.1}" data-summary="" data-calibration="{i}" data-lines="{}" data-replayed="{}" data-not-replayed="{}" data-refused="{}" data-matched="{}" data-unmetered="{}">{}</text>"#,
