@@ -241,6 +241,8 @@ struct Frame {
     /// Seconds the time axis spans.
     total: f64,
     scale: Scale,
+    /// What the time axis counts.
+    time_label: &'static str,
 }
 
 impl Frame {
@@ -310,9 +312,10 @@ impl Frame {
         }
         let _ = writeln!(
             o,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{GREY}">virtual time since the start of the run</text>"#,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{GREY}">{}</text>"#,
             self.x + self.w / 2.0,
-            self.top + self.h + 32.0
+            self.top + self.h + 32.0,
+            self.time_label
         );
         let cy = self.top + self.h / 2.0;
         let lx = self.x - 58.0;
@@ -433,6 +436,7 @@ fn full_frame(y: f64, h: f64, total: f64, scale: Scale) -> (Frame, f64) {
         h,
         total,
         scale,
+        time_label: "virtual time since the start of the run",
     };
     (f, y + HEADER + h + FOOTER)
 }
@@ -707,6 +711,7 @@ fn analysts(o: &mut String, a: &AnalystsReport, y: f64) -> f64 {
             h: SHORT,
             total: (admitted.len() as u64 * bin) as f64,
             scale,
+            time_label: "virtual time since the start of the run",
         };
         let _ = writeln!(o, r#"<g data-panel="{name}">"#);
         fr.draw(

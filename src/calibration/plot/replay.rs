@@ -119,13 +119,28 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
             r.unmetered,
             r.unmetered_percent
         );
-        // The figures whole; the calibration's name shortened to what room is left.
-        let room = WIDTH - LEFT - RIGHT - text_width(&figures, 12.0, false) - 12.0;
-        let who = fit(&format!("{}{}", source(r), which(n, i)), room, 12.0, false);
-        let line = format!("{who}: {figures}");
         let _ = writeln!(
             body,
-            r#"<text x="{LEFT}" y="{:.1}" data-summary="" data-calibration="{i}" data-lines="{}" data-replayed="{}" data-not-replayed="{}" data-refused="{}" data-matched="{}" data-unmetered="{}">{}</text>"#,
+            r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
+            y,
+            escape(&fit(
+                &format!("{}{}", source(r), which(n, i)),
+                WIDTH - LEFT - RIGHT,
+                12.0,
+                true
+            ))
+        );
+        y += 16.0;
+        // Counts in the billions still fit, a little smaller.
+        let room = WIDTH - LEFT - RIGHT;
+        let size = if text_width(&figures, 12.0, false) <= room {
+            12.0
+        } else {
+            10.0
+        };
+        let _ = writeln!(
+            body,
+            r#"<text x="{LEFT}" y="{:.1}" font-size="{size}" data-summary="" data-calibration="{i}" data-lines="{}" data-replayed="{}" data-not-replayed="{}" data-refused="{}" data-matched="{}" data-unmetered="{}">{}</text>"#,
             y,
             r.lines,
             r.replayed,
@@ -133,11 +148,11 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
             r.refused,
             r.matched,
             r.unmetered,
-            escape(&fit(&line, WIDTH - LEFT - RIGHT, 12.0, false))
+            escape(&fit(&figures, room, size, false))
         );
-        y += 18.0;
+        y += 20.0;
     }
-    y += 6.0;
+    y += 4.0;
     for (i, r) in reports.iter().enumerate() {
         if let Some(none) = &r.no_limiter_matched {
             y = note(
@@ -205,7 +220,8 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
                 );
                 continue;
             };
-            let (fr, next) = full_frame(y, SHORT, span, Scale::fit(top));
+            let (mut fr, next) = full_frame(y, SHORT, span, Scale::fit(top));
+            fr.time_label = "the logs' own time since their first line";
             y = next;
             let u = &l.unfinished_refusal_runs;
             let _ = writeln!(
