@@ -105,18 +105,18 @@ fn offline(out: &mut String, r: &ReplayReport) {
         r.offline_threshold_seconds,
         r.agents_offline.len()
     );
-    if r.agents_last_heartbeat_refused > 0 {
-        let _ = writeln!(
-            out,
-            "  agents whose last heartbeat was refused (offline only if refused past {} s before it): {}",
-            r.offline_threshold_seconds, r.agents_last_heartbeat_refused
-        );
-    }
     for a in r.agents_offline.iter().take(super::SHOWN_PRINCIPALS) {
         let _ = writeln!(
             out,
             "      {} (gap {} s)",
             a.agent_id, a.longest_gap_seconds
+        );
+    }
+    if r.agents_last_heartbeat_refused > 0 {
+        let _ = writeln!(
+            out,
+            "  agents whose last heartbeat was refused: {} (each offline above only if its refused heartbeats alone went past {} s)",
+            r.agents_last_heartbeat_refused, r.offline_threshold_seconds
         );
     }
 }
