@@ -27,7 +27,8 @@ pub struct Seen {
 /// One reason lines were not replayed, or were replayed out of order.
 #[derive(Debug, Clone, Serialize)]
 pub struct Skipped {
-    /// `late`, `outliers`, `malformed`, `decided early` or `unreadable`.
+    /// `late`, `outliers`, `malformed`, `decided early` or `unreadable` (whose lines are
+    /// unknown: 0 here).
     pub reason: &'static str,
     pub lines: u64,
     /// Its share of the lines read.
@@ -279,6 +280,12 @@ pub fn describe(r: &ReplayReport) -> Vec<String> {
         }
     ));
     for s in &r.skipped {
+        if s.reason == "unreadable" {
+            // Its lines are unknown: no count, no share.
+            out.push(format!("  unreadable: {}", s.why));
+            out.push(format!("    fix: {}", s.fix));
+            continue;
+        }
         out.push(format!(
             "  {}: {} ({} %){} {}",
             s.reason,
