@@ -21,6 +21,10 @@
 //!   the same second, say) the earliest lines are decided before their window closes, and
 //!   counted, instead of accumulating the log.
 //!
+//! The window defaults to [`DEFAULT_REORDER_SECONDS`], enough for logs written as requests
+//! complete. Whatever was not replayed is summarised ([`summary`]): each reason with its count,
+//! its share and the option that fixes it, measured from the log's own disorder.
+//!
 //! Verified identity is not in access logs: a token's owner cannot be recovered from a line, so
 //! the `Authorization` header is never replayed and requests a verified user would have been
 //! metered for are metered by client address instead. `$remote_user`, when logged, is shown

@@ -280,3 +280,23 @@ fn a_line_from_a_clock_far_ahead_names_no_window() {
     assert!(!fix.contains("--reorder-seconds"), "{fix}");
     assert!(fix.contains("clock set wrong"), "{fix}");
 }
+
+#[test]
+fn a_line_from_a_clock_far_behind_names_no_window_and_one_near_does() {
+    let mut at: Vec<i64> = (0..100).map(|s| 1_000_000 + s).collect();
+    at.insert(50, 0);
+    let r = replay(5, &at, false);
+    assert_eq!((r.late, r.seen.late_far, r.outliers), (1, 1, 0), "{r:?}");
+    let fix = &r.skipped[0].fix;
+    assert!(!fix.contains("--reorder-seconds"), "{fix}");
+    assert!(fix.contains("put the logs in time order"), "{fix}");
+    // Twenty seconds behind is the log's disorder: the window that covers it is named.
+    let mut at: Vec<i64> = (0..100).collect();
+    at.insert(50, 29);
+    let r = replay(5, &at, false);
+    assert_eq!((r.late, r.seen.late_far), (1, 0), "{r:?}");
+    assert!(
+        r.skipped[0].fix.starts_with("--reorder-seconds 30 "),
+        "{r:?}"
+    );
+}
