@@ -159,6 +159,25 @@ fn replay_memory_stays_bounded_whatever_the_timestamps_do() {
     let r = report(&out);
     assert_eq!(r["replayed"], 250_000, "{r}");
     assert!(r["decided_early"].as_u64().unwrap() > 0, "{r}");
+    // Said in the summary, as replayed lines, with a window the log's disorder allows.
+    let early = r["skipped"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["reason"] == "decided early"))
+        .unwrap_or_else(|| panic!("decided early in the summary: {r}"));
+    assert_eq!(early["lines"], r["decided_early"], "{r}");
+    assert_eq!(early["replayed"], true, "{r}");
+    assert!(
+        early["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("--reorder-seconds 10 holds fewer lines"),
+        "{r}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("decided early: "),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     eprintln!("250 000 distinct lines in one second: peak {kib} KiB");
     assert!(
         kib < REPLAY_PEAK_KIB,

@@ -212,7 +212,7 @@ pub fn summarise(r: &mut ReplayReport) {
         let smaller = window_for(need);
         let fix = if smaller < window {
             format!(
-                "--reorder-seconds {smaller} (the accepted lines were out of order by at most {} s, so a smaller window holds fewer lines)",
+                "--reorder-seconds {smaller} holds fewer lines (the log was out of order by at most {} s); lines stamped with one instant are replayed in their order either way",
                 (need.max(0) as u64).div_ceil(NS as u64)
             )
         } else {
