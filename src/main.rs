@@ -33,6 +33,9 @@ enum Command {
     /// Run scripted populations through the real limiter in virtual time and report what they met.
     Simulate(SimulateArgs),
     /// Replay access logs through the real limiter in the logs' own time and report what it would have refused.
+    #[command(
+        after_help = "Exit status: 0 when every file was read to its end and no more than --max-skipped of the lines went unreplayed; 1 when a file could not be read to its end or more lines than --max-skipped allows were late, outliers or malformed (the report and a summary of what was skipped, with the option that fixes each, are printed first); 2 when an option, a configuration or --log-format cannot be used."
+    )]
     Replay(ReplayArgs),
 }
 
@@ -47,9 +50,16 @@ struct ReplayArgs {
     /// (JSON lines), or an nginx `log_format` string.
     #[arg(long = "log-format", default_value = "combined", value_name = "FORMAT")]
     log_format: String,
-    /// How many seconds out of order a timestamp may arrive and still be replayed in order.
-    #[arg(long, default_value_t = 5, value_name = "SECONDS")]
+    /// How many seconds out of order a timestamp may arrive and still be replayed in order. The
+    /// default, 120, is twice the 60 s request timeout servers and proxies default to, for
+    /// logs written as requests complete (Apache's own access log, say).
+    #[arg(long, default_value_t = fleet_limiter::calibration::replay::DEFAULT_REORDER_SECONDS, value_name = "SECONDS")]
     reorder_seconds: u64,
+    /// The share of lines that may go unreplayed (late, outliers, malformed) before the exit
+    /// status is 1: 0 to 100, with or without `%`. 100 never fails on skipped lines; the
+    /// summary is printed either way.
+    #[arg(long = "max-skipped", default_value = "1", value_name = "PERCENT", allow_hyphen_values = true, value_parser = fleet_limiter::calibration::replay::summary::parse_max_skipped)]
+    max_skipped: f64,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
     format: Format,
@@ -163,6 +173,7 @@ fn main() -> ExitCode {
                 against,
                 Some(&args.log_format),
                 args.reorder_seconds,
+                args.max_skipped,
                 &args.logs,
                 args.format,
                 args.plot.as_deref(),

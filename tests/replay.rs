@@ -164,7 +164,28 @@ fn an_agent_id_rotator_is_refused_by_address_and_its_neighbours_are_not_lost() {
         Some(1),
         "{r}"
     );
-    assert!(by_ip["longest_refusal_run_seconds"].as_f64().unwrap() > 200.0);
+    // The address budget refills as it goes: the rotator is admitted again within a second,
+    // each time, so no lockout is longer. It stops at 360 s while refused and never comes back:
+    // that last run is no lockout (nothing shows how long it would have lasted) and is not
+    // counted to the end of the log, as it once was (240 s more).
+    assert!(
+        by_ip["longest_refusal_run_seconds"].as_f64().unwrap() <= 1.0,
+        "{r}"
+    );
+    let unfinished = &by_ip["unfinished_refusal_runs"];
+    assert_eq!(unfinished["never_seen_again"], 1, "{r}");
+    assert_eq!(unfinished["longest"]["principal"], "198.51.100.66", "{r}");
+    assert_eq!(
+        unfinished["longest"]["ends"], "last request refused, never seen again",
+        "{r}"
+    );
+    assert!(
+        unfinished["longest"]["refused_for_seconds"]
+            .as_f64()
+            .unwrap()
+            <= 1.0,
+        "{r}"
+    );
     assert_eq!(r["agents_offline"].as_array().map(Vec::len), Some(0));
 }
 
@@ -223,7 +244,7 @@ fn hostile_lines_are_counted_with_their_numbers() {
     hours_back = hours_back.replace(":12:00:00", ":09:00:00");
     data.extend(hours_back.bytes().chain(*b"\n"));
     std::fs::write(&p, &data).unwrap();
-    let r = json(&[], &[&p]);
+    let r = json(&["--max-skipped", "100"], &[&p]);
     assert_eq!(r["lines"], 11, "{r}");
     assert_eq!(r["malformed"], 6, "{r}");
     assert_eq!(r["late"], 1, "{r}");
@@ -443,7 +464,7 @@ fn json_lines_give_the_figures_combined_gives_and_alb_says_what_it_cannot_see() 
 fn plotted(svg: &str, panel: &str, calibration: usize, series: &str) -> u64 {
     let start = svg
         .find(&format!(
-            r#"<g data-panel="{panel}" data-calibration="{calibration}">"#
+            r#"<g data-panel="{panel}" data-calibration="{calibration}" "#
         ))
         .unwrap_or_else(|| panic!("no panel {panel} #{calibration}"));
     let g = &svg[start..start + svg[start..].find("</g>").expect("panel end")];
@@ -723,11 +744,21 @@ fn a_log_whose_lines_are_mostly_late_exits_1_and_says_so() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("most dated lines were not replayed (60 late, 0 outliers, 20 replayed)"),
+        stderr.contains("late: 60 lines (75 %) dated more than the reorder window (120 s)"),
         "{stderr}"
     );
-    assert!(stderr.contains("--reorder-seconds"), "{stderr}");
-    // With a window that covers the disorder, every line is replayed and the exit status is 0.
+    // The line at 0 s came 619 s after the newest: a second more, to the minute.
+    assert!(
+        stderr.contains(
+            "fix: --reorder-seconds 660 (the late lines were out of order by up to 619 s)"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("exit status 1: 60 of 80 lines (75 %) were not replayed"),
+        "{stderr}"
+    );
+    // With the window it names, every line is replayed and the exit status is 0.
     let out = replay(
         &[
             "--format",
@@ -735,7 +766,7 @@ fn a_log_whose_lines_are_mostly_late_exits_1_and_says_so() {
             "--log-format",
             &fmt,
             "--reorder-seconds",
-            "700",
+            "660",
         ],
         &[&log],
     );
@@ -746,137 +777,4 @@ fn a_log_whose_lines_are_mostly_late_exits_1_and_says_so() {
         (Some(0), Some(80)),
         "{r}"
     );
-}
-
-/// The peak resident memory of `replay ARGS LOGS`, in KiB, read by GNU time; `None` (after
-/// saying why) when GNU time is missing, a failure when `CI` is set.
-fn replay_peak_kib(args: &[&str], logs: &[&Path]) -> Option<(Output, u64)> {
-    let time = Path::new("/usr/bin/time");
-    let works = time.exists()
-        && Command::new(time)
-            .args(["-v", "true"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !works {
-        let why = "GNU time (/usr/bin/time -v) is needed to read the peak memory of a replay";
-        if std::env::var_os("CI").is_some() {
-            panic!("{why}");
-        }
-        eprintln!("skipped: {why}");
-        return None;
-    }
-    let mut c = Command::new(time);
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FLEET_LIMITER_") {
-            c.env_remove(k);
-        }
-    }
-    c.arg("-v")
-        .arg(env!("CARGO_BIN_EXE_fleet-limiter"))
-        .arg("replay")
-        .args(args)
-        .args(logs);
-    let out = c.output().expect("run fleet-limiter under GNU time");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let kib = stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no peak memory in GNU time's report:\n{stderr}"));
-    Some((out, kib))
-}
-
-/// What a replay may hold at its peak, whatever the timestamps do.
-const REPLAY_PEAK_KIB: u64 = 64 * 1024;
-
-#[test]
-fn replay_memory_stays_bounded_whatever_the_timestamps_do() {
-    let dir = tempfile::tempdir().unwrap();
-    let fmt = agent_format();
-    let args = ["--format", "json", "--log-format", fmt.as_str()];
-    let report = |out: &Output| -> Value {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json report")
-    };
-
-    // A million identical lines, gzip: 100 gzip members of 10 000 lines each, one file.
-    let same = line(
-        0,
-        "203.0.113.10",
-        "POST /api/agent/heartbeat",
-        Some("agent-000"),
-    ) + "\n";
-    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(same.repeat(10_000).as_bytes()).unwrap();
-    let member = gz.finish().unwrap();
-    let identical = dir.path().join("identical.log.gz");
-    std::fs::write(&identical, member.repeat(100)).unwrap();
-    let Some((out, kib)) = replay_peak_kib(&args, &[&identical]) else {
-        return;
-    };
-    let r = report(&out);
-    assert_eq!(r["lines"], 1_000_000, "{r}");
-    assert_eq!(r["replayed"], 1_000_000, "{r}");
-    assert_eq!(r["late"], 0, "{r}");
-    assert_eq!(r["decided_early"], 0, "identical lines are one run: {r}");
-    eprintln!("a million identical lines: peak {kib} KiB");
-    assert!(
-        kib < REPLAY_PEAK_KIB,
-        "a million identical lines: peak {kib} KiB"
-    );
-
-    // 250 000 distinct requests in the same second: the buffer decides the earliest early.
-    let distinct: Vec<String> = (0..250_000)
-        .map(|i| {
-            line(
-                0,
-                "203.0.113.10",
-                &format!("GET /api/agent/tasks?n={i}"),
-                None,
-            )
-        })
-        .collect();
-    let distinct = write(dir.path(), "distinct.log", &distinct);
-    let (out, kib) = replay_peak_kib(&args, &[&distinct]).expect("GNU time worked above");
-    let r = report(&out);
-    assert_eq!(r["replayed"], 250_000, "{r}");
-    assert!(r["decided_early"].as_u64().unwrap() > 0, "{r}");
-    eprintln!("250 000 distinct lines in one second: peak {kib} KiB");
-    assert!(
-        kib < REPLAY_PEAK_KIB,
-        "250 000 distinct lines: peak {kib} KiB"
-    );
-
-    // Three lines in order across two centuries: the plot's bins widen instead of growing.
-    let decades: Vec<String> = [("1991", 0), ("2100", 1), ("2199", 2)]
-        .iter()
-        .map(|(year, s)| {
-            line(
-                *s,
-                "203.0.113.10",
-                "POST /api/agent/heartbeat",
-                Some("agent-000"),
-            )
-            .replace("/2026:", &format!("/{year}:"))
-        })
-        .collect();
-    let decades = write(dir.path(), "decades.log", &decades);
-    let (out, kib) = replay_peak_kib(&args, &[&decades]).expect("GNU time worked above");
-    let r = report(&out);
-    assert_eq!(
-        (r["replayed"].as_u64(), r["outliers"].as_u64()),
-        (Some(3), Some(0)),
-        "{r}"
-    );
-    assert!(
-        r["span_seconds"].as_f64().unwrap() > 200.0 * 365.0 * 86_400.0,
-        "{r}"
-    );
-    eprintln!("two centuries: peak {kib} KiB");
-    assert!(kib < REPLAY_PEAK_KIB, "two centuries: peak {kib} KiB");
 }

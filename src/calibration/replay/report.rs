@@ -17,6 +17,11 @@ fn head(out: &mut String, r: &ReplayReport) {
         "  lines {}  replayed {}  refused {}  malformed {}  late {} (reorder window {} s)  span {} s",
         r.lines, r.replayed, r.refused, r.malformed, r.late, r.reorder_seconds, r.span_seconds
     );
+    let _ = writeln!(
+        out,
+        "  matched a limiter {}  unmetered {} ({} % of the replayed requests matched no limiter)",
+        r.matched, r.unmetered, r.unmetered_percent
+    );
     let _ = writeln!(out, "  identity: {}", r.identity);
     for (why, n) in &r.malformed_by_reason {
         let _ = writeln!(out, "  malformed: {n} {why}");
@@ -46,6 +51,9 @@ fn head(out: &mut String, r: &ReplayReport) {
     for e in &r.read_errors {
         let _ = writeln!(out, "  read error: {e}");
     }
+    for line in super::summary::describe(r) {
+        let _ = writeln!(out, "  {line}");
+    }
 }
 
 /// `access.log:1: dated 2099-01-01T00:00:00.000000000Z, 2303683200 s ahead of the lines after it`.
@@ -59,7 +67,7 @@ pub fn outlier(o: &super::Outlier) -> String {
 fn limiter(out: &mut String, l: &LimiterReport) {
     let _ = writeln!(
         out,
-        "  {:<24} {:<7} metered {:>9}  refused {:>7}  shadow-refused {:>7}  longest refusal run {} s{}",
+        "  {:<24} {:<7} metered {:>9}  refused {:>7}  shadow-refused {:>7}  longest lockout {} s{}",
         l.name,
         l.mode,
         l.metered,
@@ -72,6 +80,20 @@ fn limiter(out: &mut String, l: &LimiterReport) {
     );
     for (who, n) in &l.top_refused {
         let _ = writeln!(out, "      {n:>7}  {who}");
+    }
+    let u = &l.unfinished_refusal_runs;
+    if let Some(longest) = &u.longest {
+        let _ = writeln!(
+            out,
+            "      unfinished refusal runs (not lockouts): {} {}, {} {}; longest refused for {} s ({}, {})",
+            u.still_refused_at_end,
+            super::STILL_REFUSED,
+            u.never_seen_again,
+            super::NEVER_SEEN_AGAIN,
+            longest.refused_for_seconds,
+            longest.principal,
+            longest.ends
+        );
     }
 }
 
@@ -90,6 +112,13 @@ fn offline(out: &mut String, r: &ReplayReport) {
             a.agent_id, a.longest_gap_seconds
         );
     }
+    if r.agents_last_heartbeat_refused > 0 {
+        let _ = writeln!(
+            out,
+            "  agents whose last heartbeat was refused: {} (each offline above only if its refused heartbeats alone went past {} s)",
+            r.agents_last_heartbeat_refused, r.offline_threshold_seconds
+        );
+    }
 }
 
 /// One replay as a table.
@@ -97,6 +126,9 @@ pub fn table(r: &ReplayReport) -> String {
     let mut out = String::new();
     head(&mut out, r);
     let _ = writeln!(out, "limiters");
+    if let Some(none) = &r.no_limiter_matched {
+        let _ = writeln!(out, "  {none}");
+    }
     for l in &r.limiters {
         limiter(&mut out, l);
     }
