@@ -5,44 +5,17 @@
 #[path = "support/macros.rs"]
 mod macros;
 
+#[path = "support/replay_logs.rs"]
+mod replay_logs;
+
 use flate2::write::GzEncoder;
 use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport};
 use fleet_limiter::config::Config;
+use replay_logs::{agent_format, line, replay, write};
 use serde_json::Value;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-/// The format the generated logs are written in: `combined` plus the forwarding and agent headers.
-fn agent_format() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay/agent.format");
-    std::fs::read_to_string(p)
-        .expect("the fixture format")
-        .trim_end()
-        .to_owned()
-}
-
-/// 2026-11-24T12:00:00Z as `$time_local`, `secs` later.
-fn stamp(secs: u64) -> String {
-    const MONTH_START: u64 = 1_764_547_200 - 7 * 86_400; // 2026-11-24T00:00:00Z
-    let t = MONTH_START + 12 * 3_600 + secs;
-    let day = 24 + (t - MONTH_START) / 86_400;
-    let s = t % 86_400;
-    format!(
-        "{day:02}/Nov/2026:{:02}:{:02}:{:02} +0000",
-        s / 3_600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
-fn line(at: u64, ip: &str, req: &str, agent: Option<&str>) -> String {
-    format!(
-        "{ip} - - [{}] \"{req} HTTP/1.1\" 200 2 \"-\" \"fleet-agent\" \"-\" \"{}\"",
-        stamp(at),
-        agent.unwrap_or("-")
-    )
-}
+use std::path::Path;
+use std::process::Command;
 
 /// `n` agents behind one NAT: a heartbeat every 60 s and a poll every 30 s, for `secs`.
 fn healthy(n: u64, secs: u64) -> Vec<(u64, String)> {
@@ -68,24 +41,6 @@ fn healthy(n: u64, secs: u64) -> Vec<(u64, String)> {
     }
     out.sort();
     out
-}
-
-fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, lines.join("\n") + "\n").expect("write log");
-    p
-}
-
-fn replay(args: &[&str], logs: &[&Path]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fleet-limiter"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FLEET_LIMITER_") {
-            c.env_remove(k);
-        }
-    }
-    c.arg("replay").args(args).args(logs);
-    c.output().expect("run fleet-limiter")
 }
 
 fn json(args: &[&str], logs: &[&Path]) -> Value {

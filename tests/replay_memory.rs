@@ -2,63 +2,17 @@
 //! do: a million identical lines (gzip), 250 000 distinct lines in one second, and a log
 //! spanning two centuries.
 
+mod common;
+
+#[path = "support/replay_logs.rs"]
+mod replay_logs;
+
 use flate2::write::GzEncoder;
+use replay_logs::*;
 use serde_json::Value;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-
-/// 2026-11-24T12:00:00Z as Unix seconds.
-const T0: u64 = 1_795_521_600;
-
-/// Unix seconds as `$time_local` in UTC.
-fn clf(t: u64) -> String {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let z = (t / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let s = t % 86_400;
-    format!(
-        "{d:02}/{}/{y}:{:02}:{:02}:{:02} +0000",
-        MONTHS[(m - 1) as usize],
-        s / 3_600,
-        s / 60 % 60,
-        s % 60
-    )
-}
-
-/// The format of the agent logs: `combined` plus the forwarding and agent headers.
-fn agent_format() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/replay/agent.format");
-    std::fs::read_to_string(p)
-        .expect("the fixture format")
-        .trim_end()
-        .to_owned()
-}
-
-/// One line of an agent log, `at` seconds after T0.
-fn line(at: u64, ip: &str, req: &str, agent: Option<&str>) -> String {
-    format!(
-        "{ip} - - [{}] \"{req} HTTP/1.1\" 200 2 \"-\" \"fleet-agent\" \"-\" \"{}\"",
-        clf(T0 + at),
-        agent.unwrap_or("-")
-    )
-}
-
-fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, lines.join("\n") + "\n").expect("write log");
-    p
-}
 
 /// The peak resident memory of `replay ARGS LOGS`, in KiB, read by GNU time; `None` (after
 /// saying why) when GNU time is missing, a failure when `CI` is set.
@@ -70,20 +24,12 @@ fn replay_peak_kib(args: &[&str], logs: &[&Path]) -> Option<(Output, u64)> {
             .output()
             .is_ok_and(|o| o.status.success());
     if !works {
-        let why = "GNU time (/usr/bin/time -v) is needed to read the peak memory of a replay";
-        if std::env::var_os("CI").is_some() {
-            panic!("{why}");
-        }
-        eprintln!("skipped: {why}");
+        common::unavailable(
+            "GNU time (/usr/bin/time -v) is needed to read the peak memory of a replay",
+        );
         return None;
     }
-    let mut c = Command::new(time);
-    c.current_dir(env!("CARGO_MANIFEST_DIR"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("FLEET_LIMITER_") {
-            c.env_remove(k);
-        }
-    }
+    let mut c = clean(time);
     c.arg("-v")
         .arg(env!("CARGO_BIN_EXE_fleet-limiter"))
         .arg("replay")
