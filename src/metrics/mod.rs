@@ -11,7 +11,6 @@ mod scrape;
 
 pub use histogram::Histogram;
 
-use crate::http::proxy::pace::Trip;
 use crate::known_agents::KnownAgents;
 use crate::methods::RefusalReason;
 use crate::path::Class;
@@ -186,6 +185,16 @@ impl ShedReason {
     }
 }
 
+/// Which pace rule a client's request body broke when it was cut off: the `rule` label of
+/// `fleet_limiter_client_body_timeouts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyTimeout {
+    /// Nothing came for `server.body_timeout`.
+    Silence,
+    /// The average fell below `server.body_min_rate` after the grace period.
+    Rate,
+}
+
 /// Why a WebSocket handshake was refused before the upstream saw it: the `reason` label of
 /// `fleet_limiter_upgrades_refused_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,7 +343,7 @@ pub struct Metrics {
     upstream_latency: Histogram,
     /// Timeout, unreachable.
     upstream_errors: [Counter; 2],
-    /// By [`Trip`]: silence, rate.
+    /// By [`BodyTimeout`]: silence, rate.
     client_body_timeouts: [Counter; 2],
     /// Ok, error.
     reloads: [Counter; 2],
@@ -729,11 +738,10 @@ impl Metrics {
 
     /// A client's request body was cut off because it broke `rule`. The hold rule is admission
     /// control's, and counted there (`ShedReason::BodyHold`), not here.
-    pub fn client_body_timeout(&self, rule: Trip) {
+    pub fn client_body_timeout(&self, rule: BodyTimeout) {
         let i = match rule {
-            Trip::Silence => 0,
-            Trip::Rate => 1,
-            Trip::Hold => return,
+            BodyTimeout::Silence => 0,
+            BodyTimeout::Rate => 1,
         };
         self.client_body_timeouts[i].inc();
     }
@@ -944,7 +952,7 @@ mod tests {
         m.store_round_trip(Duration::from_micros(9), Some(StoreErrorKind::Timeout));
         m.upstream_response(200, Duration::from_millis(12));
         m.upstream_failed(true);
-        m.client_body_timeout(Trip::Rate);
+        m.client_body_timeout(BodyTimeout::Rate);
         m.upgrade(true);
         m.upgrade(false);
         m.upgraded_opened();

@@ -186,7 +186,9 @@ impl StreamBody {
                 "request body still arriving after admission.body_hold while it holds an admission slot; cutting it off"
             );
         } else {
-            self.watch.metrics.client_body_timeout(trip);
+            if let Some(rule) = trip.body_timeout() {
+                self.watch.metrics.client_body_timeout(rule);
+            }
             tracing::warn!(
                 rule = trip.as_str(),
                 peer = self.peer.map(tracing::field::display),
