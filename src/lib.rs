@@ -161,7 +161,6 @@ pub mod limiter;
 pub mod log_sink;
 pub mod methods;
 pub mod metrics;
-pub(crate) mod observe;
 pub mod path;
 pub mod policy;
 pub mod redact;

@@ -3,6 +3,8 @@
 //! This is the whole limiter with no HTTP in it: the actix middleware feeds it request facts,
 //! the simulator feeds it scripted ones.
 
+mod observe;
+
 use crate::client_ip::{self, TrustedProxies};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
@@ -236,9 +238,9 @@ impl Decider {
         self.known.set_grace(crate::known_agents::grace(&cfg.fleet));
     }
 
-    /// Count and log one decision made under `settings` (see [`crate::observe`]).
+    /// Count and log one decision made under `settings` (see [`crate::decision::observe`]).
     pub fn observe(&self, settings: &Settings, outcome: &Outcome, elapsed: std::time::Duration) {
-        crate::observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
+        observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
     }
 
     /// Once the answer is known: give back what the limiters whose `count` says an answer with
