@@ -1,8 +1,8 @@
 //! The `fleet-limiter` command line: `serve`, `check`, `simulate` and `replay` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
-use fleet_limiter::calibration::check;
 use fleet_limiter::calibration::report::Format;
+use fleet_limiter::config::admit;
 use fleet_limiter::config::ops::LogFormat;
 use fleet_limiter::config::{AllowUnsafeCalibration, Config, ConfigFile, Loader, SettingFlags};
 use fleet_limiter::http::admin::Reloader;
@@ -160,7 +160,7 @@ fn init_logging(format: LogFormat) {
 /// The admission rule before `serve` listens: warnings are logged; an unsafe calibration stops
 /// it (exit code 2) with each limiter and reason on stderr, unless the operator allowed it.
 fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
-    match check::admit(cfg, allow_unsafe) {
+    match admit::admit(cfg, allow_unsafe) {
         Ok(admitted) => {
             for w in &admitted.warnings {
                 tracing::warn!("calibration: {w}");
@@ -230,7 +230,7 @@ fn main() -> ExitCode {
             // (the old one stays) unless the operator allowed it.
             let reloader: Reloader = Arc::new(move || {
                 let cfg = load_serve(&args)?;
-                check::admit(&cfg, args.allow_unsafe.0).map_err(|r| r.to_string())?;
+                admit::admit(&cfg, args.allow_unsafe.0).map_err(|r| r.to_string())?;
                 Ok(cfg)
             });
             let run = actix_web::rt::System::new().block_on(

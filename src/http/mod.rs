@@ -19,10 +19,10 @@ use std::sync::Arc;
 /// Run the gateway until it is stopped: limiter in front, streaming proxy behind.
 ///
 /// A calibration that could lock healthy agents out of the declared fleet is refused before
-/// anything listens (the error is a [`Refusal`](crate::calibration::check::Refusal)), as are
+/// anything listens (the error is a [`Refusal`](crate::config::admit::Refusal)), as are
 /// reloads that bring one.
 pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<()> {
-    let admitted = crate::calibration::check::admit(cfg, false)?;
+    let admitted = crate::config::admit::admit(cfg, false)?;
     for w in &admitted.warnings {
         tracing::warn!("calibration: {w}");
     }
