@@ -1,7 +1,8 @@
-//! What the gateway answers itself while forwarding: the upstream's answer streamed back, a 408
+//! The answers: the upstream's answer streamed back (its body handing the connection back to
+//! the pool when it ends), and what the gateway answers itself while forwarding: a 408
 //! for a body that broke its pace, 400s, 502/504 for an upstream that failed, 503 when overloaded.
 
-use super::body::{AnswerBody, IdleTimeout};
+use super::body::IdleTimeout;
 use super::client::{Lease, UpstreamError};
 use super::headers::{connection_named, parse_length, skip_header};
 use super::pace::{BodyRules, Trip};
@@ -13,6 +14,11 @@ use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::ConnectionType;
 use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body::Body;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 /// The 408 for a body that broke `trip`.
@@ -142,5 +148,36 @@ pub(super) fn upstream_error(metrics: &Metrics, e: &UpstreamError) -> HttpRespon
         Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
     } else {
         Problem::bad_gateway("The upstream API could not be reached.").into_response()
+    }
+}
+
+/// The upstream answer's body as a stream of data chunks (trailers are not forwarded); its
+/// connection goes back to the pool when it ends.
+pub(super) struct AnswerBody {
+    body: hyper::body::Incoming,
+    lease: Lease,
+    /// The admission slot, given back when the body ends or is dropped.
+    slot: Option<Slot>,
+}
+
+impl Stream for AnswerBody {
+    type Item = Result<Bytes, hyper::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => Poll::Ready(Some(Ok(data))),
+                    Err(_trailers) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {
+                    self.lease.release();
+                    self.slot = None;
+                    Poll::Ready(None)
+                }
+                Poll::Pending => Poll::Pending,
+            };
+        }
     }
 }

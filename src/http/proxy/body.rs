@@ -1,9 +1,7 @@
-//! The bodies in flight: the client's body paced on its way to the upstream, the answer's body
-//! on its way back, and the silence each may keep before it is cut off.
+//! The bodies in flight: the client's body paced on its way to the upstream, and the silence
+//! the upstream and the answer's body may keep before they are cut off.
 
-use super::client::Lease;
 use super::pace::{BodyPace, BodyRules, Trip};
-use crate::admission::Slot;
 use crate::metrics::{AdmissionMeter, Metrics, ShedReason};
 use actix_web::{web, HttpRequest};
 use bytes::Bytes;
@@ -238,37 +236,6 @@ impl Body for ProxyBody {
                 Some(n) => SizeHint::with_exact(n),
                 None => SizeHint::default(),
             },
-        }
-    }
-}
-
-/// The upstream answer's body as a stream of data chunks (trailers are not forwarded); its
-/// connection goes back to the pool when it ends.
-pub(super) struct AnswerBody {
-    pub(super) body: hyper::body::Incoming,
-    pub(super) lease: Lease,
-    /// The admission slot, given back when the body ends or is dropped.
-    pub(super) slot: Option<Slot>,
-}
-
-impl Stream for AnswerBody {
-    type Item = Result<Bytes, hyper::Error>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            return match Pin::new(&mut self.body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => Poll::Ready(Some(Ok(data))),
-                    Err(_trailers) => continue,
-                },
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
-                Poll::Ready(None) => {
-                    self.lease.release();
-                    self.slot = None;
-                    Poll::Ready(None)
-                }
-                Poll::Pending => Poll::Pending,
-            };
         }
     }
 }
