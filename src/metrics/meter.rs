@@ -1,8 +1,8 @@
 //! The handles resolved once and recorded into on the request path: one limiter's counters
 //! (`LimiterMeter`) and one admission group's gauges and counters (`AdmissionMeter`).
 
+use super::histogram::Histogram;
 use super::labels::{GiveBackResult, LimiterFate, ShedReason};
-use super::Histogram;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 

@@ -15,6 +15,7 @@ mod scrape;
 mod tests;
 
 pub use histogram::Histogram;
+use histogram::RetryAfterBuckets;
 
 use crate::methods::RefusalReason;
 use crate::path::Class;
@@ -31,7 +32,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use registry::RetryAfterBuckets;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

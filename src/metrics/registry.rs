@@ -1,7 +1,7 @@
 //! The registry a decider's metrics render from: every family registered once, with the
 //! collectors that read the store, the known agents and the log sink at scrape time.
 
-use super::histogram::{self, Histogram};
+use super::histogram::{self, Histogram, RetryAfterBuckets};
 use super::labels::{
     GroupLabel, GroupReasonLabels, LimiterLabel, LimiterOutcomeLabels, LimiterResultLabels,
     OneLabel, RequestFate, TwoLabels, UpgradeRefusal,
@@ -13,19 +13,10 @@ use crate::methods::RefusalReason;
 use crate::path::Class;
 use crate::store::{Store, StoreErrorKind};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
-
-#[derive(Clone)]
-pub(super) struct RetryAfterBuckets;
-
-impl MetricConstructor<Histogram> for RetryAfterBuckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::seconds(histogram::RETRY_AFTER_S)
-    }
-}
 
 /// `prometheus-client` ends each help text with a full stop of its own: the texts given to
 /// `register` here leave theirs out.
