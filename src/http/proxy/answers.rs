@@ -6,14 +6,13 @@ use super::body::IdleTimeout;
 use super::client::{Lease, UpstreamError};
 use super::headers::{connection_named, parse_length, skip_header};
 use super::pace::{BodyRules, Trip};
-use super::upgrade;
 use crate::admission::{Admission, Slot};
 use crate::http::response::Problem;
 use crate::metrics::Metrics;
 use actix_web::body::{BodyStream, SizedStream};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::http::ConnectionType;
-use actix_web::{web, HttpRequest, HttpResponse};
+use actix_web::{web, HttpResponse};
 use bytes::Bytes;
 use futures_util::Stream;
 use http_body::Body;
@@ -108,7 +107,7 @@ pub(super) fn answer(
 /// The 503 for a request admission control turned away: `Retry-After`, problem+json, and the
 /// body of a small request read so the connection can stay open (an upgrade's closes).
 pub(super) async fn overloaded(
-    req: &HttpRequest,
+    upgrading: bool,
     mut payload: web::Payload,
     admission: &Admission,
     shed: &crate::admission::Shed,
@@ -122,7 +121,7 @@ pub(super) async fn overloaded(
     let mut res = Problem::overloaded(&shed.group, shed.reason, wait).into_response();
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));
-    if upgrade::requested(req) {
+    if upgrading {
         return closing(res);
     }
     crate::http::middleware::drain_small_body(&mut payload).await;

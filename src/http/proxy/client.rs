@@ -2,7 +2,6 @@
 //! the HTTP/1 handshake, a pool of idle connections, and the lease that returns one to it.
 
 use super::body::ProxyBody;
-use super::Upstream;
 use crate::config::UpstreamUrl;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -39,20 +38,6 @@ impl UpstreamTls {
     }
 }
 
-impl Upstream {
-    /// The connection pool of one worker thread (connections are driven by that thread).
-    pub fn client(&self) -> UpstreamClient {
-        UpstreamClient {
-            addr: self.base.address(),
-            host: self.base.authority().to_owned(),
-            prefix: self.base.path_prefix().to_owned(),
-            connect_timeout: self.connect_timeout,
-            tls: self.tls.clone(),
-            idle: Rc::new(Pool::default()),
-        }
-    }
-}
-
 /// Idle connections a worker keeps for reuse; more are closed when they finish.
 const MAX_IDLE_CONNECTIONS: usize = 1024;
 
@@ -66,9 +51,9 @@ pub struct UpstreamClient {
     pub(super) host: String,
     /// The upstream's path prefix (may be empty).
     pub(super) prefix: String,
-    connect_timeout: Duration,
+    pub(super) connect_timeout: Duration,
     pub(super) tls: Option<UpstreamTls>,
-    idle: Rc<Pool>,
+    pub(super) idle: Rc<Pool>,
 }
 
 /// Idle upstream connections, most recently used last.

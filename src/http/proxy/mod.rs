@@ -42,11 +42,11 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use answers::{
     answer, bad_request, bad_request_body, closing, overloaded, request_timeout, upstream_error,
 };
-use body::{later, silent_for, BodyWatch, ClientFault, ProxyBody};
-use client::{Lease, UpstreamError};
+use body::{silent_for, BodyWatch, ClientFault, ProxyBody};
+use client::{Pool, UpstreamError};
 pub use client::{UpstreamClient, UpstreamTls};
 use futures_util::future::{select, Either};
-use headers::{connection_named, parse_length, skip_header, upstream_request};
+use headers::{parse_length, upstream_request};
 use pace::BodyRules;
 use std::pin::pin;
 use std::rc::Rc;
@@ -124,6 +124,20 @@ impl ClientAddresses {
     }
 }
 
+impl Upstream {
+    /// The connection pool of one worker thread (connections are driven by that thread).
+    pub fn client(&self) -> UpstreamClient {
+        UpstreamClient {
+            addr: self.base.address(),
+            host: self.base.authority().to_owned(),
+            prefix: self.base.path_prefix().to_owned(),
+            connect_timeout: self.connect_timeout,
+            tls: self.tls.clone(),
+            idle: Rc::new(Pool::default()),
+        }
+    }
+}
+
 /// The gateway's default service: forward to the upstream and stream the answer back.
 pub async fn forward(
     req: HttpRequest,
@@ -169,7 +183,7 @@ pub async fn forward(
             .await
         {
             Ok(slot) => Some(slot),
-            Err(shed) => return overloaded(&req, payload, admission, &shed).await,
+            Err(shed) => return overloaded(upgrading, payload, admission, &shed).await,
         },
         None => None,
     };
