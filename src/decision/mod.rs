@@ -181,7 +181,7 @@ impl Decider {
         self.known.set_grace(crate::known_agents::grace(&cfg.fleet));
     }
 
-    /// Count and log one decision made under `settings` (see [`crate::decision::observe`]).
+    /// Count and log one decision made under `settings` (see `decision/observe.rs`).
     pub fn observe(&self, settings: &Settings, outcome: &Outcome, elapsed: std::time::Duration) {
         observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
     }
