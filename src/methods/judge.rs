@@ -1,8 +1,11 @@
 //! A request judged against the rules: its override headers and query parameters read as the
 //! most permissive framework would, each value named checked, and the query stripped of them.
 
-use super::spelling::{fold_header, normalised_param, trim_ows, Decoded};
-use super::*;
+use super::spelling::{fold_header, is_tchar, normalised_param, param_name, trim_ows, Decoded};
+use super::{
+    At, MethodRules, Named, OverrideMode, Overrides, Refusal, Source, MAX_ALLOWED, MAX_METHOD_LEN,
+    MAX_NAMES, MAX_OVERRIDE_METHODS, MAX_OVERRIDE_VALUES,
+};
 
 impl MethodRules {
     /// Rules from names already validated by the configuration (`config::methods`). Lists
