@@ -32,7 +32,7 @@ pub(super) const fn literal_by_definition(b: u8) -> bool {
         )
 }
 
-/// Whether [`canonicalize`] would return `path` unchanged; one pass over the bytes, since this
+/// Whether [`canonicalize`](super::canonical::canonicalize) would return `path` unchanged; one pass over the bytes, since this
 /// runs on every request. Conservative: `false` only sends a path to the full parser.
 pub(super) fn is_canonical(b: &[u8]) -> bool {
     if b.first() != Some(&b'/') {

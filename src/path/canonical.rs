@@ -5,7 +5,7 @@ use super::bytes::{hex_value, is_literal, is_unreserved, push_escaped};
 use super::{Class, PathRules, Rejected};
 
 /// The first spelling the canonical form rewrites, by position in the path as sent: what
-/// [`CanonicalPath::exact`] refuses.
+/// [`CanonicalPath::exact`](super::CanonicalPath::exact) refuses.
 #[derive(Default)]
 pub(super) struct Rewrites {
     pub(super) first: Option<Rejected>,
@@ -226,7 +226,7 @@ fn canonical_segment(
     Ok(seg)
 }
 
-/// The full parse, for paths [`is_canonical`] did not pass; the spellings it rewrites are
+/// The full parse, for paths [`is_canonical`](super::bytes::is_canonical) did not pass; the spellings it rewrites are
 /// noted in `rw`.
 pub(super) fn canonicalize(
     b: &[u8],
