@@ -1,7 +1,7 @@
 //! The crate's one error at its boundary: what stopped a gateway from being built or from
 //! running, and the exit code `fleet-limiter serve` gives it.
 
-use crate::calibration::check::Refusal;
+use crate::config::admit::Refusal;
 use crate::http::{ListenError, TlsSetupError};
 
 /// What stopped [`build_decider`](crate::build_decider), the middleware's

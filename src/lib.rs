@@ -14,8 +14,9 @@
 //! | admission | [`admission`] | caps allowed requests in flight to the upstream; a short queue, then 503 |
 //! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
 //!
-//! Around them: [`metrics`] and `observe` count and log each decision; [`http::admin`] serves
-//! `/metrics`, health and reload, and handles signals; [`http::cors`] lets browsers read refusals.
+//! Around them: [`metrics`] and the decision's observer count and log each decision;
+//! [`http::admin`] serves `/metrics`, health and reload, and handles signals; [`http::cors`] lets
+//! browsers read refusals.
 //!
 //! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
 //! [`clock`] injects time so every limiter can run in virtual time. `tls` builds the TLS
@@ -162,7 +163,6 @@ pub mod limiter;
 pub mod log_sink;
 pub mod methods;
 pub mod metrics;
-pub(crate) mod observe;
 pub mod path;
 pub mod policy;
 pub mod redact;

@@ -2,7 +2,7 @@
 //! calibration, build the decider, run the gateway; the exit code says how it ended (0 stopped,
 //! 1 failed while running, 2 a configuration that cannot be used).
 
-use crate::calibration::check;
+use crate::config::admit;
 use crate::config::ops::LogFormat;
 use crate::config::{Config, Loader};
 use crate::http::admin::Reloader;
@@ -49,7 +49,7 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
     };
     let reloader: Reloader = Arc::new(move || {
         let cfg = loader().load().map_err(|e| e.to_string())?;
-        check::admit(&cfg, allow_unsafe).map_err(|r| r.to_string())?;
+        admit::admit(&cfg, allow_unsafe).map_err(|r| r.to_string())?;
         Ok(cfg)
     });
     let run = actix_web::rt::System::new()
@@ -92,7 +92,7 @@ fn init_logging(format: LogFormat) {
 /// The admission rule before `serve` listens: warnings are logged; an unsafe calibration stops
 /// it (exit code 2) with each limiter and reason on stderr, unless the operator allowed it.
 fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
-    match check::admit(cfg, allow_unsafe) {
+    match admit::admit(cfg, allow_unsafe) {
         Ok(admitted) => {
             for w in &admitted.warnings {
                 tracing::warn!("calibration: {w}");

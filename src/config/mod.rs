@@ -10,6 +10,7 @@
 //! `methods`, `websocket`, `headers`).
 
 pub mod admission;
+pub mod admit;
 mod build;
 mod ceiling;
 pub mod decision;

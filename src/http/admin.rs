@@ -39,7 +39,7 @@ pub fn file_reloader(cfg: &Config) -> Reloader {
             l = l.file(p);
         }
         let cfg = l.process_env().load().map_err(|e| e.to_string())?;
-        crate::calibration::check::admit(&cfg, false).map_err(|r| r.to_string())?;
+        crate::config::admit::admit(&cfg, false).map_err(|r| r.to_string())?;
         Ok(cfg)
     })
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 /// reloads that bring one.
 pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), crate::Error> {
     let admitted =
-        crate::calibration::check::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
+        crate::config::admit::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
     for w in &admitted.warnings {
         tracing::warn!("calibration: {w}");
     }

@@ -6,7 +6,7 @@
 use super::jwks::{Jwks, VerifyKey};
 use super::{Availability, TokenVerifier};
 use crate::clock::Clock;
-use crate::config::identity::IdentityConfig;
+use crate::identity::config::IdentityConfig;
 use futures_util::future::BoxFuture;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use parking_lot::Mutex;

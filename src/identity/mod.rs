@@ -3,8 +3,10 @@
 //! Only what verifies counts as identity. A token that does not verify leaves the request keyed
 //! on its IP, so an unverified claim can never mint a fresh bucket.
 
+pub mod config;
 pub(crate) mod jwks;
 pub mod jwt;
+pub mod secret;
 #[cfg(test)]
 mod verify_tests;
 

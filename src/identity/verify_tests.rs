@@ -5,7 +5,8 @@
 use super::jwt::{JwtVerifier, WallClock};
 use super::TokenVerifier;
 use crate::clock::ManualClock;
-use crate::config::identity::{IdentityConfig, Secret};
+use crate::identity::config::IdentityConfig;
+use crate::identity::secret::Secret;
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};

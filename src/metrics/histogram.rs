@@ -3,6 +3,7 @@
 //! like any of its own metrics.
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::family::MetricConstructor;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,16 @@ pub(crate) const UPSTREAM_NS: &[u64] = &[
 
 /// Upper bounds, in seconds, of the `Retry-After` buckets (1 s to a day).
 pub(crate) const RETRY_AFTER_S: &[u64] = &[1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 86_400];
+
+/// Makes each limiter's `Retry-After` histogram, on [`RETRY_AFTER_S`].
+#[derive(Clone)]
+pub(super) struct RetryAfterBuckets;
+
+impl MetricConstructor<Histogram> for RetryAfterBuckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::seconds(RETRY_AFTER_S)
+    }
+}
 
 /// A cumulative histogram over integer observations (nanoseconds or seconds), exported in
 /// seconds. Clones share their counts.

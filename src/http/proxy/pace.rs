@@ -17,6 +17,7 @@
 //! (back-pressure), the client is not asked for more, so that time is never held against it;
 //! the upstream's silence is the read timeout's business.
 
+use crate::metrics::BodyTimeout;
 use std::time::Duration;
 
 /// How long the rate rule lets a body start slowly before it judges its average.
@@ -74,6 +75,16 @@ impl Trip {
             Trip::Silence => "silence",
             Trip::Rate => "rate",
             Trip::Hold => "hold",
+        }
+    }
+
+    /// The rule as `fleet_limiter_client_body_timeouts_total` counts it; the hold rule is
+    /// admission control's, counted as `ShedReason::BodyHold` instead.
+    pub fn body_timeout(self) -> Option<BodyTimeout> {
+        match self {
+            Trip::Silence => Some(BodyTimeout::Silence),
+            Trip::Rate => Some(BodyTimeout::Rate),
+            Trip::Hold => None,
         }
     }
 }

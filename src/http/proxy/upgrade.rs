@@ -20,7 +20,11 @@
 //! forwarded as a plain request with its `Upgrade` header dropped, so the upstream answers it
 //! over HTTP/1.1.
 
-use super::{ProxyBody, Upstream, UpstreamClient, UpstreamError};
+use super::answers::{answer, bad_request, closing, upstream_error};
+use super::body::{later, ProxyBody};
+use super::client::{Lease, UpstreamClient, UpstreamError};
+use super::headers::{connection_named, parse_length, skip_header, upstream_request};
+use super::Upstream;
 use crate::client_share::{ClientHold, ClientShares};
 use crate::config::websocket::Caps;
 use crate::http::response::Problem;
@@ -144,14 +148,14 @@ pub(super) fn refused(
     let mut res = Problem::upgrade_refused(reason, cap, REFUSED_RETRY_AFTER).into_response();
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(REFUSED_RETRY_AFTER));
-    super::closing(res)
+    closing(res)
 }
 
 /// Whether the request asks to switch to WebSocket: a `Connection` header naming `upgrade`
 /// and `Upgrade: websocket`.
 pub(super) fn requested(req: &HttpRequest) -> bool {
     let headers = req.headers();
-    let connection = super::connection_named(
+    let connection = connection_named(
         headers
             .get_all(header::CONNECTION)
             .map(HeaderValue::as_bytes),
@@ -165,7 +169,7 @@ pub(super) fn requested(req: &HttpRequest) -> bool {
 
 /// Whether the request declares a body (a handshake has none).
 fn declares_body(req: &HttpRequest) -> bool {
-    let length = super::parse_length(
+    let length = parse_length(
         req.headers()
             .get(header::CONTENT_LENGTH)
             .map(HeaderValue::as_bytes),
@@ -188,12 +192,10 @@ pub(super) async fn forward(
     let read_timeout = upstream.read_timeout;
     let metrics = &upstream.metrics;
     if declares_body(req) {
-        return super::closing(super::bad_request(
-            "An upgrade request cannot carry a body.",
-        ));
+        return closing(bad_request("An upgrade request cannot carry a body."));
     }
-    let Some(mut out) = super::upstream_request(req, path, client, ProxyBody::Empty) else {
-        return super::closing(super::bad_request(
+    let Some(mut out) = upstream_request(req, path, client, ProxyBody::Empty) else {
+        return closing(bad_request(
             "The request method or target cannot be forwarded.",
         ));
     };
@@ -211,24 +213,22 @@ pub(super) async fn forward(
     // The read timeout bounds the handshake as it bounds any request's head.
     let (sender, mut res) = match tokio::time::timeout(read_timeout, handshake(client, out)).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return super::closing(super::upstream_error(metrics, &e)),
-        Err(_) => return super::closing(super::upstream_error(metrics, &UpstreamError::Silent)),
+        Ok(Err(e)) => return closing(upstream_error(metrics, &e)),
+        Err(_) => return closing(upstream_error(metrics, &UpstreamError::Silent)),
     };
     metrics.upstream_response(res.status().as_u16(), started.elapsed());
     if res.status() != hyper::StatusCode::SWITCHING_PROTOCOLS {
         metrics.upgrade(false);
         // The connection is this request's alone: it closes once the answer is read.
         drop(sender);
-        return super::closing(super::answer(res, super::Lease(None), None, read_timeout));
+        return closing(answer(res, Lease(None), None, read_timeout));
     }
     let switched = tokio::time::timeout(read_timeout, hyper::upgrade::on(&mut res)).await;
     drop(sender);
     let io = match switched {
         Ok(Ok(io)) => io,
-        Ok(Err(e)) => {
-            return super::closing(super::upstream_error(metrics, &UpstreamError::Http(e)))
-        }
-        Err(_) => return super::closing(super::upstream_error(metrics, &UpstreamError::Silent)),
+        Ok(Err(e)) => return closing(upstream_error(metrics, &UpstreamError::Http(e))),
+        Err(_) => return closing(upstream_error(metrics, &UpstreamError::Silent)),
     };
     metrics.upgrade(true);
     let open = Rc::new(Open::new(
@@ -290,7 +290,7 @@ impl Splice {
     /// connection as closed for idling (once, whichever direction sees it first).
     async fn idle(&self) {
         loop {
-            let due = super::later(self.last.get(), self.idle_timeout);
+            let due = later(self.last.get(), self.idle_timeout);
             if tokio::time::Instant::now() >= due {
                 break;
             }
@@ -376,14 +376,14 @@ fn switching_protocols(
     res: &hyper::Response<hyper::body::Incoming>,
 ) -> actix_web::HttpResponseBuilder {
     let mut back = HttpResponse::build(StatusCode::SWITCHING_PROTOCOLS);
-    let named = super::connection_named(
+    let named = connection_named(
         res.headers()
             .get_all(hyper::header::CONNECTION)
             .iter()
             .map(|v| v.as_bytes()),
     );
     for (name, value) in res.headers() {
-        if super::skip_header(name.as_str(), &named) {
+        if skip_header(name.as_str(), &named) {
             continue;
         }
         if let (Ok(n), Ok(v)) = (

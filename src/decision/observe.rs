@@ -6,7 +6,7 @@
 //! - Store failures are logged once per burst: the first failure, then at most one summary every
 //!   [`STORE_ERROR_LOG_EVERY`] while failures continue, then one line when the store answers again.
 
-use crate::decision::{LimitResult, Outcome};
+use super::outcome::{LimitResult, Outcome};
 use crate::limiter::ceil_secs;
 use crate::metrics::{LimiterFate, LimiterMeter, Metrics, RequestFate};
 use crate::policy::Mode;

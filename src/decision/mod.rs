@@ -3,13 +3,18 @@
 //! This is the whole limiter with no HTTP in it: the actix middleware feeds it request facts,
 //! the simulator feeds it scripted ones.
 
+mod observe;
+mod outcome;
+
+pub use outcome::{LimitResult, Outcome};
+
 use crate::client_ip::{self, TrustedProxies};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::identity::{self, TokenVerifier};
-use crate::keys::{self, BucketKey, KeyDigest};
+use crate::keys::{self, KeyDigest};
 use crate::known_agents::{AgentAt, KnownAgents, Seen, ADDRESS_V6_PREFIX};
-use crate::limiter::{ceil_secs, Verdict};
+use crate::limiter::Verdict;
 use crate::metrics::{GiveBackResult, LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy, Remember};
@@ -65,66 +70,6 @@ impl std::fmt::Debug for KeyHeaders<'_> {
         } else {
             "KeyHeaders(none)"
         })
-    }
-}
-
-/// What one limiter said about the request.
-#[derive(Debug, Clone)]
-pub struct LimitResult {
-    pub spec: Arc<LimiterSpec>,
-    /// The limiter's position in the policy that decided (its metric handles' index).
-    pub slot: usize,
-    /// The bucket. For a limiter that said no (the ones logs name), always its shared
-    /// (SHA-256) name, which every instance computes alike, even when the store keeps it
-    /// under a name private to this process.
-    pub key: BucketKey,
-    pub verdict: Verdict,
-    /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
-    pub store_error: bool,
-    /// What the request cost this limiter's bucket (charged only when the request was allowed).
-    pub units: NonZeroU32,
-    /// The first bytes of the bucket's name as the store keeps it (keyed SipHash in the memory
-    /// store, SHA-256 in Redis), whatever the verdict: the partition key (`pk`) of the
-    /// draft-8 and draft-10 `RateLimit` headers.
-    pub partition: [u8; 8],
-}
-
-impl LimitResult {
-    /// Whether this result refuses the request (an enforcing limiter that said no).
-    pub fn refuses(&self) -> bool {
-        !self.verdict.allowed && self.spec.mode == Mode::Enforce
-    }
-}
-
-/// Everything decided about one request.
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    pub client_ip: Option<IpAddr>,
-    pub results: Vec<LimitResult>,
-    pub store_error: Option<StoreError>,
-}
-
-impl Outcome {
-    /// Refused when any enforcing limiter refused.
-    pub fn refused(&self) -> bool {
-        self.results.iter().any(LimitResult::refuses)
-    }
-
-    /// The longest wait among the refusing limiters, in whole seconds rounded up, at least 1.
-    pub fn retry_after_secs(&self) -> Option<u64> {
-        self.results
-            .iter()
-            .filter(|r| r.refuses())
-            .map(|r| ceil_secs(r.verdict.retry_after_ns).max(1))
-            .max()
-    }
-
-    /// The limiter closest to refusing: least remaining, then the smallest budget.
-    pub fn tightest(&self) -> Option<&LimitResult> {
-        self.results
-            .iter()
-            .filter(|r| !r.store_error)
-            .min_by_key(|r| (r.verdict.remaining, r.verdict.limit))
     }
 }
 
@@ -237,9 +182,9 @@ impl Decider {
         self.known.set_grace(crate::known_agents::grace(&cfg.fleet));
     }
 
-    /// Count and log one decision made under `settings` (see [`crate::observe`]).
+    /// Count and log one decision made under `settings` (see `decision/observe.rs`).
     pub fn observe(&self, settings: &Settings, outcome: &Outcome, elapsed: std::time::Duration) {
-        crate::observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
+        observe::decision(&self.metrics, &settings.meters, outcome, elapsed);
     }
 
     /// Once the answer is known: give back what the limiters whose `count` says an answer with

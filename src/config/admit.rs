@@ -1,0 +1,17 @@
+//! Whether a configuration may be served: the one admission rule, asked at start-up and by
+//! every reload, so the listeners ask the configuration and never the offline tools.
+//!
+//! The rule's body is still `calibration::check::admit` (the whole calibration check judges
+//! the configuration against its `[fleet]`); this is the one place the serving code reaches it.
+
+pub use crate::calibration::check::{Admitted, Refusal};
+
+use super::Config;
+
+/// A configuration fit to serve, with the findings to log; or the [`Refusal`] naming every
+/// unsafe finding. Unsafe findings are let in as `overridden` only when `allow_unsafe`
+/// (`--allow-unsafe-calibration`, `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`); at-risk
+/// findings are warnings; with limiting switched off everything is admitted.
+pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
+    crate::calibration::check::admit(cfg, allow_unsafe)
+}

@@ -1,0 +1,70 @@
+//! What a decision comes to: each limiter's result and the request's outcome (refused, the
+//! wait to report, the limiter closest to refusing).
+
+use crate::keys::BucketKey;
+use crate::limiter::{ceil_secs, Verdict};
+use crate::policy::{LimiterSpec, Mode};
+use crate::store::StoreError;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+/// What one limiter said about the request.
+#[derive(Debug, Clone)]
+pub struct LimitResult {
+    pub spec: Arc<LimiterSpec>,
+    /// The limiter's position in the policy that decided (its metric handles' index).
+    pub slot: usize,
+    /// The bucket. For a limiter that said no (the ones logs name), always its shared
+    /// (SHA-256) name, which every instance computes alike, even when the store keeps it
+    /// under a name private to this process.
+    pub key: BucketKey,
+    pub verdict: Verdict,
+    /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
+    pub store_error: bool,
+    /// What the request cost this limiter's bucket (charged only when the request was allowed).
+    pub units: NonZeroU32,
+    /// The first bytes of the bucket's name as the store keeps it (keyed SipHash in the memory
+    /// store, SHA-256 in Redis), whatever the verdict: the partition key (`pk`) of the
+    /// draft-8 and draft-10 `RateLimit` headers.
+    pub partition: [u8; 8],
+}
+
+impl LimitResult {
+    /// Whether this result refuses the request (an enforcing limiter that said no).
+    pub fn refuses(&self) -> bool {
+        !self.verdict.allowed && self.spec.mode == Mode::Enforce
+    }
+}
+
+/// Everything decided about one request.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub client_ip: Option<IpAddr>,
+    pub results: Vec<LimitResult>,
+    pub store_error: Option<StoreError>,
+}
+
+impl Outcome {
+    /// Refused when any enforcing limiter refused.
+    pub fn refused(&self) -> bool {
+        self.results.iter().any(LimitResult::refuses)
+    }
+
+    /// The longest wait among the refusing limiters, in whole seconds rounded up, at least 1.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.results
+            .iter()
+            .filter(|r| r.refuses())
+            .map(|r| ceil_secs(r.verdict.retry_after_ns).max(1))
+            .max()
+    }
+
+    /// The limiter closest to refusing: least remaining, then the smallest budget.
+    pub fn tightest(&self) -> Option<&LimitResult> {
+        self.results
+            .iter()
+            .filter(|r| !r.store_error)
+            .min_by_key(|r| (r.verdict.remaining, r.verdict.limit))
+    }
+}

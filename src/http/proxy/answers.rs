@@ -1,0 +1,182 @@
+//! The answers: the upstream's answer streamed back (its body handing the connection back to
+//! the pool when it ends), and what the gateway answers itself while forwarding: a 408
+//! for a body that broke its pace, 400s, 502/504 for an upstream that failed, 503 when overloaded.
+
+use super::body::IdleTimeout;
+use super::client::{Lease, UpstreamError};
+use super::headers::{connection_named, parse_length, skip_header};
+use super::pace::{BodyRules, Trip};
+use crate::admission::{Admission, Slot};
+use crate::http::response::Problem;
+use crate::metrics::Metrics;
+use actix_web::body::{BodyStream, SizedStream};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::ConnectionType;
+use actix_web::{web, HttpResponse};
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body::Body;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The 408 for a body that broke `trip`.
+pub(super) fn request_timeout(trip: Trip, rules: &BodyRules) -> HttpResponse {
+    let detail = match trip {
+        Trip::Silence => format!(
+            "The request body stopped arriving for {} s.",
+            rules.timeout.as_secs_f64()
+        ),
+        Trip::Rate => format!(
+            "The request body arrived slower than {} bytes per second.",
+            rules.min_rate
+        ),
+        Trip::Hold => format!(
+            "The request body was still arriving after {} s of waiting for it, while the request held one of the slots admission control keeps for the upstream (admission.body_hold).",
+            rules.hold.unwrap_or_default().as_secs_f64()
+        ),
+    };
+    Problem::request_timeout(detail).into_response()
+}
+
+/// The answer to a body that ended early or was malformed (the client has most likely gone).
+pub(super) fn bad_request_body() -> HttpResponse {
+    Problem {
+        kind: "urn:fleet-limiter:problem:bad-request-body",
+        title: "Bad Request",
+        status: 400,
+        detail: "The request body ended before it was complete, or was malformed.".to_owned(),
+        retry_after: None,
+    }
+    .into_response()
+}
+
+/// `res`, and the client's connection closed after it: the rest of a body that stopped
+/// half-way is never read.
+pub(super) fn closing(mut res: HttpResponse) -> HttpResponse {
+    res.head_mut().set_connection_type(ConnectionType::Close);
+    res
+}
+
+/// The upstream's answer as the client's: status, end-to-end headers, the body streamed.
+pub(super) fn answer(
+    res: hyper::Response<hyper::body::Incoming>,
+    lease: Lease,
+    slot: Option<Slot>,
+    read_timeout: Duration,
+) -> HttpResponse {
+    let status = actix_web::http::StatusCode::from_u16(res.status().as_u16())
+        .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+    let mut back = HttpResponse::build(status);
+    let named = connection_named(
+        res.headers()
+            .get_all(hyper::header::CONNECTION)
+            .iter()
+            .map(|v| v.as_bytes()),
+    );
+    for (name, value) in res.headers() {
+        if skip_header(name.as_str(), &named) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            back.append_header((n, v));
+        }
+    }
+    let len = parse_length(
+        res.headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .map(|v| v.as_bytes()),
+    );
+    let body = IdleTimeout::new(
+        AnswerBody {
+            body: res.into_body(),
+            lease,
+            slot,
+        },
+        read_timeout,
+    );
+    match len {
+        Some(len) => back.body(SizedStream::new(len, body)),
+        None => back.body(BodyStream::new(body)),
+    }
+}
+
+/// The 503 for a request admission control turned away: `Retry-After`, problem+json, and the
+/// body of a small request read so the connection can stay open (an upgrade's closes).
+pub(super) async fn overloaded(
+    upgrading: bool,
+    mut payload: web::Payload,
+    admission: &Admission,
+    shed: &crate::admission::Shed,
+) -> HttpResponse {
+    tracing::debug!(
+        group = %shed.group,
+        reason = shed.reason.as_str(),
+        "admission control shed a request"
+    );
+    let wait = admission.retry_after();
+    let mut res = Problem::overloaded(&shed.group, shed.reason, wait).into_response();
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    if upgrading {
+        return closing(res);
+    }
+    crate::http::middleware::drain_small_body(&mut payload).await;
+    res
+}
+
+pub(super) fn bad_request(detail: &str) -> HttpResponse {
+    Problem {
+        kind: "urn:fleet-limiter:problem:bad-request-target",
+        title: "Bad Request",
+        status: 400,
+        detail: detail.to_owned(),
+        retry_after: None,
+    }
+    .into_response()
+}
+
+pub(super) fn upstream_error(metrics: &Metrics, e: &UpstreamError) -> HttpResponse {
+    let timed_out = e.timed_out();
+    tracing::warn!(error = %e, timed_out, "upstream request failed");
+    metrics.upstream_failed(timed_out);
+    if timed_out {
+        Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
+    } else {
+        Problem::bad_gateway("The upstream API could not be reached.").into_response()
+    }
+}
+
+/// The upstream answer's body as a stream of data chunks (trailers are not forwarded); its
+/// connection goes back to the pool when it ends.
+pub(super) struct AnswerBody {
+    body: hyper::body::Incoming,
+    lease: Lease,
+    /// The admission slot, given back when the body ends or is dropped.
+    slot: Option<Slot>,
+}
+
+impl Stream for AnswerBody {
+    type Item = Result<Bytes, hyper::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => Poll::Ready(Some(Ok(data))),
+                    Err(_trailers) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => {
+                    self.lease.release();
+                    self.slot = None;
+                    Poll::Ready(None)
+                }
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}

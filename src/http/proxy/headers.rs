@@ -1,0 +1,111 @@
+//! The request the upstream gets: hop-by-hop headers removed, `X-Forwarded-For` appended, the
+//! canonical path and the query, and the lengths read from the client's headers.
+
+use super::body::ProxyBody;
+use super::client::UpstreamClient;
+use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::HttpRequest;
+
+/// Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether a header must not be copied across the proxy. `Content-Length` is set again from
+/// the body, and any header the `Connection` header names is connection-specific too.
+pub(super) fn skip_header(name: &str, connection_named: &[String]) -> bool {
+    name == "content-length"
+        || HOP_BY_HOP.contains(&name)
+        || connection_named
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(name))
+}
+
+/// The header names a `Connection` header lists (its values, comma-separated).
+pub(super) fn connection_named<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+pub(super) fn parse_length(value: Option<&[u8]>) -> Option<u64> {
+    std::str::from_utf8(value?).ok()?.trim().parse().ok()
+}
+
+/// `X-Forwarded-For` with the immediate peer appended to whatever arrived.
+fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for v in headers.get_all("x-forwarded-for") {
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(v.as_bytes());
+    }
+    if let Some(ip) = peer {
+        use std::io::Write as _;
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        let _ = write!(out, "{}", ip.to_canonical());
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The request as it goes to the upstream: same method, prefixed path and query, the
+/// end-to-end headers, `X-Forwarded-For`, and the body streamed through.
+pub(super) fn upstream_request(
+    req: &HttpRequest,
+    path: &str,
+    client: &UpstreamClient,
+    body: ProxyBody,
+) -> Option<hyper::Request<ProxyBody>> {
+    let uri = if client.prefix.is_empty() {
+        hyper::Uri::try_from(path).ok()?
+    } else {
+        hyper::Uri::try_from(format!("{}{path}", client.prefix)).ok()?
+    };
+    let mut out = hyper::Request::new(body);
+    *out.method_mut() = hyper::Method::from_bytes(req.method().as_str().as_bytes()).ok()?;
+    *out.uri_mut() = uri;
+    let headers = out.headers_mut();
+    headers.reserve(req.headers().len() + 2);
+    let named = connection_named(
+        req.headers()
+            .get_all(header::CONNECTION)
+            .map(HeaderValue::as_bytes),
+    );
+    for (name, value) in req.headers() {
+        let n = name.as_str();
+        if skip_header(n, &named) || n == "x-forwarded-for" {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(n.as_bytes()),
+            hyper::header::HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    if !headers.contains_key(hyper::header::HOST) {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&client.host) {
+            headers.insert(hyper::header::HOST, v);
+        }
+    }
+    if let Some(xff) = forwarded_for(req.headers(), req.peer_addr().map(|a| a.ip())) {
+        if let Ok(v) = hyper::header::HeaderValue::from_bytes(&xff) {
+            headers.insert(hyper::header::HeaderName::from_static("x-forwarded-for"), v);
+        }
+    }
+    Some(out)
+}

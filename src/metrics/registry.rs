@@ -1,0 +1,278 @@
+//! The registry a decider's metrics render from: every family registered once, with the
+//! collectors that read the store, the known agents and the log sink at scrape time.
+
+use super::histogram::{self, Histogram, RetryAfterBuckets};
+use super::labels::{
+    GroupLabel, GroupReasonLabels, LimiterLabel, LimiterOutcomeLabels, LimiterResultLabels,
+    OneLabel, RequestFate, TwoLabels, UpgradeRefusal,
+};
+use super::scrape;
+use super::Metrics;
+use crate::known_agents::KnownAgents;
+use crate::methods::RefusalReason;
+use crate::path::Class;
+use crate::store::{Store, StoreErrorKind};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// `prometheus-client` ends each help text with a full stop of its own: the texts given to
+/// `register` here leave theirs out.
+///
+/// Register a family whose series are all known now, and return its handles in order.
+fn series<const N: usize, L: Copy>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    labels: [L; N],
+    label: impl Fn(L) -> TwoLabels,
+) -> [Counter; N] {
+    let family = Family::<TwoLabels, Counter>::default();
+    registry.register(name, help, family.clone());
+    labels.map(|l| family.get_or_create_owned(&label(l)))
+}
+
+/// The same, with one label per series.
+fn series1<const N: usize, L: Copy>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    labels: [L; N],
+    label: impl Fn(L) -> OneLabel,
+) -> [Counter; N] {
+    let family = Family::<OneLabel, Counter>::default();
+    registry.register(name, help, family.clone());
+    labels.map(|l| family.get_or_create_owned(&label(l)))
+}
+
+impl Metrics {
+    /// Metrics for an app with no store (an upstream or admin side on its own).
+    pub fn new() -> Self {
+        Self::build(None, crate::log_sink::lines_dropped)
+    }
+
+    /// Metrics for a decider over `store`: its key gauges are read at scrape time.
+    pub fn for_store(store: Arc<dyn Store>) -> Self {
+        Self::build(Some(store), crate::log_sink::lines_dropped)
+    }
+
+    /// Metrics for a decider over `store` with its known-agents table: the store's key gauges
+    /// and the table's counts are read at scrape time.
+    pub fn for_decider(store: Arc<dyn Store>, known: Arc<KnownAgents>) -> Self {
+        let mut m = Self::build(Some(store), crate::log_sink::lines_dropped);
+        m.registry
+            .register_collector(Box::new(scrape::KnownAgentsGauges::new(known)));
+        m
+    }
+
+    pub(super) fn build(store: Option<Arc<dyn Store>>, log_lines_dropped: fn() -> u64) -> Self {
+        let mut r = Registry::default();
+        let store_kind: &'static str = store.as_ref().map_or("none", |s| s.kind());
+
+        let decisions = Family::<LimiterOutcomeLabels, Counter>::default();
+        r.register(
+            "fleet_limiter_decisions",
+            "Limiter decisions, by limiter and outcome",
+            decisions.clone(),
+        );
+        let near_limit = Family::<LimiterLabel, Counter>::default();
+        r.register(
+            "fleet_limiter_near_limit",
+            "Allowed decisions that left less than the near-limit share of the budget",
+            near_limit.clone(),
+        );
+        let give_backs = Family::<LimiterResultLabels, Counter>::default();
+        r.register(
+            "fleet_limiter_give_backs",
+            "Admitted requests given back because their answer should not count (limiters with count = failed or succeeded), by limiter and result: done, failed (the store could not), dropped (too many under way)",
+            give_backs.clone(),
+        );
+        let retry_after = Family::new_with_constructor(RetryAfterBuckets);
+        r.register(
+            "fleet_limiter_retry_after_seconds",
+            "The wait an over-budget decision asked for (refused and shadow-refused), by limiter",
+            retry_after.clone(),
+        );
+        let requests = series1(
+            &mut r,
+            "fleet_limiter_requests",
+            "Requests, by what limiting did with them",
+            RequestFate::ALL,
+            |f| [("outcome", f.as_str())],
+        );
+        let decision_latency = Histogram::nanos(histogram::FAST_NS);
+        r.register(
+            "fleet_limiter_decision_duration_seconds",
+            "Time to decide one metered request (identity, policy, keys and store)",
+            decision_latency.clone(),
+        );
+        let store_latency = Histogram::nanos(histogram::FAST_NS);
+        let durations = Family::<OneLabel, Histogram, _>::new_with_constructor({
+            let h = store_latency.clone();
+            move || h.clone()
+        });
+        let _ = durations.get_or_create(&[("store", store_kind)]);
+        r.register(
+            "fleet_limiter_store_duration_seconds",
+            "Store round trips, answered or failed",
+            durations,
+        );
+        let store_errors = series(
+            &mut r,
+            "fleet_limiter_store_errors",
+            "Store round trips that failed, by kind of failure",
+            StoreErrorKind::ALL,
+            |k| [("store", store_kind), ("kind", k.as_str())],
+        );
+        if let Some(store) = store {
+            r.register_collector(Box::new(scrape::StoreGauges::new(store)));
+        }
+        let upstream_status = scrape::StatusCounts::default();
+        r.register(
+            "fleet_limiter_upstream_responses",
+            "Upstream responses, by status code",
+            upstream_status.clone(),
+        );
+        let upstream_errors = series1(
+            &mut r,
+            "fleet_limiter_upstream_errors",
+            "Forwarded requests the upstream never answered: timeout (504) or unreachable (502)",
+            ["timeout", "unreachable"],
+            |k| [("kind", k)],
+        );
+        let upstream_latency = Histogram::nanos(histogram::UPSTREAM_NS);
+        r.register(
+            "fleet_limiter_upstream_duration_seconds",
+            "Time from forwarding a request to the upstream's response headers",
+            upstream_latency.clone(),
+        );
+        let client_body_timeouts = series1(
+            &mut r,
+            "fleet_limiter_client_body_timeouts",
+            "Requests cut off because the client sent the body too slowly: silence (server.body_timeout) or rate (server.body_min_rate)",
+            ["silence", "rate"],
+            |k| [("rule", k)],
+        );
+        let upgrades = series1(
+            &mut r,
+            "fleet_limiter_upgrades",
+            "WebSocket handshakes forwarded, by the upstream's answer: switched (101, connections spliced) or declined (any other answer, passed through)",
+            ["switched", "declined"],
+            |k| [("result", k)],
+        );
+        let upgraded_open = Gauge::default();
+        r.register(
+            "fleet_limiter_upgraded_connections",
+            "Upgraded (WebSocket) connections spliced to the upstream now",
+            upgraded_open.clone(),
+        );
+        let upgrades_refused = series1(
+            &mut r,
+            "fleet_limiter_upgrades_refused",
+            "WebSocket handshakes refused before the upstream saw them, by reason: max_open (503: as many open as websocket.max_open allows) or max_per_client (429: the client address holds websocket.max_per_client)",
+            UpgradeRefusal::ALL,
+            |k| [("reason", k.as_str())],
+        );
+        let upgraded_idle_closes = Counter::default();
+        r.register(
+            "fleet_limiter_upgraded_idle_closes",
+            "Upgraded (WebSocket) connections closed on both sides after websocket.idle_timeout with no byte either way",
+            upgraded_idle_closes.clone(),
+        );
+        let upgraded_max = Gauge::default();
+        r.register(
+            "fleet_limiter_upgraded_connections_max",
+            "The most upgraded (WebSocket) connections open at once (websocket.max_open, set or derived from the descriptor limit at start)",
+            upgraded_max.clone(),
+        );
+        let admission_in_flight = Family::<GroupLabel, Gauge>::default();
+        r.register(
+            "fleet_limiter_admission_in_flight",
+            "Requests holding an admission slot now (forwarded to the upstream, answer not yet finished), by admission group",
+            admission_in_flight.clone(),
+        );
+        let admission_queued = Family::<GroupLabel, Gauge>::default();
+        r.register(
+            "fleet_limiter_admission_queued",
+            "Requests waiting for an admission slot now, by admission group",
+            admission_queued.clone(),
+        );
+        let admission_shed = Family::<GroupReasonLabels, Counter>::default();
+        r.register(
+            "fleet_limiter_admission_shed",
+"Requests admission control turned away or cut off, by admission group and reason: queue_full (503: no slot and no room to wait), queue_timeout (503: waited admission.queue_timeout), client_share (429: the client address held its share of the group's slots, admission.client_share_percent) or body_hold (408: its body still arriving after admission.body_hold while it held a slot)",
+            admission_shed.clone(),
+        );
+        let paths_rejected = series1(
+            &mut r,
+            "fleet_limiter_paths_rejected",
+            "Requests refused with 400 before any limiter because their path has no canonical form (at the decision endpoint: because the original target is not its own canonical form), by class",
+            Class::ALL,
+            |c| [("class", c.as_str())],
+        );
+        let method_refusals = series1(
+            &mut r,
+            "fleet_limiter_method_refusals",
+            "Requests the gateway answered itself for their method, by reason: method_not_allowed (501: not in methods.allowed) or an override refused with 400 (override_refused, override_unstrippable, override_not_a_method, override_not_allowed, override_too_many)",
+            RefusalReason::ALL,
+            |c| [("reason", c.as_str())],
+        );
+        let method_overrides = series1(
+            &mut r,
+            "fleet_limiter_method_overrides",
+            "Requests that named a method override and were not refused for it, by action: metered (charged as their own method and as every method named; a limiter may still refuse them) or stripped (the override removed before the upstream saw it)",
+            ["metered", "stripped"],
+            |k| [("action", k)],
+        );
+        let reloads = series1(
+            &mut r,
+            "fleet_limiter_config_reloads",
+            "Configuration reloads, by result",
+            ["ok", "error"],
+            |k| [("result", k)],
+        );
+        let last_reload_ok = Gauge::default();
+        last_reload_ok.set(1);
+        r.register(
+            "fleet_limiter_config_last_reload_successful",
+            "1 when the last reload took effect (or none was asked), 0 when the old configuration is still in use after a failed one",
+            last_reload_ok.clone(),
+        );
+        let settings = Arc::new(scrape::SettingsView::default());
+        r.register_collector(Box::new(scrape::Process {
+            settings: settings.clone(),
+            log_lines_dropped,
+        }));
+        Self {
+            registry: r,
+            decisions,
+            near_limit,
+            give_backs,
+            retry_after,
+            requests,
+            decision_latency,
+            store_latency,
+            store_errors,
+            upstream_status,
+            upstream_latency,
+            upstream_errors,
+            client_body_timeouts,
+            reloads,
+            last_reload_ok,
+            paths_rejected,
+            method_refusals,
+            method_overrides,
+            upgrades,
+            upgraded_open,
+            upgrades_refused,
+            upgraded_idle_closes,
+            upgraded_max,
+            admission_in_flight,
+            admission_queued,
+            admission_shed,
+            settings,
+        }
+    }
+}

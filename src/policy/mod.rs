@@ -1,0 +1,257 @@
+//! Which limiters meter a request: a pure function of method, path and credential kind.
+//!
+//! The guarded set is an allow-list: a request no route names passes unmetered. Limiters in one
+//! `group` are alternatives (the most specific matching route wins); limiters in different
+//! groups stack (all must allow).
+//!
+//! The picker lives here; `spec.rs` holds the limiter specs and `routes.rs` the route patterns.
+
+mod routes;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+use routes::{fresh_segment, METHODS};
+pub use routes::{RoutePattern, Specificity};
+pub use spec::{
+    Cost, Count, CredentialMatch, LimiterSpec, Meter, Mode, OnStoreError, Remember, StatusRanges,
+};
+
+use crate::identity::Credential;
+use crate::path::CanonicalPath;
+use parking_lot::RwLock;
+use smallvec::SmallVec;
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+/// The configured limiters.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    limiters: Vec<Arc<LimiterSpec>>,
+    memo: RouteMemo,
+}
+
+/// The limiters one request picked, by index into the policy (most requests pick one to three).
+pub type Picked = SmallVec<[usize; 4]>;
+
+impl Policy {
+    pub fn new(limiters: Vec<LimiterSpec>) -> Self {
+        Self {
+            limiters: limiters.into_iter().map(Arc::new).collect(),
+            memo: RouteMemo::default(),
+        }
+    }
+
+    /// Every configured limiter, in configuration order.
+    pub fn limiters(&self) -> &[Arc<LimiterSpec>] {
+        &self.limiters
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<LimiterSpec>> {
+        self.limiters.iter().find(|l| &*l.name == name)
+    }
+
+    /// The limiters that meter this request, in configuration order. The path is the one
+    /// canonical path (see [`crate::path`]): the gateway forwards exactly this path, so there is
+    /// no other reading of it to meter.
+    pub fn applicable(
+        &self,
+        method: &str,
+        path: &CanonicalPath<'_>,
+        cred: Credential,
+    ) -> SmallVec<[Arc<LimiterSpec>; 4]> {
+        self.picked(method, path, cred)
+            .into_iter()
+            .map(|i| self.limiters[i].clone())
+            .collect()
+    }
+
+    /// [`Policy::applicable`] as indices into [`Policy::limiters`].
+    pub fn picked(&self, method: &str, path: &CanonicalPath<'_>, cred: Credential) -> Picked {
+        let path = path.as_str();
+        self.memo.get_or_insert(method, path, cred, || {
+            self.applicable_to(method, path, cred)
+        })
+    }
+
+    /// The first request, if any, on which a limiter that `needs_ceiling` applies with no
+    /// limiter beside it that `is_ceiling` for it: its index, and the request as `METHOD /path`
+    /// with the credential kind. Asked of the real route picker (precedence, exceptions and
+    /// credential kinds exactly as requests meet them) over sample requests: every route and
+    /// exception of every limiter, its wildcards filled with a segment no route names (`*` with
+    /// one, `**` with none, one and two), under every method and every credential kind. A
+    /// start-up check, never on a request's path.
+    pub(crate) fn first_unguarded(
+        &self,
+        needs_ceiling: impl Fn(&LimiterSpec) -> bool,
+        is_ceiling: impl Fn(&LimiterSpec, &LimiterSpec) -> bool,
+    ) -> Option<(usize, String, Credential)> {
+        let patterns: Vec<&RoutePattern> = self
+            .limiters
+            .iter()
+            .flat_map(|l| l.routes.iter().chain(&l.except))
+            .collect();
+        let fresh = fresh_segment(&patterns);
+        let mut paths: Vec<String> = patterns
+            .iter()
+            .flat_map(|p| p.sample_paths(&fresh))
+            .collect();
+        paths.sort();
+        paths.dedup();
+        for path in &paths {
+            for method in METHODS {
+                for cred in Credential::ALL {
+                    let picked = self.applicable_to(method, path, cred);
+                    for &i in &picked {
+                        let l = &self.limiters[i];
+                        if !needs_ceiling(l) {
+                            continue;
+                        }
+                        let guarded = picked
+                            .iter()
+                            .any(|&j| j != i && is_ceiling(&self.limiters[j], l));
+                        if !guarded {
+                            return Some((i, format!("{method} {path}"), cred));
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The limiters that meter a request of `method` on `path` that names the methods in
+    /// `also` by override: the union of what each method picks, each limiter once, in
+    /// configuration order. Within a group each method still picks its most specific route, so
+    /// a `POST` named `GET` is metered by the `POST` route's limiter and the `GET` route's.
+    pub fn picked_any(
+        &self,
+        method: &str,
+        also: &[&str],
+        path: &CanonicalPath<'_>,
+        cred: Credential,
+    ) -> Picked {
+        let mut all = self.picked(method, path, cred);
+        for m in also {
+            for i in self.picked(m, path, cred) {
+                if !all.contains(&i) {
+                    all.push(i);
+                }
+            }
+        }
+        all.sort_unstable();
+        all
+    }
+
+    /// Indices of the limiters that meter `path`.
+    fn applicable_to(&self, method: &str, path: &str, cred: Credential) -> Picked {
+        let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut best: SmallVec<[(usize, Specificity); 4]> = SmallVec::new();
+        for (i, l) in self.limiters.iter().enumerate() {
+            let Some(spec) = l.matches(method, &segs, cred) else {
+                continue;
+            };
+            match best
+                .iter_mut()
+                .find(|(j, _)| self.limiters[*j].group == l.group)
+            {
+                Some(slot) if spec > slot.1 => *slot = (i, spec),
+                Some(_) => {}
+                None => best.push((i, spec)),
+            }
+        }
+        best.into_iter().map(|(i, _)| i).collect()
+    }
+}
+
+/// Most distinct (method, path, credential) answers the memo holds. Paths are chosen by
+/// clients, so the memo is bounded: when it is full it starts again empty, and a client that
+/// sends endless new paths only keeps its own requests on the slow path.
+const ROUTE_MEMO_CAP: usize = 4096;
+
+/// Remembered answers of [`Policy::applicable_to`]: matching every limiter's routes once per
+/// distinct path instead of once per request. It lives inside
+/// the policy, so a reload (a new policy) starts with an empty one.
+#[derive(Default)]
+struct RouteMemo {
+    /// Seeded at random per process: clients cannot aim paths at one hash (and two paths that
+    /// do share one only lose the memo, never each other's answer).
+    hasher: foldhash::fast::RandomState,
+    entries: RwLock<HashMap<u64, MemoEntry, BuildHasherDefault<PrehashedKey>>>,
+}
+
+struct MemoEntry {
+    method: Box<str>,
+    path: Box<str>,
+    cred: Credential,
+    picked: Picked,
+}
+
+impl RouteMemo {
+    fn get_or_insert(
+        &self,
+        method: &str,
+        path: &str,
+        cred: Credential,
+        compute: impl FnOnce() -> Picked,
+    ) -> Picked {
+        let hash = self.hasher.hash_one((method, path, cred as u8));
+        if let Some(e) = self.entries.read().get(&hash) {
+            if e.cred == cred && *e.method == *method && *e.path == *path {
+                return e.picked.clone();
+            }
+            // A collision: answer without remembering.
+            return compute();
+        }
+        let picked = compute();
+        let mut entries = self.entries.write();
+        if entries.len() >= ROUTE_MEMO_CAP {
+            entries.clear();
+        }
+        entries.insert(
+            hash,
+            MemoEntry {
+                method: method.into(),
+                path: path.into(),
+                cred,
+                picked: picked.clone(),
+            },
+        );
+        picked
+    }
+}
+
+impl Clone for RouteMemo {
+    /// A copy of a policy starts with an empty memo.
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl fmt::Debug for RouteMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RouteMemo({} paths)", self.entries.read().len())
+    }
+}
+
+/// The memo's keys are already hashes: use them as they are.
+#[derive(Default)]
+struct PrehashedKey(u64);
+
+impl Hasher for PrehashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}

@@ -1,0 +1,209 @@
+//! Route matching, the picker over every spelling and override, and request costs.
+
+use super::routes::Seg;
+use super::*;
+use crate::path::PathRules;
+
+fn p(s: &str) -> RoutePattern {
+    s.parse().unwrap()
+}
+
+fn m(pat: &str, method: &str, path: &str) -> bool {
+    let n = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+    let segs: Vec<&str> = n.as_str().split('/').filter(|s| !s.is_empty()).collect();
+    p(pat).matches(method, &segs)
+}
+
+#[test]
+fn patterns_match() {
+    assert!(m("/api/agent/**", "GET", "/api/agent/heartbeat"));
+    assert!(m("/api/agent/**", "GET", "/api/agent"));
+    assert!(!m("/api/agent/**", "GET", "/api/agents"));
+    assert!(m(
+        "GET /api/agent/download/**",
+        "GET",
+        "/api/agent/download"
+    ));
+    assert!(m(
+        "GET /api/agent/download/**",
+        "HEAD",
+        "/api/agent/download/linux/x64"
+    ));
+    assert!(!m(
+        "GET /api/agent/download/**",
+        "POST",
+        "/api/agent/download"
+    ));
+    assert!(m("POST /api/agent/enroll", "post", "/API/Agent/Enroll/"));
+    assert!(m("/api/*/x", "GET", "/api/anything/x"));
+    assert!(!m("/api/*/x", "GET", "/api/x"));
+    assert!(m("/a/**/z", "GET", "/a/b/c/z"));
+    assert!(m("/a/**/z", "GET", "/a/z"));
+}
+
+#[test]
+fn path_tricks_do_not_dodge_routes() {
+    assert!(m("POST /api/agent/enroll", "POST", "/api//agent/./enroll"));
+    assert!(m("POST /api/agent/enroll", "POST", "/api/agent/%65nroll"));
+    assert!(m(
+        "POST /api/agent/enroll",
+        "POST",
+        "/api/x/../agent/enroll"
+    ));
+    assert!(m("POST /api/agent/enroll", "POST", "/API/Agent/Enroll/"));
+}
+
+fn names(p: &Policy, method: &str, path: &str) -> Vec<String> {
+    let path = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+    p.applicable(method, &path, Credential::None)
+        .iter()
+        .map(|l| l.name.to_string())
+        .collect()
+}
+
+#[test]
+fn every_spelling_of_a_route_is_metered_by_its_limiter() {
+    let p = Policy::new(crate::config::Config::default().limiters);
+    for path in [
+        "/api/agent/rotate-key",
+        "/API/Agent/Rotate-Key/",
+        "/api/agent/%72otate-key",
+        "/api/agent/x/%2e%2e/rotate-key",
+        "/api/x/../agent/rotate-key",
+        "//api//agent//rotate-key",
+        "/../api/agent/./rotate-key",
+    ] {
+        assert_eq!(names(&p, "POST", path), ["key-rotation"], "{path}");
+    }
+    // Dot segments move the request to the route they resolve to, as they do upstream.
+    assert_eq!(
+        names(&p, "GET", "/api/agent/../cron/x"),
+        Vec::<String>::new()
+    );
+    assert_eq!(names(&p, "GET", "/api/agent/../tasks"), ["ui"]);
+    assert_eq!(names(&p, "GET", "/healthz"), Vec::<String>::new());
+}
+
+#[test]
+fn an_override_is_metered_as_every_method_it_could_be_routed_as() {
+    let p = Policy::new(crate::config::Config::default().limiters);
+    let any = |method: &str, also: &[&str], path: &str| -> Vec<String> {
+        let path = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+        p.picked_any(method, also, &path, Credential::None)
+            .into_iter()
+            .map(|i| p.limiters()[i].name.to_string())
+            .collect()
+    };
+    // A POST that an Express app routes as GET: the download budget, and the agent one.
+    assert_eq!(
+        any("POST", &["GET"], "/api/agent/download/linux"),
+        ["agent-device", "agent-ip", "download"]
+    );
+    assert_eq!(
+        names(&p, "POST", "/api/agent/download/linux"),
+        ["agent-device", "agent-ip"]
+    );
+    // A GET named POST on key rotation: key rotation's budget applies.
+    assert_eq!(
+        any("GET", &["POST"], "/api/agent/rotate-key"),
+        ["agent-device", "agent-ip", "key-rotation"]
+    );
+    // Each limiter once, whatever the order and repetition of the methods named.
+    assert_eq!(
+        any("POST", &["GET", "HEAD", "GET"], "/api/agent/download/x"),
+        any("POST", &["GET"], "/api/agent/download/x")
+    );
+    // Nothing named: exactly the request's own method.
+    assert_eq!(
+        any("POST", &[], "/api/agent/enroll"),
+        names(&p, "POST", "/api/agent/enroll")
+    );
+}
+
+#[test]
+fn routes_are_read_in_canonical_form() {
+    assert_eq!(
+        p("POST /api/agent/%72otate-key").segs,
+        p("POST /api/agent/rotate-key").segs
+    );
+    assert!(m("/caf\u{e9}/**", "GET", "/caf%C3%A9/x"));
+    assert!(m("/caf\u{e9}/**", "GET", "/CAF%c3%a9/x"));
+    assert!("/a%zz"
+        .parse::<RoutePattern>()
+        .is_ok_and(|r| r.segs == [Seg::Lit("a%25zz".into())]));
+}
+
+#[test]
+fn bad_patterns_say_why() {
+    assert!("api/x"
+        .parse::<RoutePattern>()
+        .unwrap_err()
+        .contains("starts with `/`"));
+    assert!("FETCH /x"
+        .parse::<RoutePattern>()
+        .unwrap_err()
+        .contains("not an HTTP method"));
+    assert!("/a/b*"
+        .parse::<RoutePattern>()
+        .unwrap_err()
+        .contains("stand alone"));
+}
+
+#[test]
+fn overlap_detection() {
+    assert!(p("/api/agent/**").overlaps(&p("POST /api/agent/enroll")));
+    assert!(p("/api/*/enroll").overlaps(&p("/api/agent/*")));
+    assert!(!p("POST /x").overlaps(&p("GET /x")));
+    assert!(!p("/api/agent/**").overlaps(&p("/api/cron/**")));
+    assert!(p("/a/**/z").overlaps(&p("/a/b/**")));
+    assert!(!p("/a/b").overlaps(&p("/a/b/c")));
+}
+
+#[test]
+fn a_header_cost_is_honest_or_the_most() {
+    let c = Cost::Header {
+        name: Arc::from("x-batch-size"),
+        max: crate::limiter::nonzero(50),
+    };
+    for (v, want) in [
+        (None, 1),
+        (Some(&b"7"[..]), 7),
+        (Some(b" 12 "), 12),
+        (Some(b"50"), 50),
+        (Some(b"51"), 50),
+        (Some(b"99999999999999999999999999999"), 50),
+        (Some(b"0"), 50),
+        (Some(b"-3"), 50),
+        (Some(b"+3"), 50),
+        (Some(b"3.5"), 50),
+        (Some(b"0x10"), 50),
+        (Some(b""), 50),
+        (Some("\u{663}".as_bytes()), 50),
+    ] {
+        assert_eq!(c.of(v).get(), want, "{v:?}");
+    }
+    assert_eq!(
+        Cost::Fixed(crate::limiter::nonzero(4)).of(Some(b"1")).get(),
+        4
+    );
+    assert_eq!(Cost::default().of(None).get(), 1);
+}
+
+#[test]
+fn coverage() {
+    assert!(p("/api/**").covers(&p("GET /api/tasks")));
+    assert!(p("/api/**").covers(&p("/api/*/x/**")));
+    assert!(p("/api/*").covers(&p("/api/x")));
+    assert!(!p("/api/*").covers(&p("/api/**")));
+    assert!(!p("/api/x").covers(&p("/api/*")));
+    assert!(!p("GET /api/**").covers(&p("/api/x")));
+    assert!(!p("/api/agent/**").covers(&p("/api/**")));
+    assert!(p("/**").covers(&p("/a/b/**")));
+}
+
+#[test]
+fn specificity_orders_exact_over_wildcards() {
+    assert!(p("POST /api/agent/enroll").specificity() > p("/api/agent/**").specificity());
+    assert!(p("GET /api/agent/download/**").specificity() > p("/api/agent/**").specificity());
+    assert!(p("GET /a/b").specificity() > p("/a/b").specificity());
+}
