@@ -8,7 +8,6 @@
 //! buckets that never leave it (the memory store), which a client cannot aim collisions at
 //! either and which costs a fraction of SHA-256's rounds.
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -18,27 +17,21 @@ use std::sync::Arc;
 pub const MAX_AGENT_ID_LEN: usize = 128;
 
 /// Which principal a limiter meters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum KeyKind {
     /// The normalised client IP.
-    #[serde(rename = "ip")]
     Ip,
     /// `<ip>:<agent-id or none>`: each enrolled agent behind one NAT gets its own bucket.
-    #[serde(rename = "ip+agent")]
     IpAgent,
     /// `user:<sub>` from a verified token, else `ip:<ip>`.
-    #[serde(rename = "user-or-ip")]
     UserOrIp,
     /// `cred:<hex SHA-256 of the bearer token>` for a request presenting an API key or bearer
     /// token, else `ip:<ip>`. The raw value is never part of any stored name.
-    #[serde(rename = "credential")]
     Credential,
-    /// `hdr:<value>` of a header a trusted proxy sets (`key = "header:<name>"`, the name kept
-    /// by the limiter), else `ip:<ip>`.
-    #[serde(rename = "header")]
-    Header,
+    /// `hdr:<value>` of the named header, which a trusted proxy sets (`key = "header:<name>"`;
+    /// the name lower-case), else `ip:<ip>`.
+    Header(Arc<str>),
     /// `global`: one bucket for every client of the limiter's routes.
-    #[serde(rename = "global")]
     Global,
 }
 
@@ -77,14 +70,33 @@ pub struct Principal<'a> {
 }
 
 impl KeyKind {
-    pub fn as_str(self) -> &'static str {
+    /// The kind's name (`header` for every header key; [`KeyKind::header`] names which).
+    pub fn as_str(&self) -> &'static str {
         match self {
             KeyKind::Ip => "ip",
             KeyKind::IpAgent => "ip+agent",
             KeyKind::UserOrIp => "user-or-ip",
             KeyKind::Credential => "credential",
-            KeyKind::Header => "header",
+            KeyKind::Header(_) => "header",
             KeyKind::Global => "global",
+        }
+    }
+
+    /// The header a `header:<name>` key reads (lower-case), if it is one.
+    pub fn header(&self) -> Option<&str> {
+        match self {
+            KeyKind::Header(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for KeyKind {
+    /// As the configuration writes it: `ip`, `ip+agent`, ..., `header:<name>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyKind::Header(name) => write!(f, "header:{name}"),
+            other => f.write_str(other.as_str()),
         }
     }
 }
@@ -145,7 +157,7 @@ pub fn principal_key(
     user: Option<&str>,
 ) -> String {
     principal_key_of(
-        kind,
+        &kind,
         &Principal {
             ip,
             agent_id,
@@ -156,7 +168,7 @@ pub fn principal_key(
 }
 
 /// [`principal_key`] for every key kind, from all of a request's principal facts.
-pub fn principal_key_of(kind: KeyKind, p: &Principal<'_>) -> String {
+pub fn principal_key_of(kind: &KeyKind, p: &Principal<'_>) -> String {
     let (parts, n) = principal_parts(kind, p);
     parts[..n].concat()
 }
@@ -222,7 +234,7 @@ impl KeyDigest {
     ) -> BucketKey {
         self.bucket_of(
             limiter,
-            kind,
+            &kind,
             &Principal {
                 ip,
                 agent_id,
@@ -233,7 +245,7 @@ impl KeyDigest {
     }
 
     /// [`KeyDigest::bucket`] for every key kind, from all of a request's principal facts.
-    pub fn bucket_of(&self, limiter: Arc<str>, kind: KeyKind, p: &Principal<'_>) -> BucketKey {
+    pub fn bucket_of(&self, limiter: Arc<str>, kind: &KeyKind, p: &Principal<'_>) -> BucketKey {
         let (parts, n) = principal_parts(kind, p);
         let digest = match *self {
             KeyDigest::Shared => digest_parts(&limiter, &parts[..n]),
@@ -254,7 +266,7 @@ impl KeyDigest {
 }
 
 /// The pieces of [`principal_key`]'s string, in order (their concatenation is the key).
-fn principal_parts<'a>(kind: KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usize) {
+fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usize) {
     let ip = p.ip;
     match kind {
         KeyKind::Ip => ([ip, "", ""], 1),
@@ -267,7 +279,7 @@ fn principal_parts<'a>(kind: KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usize
             Some(c) => (["cred:", c, ""], 2),
             None => (["ip:", ip, ""], 2),
         },
-        KeyKind::Header => match p.header {
+        KeyKind::Header(_) => match p.header {
             Some(h) => (["hdr:", h, ""], 2),
             None => (["ip:", ip, ""], 2),
         },
@@ -428,11 +440,11 @@ mod tests {
                 (None, Some("user_9")),
                 (Some("a"), Some("u")),
             ] {
-                let key = principal_key(kind, "2001:db8::/56", agent, user);
+                let key = principal_key(kind.clone(), "2001:db8::/56", agent, user);
                 assert_eq!(
                     BucketKey::of_principal(
                         Arc::from("agent-device"),
-                        kind,
+                        kind.clone(),
                         "2001:db8::/56",
                         agent,
                         user

@@ -135,7 +135,8 @@ fn principal_key_and_digest_vectors() {
             for agent in agent_inputs {
                 for user in user_inputs {
                     let agent_id = agent.and_then(keys::valid_agent_id);
-                    let principal = keys::principal_key(cfg.key, &normalised, agent_id, *user);
+                    let principal =
+                        keys::principal_key(cfg.key.clone(), &normalised, agent_id, *user);
                     let bucket = BucketKey::new(cfg.name.clone(), &principal);
                     assert_eq!(bucket.digest, keys::digest(&cfg.name, &principal));
                     assert_eq!(
@@ -169,9 +170,9 @@ fn credential_header_and_global_key_vectors() {
     let long = "x".repeat(keys::MAX_KEY_HEADER_LEN + 1);
     let max = "y".repeat(keys::MAX_KEY_HEADER_LEN);
     let mut row = |limiter: &str, kind: KeyKind, input: String, p: keys::Principal<'_>| {
-        let principal = keys::principal_key_of(kind, &p);
+        let principal = keys::principal_key_of(&kind, &p);
         let bucket = BucketKey::new(limiter.into(), &principal);
-        let via_parts = keys::KeyDigest::Shared.bucket_of(limiter.into(), kind, &p);
+        let via_parts = keys::KeyDigest::Shared.bucket_of(limiter.into(), &kind, &p);
         assert_eq!(bucket, via_parts, "{input}");
         writeln!(
             out,
@@ -200,7 +201,7 @@ fn credential_header_and_global_key_vectors() {
         };
         let input = auth.map_or_else(|| "-".to_owned(), |a| format!("{:?}", shown(a)));
         if let Some(a) = auth.and_then(fleet_limiter::identity::bearer_token) {
-            assert!(!keys::principal_key_of(KeyKind::Credential, &p).contains(a));
+            assert!(!keys::principal_key_of(&KeyKind::Credential, &p).contains(a));
         }
         row("api-by-key", KeyKind::Credential, input, p);
     }
@@ -222,7 +223,12 @@ fn credential_header_and_global_key_vectors() {
             ..Default::default()
         };
         let input = value.map_or_else(|| "-".to_owned(), |v| format!("{:?}", shown(v)));
-        row("per-tenant", KeyKind::Header, input, p);
+        row(
+            "per-tenant",
+            KeyKind::Header("x-tenant-id".into()),
+            input,
+            p,
+        );
     }
     // global: one bucket whoever asks.
     for other_ip in ["203.0.113.5", "198.51.100.1"] {

@@ -336,13 +336,13 @@ pub(super) fn build(
     if client_ip.trusted.ranges.is_empty() {
         if let Some(l) = limiters
             .iter()
-            .find(|l| l.key == KeyKind::Header && l.mode != Mode::Off)
+            .find(|l| l.key.header().is_some() && l.mode != Mode::Off)
         {
             return Err(ctx.err(
                 &format!("limiters.{}.key", l.name),
                 format!(
-                    "`header:{}` is read only from a trusted proxy, and client_ip.trust_proxy lists none, so every request would key on its IP; set client_ip.trust_proxy (--trust-proxy) to the proxy that sets the header, or use key = \"ip\"",
-                    l.key_header.as_deref().unwrap_or("")
+                    "`{}` is read only from a trusted proxy, and client_ip.trust_proxy lists none, so every request would key on its IP; set client_ip.trust_proxy (--trust-proxy) to the proxy that sets the header, or use key = \"ip\"",
+                    l.key
                 ),
             ));
         }

@@ -179,7 +179,7 @@ pub(super) fn build_limiters(
         }
         let except = parse_routes("except", r.except)?;
         let group = r.group.unwrap_or_else(|| name.clone());
-        let (key, key_header) =
+        let key =
             parse_key(r.key.as_deref().unwrap_or("ip")).map_err(|e| ctx.err(&at("key"), e))?;
         let failed_statuses = match r.failed_statuses {
             None => StatusRanges::default(),
@@ -254,7 +254,6 @@ pub(super) fn build_limiters(
             name: Arc::from(name.as_str()),
             quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
             key,
-            key_header,
             cost,
             routes,
             except,
@@ -370,7 +369,7 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
 
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
 /// lower-cased).
-pub(crate) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> {
+pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
     let kinds = "use ip, ip+agent, user-or-ip, credential, global or header:<name> (e.g. \"header:x-tenant-id\")";
     if let Some(name) = s.strip_prefix("header:") {
         let name = name.trim().to_ascii_lowercase();
@@ -389,7 +388,7 @@ pub(crate) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> 
                 "`{s}`: `{name}` cannot key a limiter (the client or the gateway sets it); name the header your trusted proxy sets, e.g. \"header:x-tenant-id\", or use the key kind made for it"
             ));
         }
-        return Ok((KeyKind::Header, Some(Arc::from(name.as_str()))));
+        return Ok(KeyKind::Header(Arc::from(name.as_str())));
     }
     let kind =
         match s {
@@ -404,7 +403,7 @@ pub(crate) fn parse_key(s: &str) -> Result<(KeyKind, Option<Arc<str>>), String> 
             ),
             other => return Err(format!("`{other}` is not a key kind; {kinds}")),
         };
-    Ok((kind, None))
+    Ok(kind)
 }
 
 /// The first request an enforcing limiter keyed on a value the client chooses meters with no
@@ -417,7 +416,7 @@ pub(crate) fn unguarded_client_chosen_key(
     let client_chosen = |l: &LimiterSpec| {
         matches!(
             l.key,
-            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header
+            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header(_)
         )
     };
     let policy = crate::policy::Policy::new(limiters.to_vec());
@@ -452,15 +451,12 @@ pub(super) fn check_client_chosen_keys(
     let Some(l) = limiters.get(i) else {
         return Ok(());
     };
-    let (key, value) = match (l.key, &l.key_header) {
-        (KeyKind::IpAgent, _) => ("ip+agent".to_owned(), "the agent id (X-Agent-ID)"),
-        (KeyKind::Credential, _) => ("credential".to_owned(), "the Bearer token"),
-        (_, Some(h)) => (
-            format!("header:{h}"),
-            "a header (nginx and Caddy pass a client's own headers on)",
-        ),
-        (_, None) => ("header".to_owned(), "a header"),
+    let value = match l.key {
+        KeyKind::IpAgent => "the agent id (X-Agent-ID)",
+        KeyKind::Credential => "the Bearer token",
+        _ => "a header (nginx and Caddy pass a client's own headers on)",
     };
+    let key = l.key.to_string();
     let with = match cred {
         Credential::None => "",
         Credential::ApiKey => " (with an API key)",

@@ -351,14 +351,14 @@ impl Decider {
             .flatten()
             .map(keys::credential_digest);
         // A header key is read only when the peer is a trusted proxy.
-        let from_proxy =
-            limiters.iter().any(|l| l.key_header.is_some()) && settings.trusted.contains(req.peer);
+        let from_proxy = limiters.iter().any(|l| l.key.header().is_some())
+            && settings.trusted.contains(req.peer);
         let principal = |l: &LimiterSpec| keys::Principal {
             ip: &ip_key,
             agent_id: id.agent_id,
             user: id.user.as_deref(),
             credential: credential.as_deref(),
-            header: match (&l.key_header, from_proxy) {
+            header: match (l.key.header(), from_proxy) {
                 (Some(name), true) => req.key_headers.get(name).and_then(keys::valid_key_header),
                 _ => None,
             },
@@ -423,7 +423,7 @@ impl Decider {
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
                     check.key
                 } else {
-                    KeyDigest::Shared.bucket_of(check.key.limiter, spec.key, &principal(&spec))
+                    KeyDigest::Shared.bucket_of(check.key.limiter, &spec.key, &principal(&spec))
                 };
                 LimitResult {
                     spec,
@@ -455,7 +455,7 @@ pub fn build_checks<'p>(
     limiters
         .iter()
         .map(|l| Check {
-            key: digest.bucket_of(l.name.clone(), l.key, &principal(l)),
+            key: digest.bucket_of(l.name.clone(), &l.key, &principal(l)),
             quota: l.quota,
             shadow: l.mode != Mode::Enforce,
             units: units(l),

@@ -250,8 +250,6 @@ pub struct LimiterSpec {
     pub new_agents: Option<Remember>,
     /// What one request costs this limiter's bucket.
     pub cost: Cost,
-    /// The header a `header:<name>` key reads (lower-case); `None` for other key kinds.
-    pub key_header: Option<Arc<str>>,
     /// Which answers count; the others are given back.
     pub count: Count,
     /// The statuses `count` reads as failed.

@@ -52,7 +52,6 @@ fn with_window(l: &LimiterSpec, seconds: u64) -> LimiterSpec {
 fn with_key(l: &LimiterSpec, key: KeyKind) -> LimiterSpec {
     let mut c = l.clone();
     c.key = key;
-    c.key_header = None;
     c
 }
 
@@ -138,10 +137,7 @@ fn duration_text(d: Duration) -> String {
 
 /// `ip+agent`, `header:x-tenant-id`: a key as configuration writes it.
 pub(super) fn key_text(l: &LimiterSpec) -> String {
-    match (&l.key_header, l.key) {
-        (Some(h), KeyKind::Header) => format!("header:{h}"),
-        (_, k) => k.as_str().to_owned(),
-    }
+    l.key.to_string()
 }
 
 fn fix(
@@ -194,7 +190,7 @@ pub(super) fn suggest(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Sug
         }
         if l.new_agents.is_none() {
             for k in KEY_CANDIDATES.into_iter().filter(|k| *k != l.key) {
-                let c = with_key(l, k);
+                let c = with_key(l, k.clone());
                 if acceptable(&c, model, table) && guarded(&c, model) {
                     let line = format!("key = \"{}\"", k.as_str());
                     fixes.push(fix(l, &c, "key", line, model, table));
@@ -254,6 +250,6 @@ fn why_none(l: &LimiterSpec, model: &Model, table: &KnownTable) -> String {
         "no limit (from {} to {}), no window (from 1s to 7d) and no key ({}) makes it safe for the declared fleet: {still}",
         min_limit(l),
         u32::MAX,
-        KEY_CANDIDATES.map(KeyKind::as_str).join(", ")
+        KEY_CANDIDATES.map(|k| k.as_str()).join(", ")
     )
 }

@@ -367,15 +367,14 @@ fn with(cfg: &Config, name: &str, f: impl Fn(&mut crate::policy::LimiterSpec)) -
 /// `cfg` with a fix applied to limiter `name`, as the pasted TOML would set it.
 fn applied(cfg: &Config, name: &str, fix: &Fix) -> Config {
     let window = crate::config::parse_duration(&fix.window).unwrap();
-    let (key, header) = crate::config::parse_key(&fix.key).unwrap();
+    let key = crate::config::parse_key(&fix.key).unwrap();
     with(cfg, name, |l| {
         l.quota = crate::limiter::Quota::new(
             std::num::NonZeroU32::new(fix.limit).unwrap(),
             window,
             l.quota.algorithm,
         );
-        l.key = key;
-        l.key_header = header.clone();
+        l.key = key.clone();
     })
 }
 

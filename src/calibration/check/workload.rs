@@ -112,7 +112,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
 }
 
 /// Clients of a workload sharing one bucket of a limiter keyed `key`.
-pub(super) fn sharers(key: KeyKind, req: &Req, clients: u64) -> u64 {
+pub(super) fn sharers(key: &KeyKind, req: &Req, clients: u64) -> u64 {
     let own = match key {
         KeyKind::IpAgent => req.agent_id,
         KeyKind::UserOrIp => req.user,
@@ -182,7 +182,7 @@ impl<'a> Model<'a> {
             ) else {
                 continue;
             };
-            let n = sharers(l.key, req, spec.clients);
+            let n = sharers(&l.key, req, spec.clients);
             let e = demand.entry(spec.workload).or_insert(Demand {
                 amount: 0.0,
                 sharers: n,

@@ -4,7 +4,7 @@ use super::*;
 
 /// A principal as the logs name it: the client address, with the agent id for `ip+agent`
 /// limiters and the logged user where there is one.
-pub(super) fn principal(ip: IpAddr, p: &Pending, kind: KeyKind) -> Box<str> {
+pub(super) fn principal(ip: IpAddr, p: &Pending, kind: &KeyKind) -> Box<str> {
     match (kind, &p.agent_id, &p.user) {
         (KeyKind::IpAgent, Some(a), _) => format!("{ip} agent {a}").into(),
         (KeyKind::IpAgent, None, _) => format!("{ip} no agent id").into(),
@@ -119,7 +119,7 @@ impl Replayer {
                 refused: Vec::new(),
             });
             record_bounded(series, (at - first).max(0) as Nanos, r.verdict.allowed);
-            let who = principal(outcome.client_ip.unwrap_or(p.peer), p, r.spec.key);
+            let who = principal(outcome.client_ip.unwrap_or(p.peer), p, &r.spec.key);
             if r.verdict.allowed {
                 if let Some((start, _)) = t.open_runs.remove(&who) {
                     let run = at - start;

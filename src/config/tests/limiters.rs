@@ -66,10 +66,9 @@ fn the_new_key_kinds_load() {
     let cfg = Loader::new().file(&f.path).load().expect("valid");
     assert_eq!(limiter(&cfg, "api-by-key").key, KeyKind::Credential);
     let t = limiter(&cfg, "per-tenant");
-    assert_eq!(
-        (t.key, t.key_header.as_deref()),
-        (KeyKind::Header, Some("x-tenant-id"))
-    );
+    assert_eq!(t.key, KeyKind::Header(Arc::from("x-tenant-id")));
+    assert_eq!(t.key.header(), Some("x-tenant-id"));
+    assert_eq!(t.key.to_string(), "header:x-tenant-id");
     assert_eq!(limiter(&cfg, "whole-route").key, KeyKind::Global);
 }
 
