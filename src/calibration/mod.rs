@@ -6,7 +6,8 @@
 //! Both speak about the same requests, listed in [`traffic`], so a limiter the check says
 //! carries the heartbeat is the limiter the simulator's heartbeats meet.
 
-pub mod check;
+/// The calibration check (it belongs to the configuration, whose admission it decides).
+pub use crate::config::check;
 pub mod plot;
 pub mod replay;
 pub mod report;
@@ -186,59 +187,10 @@ pub(crate) fn plot_target(path: &Path) -> Result<bool, String> {
     Ok(!existed)
 }
 
-/// The requests of the modelled fleet: what agents, installers, dashboards and CLI clients send.
-pub mod traffic {
-    /// An agent's heartbeat; the backend marks the agent offline when none arrives in time.
-    pub const HEARTBEAT: (&str, &str) = ("POST", "/api/agent/heartbeat");
-    /// An agent polling for tasks.
-    pub const POLL: (&str, &str) = ("GET", "/api/agent/tasks");
-    /// An agent posting one task result.
-    pub const RESULT: (&str, &str) = ("POST", "/api/agent/tasks/result");
-    /// An installer downloading the agent binary.
-    pub const DOWNLOAD: (&str, &str) = ("GET", "/api/agent/download/fleet-agent");
-    /// An installer enrolling a new endpoint.
-    pub const ENROLL: (&str, &str) = ("POST", "/api/agent/enroll");
-    /// A dashboard page polling the API.
-    pub const DASHBOARD: (&str, &str) = ("GET", "/api/tasks");
-    /// Widgets an open dashboard page refreshes on every poll, one request each: the agent or
-    /// task list, its counters and the analytics panels beside it (the page's first load fans
-    /// out wider, across thirty-odd endpoints, and is a one-off burst).
-    pub const DASHBOARD_WIDGETS_PER_PAGE: u64 = 5;
-    /// Requests one open dashboard sends every `fleet.dashboard_poll_seconds`: its page's
-    /// widgets and the notification bell.
-    pub const DASHBOARD_REQUESTS_PER_POLL: u64 = DASHBOARD_WIDGETS_PER_PAGE + 1;
+/// The requests of the modelled fleet (they live beside the check that models them).
+pub use crate::config::check::traffic;
 
-    /// The dashboard load: requests per minute one analyst's open dashboard sends,
-    /// [`DASHBOARD_REQUESTS_PER_POLL`] every `dashboard_poll_seconds` (6 every 10 s: 36 a
-    /// minute). `check` and `simulate` both use it, and docs/calibration.md states it.
-    pub fn dashboard_per_minute(dashboard_poll_seconds: std::num::NonZeroU64) -> f64 {
-        DASHBOARD_REQUESTS_PER_POLL as f64 * 60.0 / dashboard_poll_seconds.get() as f64
-    }
-    /// A CLI polling the device-authorisation token endpoint while its user logs in.
-    pub const DEVICE_POLL: (&str, &str) = ("POST", "/api/cli/auth/device/token");
-    /// How often a CLI polls during the device flow: the default `interval` of RFC 8628.
-    pub const DEVICE_POLL_SECONDS: u64 = 5;
-}
-
-/// A duration in seconds as `500ms`, `2s`, `1m30s`, `15m`, `2h5m`.
-pub fn fmt_secs(secs: f64) -> String {
-    if !secs.is_finite() {
-        return "unbounded".to_owned();
-    }
-    if secs < 1.0 && secs > 0.0 {
-        return format!("{}ms", (secs * 1000.0).round() as u64);
-    }
-    let s = secs.round() as u64;
-    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
-    match (h, m, s) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, s) => format!("{m}m{s}s"),
-        (h, 0, 0) => format!("{h}h"),
-        (h, m, 0) => format!("{h}h{m}m"),
-        (h, m, s) => format!("{h}h{m}m{s}s"),
-    }
-}
+pub use crate::config::check::fmt_secs;
 
 #[cfg(test)]
 mod tests {

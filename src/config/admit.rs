@@ -1,10 +1,10 @@
 //! Whether a configuration may be served: the one admission rule, asked at start-up and by
 //! every reload, so the listeners ask the configuration and never the offline tools.
 //!
-//! The rule's body is still `calibration::check::admit` (the whole calibration check judges
-//! the configuration against its `[fleet]`); this is the one place the serving code reaches it.
+//! The rule's body is the calibration check (`config::check`, which judges the configuration
+//! against its `[fleet]`); `check`, `simulate` and `replay` use the same judge.
 
-pub use crate::calibration::check::{Admitted, Refusal};
+pub use super::check::{Admitted, Refusal};
 
 use super::Config;
 
@@ -13,5 +13,5 @@ use super::Config;
 /// (`--allow-unsafe-calibration`, `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`); at-risk
 /// findings are warnings; with limiting switched off everything is admitted.
 pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
-    crate::calibration::check::admit(cfg, allow_unsafe)
+    super::check::admit(cfg, allow_unsafe)
 }

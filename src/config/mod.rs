@@ -13,6 +13,7 @@ pub mod admission;
 pub mod admit;
 mod build;
 mod ceiling;
+pub mod check;
 pub mod decision;
 pub mod defaults;
 mod duration;

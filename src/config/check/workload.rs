@@ -1,8 +1,8 @@
 //! The workload model: the requests a healthy fleet declares, which limiters meter each (the
 //! gateway's own routing), and how many clients share one bucket of a limiter given its key.
 
+use super::traffic;
 use super::types::Workload;
-use crate::calibration::traffic;
 use crate::config::{Config, FleetConfig};
 use crate::identity::Credential;
 use crate::keys::KeyKind;

@@ -1,7 +1,7 @@
 //! What `check` reports: each limiter's line, its loads and verdict, and the whole report.
 
 #[cfg(doc)]
-use crate::calibration::traffic;
+use super::traffic;
 use crate::config::{Config, FleetConfig};
 use serde::Serialize;
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! The sentences `check` writes: each [`Finding`] and each load in words.
 
+use super::fmt_secs;
 use super::judge::Finding;
 use super::types::Workload;
-use crate::calibration::fmt_secs;
 
 /// A rate as `36/min` or `66.7/min`.
 pub(crate) fn fmt_rate(per_min: f64) -> String {

@@ -32,6 +32,7 @@
 mod admission;
 mod judge;
 mod suggest;
+pub mod traffic;
 pub mod types;
 mod wording;
 mod workload;
@@ -42,7 +43,6 @@ pub use types::{
 };
 pub(crate) use wording::fmt_rate;
 
-use super::traffic;
 #[cfg(doc)]
 use crate::config::identity::IdentityConfig;
 use crate::config::Config;
@@ -99,3 +99,23 @@ pub fn check(cfg: &Config) -> CheckReport {
 
 #[cfg(test)]
 mod tests;
+
+/// A duration in seconds as `500ms`, `2s`, `1m30s`, `15m`, `2h5m`.
+pub fn fmt_secs(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "unbounded".to_owned();
+    }
+    if secs < 1.0 && secs > 0.0 {
+        return format!("{}ms", (secs * 1000.0).round() as u64);
+    }
+    let s = secs.round() as u64;
+    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+    match (h, m, s) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, 0, 0) => format!("{h}h"),
+        (h, m, 0) => format!("{h}h{m}m"),
+        (h, m, s) => format!("{h}h{m}m{s}s"),
+    }
+}
