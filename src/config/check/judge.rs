@@ -1,81 +1,14 @@
 //! The judge: the arithmetic that decides how one limiter fares against the loads the workload
 //! model puts on it. It yields [`Finding`]s, numbers with a class; `wording` writes them out.
 
-use super::types::{CostShown, KnownTable, LimiterCheck, Load, Status, Workload};
+use super::findings::Finding;
+use super::types::{KnownTable, Load, Status, Workload};
 use super::workload::{Demand, Model, Spec};
 use super::MIN_IDLE_HEADROOM;
 use crate::config::FleetConfig;
 use crate::limiter::Algorithm;
-use crate::policy::{Cost, Count, LimiterSpec, Meter, Mode, Remember};
+use crate::policy::{LimiterSpec, Remember};
 use std::collections::BTreeMap;
-use std::num::NonZeroU64;
-use std::time::Duration;
-
-/// One thing the judge found, with the numbers its sentence needs.
-#[derive(Debug, Clone)]
-pub(super) enum Finding {
-    /// The known-agents table's protected half is smaller than the declared fleet.
-    TableProtected {
-        protected: u64,
-        capacity: u64,
-        max_agents: u64,
-    },
-    /// The known-agents table's first-sighting half holds fewer than two sites.
-    TableProbation {
-        probation: u64,
-        capacity: u64,
-        site: u64,
-    },
-    /// A `new-agents` ceiling remembers fewer agents per IP than a site has.
-    MaxKnown { max_known: u32, site: NonZeroU64 },
-    /// A `new-agents` ceiling forgets an agent before its next request.
-    KnownFor { known_for: Duration, gap: u64 },
-    /// Clients that would fit alone share one IP bucket for want of a token verifier.
-    SharedIp {
-        sharers: u64,
-        unit: &'static str,
-        amount: f64,
-        refill: f64,
-        workload: Workload,
-    },
-    /// The bucket refills slower than the cadence asks.
-    RefillTooSlow {
-        refill: f64,
-        amount: f64,
-        workload: Workload,
-        per_bucket: String,
-    },
-    /// A refused agent can go longer than the heartbeat timeout without a heartbeat.
-    HeartbeatGap {
-        wait: f64,
-        gap: f64,
-        carries_heartbeat: bool,
-        timeout: NonZeroU64,
-    },
-    /// A request costs more than the whole budget: none can ever pass (a limiter built in
-    /// code; a configuration file with such a cost does not load).
-    NothingFits { cost: u32, limit: u32 },
-    /// Under [`MIN_IDLE_HEADROOM`] over the agents' idle cadence.
-    ThinHeadroom { headroom: f64 },
-    /// The bucket holds less than a site's burst.
-    Burst {
-        site: NonZeroU64,
-        limit: u32,
-        burst: u64,
-        worst: f64,
-    },
-}
-
-impl Finding {
-    /// The class of the finding, for a limiter that enforces.
-    pub(super) fn status(&self) -> Status {
-        match self {
-            Finding::SharedIp { .. } => Status::AtRisk,
-            Finding::ThinHeadroom { .. } => Status::Warning,
-            _ => Status::Unsafe,
-        }
-    }
-}
 
 /// The budget as the judge sees it: a fixed cost of N leaves the bucket room for limit / N
 /// requests; a cost read from a header is judged at 1 a request (what clients send is not
@@ -286,80 +219,5 @@ fn judge_demand(
         loads: out,
         status,
         findings: found,
-    }
-}
-
-/// One limiter's line of the report: the judge's findings in words, its mode applied.
-pub(super) fn line(l: &LimiterSpec, model: &Model, table: &KnownTable) -> LimiterCheck {
-    let Judged {
-        loads,
-        mut status,
-        findings,
-    } = judge_loads(l, model, table);
-    let mut reasons: Vec<(String, Status)> = findings
-        .iter()
-        .map(|f| (f.sentence(), f.status()))
-        .collect();
-    match l.mode {
-        Mode::Off => {
-            // Never consulted: nothing it would do is a finding.
-            status = Status::Off;
-            for (_, s) in &mut reasons {
-                *s = Status::Off;
-            }
-        }
-        Mode::Shadow if status >= Status::AtRisk => {
-            status = Status::Warning;
-            for (r, s) in &mut reasons {
-                *r = super::wording::in_shadow(r);
-                *s = Status::Warning;
-            }
-        }
-        _ => {}
-    }
-    // Suggestions for what the limiter would refuse once enforced; off and shadow refuse nothing.
-    let suggested = if status >= Status::AtRisk {
-        super::suggest::suggest(l, model, table)
-    } else {
-        super::suggest::Suggested {
-            suggestion: None,
-            alternatives: Vec::new(),
-            no_fix: None,
-        }
-    };
-    let limit = effective_limit(l);
-    let window = l.quota.window.as_secs_f64();
-    let fixed = l.quota.algorithm == Algorithm::FixedWindow;
-    let (reasons, reason_status) = reasons.into_iter().unzip();
-    LimiterCheck {
-        name: l.name.to_string(),
-        limit: l.quota.limit(),
-        requests_per_window: limit,
-        window_seconds: window,
-        algorithm: l.quota.algorithm.as_str(),
-        refill_interval_seconds: if fixed { window } else { window / limit as f64 },
-        key: super::suggest::key_text(l),
-        meter: if l.new_agents.is_some() {
-            Meter::NewAgents.as_str()
-        } else {
-            Meter::Requests.as_str()
-        },
-        count: l.count.as_str(),
-        failed_statuses: (l.count != Count::All).then(|| l.failed_statuses.to_string()),
-        cost: match &l.cost {
-            Cost::Fixed(n) => CostShown::Fixed { units: n.get() },
-            Cost::Header { name, max } => CostShown::Header {
-                header: name.to_string(),
-                max: max.get(),
-            },
-        },
-        mode: l.mode.as_str(),
-        loads,
-        status,
-        reasons,
-        reason_status,
-        suggestion: suggested.suggestion,
-        alternatives: suggested.alternatives,
-        no_fix: suggested.no_fix,
     }
 }

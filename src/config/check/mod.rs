@@ -30,7 +30,9 @@
 //! and `wording` its sentences, `suggest` the smallest change the judge accepts, `admission` the rule `serve` and every reload apply.
 
 mod admission;
+mod findings;
 mod judge;
+mod line;
 mod suggest;
 pub mod traffic;
 pub mod types;
@@ -60,7 +62,7 @@ pub fn check(cfg: &Config) -> CheckReport {
     let limiters: Vec<LimiterCheck> = cfg
         .limiters
         .iter()
-        .map(|l| judge::line(l, &model, &table))
+        .map(|l| line::line(l, &model, &table))
         .collect();
     let known_agents = cfg
         .limiters

@@ -6,7 +6,8 @@
 //! found and the one below it, so a suggestion is never given that the judge would not take or
 //! that is not the smallest.
 
-use super::judge::{judge_loads, Finding};
+use super::findings::Finding;
+use super::judge::judge_loads;
 use super::types::{Fix, KnownTable, Status};
 use super::workload::Model;
 use crate::keys::KeyKind;

@@ -1,7 +1,7 @@
 //! The sentences `check` writes: each [`Finding`] and each load in words.
 
+use super::findings::Finding;
 use super::fmt_secs;
-use super::judge::Finding;
 use super::types::Workload;
 
 /// A rate as `36/min` or `66.7/min`.

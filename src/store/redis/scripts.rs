@@ -2,7 +2,6 @@
 //! verdicts read back from an answer.
 
 use super::connection::Conn;
-use super::shared_calls::Job;
 use super::Inner;
 use crate::keys::BucketKey;
 use crate::limiter::{Algorithm, Quota, Verdict};
@@ -136,21 +135,25 @@ pub(super) fn unexpected() -> RedisError {
     ))
 }
 
-/// `batch.lua`'s answer: per request, committed then four integers per check.
-pub(super) fn parse_shared(value: &Value, jobs: &[Job]) -> RedisResult<Vec<Vec<Verdict>>> {
+/// `batch.lua`'s answer: per request (each given by its checks), committed then four integers
+/// per check.
+pub(super) fn parse_shared(
+    value: &Value,
+    requests: &[&[(Quota, bool, NonZeroU32)]],
+) -> RedisResult<Vec<Vec<Verdict>>> {
     let Value::Array(items) = value else {
         return Err(unexpected());
     };
-    let want: usize = jobs.iter().map(|j| 1 + 4 * j.checks.len()).sum();
+    let want: usize = requests.iter().map(|checks| 1 + 4 * checks.len()).sum();
     if items.len() != want {
         return Err(unexpected());
     }
     let mut at = 0;
-    let mut out = Vec::with_capacity(jobs.len());
-    for job in jobs {
+    let mut out = Vec::with_capacity(requests.len());
+    for checks in requests {
         at += 1; // committed: the verdicts already say it
-        let mut verdicts = Vec::with_capacity(job.checks.len());
-        for (q, _, _) in &job.checks {
+        let mut verdicts = Vec::with_capacity(checks.len());
+        for (q, _, _) in checks.iter() {
             verdicts.push(verdict(q, &items[at..at + 4])?);
             at += 4;
         }

@@ -91,7 +91,9 @@ impl Inner {
             }
         };
         let answer = self.batch.run(&conn, nkeys, args).await;
-        match answer.and_then(|v| parse_shared(&v, &jobs)) {
+        let requests: Vec<&[(Quota, bool, NonZeroU32)]> =
+            jobs.iter().map(|j| j.checks.as_slice()).collect();
+        match answer.and_then(|v| parse_shared(&v, &requests)) {
             Ok(verdicts) => {
                 for (job, v) in jobs.into_iter().zip(verdicts) {
                     let _ = job.reply.send(Ok(v));
