@@ -27,11 +27,14 @@
 //!
 //! # The public API
 //!
-//! What an embedder needs is public; everything else is `pub(crate)` or lives in private
-//! submodules. The binary (`src/main.rs`) uses the same API, plus [`calibration`] (the `check`,
-//! `simulate` and `replay` commands), [`log_sink`] and [`redact`].
+//! What an embedder needs is listed here and is the supported API. The other modules are
+//! public too, because the integration tests, benches and the binary reach into them, but they
+//! are not a stable API. The binary (`src/main.rs`) is argument parsing over [`serve::run`] and
+//! [`calibration`] (the `check`, `simulate` and `replay` commands).
 //!
 //! - [`http::middleware::FleetLimiter`]: the actix-web middleware, built from a configuration.
+//! - [`Error`]: what [`build_decider`], [`FleetLimiter::from_config`](http::middleware::FleetLimiter::from_config)
+//!   and [`http::serve_gateway`] return when they cannot build or run, with its exit code.
 //! - [`config::Loader`] and [`config::Config`]: defaults, TOML, `FLEET_LIMITER_*`, flags.
 //! - [`decision::Decider`]: the limiter with no HTTP in it, fed [`decision::RequestFacts`].
 //! - [`store::Store`]: the store trait, with [`store::memory::MemoryStore`] and
