@@ -78,10 +78,8 @@ pub fn derived_limit(
     } else {
         site.checked_mul(u64::from(device.limit()))?
     };
-    let device_ns = device.window.as_nanos();
-    if device_ns == 0 {
-        return None;
-    }
+    // Never zero: a quota's window is longer than zero.
+    let device_ns = device.window().as_nanos();
     let scaled = (per_device_window as u128 * window_ns as u128).div_ceil(device_ns);
     u64::try_from(scaled).ok()
 }
@@ -116,9 +114,9 @@ pub(super) fn derive_agent_ip(
         return Ok(());
     };
     let window = if explicit.window {
-        ceiling.quota.window
+        ceiling.quota.window()
     } else {
-        device.quota.window
+        device.quota.window()
     };
     let algorithm = if explicit.algorithm {
         ceiling.quota.algorithm
@@ -147,8 +145,7 @@ pub(super) fn derive_agent_ip(
     ceiling.quota = match derived {
         Some(limit) => Quota::new(limit, window, algorithm),
         None => {
-            let mut quota = ceiling.quota;
-            quota.window = window;
+            let mut quota = ceiling.quota.with_window(window);
             quota.algorithm = algorithm;
             quota
         }
@@ -201,7 +198,12 @@ mod tests {
             .find(|l| &*l.name == "agent-ip")
             .unwrap();
         let s = |v: &[crate::policy::RoutePattern]| v.iter().map(|r| r.to_string()).collect();
-        (l.quota.limit(), l.quota.window, s(&l.routes), s(&l.except))
+        (
+            l.quota.limit(),
+            l.quota.window(),
+            s(&l.routes),
+            s(&l.except),
+        )
     }
 
     #[test]

@@ -44,7 +44,8 @@ impl Algorithm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
     limit: NonZeroU32,
-    pub window: Duration,
+    /// Never zero ([`Quota::new`] and [`Quota::with_window`] hold it).
+    window: Duration,
     pub algorithm: Algorithm,
 }
 
@@ -58,12 +59,26 @@ pub const fn nonzero(n: u32) -> NonZeroU32 {
 }
 
 impl Quota {
+    /// `limit` requests per `window`. The window is at least a nanosecond: a zero window is a
+    /// bug in the program, not an input (the configuration refuses one, naming the field), and
+    /// panics here, as [`nonzero`] does for a zero budget.
     pub fn new(limit: NonZeroU32, window: Duration, algorithm: Algorithm) -> Self {
+        assert!(!window.is_zero(), "a window is longer than zero");
         Self {
             limit,
             window,
             algorithm,
         }
+    }
+
+    /// The window the budget refills over (never zero).
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The same budget over another window (never zero; see [`Quota::new`]).
+    pub fn with_window(self, window: Duration) -> Self {
+        Self::new(self.limit, window, self.algorithm)
     }
 
     pub fn gcra(limit: NonZeroU32, window: Duration) -> Self {
@@ -85,6 +100,7 @@ impl Quota {
         Self { limit, ..self }
     }
 
+    /// The window in nanoseconds: at least 1, at most `u64::MAX`.
     pub fn window_ns(&self) -> Nanos {
         self.window.as_nanos().min(u64::MAX as u128) as Nanos
     }
@@ -561,6 +577,24 @@ mod tests {
             prop_assert!(capacity(&q, Some(back), t) <= capacity(&q, before, t));
             prop_assert!(capacity(&q, Some(back), t) >= capacity(&q, Some(after), t));
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "a window is longer than zero")]
+    fn a_zero_window_is_a_bug_not_a_budget() {
+        let _ = Quota::gcra(nonzero(1), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_quota_keeps_its_window_whatever_it_is_given_next() {
+        let q = Quota::gcra(nonzero(30), Duration::from_secs(60));
+        assert_eq!(q.window_ns(), 60_000_000_000);
+        let wider = q.with_window(Duration::from_secs(120));
+        assert_eq!(
+            (wider.limit(), wider.window()),
+            (30, Duration::from_secs(120))
+        );
+        assert_eq!(wider.emission_interval_ns(), 4_000_000_000);
     }
 
     #[test]

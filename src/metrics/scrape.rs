@@ -182,7 +182,7 @@ impl SettingsView {
                     Mode::Off => "off",
                 },
                 limit: l.quota.limit().to_string(),
-                window_seconds: l.quota.window.as_secs().to_string(),
+                window_seconds: l.quota.window().as_secs().to_string(),
             })
             .collect();
         *self.0.write() = Some(Settings {

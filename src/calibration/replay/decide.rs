@@ -112,7 +112,7 @@ impl Replayer {
                 Mode::Off => "off",
             };
             t.metered += 1;
-            t.window = i64::try_from(r.spec.quota.window.as_nanos()).unwrap_or(i64::MAX);
+            t.window = i64::try_from(r.spec.quota.window().as_nanos()).unwrap_or(i64::MAX);
             let series = t.series.get_or_insert_with(|| Series {
                 bin_seconds: PLOT_BIN_SECONDS,
                 admitted: Vec::new(),

@@ -106,7 +106,7 @@ pub async fn run(cfg: &Config, seed: u64) -> FailedOnlyReport {
                 u64::from(q.limit()) + run / q.emission_interval_ns()
             }
             crate::limiter::Algorithm::FixedWindow => {
-                u64::from(q.limit()) * (1 + run / q.window_ns().max(1))
+                u64::from(q.limit()) * (1 + run / q.window_ns())
             }
         }
     });

@@ -70,7 +70,7 @@ fn ceiling_allows(cfg: &Config, flood_ns: Nanos) -> Option<u64> {
     if l.mode == crate::policy::Mode::Off {
         return None;
     }
-    let window = u64::try_from(l.quota.window.as_nanos()).ok()?.max(1);
+    let window = l.quota.window_ns();
     let limit = u64::from(l.quota.limit());
     Some(limit + (u128::from(limit) * u128::from(flood_ns) / u128::from(window)) as u64)
 }

@@ -165,8 +165,10 @@ fn ceiling(cfg: &Config) -> (NonZeroU64, Nanos) {
         .iter()
         .find(|l| &*l.name == crate::config::AGENT_IP)
         .map(|l| {
-            let w = u64::try_from(l.quota.window.as_nanos()).unwrap_or(u64::MAX);
-            (NonZeroU64::from(l.quota.nonzero_limit()), w.max(1))
+            (
+                NonZeroU64::from(l.quota.nonzero_limit()),
+                l.quota.window_ns(),
+            )
         })
         .unwrap_or((cfg.fleet.max_site_endpoints, 60 * NS))
 }

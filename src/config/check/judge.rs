@@ -82,7 +82,7 @@ fn judge_demand(
     loads: BTreeMap<Workload, Demand>,
 ) -> Judged {
     let limit = effective_limit(l);
-    let window = l.quota.window.as_secs_f64();
+    let window = l.quota.window().as_secs_f64();
     let fixed = l.quota.algorithm == Algorithm::FixedWindow;
     let emission = window / limit as f64;
     let refill_per_min = limit as f64 * 60.0 / window;

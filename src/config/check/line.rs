@@ -46,7 +46,7 @@ pub(super) fn line(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Limite
         }
     };
     let limit = effective_limit(l);
-    let window = l.quota.window.as_secs_f64();
+    let window = l.quota.window().as_secs_f64();
     let fixed = l.quota.algorithm == Algorithm::FixedWindow;
     let (reasons, reason_status) = reasons.into_iter().unzip();
     LimiterCheck {

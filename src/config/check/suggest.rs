@@ -46,7 +46,7 @@ fn with_limit(l: &LimiterSpec, limit: NonZeroU32) -> LimiterSpec {
 
 fn with_window(l: &LimiterSpec, seconds: u64) -> LimiterSpec {
     let mut c = l.clone();
-    c.quota.window = Duration::from_secs(seconds);
+    c.quota = c.quota.with_window(Duration::from_secs(seconds));
     c
 }
 
@@ -152,7 +152,7 @@ fn fix(
     Fix {
         change,
         limit: changed.quota.limit(),
-        window: duration_text(changed.quota.window),
+        window: duration_text(changed.quota.window()),
         key: key_text(changed),
         toml: format!("[limiters.{}]\n{line}\n", l.name),
         status: verdict(changed, model, table),
@@ -182,7 +182,7 @@ pub(super) fn suggest(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Sug
             let c = with_limit(l, n);
             fixes.push(fix(l, &c, "limit", format!("limit = {n}"), model, table));
         }
-        let window = l.quota.window;
+        let window = l.quota.window();
         let below = window.as_secs() + u64::from(window.subsec_nanos() > 0);
         if let Some(s) = longest_window(l, below, model, table) {
             let c = with_window(l, s);

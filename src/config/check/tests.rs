@@ -412,7 +412,9 @@ fn assert_smallest(cfg: &Config, name: &str) -> Option<Fix> {
                     .unwrap()
                     .as_secs();
                 let longer = with(cfg, name, |l| {
-                    l.quota.window = std::time::Duration::from_secs(secs + 1);
+                    l.quota = l
+                        .quota
+                        .with_window(std::time::Duration::from_secs(secs + 1));
                 });
                 assert!(
                     line(&check(&longer), name).status >= Status::AtRisk,

@@ -24,7 +24,7 @@ fn the_defaults_are_the_calibration() {
                 "{} | {} / {}s | key {} | group {} | credential {} | {} | routes {:?} | except {:?}{meter}",
                 l.name,
                 l.quota.limit(),
-                l.quota.window.as_secs(),
+                l.quota.window().as_secs(),
                 l.key.as_str(),
                 l.group,
                 l.credential.as_str(),
@@ -74,14 +74,14 @@ routes = ["POST /api/reports/**"]
     let ad = limiter(&cfg, "agent-device");
     assert_eq!(ad.quota.limit(), 60);
     assert_eq!(
-        ad.quota.window,
+        ad.quota.window(),
         Duration::from_secs(60),
         "the window stays the built-in one"
     );
     assert_eq!(ad.key, KeyKind::IpAgent);
     let reports = limiter(&cfg, "reports");
     assert_eq!(
-        (reports.quota.limit(), reports.quota.window),
+        (reports.quota.limit(), reports.quota.window()),
         (5, Duration::from_secs(3600))
     );
     assert_eq!(&*reports.group, "reports", "a new limiter is its own group");
@@ -110,7 +110,7 @@ fn environment_overrides_the_file_and_flags_override_both() {
         .expect("valid");
     assert_eq!(limiter(&cfg, "agent-device").quota.limit(), 90);
     assert_eq!(
-        limiter(&cfg, "key-rotation").quota.window,
+        limiter(&cfg, "key-rotation").quota.window(),
         Duration::from_secs(3600)
     );
     assert_eq!(limiter(&cfg, "key-rotation").quota.limit(), 3);
