@@ -9,6 +9,7 @@ use crate::keys::KeyKind;
 use crate::path::CanonicalPath;
 use crate::policy::{LimiterSpec, Policy};
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 
 /// One request of a workload: method, path, the credential it carries, whether it names an
 /// agent or a verified user (its own bucket under `ip+agent` or `user-or-ip`), whether it
@@ -25,7 +26,7 @@ pub(super) struct Req {
 
 pub(super) struct Spec {
     pub(super) workload: Workload,
-    pub(super) clients: u64,
+    pub(super) clients: NonZeroU64,
     pub(super) steady: bool,
     pub(super) unit: &'static str,
     pub(super) reqs: Vec<Req>,
@@ -54,7 +55,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
     vec![
         Spec {
             workload: Workload::AgentIdle,
-            clients: f.max_site_endpoints.get(),
+            clients: f.max_site_endpoints,
             steady: true,
             unit: "agent",
             reqs: vec![
@@ -67,7 +68,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
         },
         Spec {
             workload: Workload::Rollout,
-            clients: f.max_site_endpoints.get(),
+            clients: f.max_site_endpoints,
             steady: false,
             unit: "endpoint",
             reqs: vec![
@@ -77,7 +78,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
         },
         Spec {
             workload: Workload::Dashboards,
-            clients: f.analysts_per_nat.get(),
+            clients: f.analysts_per_nat,
             steady: true,
             unit: if verified {
                 "verified analyst"
@@ -99,7 +100,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
         },
         Spec {
             workload: Workload::CliLogin,
-            clients: 1,
+            clients: NonZeroU64::MIN,
             steady: true,
             unit: "CLI",
             reqs: vec![anon(
@@ -112,7 +113,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
 }
 
 /// Clients of a workload sharing one bucket of a limiter keyed `key`.
-pub(super) fn sharers(key: &KeyKind, req: &Req, clients: u64) -> u64 {
+pub(super) fn sharers(key: &KeyKind, req: &Req, clients: NonZeroU64) -> u64 {
     let own = match key {
         KeyKind::IpAgent => req.agent_id,
         KeyKind::UserOrIp => req.user,
@@ -121,7 +122,7 @@ pub(super) fn sharers(key: &KeyKind, req: &Req, clients: u64) -> u64 {
     if own {
         1
     } else {
-        clients.max(1)
+        clients.get()
     }
 }
 
