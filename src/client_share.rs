@@ -71,11 +71,13 @@ impl ClientShares {
     }
 
     /// How many units `addr` holds now.
+    #[cfg(test)]
     pub fn held_by(&self, addr: IpAddr) -> usize {
         self.held.lock().get(&addr).copied().unwrap_or(0)
     }
 
     /// How many addresses hold at least one unit now.
+    #[cfg(test)]
     pub fn holders(&self) -> usize {
         self.held.lock().len()
     }

@@ -27,6 +27,7 @@ pub struct Limit {
 
 impl Limit {
     /// Whether [`raise`] changed the soft limit.
+    #[cfg(test)]
     pub fn raised(&self) -> bool {
         self.soft != self.before
     }

@@ -11,7 +11,7 @@
 //! | store | [`store`] | one decision per key, memory or Redis, same math from [`limiter`] |
 //! | decision | [`decision`] | runs the steps above; all limiters must allow |
 //! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
-//! | admission | [`admission`] | caps allowed requests in flight to the upstream; a short queue, then 503 |
+//! | admission | `admission` | caps allowed requests in flight to the upstream; a short queue, then 503 |
 //! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
 //!
 //! Around them: [`metrics`] and the decision's observer count and log each decision;
@@ -149,26 +149,26 @@
 #[path = "../tests/support/macros.rs"]
 mod test_macros;
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod calibration;
 pub mod client_ip;
-pub mod client_share;
+pub(crate) mod client_share;
 pub mod clock;
 pub mod config;
 pub mod decision;
-pub mod descriptors;
+pub(crate) mod descriptors;
 mod error;
 pub mod http;
 pub mod identity;
 pub mod keys;
-pub mod known_agents;
+pub(crate) mod known_agents;
 pub mod limiter;
-pub mod log_sink;
+pub(crate) mod log_sink;
 pub mod methods;
 pub mod metrics;
 pub mod path;
 pub mod policy;
-pub mod redact;
+pub(crate) mod redact;
 pub mod serve;
 pub mod store;
 pub(crate) mod tls;

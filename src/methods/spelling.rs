@@ -28,7 +28,7 @@ pub fn is_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(is_tchar)
 }
 
-/// A query parameter name as override parameters are compared (see [`normalised_param`]).
+/// A query parameter name as override parameters are compared (see `normalised_param`).
 pub fn param_name(raw: &[u8]) -> Vec<u8> {
     normalised_param(raw).collect()
 }

@@ -4,7 +4,7 @@
 //! limiter) and is fed plain facts. Recording is one atomic add per counter: each limiter's
 //! handles ([`LimiterMeter`]) are resolved once, when the settings are built, never looked up
 //! per request. What the store and the settings hold now (tracked keys, limiter budgets) is read
-//! at scrape time by collectors ([`scrape`]).
+//! at scrape time by collectors (`scrape.rs`).
 
 mod histogram;
 mod labels;

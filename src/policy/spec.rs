@@ -70,7 +70,7 @@ pub enum Meter {
     #[default]
     Requests,
     /// Only requests from agent ids it has not admitted at that IP within `known_for`
-    /// (see [`crate::known_agents`]); a known agent skips it. For `ip`-keyed ceilings.
+    /// (see `known_agents`); a known agent skips it. For `ip`-keyed ceilings.
     NewAgents,
 }
 
@@ -84,7 +84,7 @@ impl Meter {
 }
 
 /// How long a `new-agents` limiter remembers an admitted agent id, and how many it remembers
-/// per address (an IPv4 address or an IPv6 /56, see [`crate::known_agents`]).
+/// per address (an IPv4 address or an IPv6 /56, see `known_agents`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Remember {
     pub known_for: std::time::Duration,

@@ -96,7 +96,7 @@ pub struct SiteOutcome {
     pub table_at_arrival: TableCounts,
 }
 
-/// What the known-agents table holds and did ([`Counts`], named for a report).
+/// What the known-agents table holds and did (the table's `Counts`, named for a report).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct TableCounts {
     pub probation: u64,

@@ -205,7 +205,7 @@ pub struct CheckReport {
     pub known_agents: Option<KnownTable>,
 }
 
-/// The known-agents table against the declared fleet (see [`crate::known_agents`]).
+/// The known-agents table against the declared fleet (see `known_agents`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KnownTable {
     /// Ids in all: `store.max_keys`.
@@ -229,7 +229,7 @@ pub struct KnownTable {
     /// max_agents`.
     pub others_protected: u64,
     /// How long a first sighting is guaranteed a place, and a protected id may go unseen
-    /// before it is the first to give way ([`crate::known_agents::grace`]).
+    /// before it is the first to give way (`known_agents::grace`).
     pub grace_seconds: u64,
 }
 

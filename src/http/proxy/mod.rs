@@ -78,7 +78,7 @@ pub struct Upstream {
 
 /// Who a request's client is, for the caps per client address: the limiter's client IP (the
 /// peer, or the rightmost untrusted hop behind the trusted proxies of the settings in force),
-/// normalised as keys are ([`crate::client_share::client_address`]).
+/// normalised as keys are (`client_share::client_address`).
 #[derive(Clone)]
 pub struct ClientAddresses(Option<Arc<Decider>>);
 
