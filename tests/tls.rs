@@ -91,8 +91,36 @@ fn tls_redis(pki: &Pki) -> Option<TlsRedis> {
     tls_redis_node(pki, false)
 }
 
-/// The same; with `cluster`, a Cluster node whose bus speaks TLS too.
+/// The same; with `cluster`, a Cluster node whose bus speaks TLS too. A port taken between
+/// choosing it and binding it (other tests start servers meanwhile) is retried on a fresh one.
 fn tls_redis_node(pki: &Pki, cluster: bool) -> Option<TlsRedis> {
+    const ATTEMPTS: u32 = 5;
+    let mut why = String::new();
+    for _ in 0..ATTEMPTS {
+        match start_tls_redis(pki, cluster) {
+            Ok(r) => return Some(r),
+            Err(Start::Exited(e)) => why = e,
+            Err(Start::Unavailable(e)) => {
+                unavailable(&e);
+                return None;
+            }
+        }
+    }
+    unavailable(&format!(
+        "redis-server with --tls-port exited {ATTEMPTS} times; is it built with TLS? {why}"
+    ));
+    None
+}
+
+/// Why one start of a TLS `redis-server` gave nothing.
+enum Start {
+    /// It exited before listening (its port taken meanwhile, or no TLS in this build).
+    Exited(String),
+    /// It cannot run here at all.
+    Unavailable(String),
+}
+
+fn start_tls_redis(pki: &Pki, cluster: bool) -> Result<TlsRedis, Start> {
     let port = redis_support::free_cluster_port();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cmd = Command::new("redis-server");
@@ -113,30 +141,29 @@ fn tls_redis_node(pki: &Pki, cluster: bool) -> Option<TlsRedis> {
         .args(["--tls-auth-clients", "no"])
         .arg("--dir")
         .arg(dir.path())
+        // The reason it stopped, if it does, is in its log.
+        .arg("--logfile")
+        .arg(dir.path().join("redis.log"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            unavailable(&format!("cannot start redis-server: {e}"));
-            return None;
-        }
-    };
+    let mut child =
+        spawned.map_err(|e| Start::Unavailable(format!("cannot start redis-server: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(status)) = child.try_wait() {
-            let mut err = String::new();
+            let mut out = std::fs::read_to_string(dir.path().join("redis.log")).unwrap_or_default();
             if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
+                let _ = e.read_to_string(&mut out);
             }
-            unavailable(&format!(
-                "redis-server with --tls-port exited ({status}); is it built with TLS? {err}"
-            ));
-            return None;
+            let last: Vec<&str> = out.lines().rev().take(3).collect();
+            return Err(Start::Exited(format!(
+                "({status}) {}",
+                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            )));
         }
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Some(TlsRedis {
+            return Ok(TlsRedis {
                 port,
                 child,
                 _dir: dir,
@@ -145,8 +172,9 @@ fn tls_redis_node(pki: &Pki, cluster: bool) -> Option<TlsRedis> {
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = child.kill();
-    unavailable("redis-server with --tls-port never listened");
-    None
+    Err(Start::Unavailable(
+        "redis-server with --tls-port never listened".to_owned(),
+    ))
 }
 
 /// `/readyz` of a gateway, as JSON, with its status code.
