@@ -78,8 +78,8 @@ fn fleet(o: &mut String, f: &FleetReport, y: f64) -> f64 {
     let a = &f.heartbeat_ages;
     let duration = f.duration_seconds as f64;
     let timeout = a.timeout_seconds as f64;
-    let k = merge_factor(a.bin_seconds, a.worst.len());
-    let bin = a.bin_seconds.max(1) * k as u64;
+    let k = merge_factor(a.bin_seconds.get(), a.worst.len());
+    let bin = a.bin_seconds.get() * k as u64;
     let worst = max_f(&a.worst, k);
     let median = max_f(&a.median, k);
     let offline = max_u(&a.offline, k);
@@ -229,7 +229,7 @@ fn fleet(o: &mut String, f: &FleetReport, y: f64) -> f64 {
 
 fn rollout(o: &mut String, r: &RolloutReport, y: f64) -> f64 {
     let (bin, admitted, refused) = counts(&r.series);
-    let k = (bin / r.series.bin_seconds.max(1)) as usize;
+    let k = (bin / r.series.bin_seconds.get()) as usize;
     let enrolled = last_u(&r.enrolled_by_bin, k.max(1));
     let total = (admitted.len().max(enrolled.len()) as u64 * bin) as f64;
     let n = r.endpoints;
@@ -583,7 +583,7 @@ mod tests {
             refused: 1000 * (20 - admitted),
             admitted_per_minute: admitted as f64 * 6.0,
             series: Series {
-                bin_seconds: 10,
+                bin_seconds: crate::calibration::simulate::BIN_SECONDS,
                 admitted: vec![admitted; 1000],
                 refused: vec![20 - admitted; 1000],
             },
@@ -604,7 +604,7 @@ mod tests {
                 admitted_per_minute: BTreeMap::new(),
                 attackers: vec![attacker("rotator", 20), attacker("spray", 1)],
                 series: Series {
-                    bin_seconds: 10,
+                    bin_seconds: crate::calibration::simulate::BIN_SECONDS,
                     admitted: vec![21; 1000],
                     refused: vec![19; 1000],
                 },

@@ -414,9 +414,9 @@ pub(super) fn full_frame(y: f64, h: f64, total: f64, scale: Scale) -> (Frame, f6
 
 /// Admitted and refused counts merged to a round bin.
 pub(super) fn counts(s: &Series) -> (u64, Vec<u64>, Vec<u64>) {
-    let k = merge_factor(s.bin_seconds, s.admitted.len());
+    let k = merge_factor(s.bin_seconds.get(), s.admitted.len());
     (
-        s.bin_seconds.max(1) * k as u64,
+        s.bin_seconds.get() * k as u64,
         sum(&s.admitted, k),
         sum(&s.refused, k),
     )

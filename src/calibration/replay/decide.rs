@@ -270,8 +270,8 @@ pub(super) const WIDER_BINS: [u64; 9] = [60, 300, 600, 1_800, 3_600, 7_200, 21_6
 /// [`MAX_PLOT_BINS`] of them, so logs spanning years keep a bounded series.
 pub(super) fn record_bounded(series: &mut Series, at: Nanos, admitted: bool) {
     let ns = NS as Nanos;
-    while (at / (series.bin_seconds.max(1) * ns)) as usize >= MAX_PLOT_BINS {
-        let now = series.bin_seconds.max(1);
+    while (at / (series.bin_seconds.get() * ns)) as usize >= MAX_PLOT_BINS {
+        let now = series.bin_seconds.get();
         let wider = WIDER_BINS
             .iter()
             .copied()
@@ -281,7 +281,7 @@ pub(super) fn record_bounded(series: &mut Series, at: Nanos, admitted: bool) {
         let merge = |v: &[u64]| v.chunks(k).map(|c| c.iter().sum()).collect::<Vec<u64>>();
         series.admitted = merge(&series.admitted);
         series.refused = merge(&series.refused);
-        series.bin_seconds = wider;
+        series.bin_seconds = std::num::NonZeroU64::new(wider).unwrap_or(series.bin_seconds);
     }
     series.record(at, admitted);
 }

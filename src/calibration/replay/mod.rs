@@ -67,7 +67,7 @@ use time::UnixNanos;
 
 const NS: i64 = 1_000_000_000;
 /// The bins `--plot` counts requests in, before it merges them to fit the page.
-const PLOT_BIN_SECONDS: u64 = 60;
+const PLOT_BIN_SECONDS: std::num::NonZeroU64 = std::num::NonZeroU64::new(60).unwrap();
 /// Virtual time starts an hour after the clock's zero, as in `simulate`.
 const ORIGIN: Nanos = 3_600 * NS as Nanos;
 /// Malformed lines shown in the report, first come first shown.

@@ -17,6 +17,7 @@ use crate::calibration::traffic;
 use crate::clock::Nanos;
 use crate::config::Config;
 use serde::Serialize;
+use std::num::NonZeroU64;
 
 /// Virtual length of the run.
 pub const DURATION_SECONDS: u64 = 30 * 60;
@@ -55,9 +56,9 @@ pub struct FleetReport {
 
 /// The time since each agent's last admitted heartbeat, followed through the run in bins of
 /// [`super::BIN_SECONDS`]. The start of the run counts as a heartbeat, as in the report.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct HeartbeatAges {
-    pub bin_seconds: u64,
+    pub bin_seconds: NonZeroU64,
     /// `heartbeat_timeout_seconds`: the backend marks an agent offline at this age.
     pub timeout_seconds: u64,
     /// Per bin, the oldest any agent's last admitted heartbeat was at some instant of the bin, in
@@ -69,15 +70,28 @@ pub struct HeartbeatAges {
     pub offline: Vec<u64>,
 }
 
+impl Default for HeartbeatAges {
+    /// No bins yet, of [`super::BIN_SECONDS`].
+    fn default() -> Self {
+        Self {
+            bin_seconds: super::BIN_SECONDS,
+            timeout_seconds: 0,
+            worst: Vec::new(),
+            median: Vec::new(),
+            offline: Vec::new(),
+        }
+    }
+}
+
 impl HeartbeatAges {
     /// From each agent's admitted heartbeats (in order, nanoseconds) over a run of `end`.
     pub fn from_heartbeats(
         admitted: &[Vec<Nanos>],
         end: Nanos,
-        bin_seconds: u64,
+        bin_seconds: NonZeroU64,
         timeout: Nanos,
     ) -> Self {
-        let bin = bin_seconds.max(1) * NS;
+        let bin = bin_seconds.get() * NS;
         let bins = end.div_ceil(bin) as usize;
         // ages[b][agent]: the agent's oldest age within bin b.
         let mut ages = vec![Vec::with_capacity(admitted.len()); bins];
@@ -287,8 +301,12 @@ mod tests {
     #[test]
     fn heartbeat_ages_follow_each_agent_through_the_bins() {
         // Agent 0 beats at 5 s and 25 s; agent 1 never; a 30 s run in 10 s bins, offline at 20 s.
-        let a =
-            HeartbeatAges::from_heartbeats(&[vec![5 * NS, 25 * NS], vec![]], 30 * NS, 10, 20 * NS);
+        let a = HeartbeatAges::from_heartbeats(
+            &[vec![5 * NS, 25 * NS], vec![]],
+            30 * NS,
+            crate::calibration::simulate::BIN_SECONDS,
+            20 * NS,
+        );
         assert_eq!(a.worst, vec![10.0, 20.0, 30.0]);
         // Agent 0's oldest: 5 s, 15 s (at 20 s), 20 s (just before 25 s); agent 1's: 10, 20, 30 s.
         assert_eq!(a.offline, vec![0, 1, 2]);

@@ -37,6 +37,7 @@ use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::IpAddr;
+use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -44,7 +45,7 @@ pub const NS: Nanos = 1_000_000_000;
 /// Virtual time starts an hour after the clock's zero, like the system clock.
 const ORIGIN: Nanos = 3_600 * NS;
 /// Width of one bar of the admitted/refused time series.
-pub const BIN_SECONDS: u64 = 10;
+pub const BIN_SECONDS: NonZeroU64 = NonZeroU64::new(10).unwrap();
 /// The NAT every fleet, installer and analyst of a site sits behind.
 pub const SITE_NAT: &str = "203.0.113.10";
 
@@ -268,17 +269,28 @@ impl TokenVerifier for SimVerifier {
 }
 
 /// Admitted and refused requests per [`BIN_SECONDS`] of virtual time.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Series {
-    pub bin_seconds: u64,
+    pub bin_seconds: NonZeroU64,
     pub admitted: Vec<u64>,
     pub refused: Vec<u64>,
+}
+
+impl Default for Series {
+    /// Empty, in bins of [`BIN_SECONDS`].
+    fn default() -> Self {
+        Self {
+            bin_seconds: BIN_SECONDS,
+            admitted: Vec::new(),
+            refused: Vec::new(),
+        }
+    }
 }
 
 impl Series {
     /// Extend with empty bins to cover `secs` of virtual time (a quiet end still shows).
     pub fn pad_to(&mut self, secs: u64) {
-        let bins = secs.div_ceil(self.bin_seconds.max(1)) as usize;
+        let bins = secs.div_ceil(self.bin_seconds.get()) as usize;
         if self.admitted.len() < bins {
             self.admitted.resize(bins, 0);
             self.refused.resize(bins, 0);
@@ -286,7 +298,7 @@ impl Series {
     }
 
     pub(crate) fn record(&mut self, at: Nanos, admitted: bool) {
-        let bin = (at / (self.bin_seconds * NS)) as usize;
+        let bin = (at / (self.bin_seconds.get() * NS)) as usize;
         if self.admitted.len() <= bin {
             self.admitted.resize(bin + 1, 0);
             self.refused.resize(bin + 1, 0);

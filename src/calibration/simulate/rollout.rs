@@ -72,7 +72,7 @@ pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
                 q.push(t + 5 * NS + rng.within(25.0), Ev::Enroll(i));
             }
             (Answer::Admitted, Ev::Enroll(_)) => {
-                let bin = (t / (super::BIN_SECONDS * NS)) as usize;
+                let bin = (t / (super::BIN_SECONDS.get() * NS)) as usize;
                 if enrolled_by_bin.len() <= bin {
                     enrolled_by_bin.resize(bin + 1, 0);
                 }

@@ -127,6 +127,9 @@ impl From<Counts> for TableCounts {
 }
 
 /// The three sites: name, NAT, arrival.
+/// A minute per bin: each site's rate, not its heartbeats' phase.
+const MINUTE: NonZeroU64 = NonZeroU64::new(60).unwrap();
+
 /// Every site arrives before the run ends (each one's rate is over its own time).
 const _: () =
     assert!(AFTER_FILL_SECONDS < DURATION_SECONDS && DURING_FLOOD_SECONDS < DURATION_SECONDS);
@@ -229,7 +232,7 @@ pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
     let mut site_series: Vec<Series> = SITES
         .iter()
         .map(|_| Series {
-            bin_seconds: 60,
+            bin_seconds: MINUTE,
             ..Series::default()
         })
         .collect();
