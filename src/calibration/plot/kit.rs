@@ -45,8 +45,13 @@ pub(super) fn escape(s: &str) -> String {
 /// A line's estimated width in pixels, on the generous side of sans-serif's average glyph
 /// (digits and lower case run narrower), so that an estimate that fits, fits.
 pub(crate) fn text_width(s: &str, size: f64, bold: bool) -> f64 {
-    s.chars().count() as f64 * size * if bold { 0.62 } else { 0.56 }
+    s.chars().count() as f64 * size * if bold { BOLD_CHAR_EM } else { CHAR_EM }
 }
+
+/// Estimated width of one character, as a share of the font size (bold a little wider): the
+/// average advance of a sans-serif face over letters and digits is about half the size.
+const CHAR_EM: f64 = 0.6;
+const BOLD_CHAR_EM: f64 = 0.66;
 
 /// The `font-size` that fits a line into `avail` pixels: `size` when its estimated width fits,
 /// smaller in proportion when it would pass them, so no text is ever clipped (nor stretched).

@@ -8,26 +8,19 @@
 use super::*;
 use crate::calibration::replay::{LimiterReport, ReplayReport};
 
-/// Estimated width of one character, as a share of the font size (bold a little wider): the
-/// average advance of a sans-serif face over letters and digits is about half the size.
-const CHAR_EM: f64 = 0.6;
-const BOLD_CHAR_EM: f64 = 0.66;
 /// A series merged to round bins: the bin's seconds, admitted and refused per bin.
 type Binned = (u64, Vec<u64>, Vec<u64>);
 /// The height of a panel that holds a statement instead of a chart.
 const NOTE: f64 = 44.0;
 
-/// The estimated width of `text` at `size` px.
-pub fn text_width(text: &str, size: f64, bold: bool) -> f64 {
-    text.chars().count() as f64 * size * if bold { BOLD_CHAR_EM } else { CHAR_EM }
-}
-
-/// `text`, shortened with an ellipsis in its middle where it would be wider than `width` px.
-pub fn fit(text: &str, width: f64, size: f64, bold: bool) -> String {
+/// `text`, shortened with an ellipsis in its middle where it would be wider than `width` px
+/// (a name keeps its size and loses its middle; the simulation's sentences are set smaller
+/// instead, by [`fit`]).
+fn shorten(text: &str, width: f64, size: f64, bold: bool) -> String {
     if text_width(text, size, bold) <= width {
         return text.to_owned();
     }
-    let per = size * if bold { BOLD_CHAR_EM } else { CHAR_EM };
+    let per = text_width("m", size, bold);
     let keep = ((width / per).floor() as usize).saturating_sub(1);
     let chars: Vec<char> = text.chars().collect();
     let head = keep.div_ceil(2);
@@ -60,7 +53,7 @@ pub fn headline(l: &LimiterReport) -> String {
         Some(p) => format!(
             "longest lockout {} s ({})",
             l.longest_refusal_run_seconds,
-            fit(p, 180.0, 12.0, false)
+            shorten(p, 180.0, 12.0, false)
         ),
         None => format!("longest lockout {} s", l.longest_refusal_run_seconds),
     };
@@ -82,7 +75,7 @@ fn note(o: &mut String, y: f64, attrs: &str, title: &str, statement: &str) -> f6
         o,
         r#"<text x="{LEFT}" y="{:.1}" font-size="14" font-weight="bold">{}</text>"#,
         y + 20.0,
-        escape(&fit(title, w, 14.0, true))
+        escape(&shorten(title, w, 14.0, true))
     );
     let _ = writeln!(
         o,
@@ -94,7 +87,7 @@ fn note(o: &mut String, y: f64, attrs: &str, title: &str, statement: &str) -> f6
         r#"<text x="{:.1}" y="{:.1}" data-statement="">{}</text>"#,
         LEFT + 10.0,
         y + 30.0 + NOTE / 2.0 + 4.0,
-        escape(&fit(statement, w - 20.0, 12.0, false))
+        escape(&shorten(statement, w - 20.0, 12.0, false))
     );
     let _ = writeln!(o, "</g>");
     y + 30.0 + NOTE + 24.0
@@ -123,7 +116,7 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
             body,
             r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
             y,
-            escape(&fit(
+            escape(&shorten(
                 &format!("{}{}", source(r), which(n, i)),
                 WIDTH - LEFT - RIGHT,
                 12.0,
@@ -148,7 +141,7 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
             r.refused,
             r.matched,
             r.unmetered,
-            escape(&fit(&figures, room, size, false))
+            escape(&shorten(&figures, room, size, false))
         );
         y += 20.0;
     }
@@ -243,8 +236,8 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
             );
             fr.draw(
                 &mut body,
-                &fit(&title, fr.w - 200.0, 14.0, true),
-                &fit(&headline(l), fr.w, 12.0, false),
+                &shorten(&title, fr.w - 200.0, 14.0, true),
+                &shorten(&headline(l), fr.w, 12.0, false),
                 "requests",
                 &[("admitted", GREEN, false), ("refused", RED, false)],
             );
@@ -284,7 +277,7 @@ pub fn replay_svg(reports: &[&ReplayReport]) -> String {
     let _ = writeln!(
         o,
         r#"<text x="{LEFT}" y="24" font-size="16" font-weight="bold">{}</text>"#,
-        escape(&fit(&title, WIDTH - LEFT - RIGHT, 16.0, true))
+        escape(&shorten(&title, WIDTH - LEFT - RIGHT, 16.0, true))
     );
     let _ = writeln!(
         o,
@@ -301,13 +294,13 @@ mod tests {
 
     #[test]
     fn long_text_is_shortened_to_its_width_and_short_text_kept() {
-        assert_eq!(fit("site.log", 500.0, 12.0, false), "site.log");
+        assert_eq!(shorten("site.log", 500.0, 12.0, false), "site.log");
         let long = "x".repeat(500);
         for bold in [false, true] {
-            let f = fit(&long, 300.0, 14.0, bold);
+            let f = shorten(&long, 300.0, 14.0, bold);
             assert!(text_width(&f, 14.0, bold) <= 300.0, "{f}");
             assert!(f.contains('…'));
         }
-        assert_eq!(fit("abcdefghij", 6.0 * 7.2, 12.0, false), "abc…ij");
+        assert_eq!(shorten("abcdefghij", 6.0 * 7.2, 12.0, false), "abc…ij");
     }
 }
