@@ -6,6 +6,8 @@ mod common;
 #[macro_use]
 #[path = "support/macros.rs"]
 mod macros;
+#[path = "support/svg.rs"]
+mod svg;
 
 use common::{Exited, Launch};
 use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport, SimulationReport};
@@ -14,6 +16,7 @@ use fleet_limiter::config::{Config, Loader};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
+use svg::{attr, texts};
 
 const REPLACED: &str = "docs/examples/replaced-calibration.toml";
 /// How long a command may run before the test gives up on it (a deadline, not a measurement).
@@ -550,12 +553,6 @@ struct Drawn {
     values: Vec<f64>,
 }
 
-fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
-    let key = format!(" {name}=\"");
-    let at = tag.find(&key)? + key.len();
-    tag[at..].split('"').next()
-}
-
 /// Every element of the SVG that carries `data-series`.
 fn drawn(svg: &str) -> Vec<Drawn> {
     svg.split('<')
@@ -671,23 +668,6 @@ fn abuse_plot_draws_each_client_s_admitted_rate() {
         let mean = rot.values.iter().sum::<f64>() / rot.values.len() as f64;
         assert!((mean - rotator).abs() < 1.0, "{mean}");
     }
-}
-
-/// Each `<text>` of an SVG: its attributes and its text, unescaped.
-fn texts(svg: &str) -> Vec<(String, String)> {
-    svg.split("<text")
-        .skip(1)
-        .filter_map(|rest| {
-            let (attrs, rest) = rest.split_once('>')?;
-            let (text, _) = rest.split_once("</text>")?;
-            let text = text
-                .replace("&lt;", "<")
-                .replace("&gt;", ">")
-                .replace("&quot;", "\"")
-                .replace("&amp;", "&");
-            Some((attrs.to_owned(), text))
-        })
-        .collect()
 }
 
 /// Every number in a JSON document.

@@ -6,9 +6,12 @@
 
 #[path = "support/replay_logs.rs"]
 mod replay_logs;
+#[path = "support/svg.rs"]
+mod svg;
 
 use replay_logs::*;
 use serde_json::Value;
+use svg::{attr, texts};
 
 /// A deterministic stream of numbers (a 64-bit LCG), so every run writes the same log.
 struct Lcg(u64);
@@ -378,33 +381,6 @@ fn refusal_runs_no_admitted_request_ended_are_not_lockouts() {
         table.contains("unfinished refusal runs (not lockouts): 1 still refused at the end of the log, 2 last request refused, never seen again"),
         "{table}"
     );
-}
-
-/// Every `<text>` element: its attributes and its text, unescaped.
-fn texts(svg: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut rest = svg;
-    while let Some(at) = rest.find("<text ") {
-        rest = &rest[at + 6..];
-        let close = rest.find('>').expect("text tag end");
-        let attrs = rest[..close].to_owned();
-        let end = rest.find("</text>").expect("text end");
-        let body = rest[close + 1..end]
-            .replace("&lt;", "<")
-            .replace("&gt;", ">")
-            .replace("&quot;", "\"")
-            .replace("&amp;", "&");
-        out.push((attrs, body));
-        rest = &rest[end..];
-    }
-    out
-}
-
-fn attr<'a>(attrs: &'a str, name: &str) -> Option<&'a str> {
-    let key = format!(" {name}=\"");
-    let at = format!(" {attrs}").find(&key)?;
-    let v = &attrs[at + key.len() - 1..];
-    v.find('"').map(|e| &v[..e])
 }
 
 /// The numbers in `text`, in order.
