@@ -488,6 +488,29 @@ mod tests {
         }
     }
 
+    /// An allowed request of a cost the bucket holds (`pick` of what it holds), after `hits`.
+    struct CostlyAllow {
+        before: Option<State>,
+        now: Nanos,
+        units: NonZeroU32,
+        verdict: Verdict,
+        after: State,
+    }
+
+    fn costly_allow(q: &Quota, hits: &[(u64, u32)], pick: f64) -> Option<CostlyAllow> {
+        let (before, now) = run_costly(q, hits);
+        let held = capacity(q, before, now);
+        let units = NonZeroU32::new(1 + (held.checked_sub(1)? as f64 * pick) as u32)?;
+        let (verdict, after) = decide_units(q, before, now, units);
+        Some(CostlyAllow {
+            before,
+            now,
+            units,
+            verdict,
+            after: after?,
+        })
+    }
+
     /// A quota and a history of costly requests, each cost up to the quota's limit.
     fn costly() -> impl Strategy<Value = (Quota, Vec<(u64, u32)>, u32)> {
         quota().prop_flat_map(|q| {
@@ -531,15 +554,10 @@ mod tests {
             pick in 0.0f64..1.0,
             later in 0u64..20_000,
         ) {
-            let (before, now) = run_costly(&q, &hits);
-            // A cost the bucket holds (a refusal gives nothing back to test).
-            let held = capacity(&q, before, now);
-            prop_assume!(held > 0);
-            let units = 1 + ((held - 1) as f64 * pick) as u32;
-            let u = NonZeroU32::new(units).expect("a cost is at least 1");
-            let (v, after) = decide_units(&q, before, now, u);
-            prop_assume!(v.allowed);
-            let after = after.expect("an allowed request writes a state");
+            let allowed = costly_allow(&q, &hits, pick);
+            prop_assume!(allowed.is_some(), "the bucket is empty: nothing to give back");
+            let CostlyAllow { before, now, units: u, verdict: v, after } =
+                allowed.expect("assumed");
             let t = now + later * 1_000_000;
             let back = give_back(&q, after, u);
             prop_assert_eq!(capacity(&q, Some(back), t), capacity(&q, before, t));
@@ -558,15 +576,10 @@ mod tests {
             taken_ago in 0u64..20_000,
             later in 0u64..20_000,
         ) {
-            let (before, now) = run_costly(&q, &hits);
-            // A cost the bucket holds (a refusal gives nothing back to test).
-            let held = capacity(&q, before, now);
-            prop_assume!(held > 0);
-            let units = 1 + ((held - 1) as f64 * pick) as u32;
-            let u = NonZeroU32::new(units).expect("a cost is at least 1");
-            let (v, after) = decide_units(&q, before, now, u);
-            prop_assume!(v.allowed);
-            let after = after.expect("an allowed request writes a state");
+            let allowed = costly_allow(&q, &hits, pick);
+            prop_assume!(allowed.is_some(), "the bucket is empty: nothing to give back");
+            let CostlyAllow { before, now, units: u, verdict: v, after } =
+                allowed.expect("assumed");
             // The answer comes `taken_ago` ms after the decision.
             let answered_at = now + taken_ago * 1_000_000;
             let outstanding = v.reset_after_ns.saturating_sub(taken_ago * 1_000_000);
