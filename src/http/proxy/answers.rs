@@ -4,13 +4,13 @@
 
 use super::body::IdleTimeout;
 use super::client::{Lease, UpstreamError};
-use super::headers::{connection_named, parse_length, skip_header};
+use super::headers::{end_to_end_headers, parse_length};
 use super::pace::{BodyRules, Trip};
 use crate::admission::{Admission, Slot};
 use crate::http::response::Problem;
 use crate::metrics::Metrics;
 use actix_web::body::{BodyStream, SizedStream};
-use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::ConnectionType;
 use actix_web::{web, HttpResponse};
 use bytes::Bytes;
@@ -68,23 +68,7 @@ pub(super) fn answer(
     let status = actix_web::http::StatusCode::from_u16(res.status().as_u16())
         .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
     let mut back = HttpResponse::build(status);
-    let named = connection_named(
-        res.headers()
-            .get_all(hyper::header::CONNECTION)
-            .iter()
-            .map(|v| v.as_bytes()),
-    );
-    for (name, value) in res.headers() {
-        if skip_header(name.as_str(), &named) {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_str().as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
-            back.append_header((n, v));
-        }
-    }
+    end_to_end_headers(res.headers(), &mut back);
     let len = parse_length(
         res.headers()
             .get(hyper::header::CONTENT_LENGTH)

@@ -109,3 +109,29 @@ pub(super) fn upstream_request(
     }
     Some(out)
 }
+
+/// Copy the upstream answer's end-to-end headers onto the client's answer: hop-by-hop ones and
+/// those its `Connection` header names are dropped, and so is any the client's side cannot
+/// carry.
+pub(super) fn end_to_end_headers(
+    upstream: &hyper::HeaderMap,
+    back: &mut actix_web::HttpResponseBuilder,
+) {
+    let named = connection_named(
+        upstream
+            .get_all(hyper::header::CONNECTION)
+            .iter()
+            .map(|v| v.as_bytes()),
+    );
+    for (name, value) in upstream {
+        if skip_header(name.as_str(), &named) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            header::HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            back.append_header((n, v));
+        }
+    }
+}

@@ -23,13 +23,13 @@
 use super::answers::{answer, bad_request, closing, upstream_error};
 use super::body::{later, ProxyBody};
 use super::client::{Lease, UpstreamClient, UpstreamError};
-use super::headers::{connection_named, parse_length, skip_header, upstream_request};
+use super::headers::{connection_named, end_to_end_headers, parse_length, upstream_request};
 use super::Upstream;
 use crate::client_share::{ClientHold, ClientShares};
 use crate::config::websocket::Caps;
 use crate::http::response::Problem;
 use crate::metrics::{Metrics, UpgradeRefusal};
-use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::header::{self, HeaderValue};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
@@ -376,23 +376,7 @@ fn switching_protocols(
     res: &hyper::Response<hyper::body::Incoming>,
 ) -> actix_web::HttpResponseBuilder {
     let mut back = HttpResponse::build(StatusCode::SWITCHING_PROTOCOLS);
-    let named = connection_named(
-        res.headers()
-            .get_all(hyper::header::CONNECTION)
-            .iter()
-            .map(|v| v.as_bytes()),
-    );
-    for (name, value) in res.headers() {
-        if skip_header(name.as_str(), &named) {
-            continue;
-        }
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name.as_str().as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
-            back.append_header((n, v));
-        }
-    }
+    end_to_end_headers(res.headers(), &mut back);
     let protocol = res
         .headers()
         .get(hyper::header::UPGRADE)
