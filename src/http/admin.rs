@@ -112,8 +112,9 @@ impl Control {
             Err(e) => {
                 // Configuration errors already hide secrets; a URL from elsewhere loses its password.
                 let e = crate::redact::urls_in(&e).into_owned();
-                self.decider.metrics().reloaded(false);
+                // Logged before it is counted: whoever watches the counter finds the line written.
                 tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration stays in effect");
+                self.decider.metrics().reloaded(false);
                 return Err(e);
             }
         };
@@ -131,8 +132,8 @@ impl Control {
                         "{}: server.tls_cert_file: {e:#}",
                         new.origin("server.tls_cert_file")
                     );
-                    self.decider.metrics().reloaded(false);
                     tracing::error!(trigger, error = %e, "configuration reload rejected; the previous configuration and certificate stay in effect");
+                    self.decider.metrics().reloaded(false);
                     return Err(e);
                 }
             },
@@ -148,7 +149,6 @@ impl Control {
         }
         self.decider.reload(&new);
         self.cors.set(&new.cors);
-        self.decider.metrics().reloaded(true);
         if let Some(w) = new.identity.plain_http_warning() {
             tracing::warn!(trigger, "{w}");
         }
@@ -167,6 +167,7 @@ impl Control {
             enabled = new.enabled,
             "configuration reloaded"
         );
+        self.decider.metrics().reloaded(true);
         *current = new;
         Ok(report)
     }
