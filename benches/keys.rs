@@ -1,9 +1,7 @@
 //! Key derivation: IP normalisation, agent-id validation, principal key and digest.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use fleet_limiter::keys::{
-    digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind,
-};
+use fleet_limiter::{digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind};
 use std::net::IpAddr;
 use std::sync::Arc;
 

@@ -5,8 +5,8 @@
 use actix_web::dev::Service;
 use actix_web::{test, web, App};
 use criterion::{criterion_group, criterion_main, Criterion};
-use fleet_limiter::config::{Config, Loader};
-use fleet_limiter::http::middleware::FleetLimiter;
+use fleet_limiter::FleetLimiter;
+use fleet_limiter::{Config, Loader};
 use std::net::SocketAddr;
 use std::time::Instant;
 

@@ -2,10 +2,10 @@
 //! path, a refusal, and the route policy on the result.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use fleet_limiter::config::Config;
-use fleet_limiter::identity::Credential;
-use fleet_limiter::path::{CanonicalPath, PathRules};
-use fleet_limiter::policy::Policy;
+use fleet_limiter::Config;
+use fleet_limiter::Credential;
+use fleet_limiter::Policy;
+use fleet_limiter::{CanonicalPath, PathRules};
 
 fn path(c: &mut Criterion) {
     let mut g = c.benchmark_group("path");

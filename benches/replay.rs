@@ -2,7 +2,7 @@
 //! logs the forwarding and agent-id headers.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use fleet_limiter::calibration::replay::nginx::Format;
+use fleet_limiter::calibration::LogFormat as Format;
 
 fn parse(c: &mut Criterion) {
     let mut g = c.benchmark_group("replay_parse");

@@ -2,12 +2,12 @@
 //! distinct buckets (each bucket already exists, so the map lookup misses the CPU caches).
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use fleet_limiter::clock::SystemClock;
-use fleet_limiter::keys::BucketKey;
-use fleet_limiter::limiter::nonzero;
-use fleet_limiter::limiter::Quota;
-use fleet_limiter::store::memory::MemoryStore;
-use fleet_limiter::store::Check;
+use fleet_limiter::nonzero;
+use fleet_limiter::BucketKey;
+use fleet_limiter::Check;
+use fleet_limiter::MemoryStore;
+use fleet_limiter::Quota;
+use fleet_limiter::SystemClock;
 use std::sync::Arc;
 use std::time::Duration;
 

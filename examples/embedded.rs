@@ -11,9 +11,9 @@
 //! `Decided` request extension.
 
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
-use fleet_limiter::config::Loader;
-use fleet_limiter::http::cors::Cors;
-use fleet_limiter::http::middleware::{Decided, FleetLimiter};
+use fleet_limiter::Cors;
+use fleet_limiter::Loader;
+use fleet_limiter::{Decided, FleetLimiter};
 
 async fn heartbeat(req: HttpRequest) -> HttpResponse {
     // The limiter already decided; this request was allowed.
@@ -49,7 +49,7 @@ async fn main() -> anyhow::Result<()> {
                     let decider = decider.clone();
                     async move {
                         HttpResponse::Ok()
-                            .content_type(fleet_limiter::metrics::CONTENT_TYPE)
+                            .content_type(fleet_limiter::METRICS_CONTENT_TYPE)
                             .body(decider.metrics().render())
                     }
                 }),

@@ -5,12 +5,12 @@
 //! cargo run --release --example memory_per_key -- 1000000
 //! ```
 
-use fleet_limiter::clock::SystemClock;
-use fleet_limiter::keys::BucketKey;
-use fleet_limiter::limiter::nonzero;
-use fleet_limiter::limiter::Quota;
-use fleet_limiter::store::memory::MemoryStore;
-use fleet_limiter::store::{Check, Store};
+use fleet_limiter::nonzero;
+use fleet_limiter::BucketKey;
+use fleet_limiter::MemoryStore;
+use fleet_limiter::Quota;
+use fleet_limiter::SystemClock;
+use fleet_limiter::{Check, Store};
 use std::sync::Arc;
 use std::time::Duration;
 

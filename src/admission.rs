@@ -122,11 +122,13 @@ impl Gate {
         }
     }
 
+    #[cfg(test)]
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The most slots one client address may hold or wait for.
+    #[cfg(test)]
     pub fn per_client(&self) -> Option<usize> {
         self.shares.as_ref().map(|s| s.limit())
     }

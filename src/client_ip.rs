@@ -10,7 +10,7 @@
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 /// Which header trusted proxies append the client to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -81,18 +81,6 @@ where
         }
     }
     client
-}
-
-/// Convenience for callers holding a socket address.
-pub fn client_ip_from_socket<'a, I>(
-    peer: SocketAddr,
-    header_values: I,
-    t: &TrustedProxies,
-) -> IpAddr
-where
-    I: IntoIterator<Item = &'a [u8]>,
-{
-    client_ip(peer.ip(), header_values, t)
 }
 
 fn trim(raw: &[u8]) -> &[u8] {

@@ -324,9 +324,6 @@ impl fmt::Display for BucketKey {
     }
 }
 
-/// Unspecified IPv4, used where no address can be had at all.
-pub const UNKNOWN_IP: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
-
 #[cfg(test)]
 mod tests {
     use super::*;

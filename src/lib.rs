@@ -1,55 +1,57 @@
 //! fleet-limiter: a principal-keyed rate limiter for agent-fleet HTTP APIs.
 //!
-//! One request flows one way through one module per step:
+//! One request flows one way through one module per step (the modules are private; what an
+//! embedder uses is re-exported here, at the crate root):
 //!
-//! | step | module | what it does |
-//! |---|---|---|
-//! | client IP | [`client_ip`] | peer address, or the rightmost untrusted hop behind trusted proxies |
-//! | identity | [`identity`] | agent id, verified dashboard user, credential kind |
-//! | policy | [`policy`] | which limiters meter the request (routes, groups, credentials) |
-//! | keys | [`keys`] | principal keys, IP normalisation, digests |
-//! | store | [`store`] | one decision per key, memory or Redis, same math from [`limiter`] |
-//! | decision | [`decision`] | runs the steps above; all limiters must allow |
-//! | response | [`http::response`] | `RateLimit*` headers, or 429 problem+json with `Retry-After` |
-//! | admission | `admission` | caps allowed requests in flight to the upstream; a short queue, then 503 |
-//! | proxy | [`http::proxy`] | streams allowed requests to the upstream and back |
+//! | step | file | what it does | API |
+//! |---|---|---|---|
+//! | client IP | `client_ip.rs` | peer address, or the rightmost untrusted hop behind trusted proxies | [`client_ip()`], [`TrustedProxies`] |
+//! | identity | `identity/` | agent id, verified dashboard user, credential kind | [`TokenVerifier`], [`Credential`] |
+//! | policy | `policy/` | which limiters meter the request (routes, groups, credentials) | [`Policy`], [`CanonicalPath`] |
+//! | keys | `keys.rs` | principal keys, IP normalisation, digests | [`BucketKey`], [`normalize_ip`], [`digest`] |
+//! | store | `store/` | one decision per key, memory or Redis, same math from `limiter/` | [`Store`], [`MemoryStore`], [`RedisStore`] |
+//! | decision | `decision/` | runs the steps above; all limiters must allow | [`Decider`], [`Outcome`] |
+//! | response | `http/response.rs` | `RateLimit*` headers, or 429 problem+json with `Retry-After` | [`limit_headers`], [`too_many_requests`] |
+//! | admission | `admission.rs` | caps allowed requests in flight to the upstream; a short queue, then 503 | |
+//! | proxy | `http/proxy/` | streams allowed requests to the upstream and back | [`serve_gateway`] |
 //!
-//! Around them: [`metrics`] and the decision's observer count and log each decision;
-//! [`http::admin`] serves `/metrics`, health and reload, and handles signals; [`http::cors`] lets
-//! browsers read refusals.
-//!
-//! [`config`] turns TOML, environment and flags into a validated [`config::Config`];
-//! [`clock`] injects time so every limiter can run in virtual time. `tls` builds the TLS
-//! client and listener configurations every outgoing connection (JWKS, Redis, upstream) and the
-//! listener use. [`calibration`] checks a configuration against the fleet it must carry,
-//! simulates it and replays access logs through it.
-
+//! Around them: `metrics/` and the decision's observer count and log each decision
+//! ([`Metrics`]); `http/admin.rs` serves `/metrics`, health and reload, and handles signals;
+//! `http/cors.rs` lets browsers read refusals ([`Cors`]). `config/` turns TOML, environment and
+//! flags into a validated [`Config`] (every setting is a row of [`SETTINGS`]); `clock.rs`
+//! injects time so every limiter can run in virtual time ([`ManualClock`]). [`calibration`]
+//! checks a configuration against the fleet it must carry, simulates it and replays access logs
+//! through it: the binary's `check`, `simulate` and `replay` commands.
 //!
 //! # The public API
 //!
-//! What an embedder needs is listed here and is the supported API. The other modules are
-//! public too, because the integration tests, benches and the binary reach into them, but they
-//! are not a stable API. The binary (`src/main.rs`) is argument parsing over [`serve::run`] and
-//! [`calibration`] (the `check`, `simulate` and `replay` commands).
+//! Everything public is listed here; nothing else is reachable from outside the crate.
 //!
-//! - [`http::middleware::FleetLimiter`]: the actix-web middleware, built from a configuration.
-//! - [`Error`]: what [`build_decider`], [`FleetLimiter::from_config`](http::middleware::FleetLimiter::from_config)
-//!   and [`http::serve_gateway`] return when they cannot build or run, with its exit code.
-//! - [`config::Loader`] and [`config::Config`]: defaults, TOML, `FLEET_LIMITER_*`, flags.
-//! - [`decision::Decider`]: the limiter with no HTTP in it, fed [`decision::RequestFacts`].
-//! - [`store::Store`]: the store trait, with [`store::memory::MemoryStore`] and
-//!   [`store::redis::RedisStore`]; [`limiter::Quota`] and [`limiter::Verdict`] are its terms.
-//! - [`keys`]: how a principal becomes a bucket name ([`keys::normalize_ip`],
-//!   [`keys::principal_key`], [`keys::digest`]).
-//! - [`metrics::Metrics`]: one decider's metrics, rendered for `/metrics`.
-//! - [`clock`]: the injected clock, so everything can run in virtual time.
+//! - [`FleetLimiter`]: the actix-web middleware, built from a configuration; [`Decided`] is
+//!   what it leaves in a request's extensions.
+//! - [`serve`] and [`serve_gateway`]: the gateway, as the binary runs it.
+//! - [`Error`]: what [`build_decider`], [`FleetLimiter::from_config`] and [`serve_gateway`]
+//!   return when they cannot build or run, with its exit code.
+//! - [`Loader`] and [`Config`]: defaults, TOML, `FLEET_LIMITER_*`, flags; [`SETTINGS`] is the
+//!   table of every setting (path, variable, flag, default, live or restart on reload).
+//! - [`Decider`]: the limiter with no HTTP in it, fed [`RequestFacts`], answering an
+//!   [`Outcome`] of one [`LimitResult`] per limiter; [`limit_headers`], [`apply_headers`] and
+//!   [`too_many_requests`] render it as the gateway does.
+//! - [`Store`]: the store trait, with [`MemoryStore`] and [`RedisStore`]; [`Check`],
+//!   [`Quota`] and [`Verdict`] are its terms.
+//! - [`normalize_ip`], [`principal_key`], [`digest`], [`BucketKey`]: how a principal becomes a
+//!   bucket name.
+//! - [`Policy`], [`CanonicalPath`], [`PathRules`]: which limiters a request meets.
+//! - [`Metrics`]: one decider's metrics, rendered for `/metrics`.
+//! - [`Clock`], [`ManualClock`], [`SystemClock`]: the injected clock.
+//! - With `--features actix-governor`: `AgentDeviceKey`, `VerifiedUserKey`, `MaskedIpKey` and
+//!   `ClientAddress`, fleet-limiter's principals as `actix_governor::KeyExtractor`s.
 //!
 //! The middleware in an app of your own (see `examples/embedded.rs` for a full one):
 //!
 //! ```no_run
 //! use actix_web::{web, App, HttpResponse, HttpServer};
-//! use fleet_limiter::config::Loader;
-//! use fleet_limiter::http::middleware::FleetLimiter;
+//! use fleet_limiter::{FleetLimiter, Loader};
 //!
 //! # async fn run() -> anyhow::Result<()> {
 //! let cfg = Loader::new().process_env().load()?;
@@ -67,15 +69,13 @@
 //! ```
 //!
 //! The decider on its own, in virtual time: an enrolled agent's heartbeats against the built-in
-//! `agent-device` budget of 30 a minute.
+//! `agent-device` budget of 30 a minute, and the answer the gateway gives once it runs dry.
 //!
 //! ```
-//! use fleet_limiter::clock::ManualClock;
-//! use fleet_limiter::config::Config;
-//! use fleet_limiter::decision::{Decider, RequestFacts};
-//! use fleet_limiter::identity::NoVerifier;
-//! use fleet_limiter::path::CanonicalPath;
-//! use fleet_limiter::store::memory::MemoryStore;
+//! use fleet_limiter::{
+//!     limit_headers, CanonicalPath, Config, Decider, HeaderProfile, KeyHeaders, ManualClock,
+//!     MemoryStore, NoVerifier, RequestFacts,
+//! };
 //! use std::sync::Arc;
 //!
 //! # actix_rt::System::new().block_on(async {
@@ -90,7 +90,7 @@
 //!     agent_id: Some(b"agent-1"),
 //!     authorization: None,
 //!     session_token: None,
-//!     key_headers: fleet_limiter::decision::KeyHeaders::default(),
+//!     key_headers: KeyHeaders::default(),
 //! };
 //! for _ in 0..30 {
 //!     assert!(!decider.decide(&heartbeat).await.refused());
@@ -98,16 +98,34 @@
 //! let refused = decider.decide(&heartbeat).await;
 //! assert!(refused.refused());
 //! assert_eq!(refused.retry_after_secs(), Some(2), "one request's worth of refill");
+//! let headers = limit_headers(&refused, &HeaderProfile::default(), None);
+//! let remaining = headers.iter().find(|(name, _)| name == "ratelimit-remaining");
+//! assert_eq!(remaining.map(|(_, v)| v.as_str()), Some("0"), "{headers:?}");
 //! clock.advance(std::time::Duration::from_secs(2));
 //! assert!(!decider.decide(&heartbeat).await.refused());
 //! # });
+//! ```
+//!
+//! Which limiters a request meets, before any bucket is touched:
+//!
+//! ```
+//! use fleet_limiter::{CanonicalPath, Config, Credential, Policy};
+//!
+//! let policy = Policy::new(Config::default().limiters);
+//! let path = CanonicalPath::of_static("/api/agent/heartbeat");
+//! let names: Vec<String> = policy
+//!     .applicable("POST", &path, Credential::None)
+//!     .iter()
+//!     .map(|l| l.name.to_string())
+//!     .collect();
+//! assert!(names.iter().any(|n| n == "agent-device"), "{names:?}");
 //! ```
 //!
 //! A bucket's name: the limiter and the principal, digested so that no raw agent id, token or
 //! key is ever stored.
 //!
 //! ```
-//! use fleet_limiter::keys::{digest, normalize_ip, principal_key, KeyKind};
+//! use fleet_limiter::{digest, normalize_ip, principal_key, KeyKind};
 //!
 //! let ip = normalize_ip("::ffff:198.51.100.9".parse().unwrap(), 56);
 //! assert_eq!(ip, "198.51.100.9");
@@ -118,14 +136,11 @@
 //! assert_eq!(digest("agent-device", &principal).len(), 16);
 //! ```
 //!
-//! A store of your own implements [`store::Store`]; the memory store shows the contract:
-//! every check of one request is decided together, all-or-nothing.
+//! A store of your own implements [`Store`]; the memory store shows the contract: every check
+//! of one request is decided together, all-or-nothing.
 //!
 //! ```
-//! use fleet_limiter::clock::ManualClock;
-//! use fleet_limiter::keys::BucketKey;
-//! use fleet_limiter::limiter::{nonzero, Quota};
-//! use fleet_limiter::store::{memory::MemoryStore, Check};
+//! use fleet_limiter::{nonzero, BucketKey, Check, ManualClock, MemoryStore, Quota};
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //!
@@ -149,32 +164,63 @@
 #[path = "../tests/support/macros.rs"]
 mod test_macros;
 
-pub(crate) mod admission;
+mod admission;
 pub mod calibration;
-pub mod client_ip;
-pub(crate) mod client_share;
-pub mod clock;
-pub mod config;
-pub mod decision;
-pub(crate) mod descriptors;
+mod client_ip;
+mod client_share;
+mod clock;
+mod config;
+mod decision;
+mod descriptors;
 mod error;
-pub mod http;
-pub mod identity;
-pub mod keys;
-pub(crate) mod known_agents;
-pub mod limiter;
-pub(crate) mod log_sink;
-pub mod methods;
-pub mod metrics;
-pub mod path;
-pub mod policy;
-pub(crate) mod redact;
-pub mod serve;
-pub mod store;
-pub(crate) mod tls;
+mod http;
+mod identity;
+mod keys;
+mod known_agents;
+mod limiter;
+mod log_sink;
+mod methods;
+mod metrics;
+mod path;
+mod policy;
+mod redact;
+mod serve;
+mod store;
+mod tls;
 
+#[cfg(test)]
+#[path = "../tests/unit/vectors.rs"]
+mod vectors;
+
+pub use client_ip::{client_ip, ForwardedHeader, TrustedProxies};
+pub use clock::{Clock, ManualClock, Nanos, SystemClock};
+pub use config::headers::{HeaderProfile, LegacyReset, Standard};
+pub use config::settings::{
+    DefaultValue as SettingDefault, Flag as SettingFlag, Kind as SettingKind,
+    Reload as SettingReload, Setting, SETTINGS,
+};
+pub use config::{
+    AllowUnsafeCalibration, Config, ConfigFile, Loader, SettingFlags, StoreBackend, StoreConfig,
+};
+pub use decision::{Decider, KeyHeaders, LimitResult, Outcome, RequestFacts};
 pub use error::Error;
+pub use http::cors::Cors;
+#[cfg(feature = "actix-governor")]
+pub use http::governor::{AgentDeviceKey, ClientAddress, MaskedIpKey, VerifiedUserKey};
+pub use http::middleware::{Decided, FleetLimiter};
+pub use http::response::{apply_headers, limit_header_names, limit_headers, too_many_requests};
+pub use http::serve_gateway;
+pub use identity::{bearer_token, Credential, NoVerifier, TokenVerifier};
+pub use keys::{digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind};
+pub use limiter::{nonzero, Algorithm, Quota, Verdict};
+pub use metrics::{LimiterFate, Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
+pub use path::{CanonicalPath, PathRules};
+pub use policy::{Mode, Policy};
+pub use serve::run as serve;
 use std::sync::Arc;
+pub use store::memory::MemoryStore;
+pub use store::redis::{RedisOptions, RedisStore, RedisTarget, RedisTls};
+pub use store::{Check, GiveBack, Store, StoreError, StoreErrorKind};
 
 /// The decider a configuration describes: its store, the system clock, its token verifier.
 pub fn build_decider(cfg: &config::Config) -> Result<decision::Decider, Error> {

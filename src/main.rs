@@ -1,8 +1,8 @@
 //! The `fleet-limiter` command line: `serve`, `check`, `simulate` and `replay` (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
-use fleet_limiter::calibration::report::Format;
-use fleet_limiter::config::{AllowUnsafeCalibration, ConfigFile, Loader, SettingFlags};
+use fleet_limiter::calibration::Format;
+use fleet_limiter::{AllowUnsafeCalibration, ConfigFile, Loader, SettingFlags};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -53,12 +53,12 @@ struct ReplayArgs {
     /// How many seconds out of order a timestamp may arrive and still be replayed in order. The
     /// default, 120, is twice the 60 s request timeout servers and proxies default to, for
     /// logs written as requests complete (Apache's own access log, say).
-    #[arg(long, default_value_t = fleet_limiter::calibration::replay::DEFAULT_REORDER_SECONDS, value_name = "SECONDS")]
+    #[arg(long, default_value_t = fleet_limiter::calibration::DEFAULT_REORDER_SECONDS, value_name = "SECONDS")]
     reorder_seconds: u64,
     /// The share of lines that may go unreplayed (late, outliers, malformed) before the exit
     /// status is 1: 0 to 100, with or without `%`. 100 never fails on skipped lines; the
     /// summary is printed either way.
-    #[arg(long = "max-skipped", default_value = "1", value_name = "PERCENT", allow_hyphen_values = true, value_parser = fleet_limiter::calibration::replay::summary::parse_max_skipped)]
+    #[arg(long = "max-skipped", default_value = "1", value_name = "PERCENT", allow_hyphen_values = true, value_parser = fleet_limiter::calibration::parse_max_skipped)]
     max_skipped: f64,
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
@@ -141,7 +141,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => {
             let allow_unsafe = args.allow_unsafe.0;
             let args: Arc<ServeArgs> = Arc::from(args);
-            fleet_limiter::serve::run(move || args.settings.apply(loader(&args.cfg)), allow_unsafe)
+            fleet_limiter::serve(move || args.settings.apply(loader(&args.cfg)), allow_unsafe)
         }
         Command::Check(args) => {
             let l = loader(&args.cfg);
@@ -168,7 +168,7 @@ fn main() -> ExitCode {
                 warn_unknown(&a);
                 a
             });
-            fleet_limiter::calibration::replay::run_replay(
+            fleet_limiter::calibration::run_replay(
                 l,
                 against,
                 Some(&args.log_format),

@@ -10,9 +10,8 @@ mod macros;
 mod svg;
 
 use common::{Exited, Launch};
-use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport, SimulationReport};
-use fleet_limiter::calibration::{plot, report};
-use fleet_limiter::config::{Config, Loader};
+use fleet_limiter::calibration::{self, Scenario, ScenarioReport, SimulationReport};
+use fleet_limiter::{Config, Loader};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -52,12 +51,16 @@ fn replaced_config() -> Config {
 /// Every scenario on each calibration, run once for all the tests of this file.
 fn default_run() -> &'static SimulationReport {
     static R: OnceLock<SimulationReport> = OnceLock::new();
-    R.get_or_init(|| simulate::run(&Config::default(), &Scenario::ALL, 1).expect("simulate"))
+    R.get_or_init(|| {
+        calibration::simulate(&Config::default(), &Scenario::ALL, 1).expect("simulate")
+    })
 }
 
 fn replaced_run() -> &'static SimulationReport {
     static R: OnceLock<SimulationReport> = OnceLock::new();
-    R.get_or_init(|| simulate::run(&replaced_config(), &Scenario::ALL, 1).expect("simulate"))
+    R.get_or_init(|| {
+        calibration::simulate(&replaced_config(), &Scenario::ALL, 1).expect("simulate")
+    })
 }
 
 fn scenario<'a>(r: &'a SimulationReport, name: &str) -> &'a ScenarioReport {
@@ -381,8 +384,7 @@ fn the_library_gateway_refuses_an_unsafe_calibration_before_it_listens() {
     let mut cfg = replaced_config();
     cfg.server.upstream = Some("http://127.0.0.1:9".parse().expect("an upstream URL"));
     let decider = std::sync::Arc::new(fleet_limiter::build_decider(&cfg).expect("decider"));
-    let run =
-        actix_web::rt::System::new().block_on(fleet_limiter::http::serve_gateway(&cfg, decider));
+    let run = actix_web::rt::System::new().block_on(fleet_limiter::serve_gateway(&cfg, decider));
     let err = run.expect_err("serve_gateway refuses the replaced calibration");
     assert_eq!(err.exit_code(), 2, "{err}");
     let fleet_limiter::Error::UnsafeCalibration(refusal) = &err else {
@@ -478,24 +480,24 @@ fn replaced_calibration_marks_agents_offline_and_takes_hours_to_roll_out() {
 #[test]
 fn simulate_snapshots() {
     let d = default_run();
-    snap!("simulate_default_table", report::simulate_table(d));
-    snap!("simulate_default_json", report::json(d));
+    snap!("simulate_default_table", calibration::simulate_table(d));
+    snap!("simulate_default_json", calibration::json(d));
     let r = replaced_run();
-    snap!("simulate_replaced_table", report::simulate_table(r));
-    snap!("simulate_replaced_json", report::json(r));
+    snap!("simulate_replaced_table", calibration::simulate_table(r));
+    snap!("simulate_replaced_json", calibration::json(r));
 }
 
 #[test]
 fn same_seed_same_run_other_seed_other_run() {
     let cfg = Config::default();
-    let a = simulate::run(&cfg, &[Scenario::Rollout], 1).expect("run");
-    let b = simulate::run(&cfg, &[Scenario::Rollout], 1).expect("run");
-    let c = simulate::run(&cfg, &[Scenario::Rollout], 2).expect("run");
-    assert_eq!(report::json(&a), report::json(&b));
-    assert_ne!(report::json(&a), report::json(&c));
+    let a = calibration::simulate(&cfg, &[Scenario::Rollout], 1).expect("run");
+    let b = calibration::simulate(&cfg, &[Scenario::Rollout], 1).expect("run");
+    let c = calibration::simulate(&cfg, &[Scenario::Rollout], 2).expect("run");
+    assert_eq!(calibration::json(&a), calibration::json(&b));
+    assert_ne!(calibration::json(&a), calibration::json(&c));
     // A scenario alone gives the figures it gives within `all`.
-    let alone = report::json(&a.scenarios[0]);
-    assert_eq!(alone, report::json(scenario(default_run(), "rollout")));
+    let alone = calibration::json(&a.scenarios[0]);
+    assert_eq!(alone, calibration::json(scenario(default_run(), "rollout")));
 }
 
 #[test]
@@ -525,10 +527,10 @@ fn simulate_cli_prints_json_and_draws_the_plot() {
         .as_f64()
         .is_some_and(|s| s > 36_000.0));
     // The binary gives the figures the library gives.
-    let lib = simulate::run(&replaced_config(), &[Scenario::Rollout], 1).expect("run");
-    assert_eq!(o.stdout, report::json(&lib));
+    let lib = calibration::simulate(&replaced_config(), &[Scenario::Rollout], 1).expect("run");
+    assert_eq!(o.stdout, calibration::json(&lib));
     let drawn = std::fs::read_to_string(&svg).expect("plot written");
-    assert_eq!(drawn, plot::svg(&lib));
+    assert_eq!(drawn, calibration::svg(&lib));
     assert!(
         drawn.contains("rollout: requests per 5m"),
         "12 h of rollout in 5-minute bins"
@@ -586,7 +588,7 @@ fn max(xs: &[f64]) -> f64 {
 
 #[test]
 fn default_plot_shows_no_agent_offline_and_every_gap_under_the_timeout() {
-    let svg = plot::svg(default_run());
+    let svg = calibration::svg(default_run());
     let d = drawn(&svg);
     let offline = one(&d, "agents-offline");
     assert_eq!(offline.values.len() as u64 * offline.bin_seconds, 1800);
@@ -611,7 +613,7 @@ fn default_plot_shows_no_agent_offline_and_every_gap_under_the_timeout() {
 
 #[test]
 fn replaced_plot_shows_every_agent_offline() {
-    let d = drawn(&plot::svg(replaced_run()));
+    let d = drawn(&calibration::svg(replaced_run()));
     let offline = one(&d, "agents-offline");
     assert_eq!(
         max(&offline.values),
@@ -626,7 +628,7 @@ fn replaced_plot_shows_every_agent_offline() {
 #[test]
 fn abuse_plot_draws_each_client_s_admitted_rate() {
     for (r, rotator) in [(default_run(), 274.9), (replaced_run(), 10.0)] {
-        let d = drawn(&plot::svg(r));
+        let d = drawn(&calibration::svg(r));
         let ScenarioReport::Abuse(ab) = scenario(r, "abuse") else {
             unreachable!()
         };
@@ -724,8 +726,8 @@ fn every_scenario_has_its_panel_and_every_number_on_it_is_the_report_s() {
         }
     };
     for r in [default_run(), replaced_run()] {
-        let svg = plot::svg(r);
-        let json: serde_json::Value = serde_json::from_str(&report::json(r)).expect("json");
+        let svg = calibration::svg(r);
+        let json: serde_json::Value = serde_json::from_str(&calibration::json(r)).expect("json");
         assert_eq!(r.scenarios.len(), Scenario::ALL.len());
         for s in &r.scenarios {
             for p in panels(s.name()) {
@@ -877,7 +879,7 @@ fn no_text_on_a_figure_runs_off_the_page() {
     let mut r = default_run().clone();
     r.config = Some(long.into());
     for r in [&r, replaced_run()] {
-        let svg = plot::svg(r);
+        let svg = calibration::svg(r);
         let width: f64 = attr(&svg, "width")
             .and_then(|w| w.parse().ok())
             .expect("width");
@@ -908,7 +910,7 @@ fn plot_bins_are_round_and_analysts_runs_share_one_half_hour_axis() {
         10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
     ];
     for r in [default_run(), replaced_run()] {
-        let d = drawn(&plot::svg(r));
+        let d = drawn(&calibration::svg(r));
         assert!(!d.is_empty());
         for s in &d {
             assert!(

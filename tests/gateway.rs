@@ -1109,7 +1109,7 @@ async fn bodiless_upstream_answers_gain_no_headers() {
 
 #[test]
 fn every_flag_of_the_settings_table_is_a_serve_flag_and_reaches_its_setting() {
-    use fleet_limiter::config::settings::{Kind, SETTINGS};
+    use fleet_limiter::{SettingKind as Kind, SETTINGS};
     let limit = Duration::from_secs(30);
     let help = Launch::command(["serve", "--help"]).run(limit);
     assert_eq!(help.code, Some(0), "{}", help.stderr);

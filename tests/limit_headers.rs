@@ -5,13 +5,13 @@
 
 mod common;
 
-use fleet_limiter::config::headers::{HeaderProfile, LegacyReset, Standard};
-use fleet_limiter::config::Config;
-use fleet_limiter::decision::{LimitResult, Outcome};
-use fleet_limiter::http::response::{apply_headers, limit_headers, too_many_requests};
-use fleet_limiter::keys::BucketKey;
-use fleet_limiter::limiter::Verdict;
-use fleet_limiter::policy::{Mode, Policy};
+use fleet_limiter::BucketKey;
+use fleet_limiter::Config;
+use fleet_limiter::Verdict;
+use fleet_limiter::{apply_headers, limit_headers, too_many_requests};
+use fleet_limiter::{HeaderProfile, LegacyReset, Standard};
+use fleet_limiter::{LimitResult, Outcome};
+use fleet_limiter::{Mode, Policy};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -326,7 +326,7 @@ fn a_shadow_refusal_reports_its_own_wait() {
 /// already listed is left out, the one the other headers describe listed first.
 #[test]
 fn numbered_policies_never_repeat_a_quota() {
-    let cfg = fleet_limiter::config::Loader::new()
+    let cfg = fleet_limiter::Loader::new()
         .env([
             ("FLEET_LIMITER_LIMITER_UI_LIMIT".to_owned(), "60".to_owned()),
             (
@@ -362,7 +362,7 @@ fn numbered_policies_never_repeat_a_quota() {
 /// out in full, beside small ones from the table, in the same response.
 #[test]
 fn large_and_small_numbers_render_alike() {
-    let cfg = fleet_limiter::config::Loader::new()
+    let cfg = fleet_limiter::Loader::new()
         .env([(
             "FLEET_LIMITER_LIMITER_UI_LIMIT".to_owned(),
             "5000000".to_owned(),
@@ -601,7 +601,7 @@ fn read(res: &reqwest::Response, p: &HeaderProfile) -> Reading {
     } else {
         &[]
     };
-    for n in fleet_limiter::http::response::limit_header_names() {
+    for n in fleet_limiter::limit_header_names() {
         let sent = standard_names.contains(&n) || legacy_names.contains(&n);
         assert_eq!(has(n), sent, "{}: {n} {:?}", p.describe(), res.headers());
     }

@@ -18,10 +18,10 @@
 mod common;
 
 use common::{free_port, Gateway, RawResponse, PATIENCE};
-use fleet_limiter::config::Loader;
-use fleet_limiter::identity::Credential;
-use fleet_limiter::path::{CanonicalPath, PathRules};
-use fleet_limiter::policy::Policy;
+use fleet_limiter::Credential;
+use fleet_limiter::Loader;
+use fleet_limiter::Policy;
+use fleet_limiter::{CanonicalPath, PathRules};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};

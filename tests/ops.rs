@@ -4,7 +4,7 @@
 mod common;
 
 use common::{unpooled_client as client, Gateway, Launch};
-use fleet_limiter::keys::{principal_key, BucketKey, KeyKind};
+use fleet_limiter::{principal_key, BucketKey, KeyKind};
 use std::sync::Arc;
 use std::time::Duration;
 use wiremock::matchers::{method, path, path_regex};

@@ -2,10 +2,10 @@
 //! served on a real loopback port and called over HTTP.
 
 use actix_web::{web, App, HttpMessage, HttpRequest, HttpResponse, HttpServer};
-use fleet_limiter::config::Loader;
-use fleet_limiter::http::cors::Cors;
-use fleet_limiter::http::middleware::{Decided, FleetLimiter};
-use fleet_limiter::metrics::LimiterFate;
+use fleet_limiter::Cors;
+use fleet_limiter::LimiterFate;
+use fleet_limiter::Loader;
+use fleet_limiter::{Decided, FleetLimiter};
 
 async fn handler(req: HttpRequest) -> HttpResponse {
     let remaining = req

@@ -65,10 +65,10 @@ mod proxies;
 #[path = "paths/upstreams.rs"]
 mod upstreams;
 
-use fleet_limiter::config::Loader;
-use fleet_limiter::identity::Credential;
-use fleet_limiter::path::{CanonicalPath, PathRules};
-use fleet_limiter::policy::Policy;
+use fleet_limiter::Credential;
+use fleet_limiter::Loader;
+use fleet_limiter::Policy;
+use fleet_limiter::{CanonicalPath, PathRules};
 use proxies::{Proxy, ProxyKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -242,7 +242,7 @@ fn available() -> Vec<Kind> {
 }
 
 /// The raised-budget configuration as a file (for the crate's own `Loader` and for `check`).
-fn raised_config() -> (tempfile::NamedTempFile, fleet_limiter::config::Config) {
+fn raised_config() -> (tempfile::NamedTempFile, fleet_limiter::Config) {
     let file = tempfile::Builder::new()
         .suffix(".toml")
         .tempfile()
@@ -401,7 +401,10 @@ fn judge(
         // the gateway and never forwarded, whatever its path.
         if answer.status == 501
             && problem.as_deref() == Some(UNSUPPORTED_METHOD)
-            && !fleet_limiter::methods::DEFAULT_ALLOWED.contains(&line.method.as_str())
+            && !fleet_limiter::Config::default()
+                .methods
+                .allowed()
+                .any(|m| m == line.method)
         {
             return Ok("refused for its method");
         }

@@ -5,15 +5,13 @@ mod common;
 mod redis_support;
 
 use common::{Gateway, Launch};
-use fleet_limiter::clock::ManualClock;
-use fleet_limiter::keys::BucketKey;
-use fleet_limiter::limiter::nonzero;
-use fleet_limiter::limiter::{Algorithm, Quota};
-use fleet_limiter::store::memory::MemoryStore;
-use fleet_limiter::store::redis::{
-    self as redis_store, key_name, RedisOptions, RedisStore, RedisTarget,
-};
-use fleet_limiter::store::{Check, GiveBack, Store, StoreErrorKind};
+use fleet_limiter::nonzero;
+use fleet_limiter::BucketKey;
+use fleet_limiter::ManualClock;
+use fleet_limiter::MemoryStore;
+use fleet_limiter::{Algorithm, Quota};
+use fleet_limiter::{Check, GiveBack, Store, StoreErrorKind};
+use fleet_limiter::{RedisOptions, RedisStore, RedisTarget};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis_support::gateway;
@@ -155,7 +153,7 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                         quota: *quota,
                         shadow: *shadow,
                         units: if rng.gen_bool(0.3) {
-                            fleet_limiter::limiter::nonzero(rng.gen_range(1..=quota.limit()))
+                            fleet_limiter::nonzero(rng.gen_range(1..=quota.limit()))
                         } else {
                             std::num::NonZeroU32::MIN
                         },
@@ -253,7 +251,7 @@ async fn decide_while_frozen(
     server: &redis_support::RedisServer,
     store: &RedisStore,
     requests: &[&[Check]],
-) -> Vec<Result<Vec<fleet_limiter::limiter::Verdict>, fleet_limiter::store::StoreError>> {
+) -> Vec<Result<Vec<fleet_limiter::Verdict>, fleet_limiter::StoreError>> {
     server.pause();
     let all = futures_util::future::join_all(requests.iter().map(|c| store.decide(c)));
     let resume = async {
@@ -273,7 +271,7 @@ async fn requests_beyond_the_waiting_cap_fail_at_once() {
         RedisOptions::new(Duration::from_secs(10)),
     );
     let lim = unique("cap");
-    let n = redis_store::MAX_WAITING + 200;
+    let n = RedisStore::MAX_WAITING + 200;
     let checks: Vec<[Check; 1]> = (0..n)
         .map(|i| {
             [check(
@@ -293,7 +291,7 @@ async fn requests_beyond_the_waiting_cap_fail_at_once() {
     // call was full, the batching loop holds the next request aside for the following call);
     // the queue then filled up, and everything after it was turned away at once.
     assert!(
-        (200 - redis_store::MAX_CALL_CHECKS - 1..=200).contains(&refused.len()),
+        (200 - RedisStore::MAX_CALL_CHECKS - 1..=200).contains(&refused.len()),
         "{} refused",
         refused.len()
     );
@@ -311,7 +309,7 @@ async fn requests_beyond_the_waiting_cap_fail_at_once() {
         errors_of(&store, StoreErrorKind::Overload),
         refused.len() as u64
     );
-    assert!(answers.iter().filter(|a| a.is_ok()).count() >= redis_store::MAX_WAITING);
+    assert!(answers.iter().filter(|a| a.is_ok()).count() >= RedisStore::MAX_WAITING);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,7 +392,7 @@ async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
     assert!(v.iter().all(|v| v.allowed));
 
     let mut con = connection(&server.url()).await;
-    let name = key_name(&gcra.key);
+    let name = RedisStore::key_name(&gcra.key);
     assert_eq!(name, format!("fl:{{{lim}:{}}}", gcra.key.digest_hex()));
     let value: String = redis::cmd("GET")
         .arg(&name)
@@ -407,7 +405,7 @@ async fn keys_hold_digests_and_expire_when_full_again_and_scripts_reload() {
         pttl > 0 && pttl <= 1_001,
         "GCRA key lives until one token is back: {pttl} ms"
     );
-    let pttl = ttl_ms(&mut con, &key_name(&fixed.key)).await;
+    let pttl = ttl_ms(&mut con, &RedisStore::key_name(&fixed.key)).await;
     assert!(
         pttl > 0 && pttl <= 5_001,
         "fixed-window key lives until the window ends: {pttl} ms"

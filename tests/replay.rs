@@ -9,8 +9,8 @@ mod macros;
 mod replay_logs;
 
 use flate2::write::GzEncoder;
-use fleet_limiter::calibration::simulate::{self, Scenario, ScenarioReport};
-use fleet_limiter::config::Config;
+use fleet_limiter::calibration::{self, Scenario, ScenarioReport};
+use fleet_limiter::Config;
 use replay_logs::{agent_format, line, replay, write};
 use serde_json::Value;
 use std::io::Write;
@@ -63,8 +63,8 @@ fn limiter<'a>(r: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no limiter {name} in {r}"))
 }
 
-fn simulated_fleet() -> simulate::FleetReport {
-    let r = simulate::run(&Config::default(), &[Scenario::Fleet], 1).expect("simulate");
+fn simulated_fleet() -> calibration::FleetReport {
+    let r = calibration::simulate(&Config::default(), &[Scenario::Fleet], 1).expect("simulate");
     match r.scenarios.into_iter().next() {
         Some(ScenarioReport::Fleet(f)) => f,
         _ => panic!("fleet report"),

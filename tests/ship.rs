@@ -245,7 +245,7 @@ fn compose_file_validates() {
         .current_dir(root()));
     assert_success("docker-compose -f compose.yaml config", &out);
     let resolved = String::from_utf8_lossy(&out.stdout);
-    let drain = fleet_limiter::config::ops::DRAIN_DELAY.as_secs() + 30;
+    let drain = fleet_limiter::Config::default().ops.drain_delay.as_secs() + 30;
     let periods: Vec<u64> = resolved
         .lines()
         .filter_map(|l| l.trim().strip_prefix("stop_grace_period:"))
@@ -299,7 +299,7 @@ fn systemd_unit_verifies() {
         .find_map(|l| l.strip_prefix("TimeoutStopSec="))
         .and_then(|v| v.trim_end_matches('s').parse::<u64>().ok())
         .expect("TimeoutStopSec=<seconds>s");
-    let drain = fleet_limiter::config::ops::DRAIN_DELAY.as_secs() + 30;
+    let drain = fleet_limiter::Config::default().ops.drain_delay.as_secs() + 30;
     assert!(
         stop > drain,
         "TimeoutStopSec={stop}s must exceed the drain delay and the grace, {drain} s"

@@ -1,20 +1,27 @@
-//! Proving a calibration before any traffic: [`check`] compares each limiter with the cadences
-//! a healthy fleet declares, and [`simulate`] runs the real decision path (policy, keys, memory
-//! store) in virtual time against scripted populations. [`report`] renders both as a table or as
-//! JSON; [`plot`] draws the simulation as SVG.
+//! Proving a calibration before any traffic: [`run_check`] compares each limiter with the cadences
+//! a healthy fleet declares, and [`simulate()`] runs the real decision path (policy, keys, memory
+//! store) in virtual time against scripted populations. [`simulate_table`] and [`json`] render
+//! a report as a table or as JSON; [`svg`] draws the simulation; [`run_replay`] replays an
+//! access log through a configuration.
 //!
-//! Both speak about the same requests, listed in [`traffic`], so a limiter the check says
+//! Both speak about the same requests, listed in `traffic`, so a limiter the check says
 //! carries the heartbeat is the limiter the simulator's heartbeats meet.
 
 /// The calibration check (it belongs to the configuration, whose admission it decides).
-pub use crate::config::check;
-pub mod plot;
-pub mod replay;
-pub mod report;
-pub mod simulate;
+pub(crate) use crate::config::check;
+pub(crate) mod plot;
+pub(crate) mod replay;
+pub(crate) mod report;
+pub(crate) mod simulate;
+
+pub use plot::svg;
+pub use replay::nginx::Format as LogFormat;
+pub use replay::summary::parse_max_skipped;
+pub use replay::{run_replay, DEFAULT_REORDER_SECONDS};
+pub use report::{json, simulate_table, Format};
+pub use simulate::{run as simulate, FleetReport, Scenario, ScenarioReport, SimulationReport};
 
 use crate::config::Loader;
-use report::Format;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -188,9 +195,9 @@ pub(crate) fn plot_target(path: &Path) -> Result<bool, String> {
 }
 
 /// The requests of the modelled fleet (they live beside the check that models them).
-pub use crate::config::check::traffic;
+pub(crate) use crate::config::check::traffic;
 
-pub use crate::config::check::fmt_secs;
+pub(crate) use crate::config::check::fmt_secs;
 
 #[cfg(test)]
 mod tests {

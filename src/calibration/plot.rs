@@ -25,7 +25,6 @@ use std::fmt::Write;
 
 mod kit;
 mod replay;
-pub use kit::ROUND_BINS;
 use kit::*;
 pub use replay::replay_svg;
 

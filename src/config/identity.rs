@@ -6,8 +6,8 @@
 //! The section's types are identity's own (`crate::identity::config`); this reads the TOML
 //! section into them and refuses what must not start.
 
-pub use crate::identity::config::{is_loopback, needs_tls, IdentityConfig, DEFAULT_SESSION_COOKIE};
-pub use crate::identity::secret::{weakness, Secret, MIN_SECRET_BYTES};
+pub use crate::identity::config::{needs_tls, IdentityConfig};
+pub use crate::identity::secret::Secret;
 
 use super::{duration, ConfigError, Ctx, DurationValue};
 use serde::Deserialize;

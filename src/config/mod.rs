@@ -41,12 +41,11 @@ use build::*;
 use limiters::*;
 use settings::{Kind, SETTINGS};
 
-pub use ceiling::{AGENT_DEVICE, AGENT_IP};
+pub use ceiling::AGENT_IP;
 pub use duration::parse_duration;
 pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
 pub use fleet::FleetConfig;
 pub use layers::Loader;
-pub use rate::parse_rate;
 pub use trust::covers_everything;
 pub use upstream::UpstreamUrl;
 

@@ -192,7 +192,7 @@ impl Decider {
     /// decided). Returns the work to run after the response (spawned by the middleware, awaited
     /// by the simulator), or `None` when nothing is given back. A refused request consumed
     /// nothing and gives nothing back; neither does a limiter whose store failed. Beyond
-    /// [`MAX_GIVE_BACKS_IN_FLIGHT`] the give-back is dropped and counted.
+    /// `MAX_GIVE_BACKS_IN_FLIGHT` the give-back is dropped and counted.
     pub fn give_back(
         &self,
         settings: &Settings,
@@ -274,7 +274,7 @@ impl Decider {
     }
 
     /// [`Decider::decide_with`] for a request that names other methods by override (`also`,
-    /// see [`crate::methods`]): it is metered by every limiter its own method picks and every
+    /// see `crate::methods`): it is metered by every limiter its own method picks and every
     /// limiter each method in `also` picks, each limiter once, in one all-or-nothing decision.
     /// With `also` empty it is exactly `decide_with`.
     pub async fn decide_overridden(

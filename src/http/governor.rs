@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! use actix_governor::{Governor, GovernorConfigBuilder};
-//! use fleet_limiter::http::governor::AgentDeviceKey;
+//! use fleet_limiter::AgentDeviceKey;
 //!
 //! let conf = GovernorConfigBuilder::default()
 //!     .seconds_per_request(2)

@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use actix_web::{web, App, HttpServer};
-//! use fleet_limiter::{config::Config, http::middleware::FleetLimiter};
+//! use fleet_limiter::{Config, FleetLimiter};
 //!
 //! # async fn run() -> anyhow::Result<()> {
 //! let limiter = FleetLimiter::from_config(&Config::default())?;

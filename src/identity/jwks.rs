@@ -148,6 +148,7 @@ impl KeySet {
 
 /// Counters for operators and tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[cfg(test)]
 pub struct JwksStats {
     pub fetches: u64,
     pub failures: u64,
@@ -194,19 +195,8 @@ impl From<String> for FetchError {
 }
 
 impl Jwks {
-    /// A key set fetched from `url`; an `https://` URL is verified against the system roots.
-    pub fn new(
-        url: impl Into<String>,
-        timeout: Duration,
-        refresh_interval: Duration,
-        max_age: Duration,
-        clock: Arc<dyn Clock>,
-    ) -> anyhow::Result<Self> {
-        Self::new_with_tls(url, timeout, refresh_interval, max_age, clock, None)
-    }
-
-    /// The same, with the TLS client configuration of an `https://` URL (see [`crate::tls`]);
-    /// `None` trusts the system roots.
+    /// A key set fetched from `url`, with the TLS client configuration of an `https://` URL
+    /// (see [`crate::tls`]); `None` trusts the system roots.
     pub fn new_with_tls(
         url: impl Into<String>,
         timeout: Duration,
@@ -270,6 +260,7 @@ impl Jwks {
         }
     }
 
+    #[cfg(test)]
     pub fn stats(&self) -> JwksStats {
         JwksStats {
             fetches: self.attempts.load(Ordering::Relaxed),
@@ -359,11 +350,6 @@ impl Jwks {
                 self.failed(format!("no answer within {:?}", self.timeout));
             }
         }
-    }
-
-    /// Whether the key set is fetched over TLS.
-    pub fn is_https(&self) -> bool {
-        self.url.starts_with("https://")
     }
 
     /// Fetch the key set once, now, on a thread of its own (callable with or without a

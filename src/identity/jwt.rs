@@ -70,10 +70,12 @@ impl VerifyCache {
         }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map.lock().len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -183,6 +185,7 @@ impl JwtVerifier {
         self.jwks.as_ref()
     }
 
+    #[cfg(test)]
     pub fn cache(&self) -> &VerifyCache {
         &self.cache
     }

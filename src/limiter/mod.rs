@@ -34,7 +34,7 @@ impl Algorithm {
 /// budget of nothing is not a limiter (switch it off with `mode = "off"`).
 ///
 /// ```
-/// use fleet_limiter::limiter::{nonzero, Algorithm, Quota};
+/// use fleet_limiter::{nonzero, Algorithm, Quota};
 /// use std::time::Duration;
 ///
 /// let q = Quota::new(nonzero(30), Duration::from_secs(60), Algorithm::Gcra);
@@ -137,6 +137,7 @@ pub struct Verdict {
 
 /// Decide one request. Returns the verdict and the state to store: `Some` when the
 /// request was allowed (budget consumed), `None` when nothing changes.
+#[cfg(test)]
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     decide_units(quota, state, now, NonZeroU32::MIN)
 }
@@ -229,6 +230,7 @@ pub fn give_back_answered(
 /// What an allowed verdict reports when its request was refused by another limiter, so that
 /// nothing was consumed: one more remaining and, for GCRA, one emission interval less to wait
 /// until the bucket is full.
+#[cfg(test)]
 pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
     unconsumed_units(quota, v, NonZeroU32::MIN)
 }

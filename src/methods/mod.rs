@@ -42,7 +42,7 @@ mod tests;
 
 use smallvec::SmallVec;
 
-pub use spelling::{is_tchar, is_token, param_name};
+pub use spelling::{is_token, param_name};
 
 /// What the gateway does with a request that names a method override (`methods.override`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

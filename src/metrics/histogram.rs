@@ -105,6 +105,7 @@ impl Histogram {
     }
 
     /// Observations so far.
+    #[cfg(test)]
     pub fn count(&self) -> u64 {
         self.0
             .counts

@@ -208,7 +208,7 @@ impl PathRules {
         self.allowed & class.bit() != 0
     }
 
-    /// The allowed classes, in [`Class::CONFIGURABLE`] order.
+    /// The allowed classes, in `Class::CONFIGURABLE` order.
     pub fn allowed(self) -> impl Iterator<Item = Class> {
         Class::CONFIGURABLE
             .into_iter()
@@ -257,9 +257,9 @@ impl<'a> CanonicalPath<'a> {
 
     /// `path` when it is its own canonical form under `rules`; otherwise why not: the class
     /// [`CanonicalPath::parse`] refuses, or the first spelling it would have rewritten
-    /// ([`Class::DotSegment`], [`Class::EmptySegment`], [`Class::EscapeSpelling`],
-    /// [`Class::Unescaped`], a raw `#` as [`Class::Fragment`], an allowed class whose bytes are
-    /// rewritten under its own class), or [`Class::NotOriginForm`] when it does not start with
+    /// (`Class::DotSegment`, `Class::EmptySegment`, `Class::EscapeSpelling`,
+    /// `Class::Unescaped`, a raw `#` as `Class::Fragment`, an allowed class whose bytes are
+    /// rewritten under its own class), or `Class::NotOriginForm` when it does not start with
     /// `/`. For the decision endpoint, which meters a path it cannot rewrite before the proxy
     /// forwards it: what it takes is exactly what the upstream gets.
     pub fn exact(path: &'a str, rules: PathRules) -> Result<Self, Rejected> {

@@ -54,7 +54,7 @@ impl Policy {
     }
 
     /// The limiters that meter this request, in configuration order. The path is the one
-    /// canonical path (see [`crate::path`]): the gateway forwards exactly this path, so there is
+    /// canonical path (see `crate::path`): the gateway forwards exactly this path, so there is
     /// no other reading of it to meter.
     pub fn applicable(
         &self,

@@ -28,8 +28,6 @@ const EVICTION_SAMPLE: usize = 32;
 /// A full shard sweeps out expired buckets at most this often.
 const SWEEP_EVERY_NS: Nanos = 1_000_000_000;
 
-pub const DEFAULT_MAX_KEYS: usize = 100_000;
-
 struct Shard {
     map: HashMap<[u8; 16], State, DigestHashBuilder>,
     next_sweep: Nanos,

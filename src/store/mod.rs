@@ -30,7 +30,7 @@ pub struct GiveBack {
     /// Units the request consumed.
     pub units: NonZeroU32,
     /// What was left of the decision's `reset_after_ns` when the answer came: the part of the
-    /// charge the bucket still carries (see [`crate::limiter::give_back_answered`]).
+    /// charge the bucket still carries (see `crate::limiter::give_back_answered`).
     pub outstanding_ns: u64,
 }
 
@@ -130,8 +130,8 @@ pub trait Store: Send + Sync + 'static {
     /// decision's path.
     fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// How this store wants bucket names digested: [`KeyDigest::Shared`] (the default) for a
-    /// store other instances read, a [`KeyDigest::Local`] one for a store private to this
+    /// How this store wants bucket names digested: `KeyDigest::Shared` (the default) for a
+    /// store other instances read, a `KeyDigest::Local` one for a store private to this
     /// process.
     fn key_digest(&self) -> KeyDigest {
         KeyDigest::Shared

@@ -54,7 +54,7 @@ use crate::keys::KeyKind;
 use crate::path::CanonicalPath;
 use crate::policy::Mode;
 use crate::store::memory::MemoryStore;
-pub use cli::{run, run_replay};
+pub use cli::run_replay;
 use line::{Fields, Malformed};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -155,16 +155,6 @@ pub struct Options {
     pub format: LineFormat,
     /// How far out of order timestamps may arrive, in seconds.
     pub reorder_seconds: u64,
-}
-
-impl Options {
-    /// `format` with the default reorder window.
-    pub fn new(format: LineFormat) -> Self {
-        Self {
-            format,
-            reorder_seconds: DEFAULT_REORDER_SECONDS,
-        }
-    }
 }
 
 /// One request as a line gives it.

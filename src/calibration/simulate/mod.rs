@@ -128,7 +128,7 @@ impl ScenarioReport {
         }
     }
 
-    /// Admitted and refused requests per [`BIN_SECONDS`] of virtual time.
+    /// Admitted and refused requests per `BIN_SECONDS` of virtual time.
     pub fn series(&self) -> &Series {
         match self {
             ScenarioReport::Fleet(r) => &r.series,

@@ -40,9 +40,7 @@ mod wording;
 mod workload;
 
 pub use admission::{admit, Admitted, Refusal};
-pub use types::{
-    CheckReport, CostShown, Dashboards, Fix, KnownTable, LimiterCheck, Load, Status, Workload,
-};
+pub use types::{CheckReport, Dashboards, KnownTable, LimiterCheck, Status};
 pub(crate) use wording::fmt_rate;
 
 #[cfg(doc)]

@@ -1,3 +1,4 @@
+use super::types::{Fix, Workload};
 use super::*;
 use crate::config::FleetConfig;
 use crate::config::Loader;

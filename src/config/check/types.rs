@@ -161,11 +161,13 @@ pub struct Fix {
 }
 
 impl LimiterCheck {
+    #[cfg(test)]
     /// The smallest headroom over any load.
     pub fn headroom(&self) -> Option<f64> {
         self.loads.iter().map(|l| l.headroom).min_by(f64::total_cmp)
     }
 
+    #[cfg(test)]
     /// The longest refusal run over any load (`Some(None)` = unbounded).
     pub fn worst_refused(&self) -> Option<Option<f64>> {
         let mut worst: Option<Option<f64>> = None;

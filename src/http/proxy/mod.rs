@@ -98,6 +98,7 @@ impl ClientAddresses {
     }
 
     /// The peer itself, with the default IPv6 prefix: for an app with no trusted proxies.
+    #[cfg(test)]
     pub fn peer_only() -> Self {
         Self(None)
     }

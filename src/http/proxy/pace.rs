@@ -67,6 +67,7 @@ pub enum Trip {
 }
 
 impl Trip {
+    #[cfg(test)]
     pub const ALL: [Trip; 3] = [Trip::Silence, Trip::Rate, Trip::Hold];
 
     /// The metric label and log field.
@@ -146,6 +147,7 @@ impl BodyPace {
     }
 
     /// The rule broken by a wait that has lasted `waiting` so far, if any.
+    #[cfg(test)]
     pub fn tripped(&self, waiting: Duration) -> Option<Trip> {
         let (allowed, trip) = self.allowance();
         (waiting >= allowed).then_some(trip)

@@ -115,6 +115,7 @@ impl Upgrades {
     }
 
     /// Places taken now (connections open, or handshakes under way).
+    #[cfg(test)]
     pub fn open_now(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }

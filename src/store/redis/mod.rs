@@ -39,7 +39,7 @@ mod shared_calls;
 
 pub use connection::RedisTls;
 pub use scripts::key_name;
-pub use shared_calls::{MAX_CALL_CHECKS, MAX_WAITING};
+pub use shared_calls::MAX_WAITING;
 
 use self::cache::OverLimitCache;
 use self::connection::Conn;
@@ -190,6 +190,18 @@ struct Inner {
 }
 
 impl RedisStore {
+    /// Most checks one shared call to Redis carries.
+    pub const MAX_CALL_CHECKS: usize = shared_calls::MAX_CALL_CHECKS;
+    /// Most requests waiting for a call; beyond that a decision fails at once, answered by each
+    /// limiter's `on_store_error`, instead of queueing without bound.
+    pub const MAX_WAITING: usize = shared_calls::MAX_WAITING;
+
+    /// The Redis key that holds `key`'s bucket (its hash tag is the whole bucket name, so a
+    /// bucket never spans two Cluster slots).
+    pub fn key_name(key: &crate::keys::BucketKey) -> String {
+        scripts::key_name(key)
+    }
+
     /// A store on `target` that waits up to two seconds for a first connection; without one it
     /// still returns, and limiters answer with their `on_store_error` until Redis can be reached.
     pub fn start(target: RedisTarget, opts: RedisOptions) -> Result<Self, StoreError> {

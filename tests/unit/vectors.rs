@@ -4,20 +4,16 @@
 //! every `[headers]` profile.
 //! Another implementation can check byte equality against these files.
 
-#[macro_use]
-#[path = "support/macros.rs"]
-mod macros;
-
-use fleet_limiter::client_ip::{client_ip, ForwardedHeader, TrustedProxies};
-use fleet_limiter::clock::ManualClock;
-use fleet_limiter::config::headers::{HeaderProfile, LegacyReset, Standard};
-use fleet_limiter::config::Config;
-use fleet_limiter::decision::{Decider, Outcome, RequestFacts};
-use fleet_limiter::http::response;
-use fleet_limiter::identity::NoVerifier;
-use fleet_limiter::keys::{self, BucketKey, KeyKind};
-use fleet_limiter::path::{CanonicalPath, PathRules};
-use fleet_limiter::store::memory::MemoryStore;
+use crate::client_ip::{client_ip, ForwardedHeader, TrustedProxies};
+use crate::clock::ManualClock;
+use crate::config::headers::{HeaderProfile, LegacyReset, Standard};
+use crate::config::Config;
+use crate::decision::{Decider, Outcome, RequestFacts};
+use crate::http::response;
+use crate::identity::NoVerifier;
+use crate::keys::{self, BucketKey, KeyKind};
+use crate::path::{CanonicalPath, PathRules};
+use crate::store::memory::MemoryStore;
 use std::fmt::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -192,7 +188,7 @@ fn credential_header_and_global_key_vectors() {
         None,
     ] {
         let digest = auth
-            .and_then(fleet_limiter::identity::bearer_token)
+            .and_then(crate::identity::bearer_token)
             .map(keys::credential_digest);
         let p = keys::Principal {
             ip: &ip_key,
@@ -200,7 +196,7 @@ fn credential_header_and_global_key_vectors() {
             ..Default::default()
         };
         let input = auth.map_or_else(|| "-".to_owned(), |a| format!("{:?}", shown(a)));
-        if let Some(a) = auth.and_then(fleet_limiter::identity::bearer_token) {
+        if let Some(a) = auth.and_then(crate::identity::bearer_token) {
             assert!(!keys::principal_key_of(&KeyKind::Credential, &p).contains(a));
         }
         row("api-by-key", KeyKind::Credential, input, p);
@@ -400,7 +396,7 @@ async fn decide(
         agent_id: agent,
         authorization: auth,
         session_token: None,
-        key_headers: fleet_limiter::decision::KeyHeaders::default(),
+        key_headers: crate::decision::KeyHeaders::default(),
     };
     d.decide(&facts).await
 }
