@@ -367,6 +367,7 @@ pub const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("cost", Int),
     ("cost_header", Str),
     ("cost_max", Int),
+    ("lockout", Duration),
 ];
 
 /// Fields of an `[admission.groups.<name>]` table, set in the file only.

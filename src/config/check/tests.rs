@@ -245,6 +245,25 @@ fn long_window_lockout_is_unsafe() {
 }
 
 #[test]
+fn a_lockout_on_the_agents_budget_is_a_wait_as_long_as_the_lock() {
+    // The default agent-device budget is safe; a lockout longer than the heartbeat timeout
+    // makes any refusal an agent marked offline.
+    let safe = check(&load(&[]));
+    assert_eq!(line(&safe, "agent-device").status, Status::Ok);
+    let r = check(&load(&[(
+        "FLEET_LIMITER_LIMITER_AGENT_DEVICE_LOCKOUT",
+        "10m",
+    )]));
+    let agent = line(&r, "agent-device");
+    assert_eq!(agent.status, Status::Unsafe, "{:?}", agent.reasons);
+    assert!(
+        agent.reasons[0].contains("heartbeat_timeout_seconds = 180"),
+        "{:?}",
+        agent.reasons
+    );
+}
+
+#[test]
 fn ip_keyed_agent_budget_refills_slower_than_the_fleet() {
     let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_KEY", "ip")]));
     let agent = line(&r, "agent-device");
