@@ -143,3 +143,151 @@ async fn redis_a_lock_outlives_the_gateway_that_set_it() {
     );
     assert_eq!(common::received(&upstream).await, 5);
 }
+
+/// A refusal as the client sees it: status, every header but `date` (name and value, the
+/// number of seconds in `retry-after` apart), and the body with its numbers blanked.
+#[derive(Debug, PartialEq)]
+struct Refusal {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+    retry_after: u64,
+}
+
+async fn refusal(res: reqwest::Response) -> Refusal {
+    let status = res.status().as_u16();
+    let mut retry_after = 0;
+    let mut headers: Vec<(String, String)> = res
+        .headers()
+        .iter()
+        .filter(|(n, _)| n.as_str() != "date")
+        .map(|(n, v)| {
+            let v = v.to_str().unwrap_or("?").to_owned();
+            if n.as_str() == "retry-after" {
+                retry_after = v.parse().unwrap_or(0);
+                (n.to_string(), "N".to_owned())
+            } else {
+                (n.to_string(), v)
+            }
+        })
+        .collect();
+    headers.sort();
+    let body = res.text().await.expect("body");
+    let body: String = body
+        .split(|c: char| c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("N");
+    Refusal {
+        status,
+        headers,
+        body,
+        retry_after,
+    }
+}
+
+/// Source and target ceilings of one route, both anonymous, with the same budget: `src` keyed
+/// on the address, `dst` on `key`.
+fn two_ceilings(key: &str, disclose: bool) -> String {
+    format!(
+        "[client_ip]\ntrust_proxy = [\"127.0.0.1/32\"]\n[headers]\nstandard = \"draft-10\"\n\
+         [limiters.src]\nlimit = 2\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"POST /auth/email\"]\ndisclose = {disclose}\n\
+         [limiters.dst]\nlimit = 2\nwindow = \"1h\"\nkey = \"{key}\"\nroutes = [\"POST /auth/email\"]\ndisclose = {disclose}\n"
+    )
+}
+
+/// A POST to `/auth/email` from `source` (named by the trusted proxy) for `recipient` (in the
+/// `X-Recipient` header the proxy sets, and as the JSON body's `email`).
+async fn send(gw: &Gateway, source: &str, recipient: &str) -> reqwest::Response {
+    common::client()
+        .post(gw.url("/auth/email"))
+        .header("x-forwarded-for", source)
+        .header("x-recipient", recipient)
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"email":"{recipient}"}}"#))
+        .send()
+        .await
+        .expect("request")
+}
+
+/// The refusal when the source's ceiling fires (one source, fresh recipients), and when the
+/// recipient's does (fresh sources, one recipient).
+async fn refusals_of_each(gw: &Gateway) -> (Refusal, Refusal) {
+    for i in 0..2 {
+        let r = send(gw, "198.51.100.1", &format!("r{i}@example.com")).await;
+        assert_eq!(r.status(), 200);
+    }
+    let by_source = refusal(send(gw, "198.51.100.1", "r9@example.com").await).await;
+    for i in 0..2 {
+        let r = send(gw, &format!("203.0.113.{i}"), "victim@example.com").await;
+        assert_eq!(r.status(), 200);
+    }
+    let by_target = refusal(send(gw, "203.0.113.9", "victim@example.com").await).await;
+    (by_source, by_target)
+}
+
+#[tokio::test]
+async fn a_refusal_by_either_anonymous_ceiling_is_the_same_answer() {
+    let upstream = common::upstream().await;
+    let gw = gateway(&two_ceilings("header:x-recipient", false), &upstream.uri());
+    let (by_source, by_target) = refusals_of_each(&gw).await;
+    assert_eq!(by_source.status, 429);
+    assert!(
+        (1799..=1800).contains(&by_source.retry_after)
+            && (1799..=1800).contains(&by_target.retry_after),
+        "Retry-After from the buckets: {} and {}",
+        by_source.retry_after,
+        by_target.retry_after
+    );
+    let names: Vec<&str> = by_source.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(
+        !names.iter().any(|n| n.contains("ratelimit")),
+        "no limit header: {names:?}"
+    );
+    assert!(!by_source.body.contains("src") && !by_source.body.contains("dst"));
+    assert_eq!(
+        Refusal {
+            retry_after: 0,
+            ..by_source
+        },
+        Refusal {
+            retry_after: 0,
+            ..by_target
+        },
+        "the same answer whichever ceiling refused"
+    );
+    // Allowed answers name neither.
+    let ok = send(&gw, "192.0.2.1", "other@example.com").await;
+    assert_eq!(ok.status(), 200);
+    assert!(ok
+        .headers()
+        .keys()
+        .all(|n| !n.as_str().contains("ratelimit")));
+}
+
+#[tokio::test]
+async fn disclosing_ceilings_tell_which_refused() {
+    // The control: with disclose on (the default), the two refusals differ by name.
+    let upstream = common::upstream().await;
+    let gw = gateway(&two_ceilings("header:x-recipient", true), &upstream.uri());
+    let (by_source, by_target) = refusals_of_each(&gw).await;
+    let limits = |r: &Refusal| {
+        r.headers
+            .iter()
+            .find(|(n, _)| n == "ratelimit")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert!(limits(&by_source).contains("\"src\";r=0"), "{by_source:?}");
+    assert!(limits(&by_target).contains("\"dst\";r=0"), "{by_target:?}");
+    assert_ne!(
+        Refusal {
+            retry_after: 0,
+            ..by_source
+        },
+        Refusal {
+            retry_after: 0,
+            ..by_target
+        }
+    );
+}

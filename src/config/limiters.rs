@@ -27,6 +27,7 @@ pub(super) struct RawLimiter {
     pub(super) cost_header: Option<String>,
     pub(super) cost_max: Option<i64>,
     pub(super) lockout: Option<DurationValue>,
+    pub(super) disclose: Option<bool>,
 }
 
 /// One entry of `failed_statuses`: a code (`503`) or a range as text (`"400-499"`).
@@ -59,6 +60,7 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         cost_header: None,
         cost_max: None,
         lockout: None,
+        disclose: None,
     }
 }
 
@@ -83,6 +85,7 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         cost_header: over.cost_header.or(base.cost_header),
         cost_max: over.cost_max.or(base.cost_max),
         lockout: over.lockout.or(base.lockout),
+        disclose: over.disclose.or(base.disclose),
     }
 }
 
@@ -285,6 +288,7 @@ pub(super) fn build_limiters(
             new_agents,
             count: r.count.unwrap_or_default(),
             failed_statuses,
+            disclose: r.disclose.unwrap_or(true),
         });
     }
     check_precedence(&out, ctx)?;

@@ -551,3 +551,42 @@ proptest::proptest! {
         proptest::prop_assert!(small >= Status::AtRisk || large < Status::AtRisk);
     }
 }
+
+#[test]
+fn a_limiter_keyed_on_a_target_that_names_itself_is_warned_about() {
+    let pairs = |disclose: &'static str| {
+        vec![
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_LIMIT", "10"),
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_WINDOW", "1h"),
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_KEY", "header:x-tenant-id"),
+            (
+                "FLEET_LIMITER_LIMITER_PER_TENANT_ROUTES",
+                "POST /auth/email",
+            ),
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_DISCLOSE", disclose),
+            ("FLEET_LIMITER_LIMITER_PER_SOURCE_LIMIT", "20"),
+            ("FLEET_LIMITER_LIMITER_PER_SOURCE_WINDOW", "1h"),
+            ("FLEET_LIMITER_LIMITER_PER_SOURCE_KEY", "ip"),
+            (
+                "FLEET_LIMITER_LIMITER_PER_SOURCE_ROUTES",
+                "POST /auth/email",
+            ),
+            ("FLEET_LIMITER_TRUST_PROXY", "10.0.0.0/8"),
+        ]
+    };
+    let r = check(&load(&pairs("true")));
+    let l = line(&r, "per-tenant");
+    assert_eq!(l.status, Status::Warning, "{:?}", l.reasons);
+    assert!(
+        l.reasons[0].contains("keyed on `header:x-tenant-id`")
+            && l.reasons[0].contains("set disclose = false"),
+        "{:?}",
+        l.reasons
+    );
+    assert_eq!(r.warnings, 1, "{:?}", r.warning_lines());
+    // The address limiter may name itself: the client knows its own address.
+    assert_eq!(line(&r, "per-source").status, Status::Unloaded);
+    let r = check(&load(&pairs("false")));
+    assert_eq!(line(&r, "per-tenant").status, Status::Unloaded);
+    assert_eq!(r.warnings, 0, "{:?}", r.warning_lines());
+}
