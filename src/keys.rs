@@ -82,6 +82,13 @@ impl KeyKind {
         }
     }
 
+    /// Whether the key names what a request targets (a header a proxy sets, a field of the
+    /// body) rather than who sends it: a limiter keyed so should not name itself in its answers
+    /// (`disclose = false`), or its refusals tell the client which targets exist.
+    pub fn names_target(&self) -> bool {
+        matches!(self, KeyKind::Header(_))
+    }
+
     /// The header a `header:<name>` key reads (lower-case), if it is one.
     pub fn header(&self) -> Option<&str> {
         match self {

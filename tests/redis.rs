@@ -111,6 +111,25 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             Quota::new(nonzero(1), Duration::from_secs(15), Algorithm::FixedWindow),
             true,
         ),
+        // Lockouts: the first refusal locks the key, whichever algorithm counts.
+        (
+            lim("l1"),
+            Quota::gcra(nonzero(3), Duration::from_secs(10))
+                .with_lockout(Some(Duration::from_secs(20))),
+            false,
+        ),
+        (
+            lim("l2"),
+            Quota::new(nonzero(2), Duration::from_secs(10), Algorithm::FixedWindow)
+                .with_lockout(Some(Duration::from_millis(15_500))),
+            false,
+        ),
+        (
+            lim("l3"),
+            Quota::gcra(nonzero(2), Duration::from_secs(10))
+                .with_lockout(Some(Duration::from_secs(5))),
+            true,
+        ),
     ];
     let principals = ["a", "b"];
     let clock = ManualClock::new(1_700_000_000_123_456_789);
@@ -134,6 +153,9 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
     let mut rng = StdRng::seed_from_u64(7);
     let (mut refused, mut shadow_refused, mut multi, mut twice) = (0, 0, 0, 0);
     let (mut costly, mut given_back) = (0, 0);
+    // Refusals by a limiter with a lockout: the one that locks (its wait the whole lockout),
+    // and those while locked.
+    let (mut locking, mut while_locked) = (0, 0);
     let mut step = 0;
     while step < 3000 {
         clock.advance(Duration::from_nanos(
@@ -192,6 +214,13 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                 backs.push(back);
             }
             for (c, v) in checks.iter().zip(&want) {
+                if let (false, Some(l)) = (v.allowed, c.quota.lockout_ns()) {
+                    if v.retry_after_ns == l {
+                        locking += 1;
+                    } else {
+                        while_locked += 1;
+                    }
+                }
                 if !v.allowed {
                     if c.shadow {
                         shadow_refused += 1;
@@ -208,7 +237,7 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
         }
     }
     eprintln!(
-        "refused {refused}, shadow refused {shadow_refused}, multi-key {multi}, same key twice {twice}, costly {costly}, given back {given_back}, {} calls",
+        "refused {refused}, shadow refused {shadow_refused}, multi-key {multi}, same key twice {twice}, costly {costly}, given back {given_back}, locks {locking} (refused while locked {while_locked}), {} calls",
         redis.round_trips()
     );
     assert!(refused > 150, "the sequence refused enough ({refused})");
@@ -217,6 +246,10 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
         "costs ({costly}), give-backs ({given_back})"
     );
     assert!(shadow_refused > 50, "shadow refusals ({shadow_refused})");
+    assert!(
+        locking > 30 && while_locked > 100,
+        "locks started ({locking}) and held ({while_locked})"
+    );
     assert!(
         multi > 1000 && twice > 100,
         "multi-key requests ({multi}, same key twice {twice})"
@@ -363,6 +396,73 @@ fn check(limiter: &str, principal: &str, quota: Quota) -> Check {
         shadow: false,
         units: std::num::NonZeroU32::MIN,
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_stored_under_the_bucket_with_an_expiry_at_its_end() {
+    let Some(server) = redis_support::standalone() else {
+        return;
+    };
+    let store = connected(
+        RedisTarget::Standalone(server.url()),
+        RedisOptions::new(Duration::from_secs(5)),
+    );
+    let lim = unique("lock");
+    let c = check(
+        &lim,
+        "user@example.com",
+        Quota::gcra(nonzero(2), Duration::from_secs(600))
+            .with_lockout(Some(Duration::from_secs(90))),
+    );
+    let one = std::slice::from_ref(&c);
+    for _ in 0..2 {
+        assert!(store.decide(one).await.expect("decide")[0].allowed);
+    }
+    let v = store.decide(one).await.expect("decide");
+    assert!(!v[0].allowed);
+    assert_eq!(v[0].retry_after_ns, 90_000_000_000, "the whole lockout");
+    let mut con = connection(&server.url()).await;
+    let name = RedisStore::key_name(&c.key);
+    assert!(!name.contains("example"), "only digests reach Redis");
+    let value: String = redis::cmd("GET")
+        .arg(&name)
+        .query_async(&mut con)
+        .await
+        .expect("GET");
+    assert!(value.ends_with(" L"), "{value}");
+    let ttl = ttl_ms(&mut con, &name).await;
+    assert!(
+        (85_000..=91_000).contains(&ttl),
+        "expires at the lock's end: {ttl} ms"
+    );
+    // A second store (another gateway, or this one restarted) reads the same lock.
+    let other = connected(
+        RedisTarget::Standalone(server.url()),
+        RedisOptions::new(Duration::from_secs(5)),
+    );
+    let v = other.decide(one).await.expect("decide");
+    assert!(!v[0].allowed);
+    assert!(
+        v[0].retry_after_ns <= 90_000_000_000 && v[0].retry_after_ns > 80_000_000_000,
+        "{:?}",
+        v[0]
+    );
+    // A give-back never loosens a lock.
+    other
+        .give_back(&[GiveBack {
+            key: c.key.clone(),
+            quota: c.quota,
+            units: std::num::NonZeroU32::MIN,
+            outstanding_ns: 600_000_000_000,
+        }])
+        .await
+        .expect("give back");
+    let after: String = redis::cmd("GET")
+        .arg(&name)
+        .query_async(&mut con)
+        .await
+        .expect("GET");
+    assert_eq!(after, value);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

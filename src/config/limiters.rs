@@ -26,6 +26,8 @@ pub(super) struct RawLimiter {
     pub(super) cost: Option<i64>,
     pub(super) cost_header: Option<String>,
     pub(super) cost_max: Option<i64>,
+    pub(super) lockout: Option<DurationValue>,
+    pub(super) disclose: Option<bool>,
 }
 
 /// One entry of `failed_statuses`: a code (`503`) or a range as text (`"400-499"`).
@@ -57,6 +59,8 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         cost: None,
         cost_header: None,
         cost_max: None,
+        lockout: None,
+        disclose: None,
     }
 }
 
@@ -80,6 +84,8 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         cost: over.cost.or(base.cost),
         cost_header: over.cost_header.or(base.cost_header),
         cost_max: over.cost_max.or(base.cost_max),
+        lockout: over.lockout.or(base.lockout),
+        disclose: over.disclose.or(base.disclose),
     }
 }
 
@@ -94,6 +100,11 @@ pub(super) fn valid_name(n: &str) -> bool {
 /// the longest gap between a healthy agent's requests (a heartbeat a minute), well past the
 /// 180 s after which the backend marks an agent offline.
 pub(super) const KNOWN_FOR: &str = "15m";
+
+/// The shortest and the longest `lockout`: a lock shorter than a second says nothing a
+/// `Retry-After` can, and one longer than a day is an account ban, not a rate limit.
+const MIN_LOCKOUT: Duration = Duration::from_secs(1);
+const MAX_LOCKOUT: Duration = Duration::from_secs(86_400);
 
 pub(super) fn build_limiters(
     mut given: BTreeMap<String, RawLimiter>,
@@ -154,6 +165,19 @@ pub(super) fn build_limiters(
         };
         let cost = build_cost(&r, limit, &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
         let window = duration(ctx, &at("window"), r.window, "1m")?;
+        let lockout = match r.lockout {
+            None => None,
+            Some(v) => {
+                let d = duration(ctx, &at("lockout"), Some(v), "0s")?;
+                if d < MIN_LOCKOUT || d > MAX_LOCKOUT {
+                    return Err(ctx.err(
+                        &at("lockout"),
+                        "must be from 1s to 1d: how long a key stays refused after its first refusal (e.g. \"10m\"), or leave it out for none",
+                    ));
+                }
+                Some(d)
+            }
+        };
         if window > Duration::from_secs(7 * 86_400) {
             return Err(ctx.err(
                 &at("window"),
@@ -252,7 +276,7 @@ pub(super) fn build_limiters(
         };
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
-            quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()),
+            quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()).with_lockout(lockout),
             key,
             cost,
             routes,
@@ -264,6 +288,7 @@ pub(super) fn build_limiters(
             new_agents,
             count: r.count.unwrap_or_default(),
             failed_statuses,
+            disclose: r.disclose.unwrap_or(true),
         });
     }
     check_precedence(&out, ctx)?;

@@ -367,6 +367,8 @@ pub const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("cost", Int),
     ("cost_header", Str),
     ("cost_max", Int),
+    ("lockout", Duration),
+    ("disclose", Bool),
 ];
 
 /// Fields of an `[admission.groups.<name>]` table, set in the file only.

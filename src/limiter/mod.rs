@@ -47,6 +47,8 @@ pub struct Quota {
     /// Never zero ([`Quota::new`] and [`Quota::with_window`] hold it).
     window: Duration,
     pub algorithm: Algorithm,
+    /// `Some`: once the bucket refuses, its key is refused for this long (see [`State::Locked`]).
+    lockout: Option<Duration>,
 }
 
 /// `n` as a [`NonZeroU32`], for budgets written in code; in a `const` it fails to compile for
@@ -68,7 +70,30 @@ impl Quota {
             limit,
             window,
             algorithm,
+            lockout: None,
         }
+    }
+
+    /// The same budget, locking a key out for `lockout` from its first refusal (`None`, or a
+    /// zero duration: no lockout). While locked every request of the key is refused, whatever
+    /// the bucket holds, with the lock's remaining time as its wait; when the lock ends the key
+    /// starts again with a full bucket.
+    pub fn with_lockout(self, lockout: Option<Duration>) -> Self {
+        Self {
+            lockout: lockout.filter(|d| !d.is_zero()),
+            ..self
+        }
+    }
+
+    /// The lockout, if any (never zero).
+    pub fn lockout(&self) -> Option<Duration> {
+        self.lockout
+    }
+
+    /// The lockout in nanoseconds (at most `u64::MAX`), if any.
+    pub fn lockout_ns(&self) -> Option<Nanos> {
+        self.lockout
+            .map(|d| d.as_nanos().min(u64::MAX as u128) as Nanos)
     }
 
     /// The window the budget refills over (never zero).
@@ -78,7 +103,7 @@ impl Quota {
 
     /// The same budget over another window (never zero; see [`Quota::new`]).
     pub fn with_window(self, window: Duration) -> Self {
-        Self::new(self.limit, window, self.algorithm)
+        Self::new(self.limit, window, self.algorithm).with_lockout(self.lockout)
     }
 
     pub fn gcra(limit: NonZeroU32, window: Duration) -> Self {
@@ -121,6 +146,10 @@ pub enum State {
     Gcra { tat: Nanos },
     /// Fixed window: the instant the window closes, and the hits counted in it.
     FixedWindow { ends_at: Nanos, count: u32 },
+    /// A key locked out (a quota with a lockout refused it) until this instant: every request
+    /// is refused until then, whichever algorithm the quota counts by; from then on the key is
+    /// missing (a full bucket).
+    Locked { until: Nanos },
 }
 
 /// The outcome of one limiter for one request, with everything the headers need.
@@ -136,7 +165,9 @@ pub struct Verdict {
 }
 
 /// Decide one request. Returns the verdict and the state to store: `Some` when the
-/// request was allowed (budget consumed), `None` when nothing changes.
+/// request was allowed (budget consumed) or when its refusal starts a lockout (a
+/// [`State::Locked`], stored whether or not the request's other checks allowed), `None` when
+/// nothing changes.
 #[cfg(test)]
 pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     decide_units(quota, state, now, NonZeroU32::MIN)
@@ -151,10 +182,45 @@ pub fn decide_units(
     now: Nanos,
     units: NonZeroU32,
 ) -> (Verdict, Option<State>) {
-    match quota.algorithm {
+    let state = match state {
+        Some(State::Locked { until }) if until > now => {
+            let wait = until - now;
+            let verdict = Verdict {
+                allowed: false,
+                limit: quota.limit(),
+                remaining: 0,
+                reset_after_ns: wait,
+                retry_after_ns: wait,
+            };
+            return (verdict, None);
+        }
+        Some(State::Locked { .. }) => None,
+        other => other,
+    };
+    let (verdict, new) = match quota.algorithm {
         Algorithm::Gcra => gcra::decide_units(quota, state, now, units),
         Algorithm::FixedWindow => fixed_window::decide_units(quota, state, now, units),
+    };
+    match quota.lockout_ns() {
+        // The first refusal locks the key: the wait is the whole lockout.
+        Some(lockout) if !verdict.allowed => (
+            Verdict {
+                reset_after_ns: lockout,
+                retry_after_ns: lockout,
+                ..verdict
+            },
+            Some(State::Locked {
+                until: now.saturating_add(lockout),
+            }),
+        ),
+        _ => (verdict, new),
     }
+}
+
+/// Whether a state `decide` returned is a lock, which a store keeps even when the request
+/// was refused (a consumption it keeps only when the request was allowed).
+pub fn is_lock(state: &State) -> bool {
+    matches!(state, State::Locked { .. })
 }
 
 impl State {
@@ -163,6 +229,7 @@ impl State {
         match *self {
             State::Gcra { tat } => tat,
             State::FixedWindow { ends_at, .. } => ends_at,
+            State::Locked { until } => until,
         }
     }
 }
@@ -185,6 +252,8 @@ pub fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State {
             ends_at,
             count: count.saturating_sub(units),
         },
+        // A lock is not a charge: nothing to give back.
+        State::Locked { .. } => state,
     }
 }
 
@@ -224,6 +293,7 @@ pub fn give_back_answered(
             let same_window = ends_at > now && ends_at.abs_diff(expected) < quota.window_ns() / 2;
             (same_window && count > 0).then(|| give_back(quota, state, units))
         }
+        State::Locked { .. } => None,
     }
 }
 
@@ -610,6 +680,83 @@ mod tests {
             (30, Duration::from_secs(120))
         );
         assert_eq!(wider.emission_interval_ns(), 4_000_000_000);
+    }
+
+    #[test]
+    fn a_lockout_refuses_for_its_whole_length_then_starts_afresh() {
+        for alg in [Algorithm::Gcra, Algorithm::FixedWindow] {
+            let q = Quota::new(nonzero(5), Duration::from_secs(600), alg)
+                .with_lockout(Some(Duration::from_secs(600)));
+            let mut st = None;
+            for i in 0..5 {
+                let (v, new) = decide(&q, st, i * S);
+                assert!(v.allowed, "{alg:?} {i}");
+                st = new;
+            }
+            // The sixth is refused and locks the key: the wait is the whole lockout.
+            let (sixth, locked) = decide(&q, st, 5 * S);
+            assert!(!sixth.allowed);
+            assert_eq!((sixth.retry_after_ns, sixth.remaining), (600 * S, 0));
+            assert_eq!(locked, Some(State::Locked { until: 605 * S }));
+            assert!(locked.as_ref().is_some_and(is_lock));
+            // No trickle: a GCRA bucket would have a request back after 120 s; the lock
+            // refuses, counting down, and a refusal while locked does not extend it.
+            for t in [6, 130, 300, 604] {
+                let (v, again) = decide(&q, locked, t * S + S / 2);
+                assert!(!v.allowed, "{alg:?} at {t}");
+                assert_eq!(v.retry_after_ns, (605 - t) * S - S / 2);
+                assert_eq!(ceil_secs(v.retry_after_ns), 605 - t);
+                assert_eq!(again, None, "{alg:?}: the lock is not renewed");
+            }
+            // From its end the key starts again with a full bucket.
+            let (v, _) = decide(&q, locked, 605 * S);
+            assert!(v.allowed);
+            assert_eq!(v.remaining, 4);
+            // A lock holds nothing to give back.
+            let lock = State::Locked { until: 605 * S };
+            assert_eq!(give_back(&q, lock, NonZeroU32::MIN), lock);
+            assert_eq!(
+                give_back_answered(&q, lock, NonZeroU32::MIN, 100 * S, 10 * S),
+                None
+            );
+            assert_eq!(lock.expires_at(), 605 * S);
+        }
+        // A zero lockout is none.
+        let q = Quota::gcra(nonzero(1), Duration::from_secs(60)).with_lockout(Some(Duration::ZERO));
+        assert_eq!(q.lockout(), None);
+        let (_, st) = decide(&q, None, 0);
+        assert_eq!(decide(&q, st, 0).1, None, "no lock without a lockout");
+    }
+
+    proptest! {
+        #[test]
+        fn a_lock_refuses_until_it_ends(
+            q in quota(),
+            lockout_s in 1u64..86_400,
+            hits in proptest::collection::vec(0u64..5_000, 0..100),
+        ) {
+            let q = q.with_lockout(Some(Duration::from_secs(lockout_s)));
+            let (mut st, mut now) = (None, 0);
+            let mut locked_at = None;
+            for dt in hits {
+                now += dt * 1_000_000;
+                let (v, new) = decide(&q, st, now);
+                if let Some(until) = locked_at {
+                    if now < until {
+                        prop_assert!(!v.allowed);
+                        prop_assert_eq!(v.retry_after_ns, until - now);
+                    }
+                }
+                if let Some(State::Locked { until }) = new {
+                    prop_assert!(!v.allowed);
+                    prop_assert_eq!(until, now + lockout_s * S);
+                    locked_at = Some(until);
+                }
+                if new.is_some() {
+                    st = new;
+                }
+            }
+        }
     }
 
     #[test]

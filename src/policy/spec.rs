@@ -254,6 +254,11 @@ pub struct LimiterSpec {
     pub count: Count,
     /// The statuses `count` reads as failed.
     pub failed_statuses: StatusRanges,
+    /// Whether answers name this limiter (`disclose`, on by default): its entries in the limit
+    /// headers, and which limiter a refusal came from. Off, the limiter is absent from every
+    /// limit header, and a refusal it takes part in carries `Retry-After` and the generic
+    /// problem document only.
+    pub disclose: bool,
 }
 
 impl LimiterSpec {

@@ -143,17 +143,16 @@ impl MemoryStore {
             verdicts.push(v);
             updates.push(new);
         }
-        if verdicts
+        // A refused request consumes nothing, but a lock its refusal started is kept.
+        let passed = verdicts
             .iter()
             .zip(checks)
-            .all(|(v, c)| v.allowed || c.shadow)
-        {
-            for (c, u) in checks.iter().zip(updates) {
-                if let Some(s) = u {
-                    let shard_i = self.shard_of(&c.key.digest);
-                    if let Some((_, g)) = guards.iter_mut().find(|(i, _)| *i == shard_i) {
-                        self.put(g, c.key.digest, s, now);
-                    }
+            .all(|(v, c)| v.allowed || c.shadow);
+        for (c, u) in checks.iter().zip(updates) {
+            if let Some(s) = u.filter(|s| passed || limiter::is_lock(s)) {
+                let shard_i = self.shard_of(&c.key.digest);
+                if let Some((_, g)) = guards.iter_mut().find(|(i, _)| *i == shard_i) {
+                    self.put(g, c.key.digest, s, now);
                 }
             }
         }
@@ -388,6 +387,39 @@ mod tests {
         assert!(v[1].allowed);
         assert_eq!(v[1].remaining, 8, "the enforcing limiter was charged twice");
     }
+
+    #[test]
+    fn a_lock_is_kept_though_the_request_it_refused_consumed_nothing() {
+        let clock = ManualClock::new(1_000);
+        let store = MemoryStore::new(1000, Arc::new(clock.clone()));
+        let mut locking = check("attempts", "k", 2, 600);
+        locking.quota = locking.quota.with_lockout(Some(Duration::from_secs(600)));
+        let other = check("other", "k", 100, 60);
+        let both = [other.clone(), locking.clone()];
+        for _ in 0..2 {
+            assert!(store.decide_now(&both).iter().all(|v| v.allowed));
+        }
+        // Refused: the lock starts, the other limiter is charged nothing.
+        let v = store.decide_now(&both);
+        assert!(!v[1].allowed);
+        assert_eq!(v[1].retry_after_ns, 600 * S);
+        assert_eq!(
+            store.decide_now(std::slice::from_ref(&other))[0].remaining,
+            97
+        );
+        // Alone or beside others, the key stays locked, counting down; then starts afresh.
+        clock.advance(Duration::from_secs(300));
+        let v = store.decide_now(std::slice::from_ref(&locking));
+        assert_eq!((v[0].allowed, v[0].retry_after_ns), (false, 300 * S));
+        let v = store.decide_now(&both);
+        assert_eq!((v[1].allowed, v[1].retry_after_ns), (false, 300 * S));
+        clock.advance(Duration::from_secs(300));
+        let v = store.decide_now(&both);
+        assert!(v[1].allowed);
+        assert_eq!(v[1].remaining, 1);
+    }
+
+    const S: u64 = 1_000_000_000;
 
     #[test]
     fn same_key_twice_in_one_request_counts_twice() {

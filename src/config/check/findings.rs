@@ -49,6 +49,9 @@ pub(super) enum Finding {
     /// A request costs more than the whole budget: none can ever pass (a limiter built in
     /// code; a configuration file with such a cost does not load).
     NothingFits { cost: u32, limit: u32 },
+    /// A limiter keyed on what a request targets (a header, a field of the body) names itself in
+    /// its answers: a client can tell its refusals from the address limiter's.
+    Discloses { key: String },
     /// Under [`MIN_IDLE_HEADROOM`] over the agents' idle cadence.
     ThinHeadroom { headroom: f64 },
     /// The bucket holds less than a site's burst.
@@ -65,7 +68,7 @@ impl Finding {
     pub(super) fn status(&self) -> Status {
         match self {
             Finding::SharedIp { .. } => Status::AtRisk,
-            Finding::ThinHeadroom { .. } => Status::Warning,
+            Finding::ThinHeadroom { .. } | Finding::Discloses { .. } => Status::Warning,
             _ => Status::Unsafe,
         }
     }

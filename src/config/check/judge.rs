@@ -86,6 +86,12 @@ fn judge_demand(
     let fixed = l.quota.algorithm == Algorithm::FixedWindow;
     let emission = window / limit as f64;
     let refill_per_min = limit as f64 * 60.0 / window;
+    // A refusal of a limiter with a lockout refuses the key for the whole lockout: any wait
+    // there is lasts at least that long.
+    let locked = |wait: f64| match l.quota.lockout() {
+        Some(d) if wait > 0.0 => wait.max(d.as_secs_f64()),
+        _ => wait,
+    };
     let mut status = Status::Unloaded;
     let mut found = Vec::new();
     let mut out = Vec::new();
@@ -127,6 +133,7 @@ fn judge_demand(
             } else {
                 Some(emission * sharers as f64)
             };
+            let worst = worst.map(locked);
             // Each client on a bucket of its own would fit: only the missing verifier shares it.
             let fits_alone = amount / sharers as f64 <= refill_per_min;
             if amount > refill_per_min && ip_fallback && fits_alone {
@@ -178,13 +185,13 @@ fn judge_demand(
             let burst = amount.round() as u64;
             let headroom = limit as f64 / amount;
             let over = burst.saturating_sub(limit as u64);
-            let worst = if over == 0 {
+            let worst = locked(if over == 0 {
                 0.0
             } else if fixed {
                 window * (over as f64 / limit as f64).ceil()
             } else {
                 emission * over as f64
-            };
+            });
             if over > 0 {
                 found.push(Finding::Burst {
                     site: fleet.max_site_endpoints,

@@ -12,8 +12,14 @@ pub(super) fn line(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Limite
     let Judged {
         loads,
         mut status,
-        findings,
+        mut findings,
     } = judge_loads(l, model, table);
+    if l.disclose && l.key.names_target() {
+        findings.push(super::findings::Finding::Discloses {
+            key: l.key.to_string(),
+        });
+        status = status.max(Status::Warning);
+    }
     let mut reasons: Vec<(String, Status)> = findings
         .iter()
         .map(|f| (f.sentence(), f.status()))

@@ -246,6 +246,25 @@ fn long_window_lockout_is_unsafe() {
 }
 
 #[test]
+fn a_lockout_on_the_agents_budget_is_a_wait_as_long_as_the_lock() {
+    // The default agent-device budget is safe; a lockout longer than the heartbeat timeout
+    // makes any refusal an agent marked offline.
+    let safe = check(&load(&[]));
+    assert_eq!(line(&safe, "agent-device").status, Status::Ok);
+    let r = check(&load(&[(
+        "FLEET_LIMITER_LIMITER_AGENT_DEVICE_LOCKOUT",
+        "10m",
+    )]));
+    let agent = line(&r, "agent-device");
+    assert_eq!(agent.status, Status::Unsafe, "{:?}", agent.reasons);
+    assert!(
+        agent.reasons[0].contains("heartbeat_timeout_seconds = 180"),
+        "{:?}",
+        agent.reasons
+    );
+}
+
+#[test]
 fn ip_keyed_agent_budget_refills_slower_than_the_fleet() {
     let r = check(&load(&[("FLEET_LIMITER_LIMITER_AGENT_DEVICE_KEY", "ip")]));
     let agent = line(&r, "agent-device");
@@ -532,4 +551,43 @@ proptest::proptest! {
         let large = line(&check(&limit_of(&cfg, "agent-device", b)), "agent-device").status;
         proptest::prop_assert!(small >= Status::AtRisk || large < Status::AtRisk);
     }
+}
+
+#[test]
+fn a_limiter_keyed_on_a_target_that_names_itself_is_warned_about() {
+    let pairs = |disclose: &'static str| {
+        vec![
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_LIMIT", "10"),
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_WINDOW", "1h"),
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_KEY", "header:x-tenant-id"),
+            (
+                "FLEET_LIMITER_LIMITER_PER_TENANT_ROUTES",
+                "POST /auth/email",
+            ),
+            ("FLEET_LIMITER_LIMITER_PER_TENANT_DISCLOSE", disclose),
+            ("FLEET_LIMITER_LIMITER_PER_SOURCE_LIMIT", "20"),
+            ("FLEET_LIMITER_LIMITER_PER_SOURCE_WINDOW", "1h"),
+            ("FLEET_LIMITER_LIMITER_PER_SOURCE_KEY", "ip"),
+            (
+                "FLEET_LIMITER_LIMITER_PER_SOURCE_ROUTES",
+                "POST /auth/email",
+            ),
+            ("FLEET_LIMITER_TRUST_PROXY", "10.0.0.0/8"),
+        ]
+    };
+    let r = check(&load(&pairs("true")));
+    let l = line(&r, "per-tenant");
+    assert_eq!(l.status, Status::Warning, "{:?}", l.reasons);
+    assert!(
+        l.reasons[0].contains("keyed on `header:x-tenant-id`")
+            && l.reasons[0].contains("set disclose = false"),
+        "{:?}",
+        l.reasons
+    );
+    assert_eq!(r.warnings, 1, "{:?}", r.warning_lines());
+    // The address limiter may name itself: the client knows its own address.
+    assert_eq!(line(&r, "per-source").status, Status::Unloaded);
+    let r = check(&load(&pairs("false")));
+    assert_eq!(line(&r, "per-tenant").status, Status::Unloaded);
+    assert_eq!(r.warnings, 0, "{:?}", r.warning_lines());
 }

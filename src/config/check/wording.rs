@@ -155,6 +155,9 @@ impl Finding {
                     "{how}, not under heartbeat_timeout_seconds = {timeout}: the backend would mark healthy agents offline"
                 )
             }
+            Finding::Discloses { key } => format!(
+                "keyed on `{key}`, what a request targets rather than who sends it, and its answers name it (disclose is on): a client can tell its refusal from the address limiter's, and once the two budgets differ that tells which targets exist; set disclose = false"
+            ),
             Finding::ThinHeadroom { headroom } => format!(
                 "headroom over the agents' idle cadence is {headroom:.1}x, under {:.0}x: task-result bursts will meet refusals",
                 super::MIN_IDLE_HEADROOM

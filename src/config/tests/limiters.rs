@@ -335,3 +335,38 @@ fn the_declared_fleet_holds_at_least_its_largest_site() {
         .unwrap();
     assert_eq!(cfg.fleet.max_agents.get(), 50_000);
 }
+
+#[test]
+fn a_lockout_is_read_into_the_quota_and_held_to_its_range() {
+    let cfg = Config::default();
+    assert!(cfg.limiters.iter().all(|l| l.quota.lockout().is_none()));
+    let f = file("[limiters.api-key]\ncount = \"failed\"\nlockout = \"10m\"\n");
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    assert_eq!(
+        limiter(&cfg, "api-key").quota.lockout(),
+        Some(std::time::Duration::from_secs(600))
+    );
+    let cfg = Loader::new()
+        .env([(
+            "FLEET_LIMITER_LIMITER_CLI_BEARER_LOCKOUT".to_owned(),
+            "90".to_owned(),
+        )])
+        .load()
+        .expect("valid");
+    assert_eq!(
+        limiter(&cfg, "cli-bearer").quota.lockout(),
+        Some(std::time::Duration::from_secs(90))
+    );
+    snap!(
+        "config_error_lockout_too_long",
+        file_error("[limiters.api-key]\nlockout = \"2d\"\n", &[])
+    );
+    snap!(
+        "config_error_lockout_too_short",
+        file_error("[limiters.api-key]\nlockout = \"500ms\"\n", &[])
+    );
+    snap!(
+        "config_error_lockout_zero",
+        env_error(&[("FLEET_LIMITER_LIMITER_API_KEY_LOCKOUT", "0")])
+    );
+}

@@ -4,7 +4,7 @@
 --
 -- KEYS       every request's buckets, request after request
 -- ARGV[1..3] as prelude.lua says
--- ARGV[4..]  per request: its number of checks n, then five per check, as decide() in gcra.lua
+-- ARGV[4..]  per request: its number of checks n, then seven per check, as decide() in gcra.lua
 --            says
 --
 -- Returns, per request: committed, then four integers per check.
@@ -20,7 +20,7 @@ while ab <= #ARGV do
     out[#out + 1] = verdicts[i]
   end
   kb = kb + n
-  ab = ab + 1 + 6 * n
+  ab = ab + 1 + CHECK_ARGS * n
 end
 write()
 return out

@@ -10,11 +10,13 @@ use std::num::NonZeroU32;
 
 pub(super) const SLOT_LUA: &str = concat!(
     include_str!("prelude.lua"),
+    include_str!("lockout.lua"),
     include_str!("gcra.lua"),
     include_str!("slot.lua")
 );
 pub(super) const BATCH_LUA: &str = concat!(
     include_str!("prelude.lua"),
+    include_str!("lockout.lua"),
     include_str!("gcra.lua"),
     include_str!("batch.lua")
 );
@@ -92,7 +94,7 @@ pub(super) struct GroupAnswer {
     pub(super) written: Vec<String>,
 }
 
-/// The six script arguments of one check (see `gcra.lua`).
+/// The seven script arguments of one check (see `gcra.lua`).
 pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: NonZeroU32) {
     let limit = u64::from(q.limit());
     let (algo, p, burst) = match q.algorithm {
@@ -107,7 +109,8 @@ pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: NonZeroU
         .arg(p)
         .arg(burst)
         .arg(if shadow { "1" } else { "0" })
-        .arg(units.get());
+        .arg(units.get())
+        .arg(q.lockout_ns().unwrap_or(0));
 }
 
 pub(super) fn int(v: &Value) -> RedisResult<i64> {

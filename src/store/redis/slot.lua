@@ -1,11 +1,11 @@
 -- fleet-limiter: decide the checks of one request that share a Redis Cluster slot.
 --
 -- KEYS[i]    one bucket per check, in request order
--- ARGV[1..3] as prelude.lua says; ARGV[4..] five per check, as decide() in gcra.lua says
+-- ARGV[1..3] as prelude.lua says; ARGV[4..] seven per check, as decide() in gcra.lua says
 --
 -- Returns { committed, then four integers per check, then two strings per check: the bucket's
 -- value before the request, and the value written (at the last check that consumed from that
--- bucket; "" elsewhere) }; the strings let the caller undo a consumption that a different
+-- bucket, unless the request left it locked; "" elsewhere) }; the strings let the caller undo a consumption that a different
 -- slot's refusal cancelled (refund.lua).
 
 read()
@@ -24,6 +24,11 @@ end
 for i = 1, #KEYS do
   local key = KEYS[i]
   out[#out + 1] = raw[key]
-  out[#out + 1] = (last[key] == i and written[key]) or ''
+  -- A bucket a later check of the request locked has nothing to refund: the lock stays.
+  if last[key] == i and written[key] and not is_lock(state[key]) then
+    out[#out + 1] = written[key]
+  else
+    out[#out + 1] = ''
+  end
 end
 return out
