@@ -212,6 +212,140 @@ fn shipped_configurations_load() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// deploy/kubernetes/fleet-limiter.yaml
+
+const KUBERNETES: &str = "deploy/kubernetes/fleet-limiter.yaml";
+/// The Kubernetes release whose schemas the manifests are held to (the oldest with the
+/// kubelet's `preStop.sleep`, 1.30, enabled by default is below it).
+const KUBERNETES_VERSION: &str = "1.31.0";
+
+fn kubernetes_validate(file: &std::path::Path) -> Option<Output> {
+    let validator = tool("kubernetes-validate", "pip install kubernetes-validate")?;
+    Some(run(Command::new(validator)
+        .args(["--strict", "--quiet", "-k", KUBERNETES_VERSION])
+        .arg(file)))
+}
+
+#[test]
+fn kubernetes_manifests_pass_the_api_schemas_strictly() {
+    let Some(out) = kubernetes_validate(&root().join(KUBERNETES)) else {
+        return;
+    };
+    assert_success(&format!("kubernetes-validate --strict {KUBERNETES}"), &out);
+
+    // The validator is strict for real: a misspelt field fails it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let misspelt = dir.path().join("misspelt.yaml");
+    let text = read(KUBERNETES).replace(
+        "terminationGracePeriodSeconds:",
+        "terminationGracePeriodSecond:",
+    );
+    std::fs::write(&misspelt, text).expect("write");
+    let out = kubernetes_validate(&misspelt).expect("found above");
+    assert!(
+        !out.status.success(),
+        "a misspelt field passed:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The manifests as JSON documents, read by PyYAML (which kubernetes-validate brings).
+fn kubernetes_documents() -> Option<Vec<Value>> {
+    tool("kubernetes-validate", "pip install kubernetes-validate")?;
+    let out = run(Command::new("python3")
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(root().join(KUBERNETES)));
+    assert_success("python3 -c 'yaml.safe_load_all'", &out);
+    Some(serde_json::from_slice(&out.stdout).expect("json"))
+}
+
+fn seconds(value: &str) -> u64 {
+    let v = value.trim().trim_matches('"');
+    v.strip_suffix('s')
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a duration in whole seconds: {v}"))
+}
+
+#[test]
+fn the_kubernetes_configuration_loads_and_the_grace_covers_the_drain() {
+    let Some(docs) = kubernetes_documents() else {
+        return;
+    };
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k} in {KUBERNETES}"))
+    };
+    // The ConfigMap's file is a configuration the real binary accepts.
+    let toml = kind("ConfigMap")["data"]["fleet-limiter.toml"]
+        .as_str()
+        .expect("the ConfigMap carries fleet-limiter.toml");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("fleet-limiter.toml");
+    std::fs::write(&file, toml).expect("write");
+    let out = Launch::command(["check", "--config"])
+        .arg(file.to_str().expect("utf-8"))
+        .run(common::PATIENCE);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("(instances share one budget)"),
+        "the replicas share Redis:\n{}",
+        out.stdout
+    );
+
+    // Stopping takes at most preStop + drain_delay + shutdown_grace; the pod gets more.
+    let setting = |name: &str| {
+        toml.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+            .unwrap_or_else(|| panic!("{name} in the ConfigMap"))
+    };
+    let pod = &kind("Deployment")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_u64()
+        .expect("a preStop sleep");
+    let stop = pre_stop + seconds(setting("drain_delay")) + seconds(setting("shutdown_grace"));
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("a grace");
+    assert!(
+        grace > stop,
+        "terminationGracePeriodSeconds {grace} <= {stop}"
+    );
+
+    // Liveness on /healthz, readiness on /readyz, both on the admin port; the admin port in no
+    // Service; the image's listeners where the ports say.
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        assert_eq!(container[probe]["httpGet"]["port"], "admin", "{probe}");
+    }
+    let ports = container["ports"].as_array().expect("ports");
+    let port = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("port {name}"))
+    };
+    assert!(setting("admin_listen").contains(&format!(":{}", port("admin"))));
+    assert!(toml.contains(&format!("listen = \"0.0.0.0:{}\"", port("traffic"))));
+    let service = kind("Service")["spec"]["ports"].to_string();
+    assert!(
+        !service.contains("admin") && !service.contains("7391"),
+        "{service}"
+    );
+    assert_eq!(
+        kind("PodDisruptionBudget")["spec"]["maxUnavailable"],
+        1,
+        "one replica at a time"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // compose.yaml
 
 #[test]
