@@ -18,6 +18,8 @@ const CONFIG_ERROR: u8 = 2;
 /// reload (SIGHUP, `POST /reload`), which is held to the same rules as the start: an unsafe
 /// calibration is refused unless `allow_unsafe`.
 pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bool) -> ExitCode {
+    // Before any thread starts: the sockets a service manager handed over, if any.
+    let handed = crate::http::listeners::adopt_from_env();
     let first = loader();
     let cfg = match first.load() {
         Ok(c) => c,
@@ -27,6 +29,13 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
         }
     };
     init_logging(cfg.ops.log_format);
+    match handed {
+        Ok(said) => said.iter().for_each(|s| tracing::info!("{s}")),
+        Err(e) => {
+            eprint_line(format!("fleet-limiter: configuration error: {e}"));
+            return ExitCode::from(CONFIG_ERROR);
+        }
+    }
     for w in first.warnings() {
         tracing::warn!("{w}");
     }

@@ -454,6 +454,34 @@ fn systemd_unit_verifies() {
     .expect("write the unit");
     let out = run(Command::new(&analyze).arg("verify").arg(&path));
     assert_success("systemd-analyze verify fleet-limiter.service", &out);
+
+    // The socket unit holds the traffic socket for the service, named as the gateway expects.
+    let socket = read("deploy/systemd/fleet-limiter.socket");
+    for line in [
+        "FileDescriptorName=traffic",
+        "Service=fleet-limiter.service",
+        "ListenStream=0.0.0.0:8080",
+    ] {
+        assert!(
+            socket.lines().any(|l| l == line),
+            "the socket unit has {line}"
+        );
+    }
+    let socket_path = dir.path().join("fleet-limiter.socket");
+    std::fs::write(&socket_path, socket).expect("write the socket unit");
+    let out = run(Command::new(&analyze).arg("verify").arg(&socket_path));
+    assert_success("systemd-analyze verify fleet-limiter.socket", &out);
+    let broken = dir.path().join("broken.socket");
+    std::fs::write(
+        &broken,
+        "[Socket]\nListenStream=\nFileDescriptorName=traffic\n",
+    )
+    .expect("write");
+    let out = run(Command::new(&analyze).arg("verify").arg(&broken));
+    assert!(
+        !out.status.success(),
+        "systemd-analyze accepted a socket unit that listens nowhere"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ pub(super) struct RawServer {
     pub(super) upstream_insecure_skip_verify: Option<bool>,
     pub(super) tls_cert_file: Option<String>,
     pub(super) tls_key_file: Option<String>,
+    pub(super) reuse_port: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -200,6 +201,7 @@ pub(super) fn build(
         upstream_insecure_skip_verify: raw.server.upstream_insecure_skip_verify.unwrap_or(false),
         tls_cert_file,
         tls_key_file,
+        reuse_port: raw.server.reuse_port.unwrap_or(false),
     };
 
     let mut ranges = Vec::new();

@@ -103,6 +103,8 @@ pub struct ServerConfig {
     /// The traffic listener's certificate chain and private key (PEM): both or neither.
     pub tls_cert_file: Option<PathBuf>,
     pub tls_key_file: Option<PathBuf>,
+    /// Bind every listener with `SO_REUSEPORT`: a new process listens beside a draining one.
+    pub reuse_port: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

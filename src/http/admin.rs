@@ -410,7 +410,11 @@ impl Admin {
         .workers(1)
         .disable_signals()
         .shutdown_timeout(1)
-        .bind(cfg.ops.admin_listen)
+        .listen(crate::http::listeners::listener(
+            cfg,
+            crate::http::listeners::Role::Admin,
+            cfg.ops.admin_listen,
+        )?)
         .map_err(|e| {
             crate::http::ListenError::new(
                 cfg,
@@ -537,12 +541,24 @@ impl Signals {
                 grace_seconds = grace.as_secs(),
                 "stopping: no new connections; finishing in-flight requests"
             );
+            // First no new connection: one already accepted but still on its way to a worker when
+            // that worker stops would be closed unanswered, so the workers are told to stop only
+            // once those have arrived. Connections not accepted meanwhile wait in the socket's
+            // queue: a handed-over socket's for the next process, a reuse_port socket's to be
+            // moved to the new process's socket when this one closes (tcp_migrate_req).
+            futures_util::future::join_all(servers.iter().map(|s| s.pause())).await;
+            tokio::time::sleep(IN_TRANSIT).await;
             // All at once: each drains its in-flight requests within the same grace period.
             futures_util::future::join_all(servers.iter().map(|s| s.stop(true))).await;
             return;
         }
     }
 }
+
+/// How long a stopping process waits, accepting nothing, for connections already accepted to
+/// reach their worker before the workers stop.
+#[cfg(unix)]
+const IN_TRANSIT: Duration = Duration::from_millis(100);
 
 #[cfg(not(unix))]
 struct Signals;

@@ -88,7 +88,11 @@ impl Endpoint {
 
 /// The decision server on `decision.listen`, bound (its addresses logged) and ready to run.
 pub fn bind(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<actix_web::dev::Server>> {
+    use crate::http::listeners::{self, Role};
     let Some(listen) = cfg.decision.listen else {
+        if listeners::handed(Role::Decision) {
+            anyhow::bail!("LISTEN_FDS: a decision socket was handed over but decision.listen is not set; set decision.listen (FLEET_LIMITER_DECISION_LISTEN, the socket's address) to turn the decision endpoint on, or drop the socket from the .socket unit");
+        }
         return Ok(None);
     };
     let endpoint = Endpoint::new(cfg, decider);
@@ -98,11 +102,12 @@ pub fn bind(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<actix_
             .default_service(web::to(answer))
     })
     .disable_signals()
-    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64)
-    .bind(listen)
-    .map_err(|e| {
-        crate::http::ListenError::new(cfg, "decision.listen", "--decision-listen", listen, &e)
-    })?;
+    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64);
+    let server = listeners::listener(cfg, Role::Decision, listen)
+        .and_then(|l| server.listen(l))
+        .map_err(|e| {
+            crate::http::ListenError::new(cfg, "decision.listen", "--decision-listen", listen, &e)
+        })?;
     for addr in server.addrs() {
         tracing::info!(decision_listen = %addr, "decision listener started: /nginx /caddy /traefik /forward /envoy/<path>");
     }

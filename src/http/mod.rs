@@ -5,6 +5,7 @@ pub mod cors;
 pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
 pub mod governor;
+pub(crate) mod listeners;
 pub mod middleware;
 pub mod proxy;
 pub mod response;
@@ -54,6 +55,9 @@ async fn run_gateway(
                 "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen)"
             );
         };
+        if listeners::handed(listeners::Role::Traffic) {
+            tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
+        }
         let cors = cors::Cors::new(&cfg.cors);
         let control = Arc::new(admin::Control::new(cfg, decider, cors, reloader));
         let admin = admin::Admin::bind(control, cfg)?;
@@ -151,18 +155,31 @@ async fn run_gateway(
     })
     .disable_signals()
     .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64);
+    let socket = listeners::listener(cfg, listeners::Role::Traffic, cfg.server.listen);
     let server = match &certs {
         Some(store) => {
             let tls = crate::tls::server_config(store.clone())
                 .map_err(|e| TlsSetupError(format!("server.tls_cert_file: {e:#}")))?;
-            server.bind_rustls_0_23(cfg.server.listen, tls)
+            socket.and_then(|l| server.listen_rustls_0_23(l, tls))
         }
-        None => server.bind(cfg.server.listen),
+        None => socket.and_then(|l| server.listen(l)),
     }
     .map_err(|e| ListenError::new(cfg, "server.listen", "--listen", cfg.server.listen, &e))?;
+    let listening = server
+        .addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let admin = admin::Admin::bind(control, cfg)?;
+    if cfg.server.reuse_port {
+        if let Some(w) = listeners::reuse_port_warning() {
+            tracing::warn!("{w}");
+        }
+    }
     tracing::info!(
-        listen = %cfg.server.listen,
+        listen = %listening,
+        reuse_port = cfg.server.reuse_port,
         tls = certs.is_some(),
         admin_listen = %admin.addrs(),
         upstream = %crate::redact::url(upstream.base.as_str()),

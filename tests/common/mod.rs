@@ -109,6 +109,8 @@ pub struct Launch {
     /// Start the process with this open-file-descriptor limit, `(soft, hard)` (through
     /// `prlimit`, which then runs the binary in its own place: same process id).
     nofile: Option<(u64, u64)>,
+    /// `--listen` on this address instead of a free port (a second process beside a first).
+    listen_at: Option<SocketAddr>,
 }
 
 /// Where the process's stdout and stderr go.
@@ -225,6 +227,13 @@ impl Launch {
 
     /// Start with the open-file-descriptor limit `soft` (and `hard`), as a stock machine's
     /// 1024 would be; needs [`prlimit`].
+    /// Listen on `addr` (already taken by another process with `server.reuse_port`) instead
+    /// of a free port.
+    pub fn listen_at(mut self, addr: SocketAddr) -> Self {
+        self.listen_at = Some(addr);
+        self
+    }
+
     pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
         self.nofile = Some((soft, hard));
         self
@@ -329,7 +338,7 @@ impl Launch {
         let mut last_err = String::new();
         for _ in 0..PORT_RETRIES {
             let dir = temp_dir();
-            let addr = free_addr();
+            let addr = self.listen_at.unwrap_or_else(free_addr);
             let admin = self.admin.then(free_addr);
             let decision = self.decision.map(|_| free_addr());
             let listen = (self.decision != Some(true)).then_some(addr);
@@ -367,7 +376,7 @@ impl Launch {
     /// Panics if it is still running then.
     pub fn run(self, limit: Duration) -> Exited {
         let dir = temp_dir();
-        let listen = self.serve.then(free_addr);
+        let listen = self.serve.then(|| self.listen_at.unwrap_or_else(free_addr));
         let (mut cmd, _config) = self.command_for(dir.path(), listen, None, None);
         let mut child = cmd
             .spawn()
