@@ -135,8 +135,20 @@ pub struct KnownAgents {
     table: Mutex<Table>,
     /// See [`grace`]; follows the fleet settings on reload.
     grace: AtomicU64,
-    k0: u64,
-    k1: u64,
+    /// The digest key; replaced only by [`KnownAgents::restore`], before any request.
+    k0: AtomicU64,
+    k1: AtomicU64,
+}
+
+/// One id as the state file keeps it (see `store::state_file`): its segment, digests, when it
+/// was last admitted and until when it is known, as this process's times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kept {
+    pub(crate) protected: bool,
+    pub(crate) agent: u64,
+    pub(crate) address: u64,
+    pub(crate) since: Nanos,
+    pub(crate) until: Nanos,
 }
 
 impl std::fmt::Debug for KnownAgents {
@@ -156,8 +168,8 @@ impl KnownAgents {
         Self {
             table: Mutex::new(Table::new(capacity)),
             grace: AtomicU64::new(grace),
-            k0,
-            k1,
+            k0: AtomicU64::new(k0),
+            k1: AtomicU64::new(k1),
         }
     }
 
@@ -171,7 +183,10 @@ impl KnownAgents {
     /// `key NUL` (when the limiters key on a longer prefix than the table's address) and
     /// `agent` for the id.
     pub fn at(&self, limiter: &str, address: &str, key: Option<&str>, agent: &str) -> AgentAt {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        let mut h = SipHasher13::new_with_keys(
+            self.k0.load(Ordering::Relaxed),
+            self.k1.load(Ordering::Relaxed),
+        );
         h.write(limiter.as_bytes());
         h.write_u8(0);
         h.write(address.as_bytes());
@@ -217,6 +232,63 @@ impl KnownAgents {
     pub fn not_remembered(&self) -> u64 {
         let c = self.counts();
         c.not_remembered_address + c.not_remembered_table
+    }
+
+    /// The digest key and every id held and not expired at `now`, each segment oldest first:
+    /// what [`KnownAgents::restore`] needs to rebuild the table in another process.
+    pub(crate) fn export(&self, now: Nanos) -> ((u64, u64), Vec<Kept>) {
+        let t = self.table.lock();
+        let mut kept = Vec::with_capacity(t.index.len());
+        for seg in [PROBATION, PROTECTED] {
+            let mut slot = t.lists[seg].head;
+            while slot != NIL {
+                let e = &t.entries[slot as usize];
+                if e.until > now {
+                    kept.push(Kept {
+                        protected: seg == PROTECTED,
+                        agent: e.agent,
+                        address: t.addresses[e.address as usize].digest,
+                        since: e.since,
+                        until: e.until,
+                    });
+                }
+                slot = e.in_segment.next;
+            }
+        }
+        let key = (
+            self.k0.load(Ordering::Relaxed),
+            self.k1.load(Ordering::Relaxed),
+        );
+        (key, kept)
+    }
+
+    /// Take the key and ids another process exported (their times already this process's),
+    /// in the order it gave them; an empty table only, before any request. Ids the table has no
+    /// room for are left out, as at run time.
+    pub(crate) fn restore(&self, key: (u64, u64), kept: &[Kept], now: Nanos) {
+        self.k0.store(key.0, Ordering::Relaxed);
+        self.k1.store(key.1, Ordering::Relaxed);
+        let grace = self.grace.load(Ordering::Relaxed);
+        let mut t = self.table.lock();
+        let capacity = t.capacity;
+        *t = Table::new(capacity);
+        for k in kept.iter().filter(|k| k.until > now) {
+            let at = AgentAt {
+                address: k.address,
+                agent: k.agent,
+            };
+            if t.index.contains_key(&k.agent) {
+                continue;
+            }
+            t.insert(at, k.since, k.until, usize::MAX, grace);
+            if k.protected {
+                if let Some(&slot) = t.index.get(&k.agent) {
+                    t.promote(slot, k.since, k.until, grace);
+                }
+            }
+        }
+        // What the restore did is not what the traffic did: the counters start at zero.
+        t.counts = Counts::default();
     }
 
     /// Everything `/metrics` shows of the table.

@@ -235,16 +235,97 @@ fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
         );
     }
     let store: Arc<dyn store::Store> = match cfg.store.backend {
-        config::StoreBackend::Memory => Arc::new(store::memory::MemoryStore::new(
-            cfg.store.max_keys,
-            Arc::new(clock::SystemClock::new()),
-        )),
+        config::StoreBackend::Memory => {
+            let mut memory = store::memory::MemoryStore::new(
+                cfg.store.max_keys,
+                Arc::new(clock::SystemClock::new()),
+            );
+            let known = match &cfg.store.state_file {
+                Some(path) => restore_state(&mut memory, path, cfg),
+                None => None,
+            };
+            let memory = Arc::new(memory);
+            let decider = decision::Decider::new(cfg, memory.clone(), verifier_of(cfg)?);
+            if let Some((key, kept)) = known {
+                let now = store::Store::clock(&*memory)
+                    .map(|c| c.now())
+                    .unwrap_or_default();
+                decider.known_agents().restore(key, &kept, now);
+            }
+            return Ok(decider);
+        }
         config::StoreBackend::Redis => {
             let (target, opts) = redis_settings(&cfg.store)?;
             Arc::new(store::redis::RedisStore::start(target, opts)?)
         }
     };
     Ok(decision::Decider::new(cfg, store, verifier_of(cfg)?))
+}
+
+/// The buckets `store.state_file` kept, if it can be used, taken by `memory`; the known agents
+/// it kept are returned, for the decider built on `memory`. What was done is logged either way.
+fn restore_state(
+    memory: &mut store::memory::MemoryStore,
+    path: &std::path::Path,
+    cfg: &config::Config,
+) -> Option<((u64, u64), Vec<known_agents::Kept>)> {
+    use store::state_file::{read, Bounds, Read};
+    use store::Store;
+    let bounds = Bounds {
+        buckets: memory.capacity(),
+        known: cfg.store.max_keys,
+        // No limiter's state reaches further ahead than its window plus its lockout.
+        horizon: cfg
+            .limiters
+            .iter()
+            .map(|l| l.quota.window() + l.quota.lockout().unwrap_or_default())
+            .max()
+            .unwrap_or_default(),
+        known_for: cfg
+            .limiters
+            .iter()
+            .filter_map(|l| l.new_agents.map(|r| r.known_for))
+            .max()
+            .unwrap_or_default(),
+    };
+    let now = memory.clock().map(|c| c.now()).unwrap_or_default();
+    let shown = path.display();
+    let started = std::time::Instant::now();
+    match read(path, now, bounds) {
+        Read::Missing => {
+            tracing::info!(
+                "store.state_file: {shown} does not exist yet; starting with no bucket (it is written when the gateway stops)"
+            );
+            None
+        }
+        Read::Ignored(why) => {
+            tracing::warn!("store.state_file: {shown} is not used: {why}; starting with no bucket");
+            None
+        }
+        Read::Restored(r) => {
+            tracing::info!(
+                buckets = r.snapshot.buckets.len(),
+                known_agents = r.snapshot.known.len(),
+                expired = r.expired,
+                out_of_range = r.out_of_range,
+                stopped_seconds = r.elapsed.as_secs_f64(),
+                "store.state_file: buckets restored from {shown}, the time since they were written counted"
+            );
+            if r.out_of_range > 0 {
+                tracing::warn!(
+                    out_of_range = r.out_of_range,
+                    "store.state_file: {shown} holds states further ahead than any limiter's window, lockout or known_for; they were not restored"
+                );
+            }
+            let snapshot = r.snapshot;
+            memory.restore(snapshot.buckets_key, snapshot.buckets);
+            tracing::info!(
+                milliseconds = started.elapsed().as_secs_f64() * 1e3,
+                "store.state_file: read and restored"
+            );
+            Some((snapshot.known_key, snapshot.known))
+        }
+    }
 }
 
 /// Where and how the Redis store connects, from `[store]`: `store.cluster` when given, else

@@ -61,8 +61,14 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
         admit::admit(&cfg, allow_unsafe).map_err(|r| r.to_string())?;
         Ok(cfg)
     });
-    let run = actix_web::rt::System::new()
-        .block_on(crate::http::serve_gateway_with(&cfg, decider, reloader));
+    let run = actix_web::rt::System::new().block_on(crate::http::serve_gateway_with(
+        &cfg,
+        decider.clone(),
+        reloader,
+    ));
+    if let Some(path) = &cfg.store.state_file {
+        save_state(&decider, path);
+    }
     match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_config() => {
@@ -78,6 +84,26 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
 
 /// Log lines to stderr, as text or JSON, at the level `FLEET_LIMITER_LOG` asks (`info`
 /// otherwise).
+/// Write the buckets to `store.state_file` once the listeners have drained, so that the next
+/// process starts where this one stopped.
+fn save_state(decider: &crate::decision::Decider, path: &std::path::Path) {
+    let started = std::time::Instant::now();
+    match decider.save_state(path) {
+        None => {}
+        Some(Ok((buckets, known))) => tracing::info!(
+            buckets,
+            known_agents = known,
+            milliseconds = started.elapsed().as_secs_f64() * 1e3,
+            "store.state_file: buckets written to {}",
+            path.display()
+        ),
+        Some(Err(e)) => tracing::error!(
+            "store.state_file: cannot write {}: {e}; the next start begins with no bucket",
+            path.display()
+        ),
+    }
+}
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

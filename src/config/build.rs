@@ -81,6 +81,7 @@ pub(super) struct RawStore {
     pub(super) calls_in_flight: Option<i64>,
     pub(super) ca_file: Option<String>,
     pub(super) insecure_skip_verify: Option<bool>,
+    pub(super) state_file: Option<String>,
 }
 
 pub(super) struct Ctx {
@@ -289,6 +290,16 @@ pub(super) fn build(
             None => None,
         },
         insecure_skip_verify: raw.store.insecure_skip_verify.unwrap_or(false),
+        state_file: match raw.store.state_file.filter(|p| !p.trim().is_empty()) {
+            None => None,
+            Some(_) if backend == StoreBackend::Redis => {
+                return Err(ctx.err(
+                    "store.state_file",
+                    "keeps the memory store's buckets across restarts, and this store is Redis, whose buckets outlive the process anyway; remove store.state_file (FLEET_LIMITER_STORE_STATE_FILE)",
+                ))
+            }
+            Some(p) => Some(PathBuf::from(p)),
+        },
     };
     let path_of = |u: &String| {
         if store.url.as_ref() == Some(u) {

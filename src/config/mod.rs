@@ -128,6 +128,8 @@ pub struct StoreConfig {
     pub ca_file: Option<PathBuf>,
     /// `rediss://`: accept any certificate (development only; warns on every start).
     pub insecure_skip_verify: bool,
+    /// The memory store's buckets are written here on stop and read back at start.
+    pub state_file: Option<PathBuf>,
 }
 
 impl StoreConfig {

@@ -229,6 +229,8 @@ pub const SETTINGS: &[Setting] = &[
         "Redis standalone: script calls out at once, 1 to 16"),
     row("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Int, Is("100000"), restart!(store),
         "Most buckets the memory store tracks").flag("max-keys", "N"),
+    row("store.state_file", "FLEET_LIMITER_STORE_STATE_FILE", Str, Unset, restart!(store),
+        "Memory store: write the buckets here on stop and read them back at start").flag("state-file", "FILE"),
     row("fleet.heartbeat_interval_seconds", "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS", Int, Is("60"), Live,
         "How often a healthy agent sends a heartbeat"),
     row("fleet.poll_interval_seconds", "FLEET_LIMITER_POLL_INTERVAL_SECONDS", Int, Is("30"), Live,

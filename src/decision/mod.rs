@@ -165,6 +165,24 @@ impl Decider {
         &self.known
     }
 
+    /// Write the store's buckets and the known agents to `path` (`store.state_file`): how many
+    /// of each; `None` when the store keeps nothing in the process (Redis).
+    pub(crate) fn save_state(
+        &self,
+        path: &std::path::Path,
+    ) -> Option<std::io::Result<(usize, usize)>> {
+        let (buckets_key, buckets) = self.store.kept_buckets()?;
+        let now = self.clock.now();
+        let (known_key, known) = self.known.export(now);
+        let snapshot = crate::store::state_file::Snapshot {
+            buckets_key,
+            buckets,
+            known_key,
+            known,
+        };
+        Some(crate::store::state_file::write(path, now, &snapshot))
+    }
+
     /// This decider's metrics: its decisions, and what the app built around it records.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics

@@ -422,3 +422,43 @@ fn an_id_costs_a_few_words() {
     assert_eq!(std::mem::size_of::<Entry>(), 48);
     assert_eq!(std::mem::size_of::<Address>(), 32);
 }
+
+#[test]
+fn an_exported_table_is_rebuilt_in_another_process_with_its_segments_and_order() {
+    let t = table(100);
+    site_round(&t, "203.0.113.5", "site", 10, S);
+    // Half the site seen again: promoted.
+    site_round(&t, "203.0.113.5", "site", 5, 2 * S);
+    admit(&t, "198.51.100.9", "lone", 3 * S, 500);
+    let (key, kept) = t.export(4 * S);
+    assert_eq!(kept.len(), 11);
+    assert_eq!(kept.iter().filter(|k| k.protected).count(), 5);
+
+    // Another process: another random key, an empty table, its own clock.
+    let next = table(100);
+    assert!(!known(&next, "203.0.113.5", "site-0", 4 * S));
+    next.restore(key, &kept, 4 * S);
+    next.table.lock().assert_consistent();
+    assert_eq!(known_of(&next, "203.0.113.5", "site", 10, 4 * S), 10);
+    assert!(known(&next, "198.51.100.9", "lone", 4 * S));
+    assert!(
+        !known(&next, "198.51.100.9", "site-0", 4 * S),
+        "ids stay at their address"
+    );
+    let c = next.counts();
+    assert_eq!((c.probation, c.protected), (6, 5));
+    assert_eq!(
+        next.export(4 * S).1,
+        kept,
+        "the same table, in the same order"
+    );
+    // Ids that expired before the restore are not taken.
+    let later = table(100);
+    later.restore(key, &kept, S + KNOWN_FOR + 1);
+    assert_eq!(
+        later.held(),
+        6,
+        "the ids seen again, and the lone one, are still known"
+    );
+    assert!(!known(&later, "203.0.113.5", "site-9", S + KNOWN_FOR + 1));
+}

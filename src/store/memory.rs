@@ -77,6 +77,39 @@ impl MemoryStore {
         self
     }
 
+    /// Take the buckets a state file restored (see [`super::state_file`]), and the digest key
+    /// they are named under. The store must be new: its own buckets are replaced.
+    pub(crate) fn restore(&mut self, key: (u64, u64), buckets: Vec<super::state_file::Entry>) {
+        let (k0, k1) = key;
+        self.digest = crate::keys::KeyDigest::Local { k0, k1 };
+        let now = self.clock.now();
+        for shard in self.shards.iter() {
+            shard.lock().map.clear();
+        }
+        for e in buckets {
+            let mut shard = self.shards[self.shard_of(&e.digest)].lock();
+            self.put(&mut shard, e.digest, e.state, now);
+        }
+    }
+
+    /// Every bucket held, as the state file writes them.
+    fn entries(&self) -> Vec<super::state_file::Entry> {
+        let mut all = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            all.extend(
+                shard
+                    .map
+                    .iter()
+                    .map(|(digest, state)| super::state_file::Entry {
+                        digest: *digest,
+                        state: *state,
+                    }),
+            );
+        }
+        all
+    }
+
     /// The cap actually enforced (`max_keys` rounded up to a multiple of the shard count).
     pub fn capacity(&self) -> usize {
         self.per_shard_cap * self.shard_count
@@ -333,6 +366,14 @@ impl Store for MemoryStore {
 
     fn evicted_keys(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
+    }
+
+    fn kept_buckets(&self) -> Option<((u64, u64), Vec<super::state_file::Entry>)> {
+        match self.digest {
+            crate::keys::KeyDigest::Local { k0, k1 } => Some(((k0, k1), self.entries())),
+            // Names every instance computes: not this process's to keep.
+            crate::keys::KeyDigest::Shared => None,
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod memory;
 pub mod redis;
+pub(crate) mod state_file;
 
 use crate::keys::{BucketKey, KeyDigest};
 use crate::limiter::{Quota, Verdict};
@@ -146,6 +147,14 @@ pub trait Store: Send + Sync + 'static {
     /// Buckets dropped to stay within the cap while still active.
     fn evicted_keys(&self) -> u64 {
         0
+    }
+
+    /// The buckets and the digest key that names them, for `store.state_file`, when this store
+    /// keeps its buckets in the process; `None` for a store whose buckets outlive the process
+    /// anyway (Redis). Times are on [`Store::clock`].
+    #[doc(hidden)]
+    fn kept_buckets(&self) -> Option<((u64, u64), Vec<state_file::Entry>)> {
+        None
     }
 
     /// Decisions the store failed to make (errors and timeouts) since start.
