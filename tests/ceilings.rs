@@ -562,3 +562,63 @@ async fn the_decision_endpoint_has_no_body_and_keys_body_limiters_on_the_address
     let (status, real) = ask("/auth/email").await;
     assert_eq!((status, real.as_deref()), (403, Some("429")));
 }
+
+const EXAMPLE: &str = "docs/examples/auth-ceilings.toml";
+
+/// `fleet-limiter <args>` from the crate root, as an operator runs it.
+fn cli(args: &[&str]) -> common::Exited {
+    Launch::command(args.iter().copied())
+        .current_dir(common::manifest_dir())
+        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
+        .unset("FLEET_LIMITER_LOG")
+        .run(Duration::from_secs(300))
+}
+
+#[test]
+fn check_judges_the_auth_example() {
+    let out = cli(&["check", "--config", EXAMPLE, "--format", "json"]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let line = |name: &str| {
+        report["limiters"]
+            .as_array()
+            .and_then(|ls| ls.iter().find(|l| l["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no line for {name}: {report}"))
+    };
+    for (name, key, count) in [
+        ("email-source", "ip", "all"),
+        ("email-recipient", "body:email", "all"),
+        ("credential-source", "ip", "all"),
+        ("login-account", "body:email", "failed"),
+        ("otp-code", "body:code_id", "failed"),
+    ] {
+        let l = line(name);
+        assert_eq!(
+            (l["key"].as_str(), l["count"].as_str()),
+            (Some(key), Some(count)),
+            "{l}"
+        );
+        assert_eq!(l["status"], "unloaded", "an abuse guard: {l}");
+    }
+    // Every target-keyed ceiling is anonymous, so check has nothing to warn about them.
+    assert_eq!(report["warnings"], 0, "{report}");
+    // Named, the per-recipient ceiling is a warning.
+    let dir = tempfile::tempdir().expect("dir");
+    let named = dir.path().join("named.toml");
+    let text = std::fs::read_to_string(common::manifest_dir().join(EXAMPLE)).expect("example");
+    let text = text.replacen(
+        "disclose = false\n\n[limiters.credential-source]",
+        "disclose = true\n\n[limiters.credential-source]",
+        1,
+    );
+    std::fs::write(&named, text).expect("write");
+    let out = cli(&["check", "--config", named.to_str().expect("utf-8")]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("warning: email-recipient: keyed on `body:email`"),
+        "{}",
+        out.stdout
+    );
+}
