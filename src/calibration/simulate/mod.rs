@@ -563,7 +563,11 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 7);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 8);
+        assert_eq!(
+            Scenario::parse_list("auth-ceilings").unwrap(),
+            vec![Scenario::AuthCeilings]
+        );
         assert_eq!(
             Scenario::parse_list("Fleet").unwrap(),
             vec![Scenario::Fleet]
