@@ -8,6 +8,8 @@
 //! buckets that never leave it (the memory store), which a client cannot aim collisions at
 //! either and which costs a fraction of SHA-256's rounds.
 
+pub mod body;
+
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -31,6 +33,9 @@ pub enum KeyKind {
     /// `hdr:<value>` of the named header, which a trusted proxy sets (`key = "header:<name>"`;
     /// the name lower-case), else `ip:<ip>`.
     Header(Arc<str>),
+    /// `body:<value>` of a top-level field of the request's JSON or form body, normalised
+    /// (see [`body`]), else `ip:<ip>` (`key = "body:<field>"`).
+    Body(Arc<str>),
     /// `global`: one bucket for every client of the limiter's routes.
     Global,
 }
@@ -67,6 +72,8 @@ pub struct Principal<'a> {
     pub user: Option<&'a str>,
     pub credential: Option<&'a str>,
     pub header: Option<&'a str>,
+    /// The limiter's body field, already normalised ([`body::normalize`]).
+    pub body: Option<&'a str>,
 }
 
 impl KeyKind {
@@ -78,6 +85,7 @@ impl KeyKind {
             KeyKind::UserOrIp => "user-or-ip",
             KeyKind::Credential => "credential",
             KeyKind::Header(_) => "header",
+            KeyKind::Body(_) => "body",
             KeyKind::Global => "global",
         }
     }
@@ -86,7 +94,15 @@ impl KeyKind {
     /// body) rather than who sends it: a limiter keyed so should not name itself in its answers
     /// (`disclose = false`), or its refusals tell the client which targets exist.
     pub fn names_target(&self) -> bool {
-        matches!(self, KeyKind::Header(_))
+        matches!(self, KeyKind::Header(_) | KeyKind::Body(_))
+    }
+
+    /// The body field a `body:<field>` key reads, if it is one.
+    pub fn body_field(&self) -> Option<&str> {
+        match self {
+            KeyKind::Body(field) => Some(field),
+            _ => None,
+        }
     }
 
     /// The header a `header:<name>` key reads (lower-case), if it is one.
@@ -103,6 +119,7 @@ impl std::fmt::Display for KeyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KeyKind::Header(name) => write!(f, "header:{name}"),
+            KeyKind::Body(field) => write!(f, "body:{field}"),
             other => f.write_str(other.as_str()),
         }
     }
@@ -288,6 +305,10 @@ fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usiz
         },
         KeyKind::Header(_) => match p.header {
             Some(h) => (["hdr:", h, ""], 2),
+            None => (["ip:", ip, ""], 2),
+        },
+        KeyKind::Body(_) => match p.body {
+            Some(v) => (["body:", v, ""], 2),
             None => (["ip:", ip, ""], 2),
         },
         KeyKind::Global => (["global", "", ""], 1),

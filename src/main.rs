@@ -88,7 +88,7 @@ struct CheckArgs {
 struct SimulateArgs {
     #[command(flatten)]
     cfg: ConfigArgs,
-    /// fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, or all.
+    /// fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, or all.
     #[arg(long, default_value = "all", value_name = "NAME")]
     scenario: String,
     /// Output format.

@@ -648,8 +648,9 @@ fn abuse_plot_draws_each_client_s_admitted_rate() {
             .collect();
         assert_eq!(rates.len(), ab.attackers.len(), "a series per client");
         // The rotation scenario draws two more: the site's heartbeats and the rotating client;
-        // failed-only two: its API clients; table-flood three: each site's heartbeats.
-        assert_eq!(all_rates, ab.attackers.len() + 2 + 2 + 3);
+        // failed-only two: its API clients; table-flood three: each site's heartbeats;
+        // auth-ceilings two: the sprayer and the guesser.
+        assert_eq!(all_rates, ab.attackers.len() + 2 + 2 + 3 + 2);
         for at in &ab.attackers {
             let s = rates
                 .iter()
@@ -722,6 +723,7 @@ fn every_scenario_has_its_panel_and_every_number_on_it_is_the_report_s() {
             "rotation" => &["rotation"],
             "failed-only" => &["failed-only"],
             "table-flood" => &["table-flood"],
+            "auth-ceilings" => &["auth-ceilings"],
             other => panic!("a scenario the test does not know: {other}"),
         }
     };
@@ -769,6 +771,7 @@ fn every_scenario_has_its_panel_and_every_number_on_it_is_the_report_s() {
             ("rotation", &json_clients(&json, "rotation")),
             ("failed-only", &json_clients(&json, "failed-only")),
             ("table-flood", &json_clients(&json, "table-flood")),
+            ("auth-ceilings", &json_clients(&json, "auth-ceilings")),
         ] {
             let d = drawn(&svg);
             assert!(!clients.is_empty(), "{scenario}: clients in the report");
@@ -834,7 +837,7 @@ fn json_clients(json: &serde_json::Value, scenario: &str) -> Vec<(String, f64, f
                 f(&s["flood_starts_seconds"]),
             ),
         ],
-        "failed-only" => s["clients"]
+        "failed-only" | "auth-ceilings" => s["clients"]
             .as_array()
             .expect("clients")
             .iter()

@@ -291,3 +291,334 @@ async fn disclosing_ceilings_tell_which_refused() {
         }
     );
 }
+
+/// The audit's EMAIL ceilings: `src` (the address) 5 an hour, `dst` (the recipient, from the
+/// JSON or form body's `email`) 3 an hour, both anonymous; clients behind a trusted proxy.
+fn email_ceilings(extra: &str) -> String {
+    format!(
+        "[client_ip]\ntrust_proxy = [\"127.0.0.1/32\"]\n[server]\n{extra}\n\
+         [limiters.src]\nlimit = 5\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"POST /auth/email\"]\ndisclose = false\n\
+         [limiters.dst]\nlimit = 3\nwindow = \"1h\"\nkey = \"body:email\"\nroutes = [\"POST /auth/email\"]\ndisclose = false\n"
+    )
+}
+
+/// A POST to `/auth/email` from `source` with `body` of `content_type`.
+async fn post_from(
+    gw: &Gateway,
+    source: &str,
+    content_type: &str,
+    body: impl Into<reqwest::Body>,
+) -> u16 {
+    common::client()
+        .post(gw.url("/auth/email"))
+        .header("x-forwarded-for", source)
+        .header("content-type", content_type)
+        .body(body)
+        .send()
+        .await
+        .expect("request")
+        .status()
+        .as_u16()
+}
+
+const JSON: &str = "application/json";
+const FORM: &str = "application/x-www-form-urlencoded";
+
+#[tokio::test]
+async fn a_recipients_budget_holds_across_sources_and_a_sources_across_recipients() {
+    let upstream = common::upstream().await;
+    let gw = gateway(&email_ceilings(""), &upstream.uri());
+    // Ten sources, one inbox, spelled as a client pleases: three reach it.
+    let spellings = [
+        r#"{"email":"victim@example.com"}"#,
+        r#"{"email":" Victim@Example.COM "}"#,
+        r#"{"password":"x","email":"victim+1@example.com."}"#,
+        r#"{"email":"VICTIM@example.com"}"#,
+        r#"{"email":"victim+2@EXAMPLE.com"}"#,
+    ];
+    let mut statuses = Vec::new();
+    for i in 0..10 {
+        let body = spellings[i % spellings.len()];
+        statuses.push(post_from(&gw, &format!("198.51.100.{i}"), JSON, body).await);
+    }
+    // The same inbox through a form body.
+    statuses.push(post_from(&gw, "198.51.100.77", FORM, "email=victim%40example.com").await);
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429, 429, 429, 429, 429, 429, 429, 429]
+    );
+    // One source, many inboxes: five, then its own ceiling.
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        let body = format!(r#"{{"email":"user{i}@example.com"}}"#);
+        statuses.push(post_from(&gw, "203.0.113.50", JSON, body).await);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
+    assert_eq!(common::received(&upstream).await, 8);
+}
+
+#[tokio::test]
+async fn a_refusal_by_either_body_keyed_ceiling_is_the_same_answer() {
+    let upstream = common::upstream().await;
+    let gw = gateway(&two_ceilings("body:email", false), &upstream.uri());
+    let (by_source, by_target) = refusals_of_each(&gw).await;
+    assert_eq!(by_source.status, 429);
+    assert_eq!(
+        Refusal {
+            retry_after: 0,
+            ..by_source
+        },
+        Refusal {
+            retry_after: 0,
+            ..by_target
+        }
+    );
+}
+
+/// Each hostile body, from a fresh source, naming the victim's address in a way that must not
+/// count as naming it: all forwarded (no 5xx), byte for byte, keyed on the source; and the
+/// victim's budget is whole afterwards.
+#[tokio::test]
+async fn hostile_bodies_key_on_the_address_and_pass_unchanged() {
+    let upstream = common::upstream().await;
+    let gw = gateway(
+        &email_ceilings("body_key_max_bytes = 1024"),
+        &upstream.uri(),
+    );
+    let victim = r#""victim@example.com""#;
+    let mut hostile: Vec<(&str, Vec<u8>)> = vec![
+        // Too large for server.body_key_max_bytes (declared, and chunked below).
+        (JSON, format!(r#"{{"email":{victim},"pad":"{}"}}"#, "x".repeat(2000)).into_bytes()),
+        // Nested past the parser's limit.
+        (JSON, format!(r#"{{"email":{victim},"d":{}0{}}}"#, "[".repeat(300), "]".repeat(300)).into_bytes()),
+        // The field twice (a parser may take either).
+        (JSON, format!(r#"{{"email":"other@example.com","email":{victim}}}"#).into_bytes()),
+        (FORM, b"email=victim%40example.com&email=other%40example.com".to_vec()),
+        // Wrong types.
+        (JSON, format!(r#"{{"email":[{victim}]}}"#).into_bytes()),
+        (JSON, format!(r#"{{"email":{{"$ne":{victim}}}}}"#).into_bytes()),
+        (JSON, format!(r#"[{{"email":{victim}}}]"#).into_bytes()),
+        ("text/plain", format!(r#"{{"email":{victim}}}"#).into_bytes()),
+        ("multipart/form-data; boundary=x", b"--x\r\ncontent-disposition: form-data; name=\"email\"\r\n\r\nvictim@example.com\r\n--x--\r\n".to_vec()),
+        // Bad UTF-8, bad percent encoding, broken JSON.
+        (JSON, [&br#"{"email":"victim@example.com","n":""#[..], &[0xff, 0xfe], &br#""}"#[..]].concat()),
+        (FORM, b"email=victim%40example.com&n=%ff".to_vec()),
+        (FORM, b"email=victim%4example.com".to_vec()),
+        (FORM, b"email=victim%40example.com&n=%".to_vec()),
+        (JSON, br#"{"email":"victim@example.com""#.to_vec()),
+        (JSON, br#"{"email":"victim@example.com"}garbage"#.to_vec()),
+        (JSON, Vec::new()),
+    ];
+    hostile.push((JSON, vec![b'{'; 5000]));
+    for (i, (ct, body)) in hostile.iter().enumerate() {
+        let status = post_from(&gw, &format!("198.51.100.{i}"), ct, body.clone()).await;
+        assert_eq!(status, 200, "hostile body {i} ({ct})");
+    }
+    // Chunked, with no length: read up to the cap, then the rest streams behind it.
+    let big = format!(r#"{{"email":{victim},"pad":"{}"}}"#, "y".repeat(5000)).into_bytes();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        big.chunks(300).map(|c| Ok(c.to_vec())).collect();
+    let streamed = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    assert_eq!(post_from(&gw, "198.51.100.200", JSON, streamed).await, 200);
+    hostile.push((JSON, big));
+    let received = upstream.received_requests().await.expect("recorded");
+    assert_eq!(received.len(), hostile.len());
+    for (i, ((_, sent), got)) in hostile.iter().zip(&received).enumerate() {
+        assert!(got.body == *sent, "body {i} forwarded byte for byte");
+    }
+    // None of them counted against the victim's inbox: its three are all there.
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        let body = r#"{"email":"victim@example.com"}"#;
+        statuses.push(post_from(&gw, &format!("192.0.2.{i}"), JSON, body).await);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    // A body that names no recipient keys the recipient ceiling on its source: from one
+    // source, the fourth such body is refused (dst's 3, on the address), however it varies.
+    let mut statuses = Vec::new();
+    for i in 0..5 {
+        let body = format!(r#"{{"email":["x{i}"]}}"#);
+        statuses.push(post_from(&gw, "192.0.2.99", JSON, body).await);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+}
+
+#[tokio::test]
+async fn the_forwarded_body_is_what_the_client_sent() {
+    let upstream = common::upstream().await;
+    let gw = gateway(&email_ceilings(""), &upstream.uri());
+    // A read body, in odd spellings, chunked in small pieces.
+    let odd =
+        " {\"em\\u0061il\" : \"Victim@Example.com\" ,\n\t\"n\":1e3, \"s\":\"\\ud83d\\ude00 é\"}  "
+            .as_bytes()
+            .to_vec();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        odd.chunks(7).map(|c| Ok(c.to_vec())).collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    assert_eq!(post_from(&gw, "198.51.100.1", JSON, body).await, 200);
+    // 1 MiB on a route no body-keyed limiter meters: streamed as before.
+    let mib: Vec<u8> = (0..1024 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    let res = common::client()
+        .put(gw.url("/api/files/blob"))
+        .header("content-type", JSON)
+        .body(mib.clone())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 200);
+    // 1 MiB of JSON on the read route: too large to read, forwarded whole.
+    let big = format!(r#"{{"email":"a@b.c","pad":"{}"}}"#, "z".repeat(1024 * 1024)).into_bytes();
+    assert_eq!(post_from(&gw, "198.51.100.2", JSON, big.clone()).await, 200);
+    let received = upstream.received_requests().await.expect("recorded");
+    assert_eq!(received.len(), 3);
+    assert!(received[0].body == odd, "the read body, byte for byte");
+    assert!(received[1].body == mib, "the streamed body, byte for byte");
+    assert!(received[2].body == big, "the oversized body, byte for byte");
+    // The read body's spelling counted for the address it names.
+    for i in 0..2 {
+        let body = r#"{"email":"victim@example.com"}"#;
+        assert_eq!(
+            post_from(&gw, &format!("198.51.100.{}", 10 + i), JSON, body).await,
+            200
+        );
+    }
+    assert_eq!(
+        post_from(
+            &gw,
+            "198.51.100.20",
+            JSON,
+            r#"{"email":"victim@example.com"}"#
+        )
+        .await,
+        429
+    );
+}
+
+/// A body that trickles past server.body_timeout is keyed on the address and forwarded whole.
+#[tokio::test]
+async fn a_slow_body_keys_on_the_address_without_a_5xx() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = common::upstream().await;
+    let gw = gateway(&email_ceilings("body_timeout = \"1s\""), &upstream.uri());
+    let body = br#"{"email":"victim@example.com"}"#;
+    let addr = gw.url("").trim_start_matches("http://").to_owned();
+    let mut conn = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /auth/email HTTP/1.1\r\nhost: x\r\nx-forwarded-for: 198.51.100.9\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.expect("head");
+    conn.write_all(&body[..10]).await.expect("first part");
+    // Past the time the limiter waits for the body, within the proxy's silence rule after it.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    conn.write_all(&body[10..]).await.expect("the rest");
+    let mut answer = Vec::new();
+    conn.read_to_end(&mut answer).await.expect("answer");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let received = upstream.received_requests().await.expect("recorded");
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].body, body);
+    // It was not charged to the victim's inbox.
+    for i in 0..3 {
+        assert_eq!(
+            post_from(&gw, &format!("192.0.2.{i}"), JSON, &body[..]).await,
+            200
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_decision_endpoint_has_no_body_and_keys_body_limiters_on_the_address() {
+    let upstream = common::upstream().await;
+    let gw = Launch::serve()
+        .config_toml(email_ceilings(""))
+        .upstream(&upstream.uri())
+        .decision()
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .spawn();
+    let d = gw.decision_addr.expect("decision listener");
+    let ask = |uri: &'static str| async move {
+        let res = common::client()
+            .get(format!("http://{d}/nginx"))
+            .header("x-original-method", "POST")
+            .header("x-original-uri", uri)
+            .send()
+            .await
+            .expect("ask");
+        let status = res
+            .headers()
+            .get("x-fleetlimiter-status")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        (res.status().as_u16(), status)
+    };
+    // dst keys on the address (3), before src (5) would.
+    for i in 0..3 {
+        assert_eq!(ask("/auth/email").await.0, 200, "ask {i}");
+    }
+    let (status, real) = ask("/auth/email").await;
+    assert_eq!((status, real.as_deref()), (403, Some("429")));
+}
+
+const EXAMPLE: &str = "docs/examples/auth-ceilings.toml";
+
+/// `fleet-limiter <args>` from the crate root, as an operator runs it.
+fn cli(args: &[&str]) -> common::Exited {
+    Launch::command(args.iter().copied())
+        .current_dir(common::manifest_dir())
+        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
+        .unset("FLEET_LIMITER_LOG")
+        .run(Duration::from_secs(300))
+}
+
+#[test]
+fn check_judges_the_auth_example() {
+    let out = cli(&["check", "--config", EXAMPLE, "--format", "json"]);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let line = |name: &str| {
+        report["limiters"]
+            .as_array()
+            .and_then(|ls| ls.iter().find(|l| l["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no line for {name}: {report}"))
+    };
+    for (name, key, count) in [
+        ("email-source", "ip", "all"),
+        ("email-recipient", "body:email", "all"),
+        ("credential-source", "ip", "all"),
+        ("login-account", "body:email", "failed"),
+        ("otp-code", "body:code_id", "failed"),
+    ] {
+        let l = line(name);
+        assert_eq!(
+            (l["key"].as_str(), l["count"].as_str()),
+            (Some(key), Some(count)),
+            "{l}"
+        );
+        assert_eq!(l["status"], "unloaded", "an abuse guard: {l}");
+    }
+    // Every target-keyed ceiling is anonymous, so check has nothing to warn about them.
+    assert_eq!(report["warnings"], 0, "{report}");
+    // Named, the per-recipient ceiling is a warning.
+    let dir = tempfile::tempdir().expect("dir");
+    let named = dir.path().join("named.toml");
+    let text = std::fs::read_to_string(common::manifest_dir().join(EXAMPLE)).expect("example");
+    let text = text.replacen(
+        "disclose = false\n\n[limiters.credential-source]",
+        "disclose = true\n\n[limiters.credential-source]",
+        1,
+    );
+    std::fs::write(&named, text).expect("write");
+    let out = cli(&["check", "--config", named.to_str().expect("utf-8")]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("warning: email-recipient: keyed on `body:email`"),
+        "{}",
+        out.stdout
+    );
+}

@@ -41,6 +41,7 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::Rotation(r) => rotation(&mut body, r, y),
             ScenarioReport::TableFlood(r) => table_flood(&mut body, r, y),
             ScenarioReport::FailedOnly(f) => failed_only(&mut body, f, y),
+            ScenarioReport::AuthCeilings(a) => auth_ceilings(&mut body, a, y),
         };
     }
     let height = y.ceil();
@@ -464,6 +465,36 @@ fn failed_only(o: &mut String, f: &FailedOnlyReport, y: f64) -> f64 {
             sent_label: busiest.map_or(String::new(), |c| format!("by {}", c.name)),
         },
         &f.plot_clients,
+        y,
+    )
+}
+
+fn auth_ceilings(
+    o: &mut String,
+    a: &crate::calibration::simulate::auth_ceilings::AuthCeilingsReport,
+    y: f64,
+) -> f64 {
+    let busiest = a.clients.iter().min_by_key(|c| c.every_seconds);
+    let rates: Vec<String> = a
+        .clients
+        .iter()
+        .map(|c| {
+            format!(
+                "{} every {}s from {} address(es)",
+                c.name, c.every_seconds, c.addresses
+            )
+        })
+        .collect();
+    clients(
+        o,
+        ClientsPanel {
+            panel: "auth-ceilings",
+            title: "auth-ceilings: requests admitted per minute, per client",
+            subtitle: rates.join(", "),
+            sent: busiest.map_or(0.0, |c| 60.0 / c.every_seconds.max(1) as f64),
+            sent_label: busiest.map_or(String::new(), |c| format!("by {}", c.name)),
+        },
+        &a.plot_clients,
         y,
     )
 }

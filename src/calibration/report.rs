@@ -375,6 +375,28 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                 );
                 let _ = writeln!(o, "{after}");
             }
+            ScenarioReport::AuthCeilings(a) => {
+                let _ = writeln!(
+                    o,
+                    "auth-ceilings  2 clients for {}, ignoring Retry-After",
+                    fmt_secs(a.duration_seconds as f64)
+                );
+                for c in &a.clients {
+                    let _ = writeln!(
+                        o,
+                        "          {} {} every {}s from {} address(es), answered {}  admitted {}  refused {} of {}  longest refused {}",
+                        pad(c.name, 16),
+                        pad(&c.route, 26),
+                        c.every_seconds,
+                        c.addresses,
+                        c.status,
+                        c.admitted,
+                        c.refused,
+                        c.requests,
+                        fmt_secs(c.longest_refused_seconds as f64)
+                    );
+                }
+            }
             ScenarioReport::FailedOnly(f) => {
                 let _ = writeln!(
                     o,

@@ -54,6 +54,7 @@ pub(super) struct RawServer {
     pub(super) read_timeout: Option<DurationValue>,
     pub(super) body_timeout: Option<DurationValue>,
     pub(super) body_min_rate: Option<rate::RateValue>,
+    pub(super) body_key_max_bytes: Option<i64>,
     pub(super) upstream_ca_file: Option<String>,
     pub(super) upstream_insecure_skip_verify: Option<bool>,
     pub(super) tls_cert_file: Option<String>,
@@ -198,6 +199,26 @@ pub(super) fn build(
             raw.server.body_min_rate,
             defaults::BODY_MIN_RATE,
         )?,
+        body_key_max_bytes: {
+            let n = raw
+                .server
+                .body_key_max_bytes
+                .unwrap_or(crate::keys::body::DEFAULT_MAX_BYTES as i64);
+            match usize::try_from(n) {
+                Ok(n) if (crate::keys::body::MIN_MAX_BYTES..=crate::keys::body::MAX_MAX_BYTES).contains(&n) => n,
+                _ => {
+                    return Err(ctx.err(
+                        "server.body_key_max_bytes",
+                        format!(
+                            "{n} is not a body size for body keys; use a whole number of bytes from {} to {} (default {}): a body larger than it keys on the address",
+                            crate::keys::body::MIN_MAX_BYTES,
+                            crate::keys::body::MAX_MAX_BYTES,
+                            crate::keys::body::DEFAULT_MAX_BYTES
+                        ),
+                    ))
+                }
+            }
+        },
         upstream_ca_file: path_of(raw.server.upstream_ca_file),
         upstream_insecure_skip_verify: raw.server.upstream_insecure_skip_verify.unwrap_or(false),
         tls_cert_file,

@@ -392,10 +392,20 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
     "proxy-connection",
 ];
 
-/// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, or `header:<name>` (the name
-/// lower-cased).
+/// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>` (the name
+/// lower-cased), or `body:<field>` (the field as written).
 pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
-    let kinds = "use ip, ip+agent, user-or-ip, credential, global or header:<name> (e.g. \"header:x-tenant-id\")";
+    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\") or body:<field> (e.g. \"body:email\")";
+    if let Some(field) = s.strip_prefix("body:") {
+        let field = field.trim();
+        if !crate::keys::body::valid_field(field) {
+            return Err(format!(
+                "`{s}`: a body field is 1-{} characters of A-Z, a-z, 0-9, `_`, `.` and `-`, named as the JSON or form body spells it, e.g. \"body:email\"",
+                crate::keys::body::MAX_FIELD_LEN
+            ));
+        }
+        return Ok(KeyKind::Body(Arc::from(field)));
+    }
     if let Some(name) = s.strip_prefix("header:") {
         let name = name.trim().to_ascii_lowercase();
         let token = !name.is_empty()
@@ -426,6 +436,12 @@ pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
                 "`header` needs the header's name: \"header:<name>\", e.g. \"header:x-tenant-id\""
                     .to_owned(),
             ),
+            "body" => {
+                return Err(
+                    "`body` needs the body field's name: \"body:<field>\", e.g. \"body:email\""
+                        .to_owned(),
+                )
+            }
             other => return Err(format!("`{other}` is not a key kind; {kinds}")),
         };
     Ok(kind)
@@ -441,7 +457,7 @@ pub(crate) fn unguarded_client_chosen_key(
     let client_chosen = |l: &LimiterSpec| {
         matches!(
             l.key,
-            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header(_)
+            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header(_) | KeyKind::Body(_)
         )
     };
     let policy = crate::policy::Policy::new(limiters.to_vec());
@@ -479,6 +495,7 @@ pub(super) fn check_client_chosen_keys(
     let value = match l.key {
         KeyKind::IpAgent => "the agent id (X-Agent-ID)",
         KeyKind::Credential => "the Bearer token",
+        KeyKind::Body(_) => "a field of the request body",
         _ => "a header (nginx and Caddy pass a client's own headers on)",
     };
     let key = l.key.to_string();

@@ -96,6 +96,9 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// The least average bytes per second of a request body after the grace period; 0: none.
     pub body_min_rate: u64,
+    /// The largest request body read for a `body:<field>` key; a larger one keys on the
+    /// address and streams as every body does.
+    pub body_key_max_bytes: usize,
     /// PEM certificates trusted for an `https://` upstream, besides the system's roots.
     pub upstream_ca_file: Option<PathBuf>,
     /// Accept any certificate from an `https://` upstream (testing only; warned at every start).

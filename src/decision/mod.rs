@@ -38,7 +38,8 @@ pub struct RequestFacts<'a> {
     pub authorization: Option<&'a [u8]>,
     /// A dashboard session token from a cookie, when one was sent.
     pub session_token: Option<&'a str>,
-    /// The request's headers, for limiters keyed on one (`key = "header:<name>"`).
+    /// The request's headers, for limiters keyed on one (`key = "header:<name>"`), and the
+    /// fields its body names for limiters keyed on one (`key = "body:<field>"`).
     pub key_headers: KeyHeaders<'a>,
 }
 
@@ -47,19 +48,45 @@ pub struct RequestFacts<'a> {
 /// neither reads as valid) when it was sent more than once: a value a proxy set is sent once, so
 /// a client cannot add its own beside the proxy's, nor dodge a cost by repeating the header.
 /// `KeyHeaders::default()` has none: every `header:<name>` limiter keys on the IP.
+///
+/// It also carries the normalised values of the body fields `body:<field>` limiters read
+/// ([`KeyHeaders::with_body`]), when the request's body was read for them; without them (the
+/// decision endpoint, which has no body; a body that could not be read) those limiters key on
+/// the IP.
 #[derive(Clone, Copy, Default)]
-pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>);
+pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>, &'a [BodyValue]);
+
+/// A body field a `body:<field>` limiter reads, and its normalised value
+/// ([`crate::keys::body::normalize`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BodyValue {
+    pub field: Arc<str>,
+    pub value: String,
+}
 
 /// Header values by lower-case name (see [`KeyHeaders`]).
 pub type HeaderLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + Sync + 'a;
 
 impl<'a> KeyHeaders<'a> {
     pub fn new(lookup: &'a HeaderLookup<'a>) -> Self {
-        Self(Some(lookup))
+        Self(Some(lookup), &[])
+    }
+
+    /// These headers, and the body fields read for `body:<field>` limiters.
+    pub fn with_body(self, body: &'a [BodyValue]) -> Self {
+        Self(self.0, body)
     }
 
     pub fn get(&self, name: &str) -> Option<&'a [u8]> {
         self.0.and_then(|f| f(name))
+    }
+
+    /// The normalised value of body field `field`, when the body named it once.
+    pub fn body(&self, field: &str) -> Option<&'a str> {
+        self.1
+            .iter()
+            .find(|b| &*b.field == field)
+            .map(|b| b.value.as_str())
     }
 }
 
@@ -118,6 +145,10 @@ pub struct Settings {
     pub meters: Box<[LimiterMeter]>,
     /// The limit headers a metered answer carries.
     pub headers: crate::config::headers::HeaderProfile,
+    /// The largest body read for `body:<field>` keys (`server.body_key_max_bytes`).
+    pub body_key_max_bytes: usize,
+    /// The longest wait for a whole body read for `body:<field>` keys (`server.body_timeout`).
+    pub body_key_timeout: std::time::Duration,
 }
 
 impl Settings {
@@ -134,6 +165,8 @@ impl Settings {
             methods: cfg.methods.clone(),
             meters,
             headers: cfg.headers,
+            body_key_max_bytes: cfg.server.body_key_max_bytes,
+            body_key_timeout: cfg.server.body_timeout,
         }
     }
 }
@@ -380,6 +413,7 @@ impl Decider {
                 (Some(name), true) => req.key_headers.get(name).and_then(keys::valid_key_header),
                 _ => None,
             },
+            body: l.key.body_field().and_then(|f| req.key_headers.body(f)),
         };
         let units = |l: &LimiterSpec| {
             l.cost

@@ -21,7 +21,7 @@
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::config::Config;
-use crate::decision::{Decider, Outcome, RequestFacts, Settings};
+use crate::decision::{BodyValue, Decider, Outcome, RequestFacts, Settings};
 use crate::http::response::{self, Problem};
 use crate::methods::{At, MethodRules, Named, Overrides, Refusal, RefusalReason, Source};
 use crate::path::{CanonicalPath, Rejected};
@@ -182,8 +182,26 @@ where
                 }
                 None => CanonicalPath::checked(req.path()),
             };
+            // A route a `body:<field>` limiter meters: its body is read (bounded in size and
+            // time) and put back as it came; every other request's body streams untouched.
+            let fields = if settings.enabled {
+                let also = named.methods(&settings.methods);
+                settings
+                    .policy
+                    .body_fields(req.method().as_str(), &also, &path)
+            } else {
+                SmallVec::new()
+            };
+            let (path, body_values) = if fields.is_empty() {
+                (path, Vec::new())
+            } else {
+                // The path stops borrowing the request while its body is read.
+                let path = path.into_owned();
+                let values = read_body_keys(&mut req, &settings, &fields).await;
+                (path, values)
+            };
             let started = std::time::Instant::now();
-            let outcome = decide(&limiter, &settings, &req, path, named).await;
+            let outcome = decide(&limiter, &settings, &req, path, named, &body_values).await;
             let decided_at = std::time::Instant::now();
             // The wall clock only when a header counts from it (a Unix-time reset).
             let decided_wall = settings
@@ -400,6 +418,7 @@ async fn decide(
     req: &ServiceRequest,
     path: CanonicalPath<'_>,
     named: Named,
+    body: &[BodyValue],
 ) -> Outcome {
     if !settings.enabled {
         return Outcome::default();
@@ -424,13 +443,125 @@ async fn decide(
         agent_id: h.agent_id,
         authorization: h.authorization,
         session_token: h.session_token,
-        key_headers: crate::decision::KeyHeaders::new(&lookup),
+        key_headers: crate::decision::KeyHeaders::new(&lookup).with_body(body),
     };
     let also = named.methods(&settings.methods);
     limiter
         .decider
         .decide_overridden(settings, &facts, &also)
         .await
+}
+
+/// The values of `fields` in the request's body, for `body:<field>` keys, with the body put
+/// back exactly as it came (the same bytes, in the same chunks) for whatever runs after the
+/// limiter: the gateway's proxy, or the app. Read only when the body is JSON or a form, not
+/// compressed, and not declared larger than `server.body_key_max_bytes`; read until it ends,
+/// passes that size, or `server.body_timeout` has gone by in all. Whatever stops the reading
+/// early (too large, too slow, a broken body) leaves what was read in front of the rest, which
+/// then streams as any body does (the proxy's pace rules apply to it), and keys on the address;
+/// so does a body that does not name a field once (see [`crate::keys::body`]).
+async fn read_body_keys(
+    req: &mut ServiceRequest,
+    settings: &Settings,
+    fields: &[Arc<str>],
+) -> Vec<BodyValue> {
+    use crate::keys::body;
+    let headers = req.headers();
+    let Some(format) = body::format_of(
+        only_value(headers, "content-type"),
+        only_value(headers, "content-encoding"),
+    ) else {
+        return Vec::new();
+    };
+    if req.head().upgrade() || req.method() == Method::CONNECT {
+        return Vec::new();
+    }
+    let max = settings.body_key_max_bytes;
+    if let Some(declared) = only_value(headers, "content-length") {
+        let fits = std::str::from_utf8(declared)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|n| n <= max as u64);
+        if !fits {
+            return Vec::new();
+        }
+    }
+    let mut payload = req.take_payload();
+    let mut chunks: Vec<bytes::Bytes> = Vec::new();
+    let read = async {
+        let mut seen = 0usize;
+        loop {
+            match payload.next().await {
+                None => return BodyRead::Whole,
+                Some(Ok(chunk)) => {
+                    seen = seen.saturating_add(chunk.len());
+                    chunks.push(chunk);
+                    if seen > max {
+                        return BodyRead::TooLarge;
+                    }
+                }
+                Some(Err(e)) => return BodyRead::Broken(e),
+            }
+        }
+    };
+    let how = actix_web::rt::time::timeout(settings.body_key_timeout, read)
+        .await
+        .unwrap_or(BodyRead::TooSlow);
+    let values = match &how {
+        BodyRead::Whole => {
+            let whole: Vec<u8> = chunks.concat();
+            let names: SmallVec<[&str; 2]> = fields.iter().map(|f| &**f).collect();
+            fields
+                .iter()
+                .zip(body::values(format, &whole, &names))
+                .filter_map(|(field, value)| {
+                    value.map(|value| BodyValue {
+                        field: field.clone(),
+                        value,
+                    })
+                })
+                .collect()
+        }
+        BodyRead::TooLarge | BodyRead::TooSlow | BodyRead::Broken(_) => {
+            tracing::debug!(
+                reason = how.as_str(),
+                "request body not read for body keys; keyed on the address"
+            );
+            Vec::new()
+        }
+    };
+    // Put the body back: what was read, then (when the reading stopped early) the rest, or the
+    // error the client's body ended with.
+    let read_back = futures_util::stream::iter(chunks.into_iter().map(Ok));
+    type Body = std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<bytes::Bytes, actix_web::error::PayloadError>>>,
+    >;
+    let rest: Body = match how {
+        BodyRead::Whole => Box::pin(read_back),
+        BodyRead::Broken(e) => Box::pin(read_back.chain(futures_util::stream::iter([Err(e)]))),
+        BodyRead::TooLarge | BodyRead::TooSlow => Box::pin(read_back.chain(payload)),
+    };
+    req.set_payload(actix_web::dev::Payload::Stream { payload: rest });
+    values
+}
+
+/// How reading a body for body keys ended.
+enum BodyRead {
+    Whole,
+    TooLarge,
+    TooSlow,
+    Broken(actix_web::error::PayloadError),
+}
+
+impl BodyRead {
+    fn as_str(&self) -> &'static str {
+        match self {
+            BodyRead::Whole => "whole",
+            BodyRead::TooLarge => "too large",
+            BodyRead::TooSlow => "too slow",
+            BodyRead::Broken(_) => "broken",
+        }
+    }
 }
 
 /// What a decision reads from a request's headers, borrowed from them.
@@ -574,6 +705,66 @@ mod tests {
         assert_eq!(res.status(), 200);
         let body = test::read_body(res).await;
         assert_eq!(body, "POST /api/agent/download/linux?a=1&b=2 []");
+    }
+
+    /// The app behind the limiter says what body it was given.
+    async fn body_echo(body: web::Bytes) -> HttpResponse {
+        HttpResponse::Ok().body(body)
+    }
+
+    #[actix_rt::test]
+    async fn the_app_reads_the_body_the_limiter_read_for_its_key() {
+        let env = [
+            ("FLEET_LIMITER_LIMITER_DST_LIMIT", "1"),
+            ("FLEET_LIMITER_LIMITER_DST_WINDOW", "1h"),
+            ("FLEET_LIMITER_LIMITER_DST_KEY", "body:email"),
+            ("FLEET_LIMITER_LIMITER_DST_ROUTES", "POST /auth/email"),
+            ("FLEET_LIMITER_LIMITER_DST_DISCLOSE", "false"),
+            ("FLEET_LIMITER_LIMITER_SRC_LIMIT", "100"),
+            ("FLEET_LIMITER_LIMITER_SRC_WINDOW", "1h"),
+            ("FLEET_LIMITER_LIMITER_SRC_KEY", "ip"),
+            ("FLEET_LIMITER_LIMITER_SRC_ROUTES", "POST /auth/email"),
+        ];
+        let app = test::init_service(
+            App::new()
+                .wrap(limiter(&env))
+                .default_service(web::to(body_echo)),
+        )
+        .await;
+        let post = |body: &'static str| {
+            test::TestRequest::post()
+                .uri("/auth/email")
+                .insert_header(("content-type", "application/json"))
+                .set_payload(body)
+                .to_request()
+        };
+        let first = r#"{ "email" : "Victim@Example.com" }"#;
+        let res = test::call_service(&app, post(first)).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(
+            test::read_body(res).await,
+            first,
+            "the app reads the body as sent"
+        );
+        // The same inbox, spelled otherwise: its budget of one is spent.
+        let res = test::call_service(&app, post(r#"{"email":"victim+x@example.com"}"#)).await;
+        assert_eq!(res.status(), 429);
+        assert!(res
+            .headers()
+            .keys()
+            .all(|k| !k.as_str().contains("ratelimit")));
+        // Another inbox from the same address, and a body the limiter does not read.
+        let other = r#"{"email":"someone@example.com"}"#;
+        let res = test::call_service(&app, post(other)).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(test::read_body(res).await, other);
+        let req = test::TestRequest::post()
+            .uri("/auth/other")
+            .insert_header(("content-type", "application/json"))
+            .set_payload(first)
+            .to_request();
+        let res = test::call_service(&app, req).await;
+        assert_eq!(test::read_body(res).await, first);
     }
 
     #[actix_rt::test]

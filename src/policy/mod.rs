@@ -122,6 +122,36 @@ impl Policy {
         None
     }
 
+    /// The body fields the `body:<field>` limiters that could meter a request of `method` (and
+    /// the methods `also` names by override) on `path` read, whatever credential it carries:
+    /// the fields whose values the request's body must be read for. Empty, at the cost of one
+    /// pass over the limiters, when no limiter is keyed on the body: such requests stream.
+    pub fn body_fields(
+        &self,
+        method: &str,
+        also: &[&str],
+        path: &CanonicalPath<'_>,
+    ) -> SmallVec<[Arc<str>; 2]> {
+        let mut out: SmallVec<[Arc<str>; 2]> = SmallVec::new();
+        if !self
+            .limiters
+            .iter()
+            .any(|l| l.key.body_field().is_some() && l.mode != Mode::Off)
+        {
+            return out;
+        }
+        for cred in Credential::ALL {
+            for i in self.picked_any(method, also, path, cred) {
+                if let crate::keys::KeyKind::Body(field) = &self.limiters[i].key {
+                    if !out.contains(field) {
+                        out.push(field.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The limiters that meter a request of `method` on `path` that names the methods in
     /// `also` by override: the union of what each method picks, each limiter once, in
     /// configuration order. Within a group each method still picks its most specific route, so

@@ -12,6 +12,7 @@
 
 pub mod abuse;
 pub mod analysts;
+pub mod auth_ceilings;
 pub mod failed_only;
 pub mod fleet;
 pub mod rollout;
@@ -59,10 +60,11 @@ pub enum Scenario {
     Rotation,
     FailedOnly,
     TableFlood,
+    AuthCeilings,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
@@ -70,6 +72,7 @@ impl Scenario {
         Scenario::Rotation,
         Scenario::FailedOnly,
         Scenario::TableFlood,
+        Scenario::AuthCeilings,
     ];
 
     pub fn name(self) -> &'static str {
@@ -81,11 +84,12 @@ impl Scenario {
             Scenario::Rotation => "rotation",
             Scenario::FailedOnly => "failed-only",
             Scenario::TableFlood => "table-flood",
+            Scenario::AuthCeilings => "auth-ceilings",
         }
     }
 
-    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, `table-flood`, or
-    /// `all`.
+    /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, `table-flood`,
+    /// `auth-ceilings`, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
@@ -96,7 +100,7 @@ impl Scenario {
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
                 format!(
-                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood or all"
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings or all"
                 )
             })
     }
@@ -113,6 +117,7 @@ pub enum ScenarioReport {
     Rotation(RotationReport),
     FailedOnly(FailedOnlyReport),
     TableFlood(TableFloodReport),
+    AuthCeilings(auth_ceilings::AuthCeilingsReport),
 }
 
 impl ScenarioReport {
@@ -125,6 +130,7 @@ impl ScenarioReport {
             ScenarioReport::Rotation(_) => "rotation",
             ScenarioReport::FailedOnly(_) => "failed-only",
             ScenarioReport::TableFlood(_) => "table-flood",
+            ScenarioReport::AuthCeilings(_) => "auth-ceilings",
         }
     }
 
@@ -138,6 +144,7 @@ impl ScenarioReport {
             ScenarioReport::Rotation(r) => &r.series,
             ScenarioReport::FailedOnly(r) => &r.series,
             ScenarioReport::TableFlood(r) => &r.series,
+            ScenarioReport::AuthCeilings(r) => &r.series,
         }
     }
 }
@@ -184,6 +191,9 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
                 Scenario::Rotation => ScenarioReport::Rotation(rotation::run(cfg, s).await),
                 Scenario::FailedOnly => ScenarioReport::FailedOnly(failed_only::run(cfg, s).await),
                 Scenario::TableFlood => ScenarioReport::TableFlood(table_flood::run(cfg, s).await),
+                Scenario::AuthCeilings => {
+                    ScenarioReport::AuthCeilings(auth_ceilings::run(cfg, s).await)
+                }
             });
         }
         out
@@ -205,6 +215,7 @@ impl Scenario {
             Scenario::Rotation => 0x0a9e_1d00,
             Scenario::FailedOnly => 0x0fa1_1ed0,
             Scenario::TableFlood => 0x07ab_1e00,
+            Scenario::AuthCeilings => 0x0a07_ce11,
         }
     }
 }
@@ -383,16 +394,34 @@ impl Sim {
 
     /// Decide one request at `at` nanoseconds of virtual time.
     pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
-        self.send_inner(at, req, None).await
+        self.send_inner(at, req, None, &[]).await
     }
 
     /// [`Sim::send`], and when admitted, answered with `status` at once: limiters that count only
     /// failed (or only succeeded) answers give it back as the gateway does.
     pub async fn send_answered(&mut self, at: Nanos, req: &Req<'_>, status: u16) -> Answer {
-        self.send_inner(at, req, Some(status)).await
+        self.send_inner(at, req, Some(status), &[]).await
     }
 
-    async fn send_inner(&mut self, at: Nanos, req: &Req<'_>, status: Option<u16>) -> Answer {
+    /// [`Sim::send_answered`] for a request whose body names `body` (the normalised values of
+    /// the fields `body:<field>` limiters read, as the middleware reads them).
+    pub async fn send_with_body(
+        &mut self,
+        at: Nanos,
+        req: &Req<'_>,
+        status: u16,
+        body: &[crate::decision::BodyValue],
+    ) -> Answer {
+        self.send_inner(at, req, Some(status), body).await
+    }
+
+    async fn send_inner(
+        &mut self,
+        at: Nanos,
+        req: &Req<'_>,
+        status: Option<u16>,
+        body: &[crate::decision::BodyValue],
+    ) -> Answer {
         EMITTER.with_borrow_mut(|e| {
             if let Some(emit) = e {
                 emit(at, req);
@@ -408,7 +437,7 @@ impl Sim {
             agent_id: req.agent_id.map(str::as_bytes),
             authorization: authorization.as_deref().map(str::as_bytes),
             session_token: None,
-            key_headers: crate::decision::KeyHeaders::default(),
+            key_headers: crate::decision::KeyHeaders::default().with_body(body),
         };
         let settings = self.decider.settings();
         let outcome = self.decider.decide_with(&settings, &facts).await;
@@ -534,7 +563,11 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 7);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 8);
+        assert_eq!(
+            Scenario::parse_list("auth-ceilings").unwrap(),
+            vec![Scenario::AuthCeilings]
+        );
         assert_eq!(
             Scenario::parse_list("Fleet").unwrap(),
             vec![Scenario::Fleet]

@@ -370,3 +370,43 @@ fn a_lockout_is_read_into_the_quota_and_held_to_its_range() {
         env_error(&[("FLEET_LIMITER_LIMITER_API_KEY_LOCKOUT", "0")])
     );
 }
+
+const BODY_LIMITER: &str = "[limiters.email-recipient]\nlimit = 10\nwindow = \"1h\"\nkey = \"body:email\"\nroutes = [\"POST /auth/signup\"]\n";
+
+#[test]
+fn a_body_key_names_its_field_and_needs_an_address_ceiling() {
+    let with_ceiling = format!(
+        "{BODY_LIMITER}[limiters.email-source]\nlimit = 20\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"POST /auth/**\"]\n"
+    );
+    let f = file(&with_ceiling);
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    let l = limiter(&cfg, "email-recipient");
+    assert_eq!(l.key, KeyKind::Body(Arc::from("email")));
+    assert_eq!(l.key.to_string(), "body:email");
+    assert_eq!(cfg.server.body_key_max_bytes, 16 * 1024);
+    // A body key needs no trusted proxy: the body is the client's, which is why it needs the
+    // address ceiling beside it.
+    assert!(!cfg
+        .client_ip
+        .trusted
+        .contains("203.0.113.7".parse().expect("ip")));
+    snap!(
+        "config_error_body_key_without_address_ceiling",
+        file_error(BODY_LIMITER, &[])
+    );
+    snap!(
+        "config_error_body_key_bad_field",
+        file_error(&BODY_LIMITER.replace("body:email", "body:e mail"), &[])
+    );
+    snap!(
+        "config_error_body_key_no_field",
+        file_error(&BODY_LIMITER.replace("body:email", "body"), &[])
+    );
+    snap!(
+        "config_error_body_key_max_bytes",
+        file_error(
+            &format!("[server]\nbody_key_max_bytes = 10\n{with_ceiling}"),
+            &[]
+        )
+    );
+}

@@ -423,11 +423,14 @@ impl Inner {
         if checks.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(c) = checks.iter().find(|c| c.quota.window_ns() >= MAX_WINDOW_NS) {
+        if let Some(c) = checks.iter().find(|c| {
+            c.quota.window_ns() >= MAX_WINDOW_NS
+                || c.quota.lockout_ns().unwrap_or(0) >= MAX_WINDOW_NS
+        }) {
             return Err(StoreError::new(
                 StoreErrorKind::Config,
                 format!(
-                    "limiter `{}`: the redis store computes windows up to 104 days",
+                    "limiter `{}`: the redis store computes windows and lockouts up to 104 days",
                     c.key.limiter
                 ),
             ));
