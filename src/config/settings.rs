@@ -232,7 +232,7 @@ pub const SETTINGS: &[Setting] = &[
     row("store.max_keys", "FLEET_LIMITER_MAX_KEYS", Int, Is("100000"), restart!(store),
         "Most buckets the memory store tracks").flag("max-keys", "N"),
     row("store.state_file", "FLEET_LIMITER_STORE_STATE_FILE", Str, Unset, restart!(store),
-        "Memory store: write the buckets here on stop and read them back at start").flag("state-file", "FILE"),
+        "Memory store: write the buckets here on stop and read them back at start"),
     row("fleet.heartbeat_interval_seconds", "FLEET_LIMITER_HEARTBEAT_INTERVAL_SECONDS", Int, Is("60"), Live,
         "How often a healthy agent sends a heartbeat"),
     row("fleet.poll_interval_seconds", "FLEET_LIMITER_POLL_INTERVAL_SECONDS", Int, Is("30"), Live,
