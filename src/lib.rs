@@ -268,6 +268,7 @@ pub fn redis_settings(
     };
     let mut opts = RedisOptions::new(cfg.timeout);
     opts.cache_capacity = cfg.max_keys;
+    opts.local_keys = cfg.max_keys;
     opts.calls_in_flight = cfg.calls_in_flight;
     if target.uses_tls() {
         opts.tls = Some(RedisTls::new(

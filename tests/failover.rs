@@ -151,3 +151,110 @@ async fn a_primary_demoted_behind_its_address_is_left_without_a_restart() {
     let key_count = cli(a.port, &["DBSIZE"]);
     assert_eq!(key_count, cli(b.port, &["DBSIZE"]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_buckets_refuse_a_client_while_redis_is_down_and_the_shared_budget_returns() {
+    // Kept on disk at every write, so the shared budget outlives the kill.
+    let persist = ["--appendonly", "yes", "--appendfsync", "always"];
+    let Some(mut redis) = redis_support::own_server_with(&persist) else {
+        return;
+    };
+    let name = unique("local");
+    let store = format!("[store]\nurl = \"{}\"\ntimeout = \"100ms\"", redis.url());
+    let config = config(&store, &name, 3, "local");
+    let up = redis_support::upstream();
+    let (g1, g2) = (
+        gateway(&config, &up, &[], &[]),
+        gateway(&config, &up, &[], &[]),
+    );
+    let client = reqwest::Client::new();
+    let (u1, u2) = (g1.url(&format!("/{name}/x")), g2.url(&format!("/{name}/x")));
+    assert_eq!(ask(&client, &u1).await, Answer::Allowed(2), "Redis counts");
+
+    redis.stop();
+    // Each instance decides alone, on a bucket of its own (full: nothing came over from Redis),
+    // refusing the client once that budget is spent: the overshoot is one budget per instance.
+    for u in [&u1, &u2] {
+        let seen = [
+            ask(&client, u).await,
+            ask(&client, u).await,
+            ask(&client, u).await,
+            ask(&client, u).await,
+        ];
+        assert_eq!(
+            seen,
+            [
+                Answer::Allowed(2),
+                Answer::Allowed(1),
+                Answer::Allowed(0),
+                Answer::Refused
+            ],
+            "{}",
+            g1.stderr()
+        );
+    }
+    let ready: serde_json::Value = client
+        .get(g1.admin("/readyz"))
+        .send()
+        .await
+        .expect("/readyz")
+        .json()
+        .await
+        .expect("/readyz JSON");
+    assert_eq!(ready["store_up"], false);
+    assert_eq!(ready["on_store_error"]["local"], serde_json::json!([name]));
+    for (fate, n) in [("local_allowed", 3.0), ("local_refused", 1.0)] {
+        let sample =
+            format!(r#"fleet_limiter_decisions_total{{limiter="{name}",outcome="{fate}"}}"#);
+        assert_eq!(g1.metric(&sample).await, Some(n), "{sample}");
+    }
+
+    // Redis is back: the shared budget, as Redis kept it (two left), is used again.
+    redis.start();
+    let deadline = Instant::now() + common::PATIENCE;
+    loop {
+        match ask(&client, &u1).await {
+            Answer::Refused => {}
+            a => {
+                assert_eq!(
+                    a,
+                    Answer::Allowed(1),
+                    "the shared bucket, not the local one"
+                );
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never back on Redis:\n{}",
+            g1.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let g2_back = async {
+        loop {
+            match ask(&client, &u2).await {
+                Answer::Refused => tokio::time::sleep(Duration::from_millis(20)).await,
+                a => return a,
+            }
+        }
+    };
+    let g2_first = tokio::time::timeout(common::PATIENCE, g2_back)
+        .await
+        .expect("the second instance back on Redis");
+    assert_eq!(g2_first, Answer::Allowed(0), "one budget across both again");
+    assert_eq!(ask(&client, &u1).await, Answer::Refused);
+    assert_eq!(ask(&client, &u2).await, Answer::Refused);
+
+    let log = g1.stderr();
+    assert_eq!(
+        log.matches("decide on this instance's own buckets").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("decide on the shared buckets again").count(),
+        1,
+        "{log}"
+    );
+}

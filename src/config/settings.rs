@@ -349,7 +349,7 @@ pub const SETTINGS: &[Setting] = &[
 /// Fields of a limiter table, with their type for environment overrides
 /// (`FLEET_LIMITER_LIMITER_<NAME>_<FIELD>`, e.g. `FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT=60`).
 pub const LIMITER_FIELDS: &[(&str, Kind)] = &[
-    ("on_store_error", Choice(&["allow", "deny"])),
+    ("on_store_error", Choice(&["allow", "deny", "local"])),
     ("algorithm", Choice(&["gcra", "fixed-window"])),
     ("credential", Choice(&["any", "api-key", "cli-token"])),
     ("routes", List),

@@ -176,6 +176,25 @@ pub trait Store: Send + Sync + 'static {
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// Decide `checks` on buckets of this process alone, apart from the shared ones, with the
+    /// same rules as [`Store::decide`]: the answer of limiters with `on_store_error = "local"`
+    /// while [`Store::decide`] fails. `None` when the store keeps no such buckets (the memory
+    /// store is local already and never fails); those limiters then answer like `allow`.
+    fn decide_locally<'a>(
+        &'a self,
+        _checks: &'a [Check],
+    ) -> Option<BoxFuture<'a, Result<Vec<Verdict>, StoreError>>> {
+        None
+    }
+
+    /// Give back, on the local buckets, requests [`Store::decide_locally`] admitted.
+    fn give_back_locally<'a>(
+        &'a self,
+        _items: &'a [GiveBack],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 #[cfg(test)]

@@ -360,6 +360,22 @@ pub fn own_server() -> Option<RedisServer> {
     Some(RedisServer::spawn(free_cluster_port(), false, dir))
 }
 
+/// Our own standalone server started with these further arguments; `None` when skipped.
+pub fn own_server_with(extra: &[&str]) -> Option<RedisServer> {
+    if !has_redis_server() {
+        unavailable("redis-server is not on PATH");
+        return None;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let extra = extra.iter().map(|a| a.to_string()).collect();
+    Some(RedisServer::spawn_with(
+        free_cluster_port(),
+        false,
+        dir,
+        extra,
+    ))
+}
+
 /// A three-master Redis Cluster on free ports, no replicas; `None` when skipped.
 pub struct Cluster {
     pub nodes: Vec<RedisServer>,

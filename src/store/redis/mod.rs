@@ -46,6 +46,7 @@ use self::connection::Conn;
 use self::keys_count::count_keys;
 use self::scripts::{Script, BATCH_LUA, REFUND_LUA, SLOT_LUA};
 use self::shared_calls::{share_calls, Job};
+use super::memory::MemoryStore;
 use super::{Check, GiveBack, Store, StoreError, StoreErrorKind};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::Verdict;
@@ -139,6 +140,9 @@ pub struct RedisOptions {
     pub calls_in_flight: usize,
     /// How `rediss://` URLs are verified (`None`: system roots).
     pub tls: Option<RedisTls>,
+    /// Most buckets of the local store that limiters with `on_store_error = "local"` decide on
+    /// while Redis does not answer (`store.max_keys`).
+    pub local_keys: usize,
 }
 
 impl RedisOptions {
@@ -152,6 +156,7 @@ impl RedisOptions {
             ttl_pad: Duration::ZERO,
             calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
             tls: None,
+            local_keys: 100_000,
         }
     }
 }
@@ -187,6 +192,13 @@ struct Inner {
     keys: AtomicU64,
     /// Why the last connection attempt failed, until one succeeds (for `/readyz` and logs).
     connect_error: Mutex<Option<String>>,
+    /// This instance's own buckets, for `on_store_error = "local"` while Redis does not answer.
+    local: MemoryStore,
+    /// Decisions made on `local` since start.
+    local_decisions: AtomicU64,
+    /// `local` has answered since Redis last did (logged once per outage).
+    answering_locally: AtomicBool,
+    local_decisions_at_outage_start: AtomicU64,
 }
 
 impl RedisStore {
@@ -285,6 +297,10 @@ impl RedisStore {
             refunds: AtomicU64::new(0),
             keys: AtomicU64::new(0),
             connect_error: Mutex::new(None),
+            local: MemoryStore::new(opts.local_keys.max(1), opts.clock.clone()),
+            local_decisions: AtomicU64::new(0),
+            answering_locally: AtomicBool::new(false),
+            local_decisions_at_outage_start: AtomicU64::new(0),
             opts,
         });
         inner.reconnect();
@@ -340,6 +356,11 @@ impl RedisStore {
     pub fn refunds(&self) -> u64 {
         self.inner.refunds.load(Ordering::Relaxed)
     }
+
+    /// Decisions made on this instance's own buckets (`on_store_error = "local"`) since start.
+    pub fn local_decisions(&self) -> u64 {
+        self.inner.local_decisions.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for RedisStore {
@@ -387,6 +408,32 @@ impl Store for RedisStore {
 
     fn calls(&self) -> Option<u64> {
         Some(self.round_trips())
+    }
+
+    /// On the store's local buckets, bounded by `store.max_keys`: each instance alone, on the
+    /// local clock. The first of an outage is logged; the log says when Redis answers again.
+    fn decide_locally<'a>(
+        &'a self,
+        checks: &'a [Check],
+    ) -> Option<BoxFuture<'a, Result<Vec<Verdict>, StoreError>>> {
+        let inner = &self.inner;
+        let total = inner.local_decisions.fetch_add(1, Ordering::Relaxed) + 1;
+        if !inner.answering_locally.swap(true, Ordering::AcqRel) {
+            inner
+                .local_decisions_at_outage_start
+                .store(total - 1, Ordering::Relaxed);
+            tracing::warn!(
+                "redis store not answering: limiters with on_store_error = \"local\" decide on this instance's own buckets until it answers (each instance grants their whole budget meanwhile)"
+            );
+        }
+        Some(inner.local.decide(checks))
+    }
+
+    fn give_back_locally<'a>(
+        &'a self,
+        items: &'a [GiveBack],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.local.give_back(items)
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -537,6 +584,14 @@ impl Inner {
             let since = self.errors.load(Ordering::Relaxed)
                 - self.errors_at_burst_start.load(Ordering::Relaxed);
             tracing::info!(failed_decisions = since, "redis store answering again");
+        }
+        if self.answering_locally.swap(false, Ordering::AcqRel) {
+            let local = self.local_decisions.load(Ordering::Relaxed)
+                - self.local_decisions_at_outage_start.load(Ordering::Relaxed);
+            tracing::info!(
+                local_decisions = local,
+                "redis store answering again: limiters with on_store_error = \"local\" decide on the shared buckets again (what they counted locally is left behind)"
+            );
         }
     }
 }
