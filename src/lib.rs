@@ -257,6 +257,7 @@ pub fn redis_settings(
         RedisTarget::Cluster(cfg.cluster.clone())
     } else {
         match &cfg.url {
+            Some(u) if store::redis::is_sentinel_url(u) => RedisTarget::Sentinel(u.clone()),
             Some(u) => RedisTarget::Standalone(u.clone()),
             None => {
                 return Err(store::StoreError::new(

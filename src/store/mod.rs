@@ -165,6 +165,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Switches from one primary to another since start, for a store that follows them (Redis
+    /// behind Sentinel); `None` for any other.
+    fn failovers(&self) -> Option<u64> {
+        None
+    }
+
     /// The clock the store decides by, when it keeps one in process (the memory store): what
     /// else the decider remembers between requests then runs on the same time, virtual or
     /// not. `None` for a store that reads its own time (Redis).

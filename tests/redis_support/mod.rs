@@ -167,15 +167,32 @@ pub fn cli(port: u16, args: &[&str]) -> String {
 
 /// A replica of `primary` on a free port, once its link to the primary is up.
 pub fn replica_of(primary: &RedisServer) -> RedisServer {
+    replica_with_password(primary, None)
+}
+
+/// A replica of `primary`, both behind `password` when one is given (`requirepass` and
+/// `masterauth`).
+pub fn replica_with_password(primary: &RedisServer, password: Option<&str>) -> RedisServer {
     let dir = tempfile::tempdir().expect("tempdir");
-    let extra = vec![
+    let mut extra = vec![
         "--replicaof".to_owned(),
         "127.0.0.1".to_owned(),
         primary.port.to_string(),
     ];
+    let mut auth = Vec::new();
+    if let Some(pw) = password {
+        for flag in ["--requirepass", "--masterauth"] {
+            extra.extend([flag.to_owned(), pw.to_owned()]);
+        }
+        auth = vec!["--no-auth-warning", "-a", pw];
+    }
     let replica = RedisServer::spawn_with(free_cluster_port(), false, dir, extra);
     wait_for(
-        || cli(replica.port, &["INFO", "replication"]).contains("master_link_status:up"),
+        || {
+            let mut args = auth.clone();
+            args.extend(["INFO", "replication"]);
+            cli(replica.port, &args).contains("master_link_status:up")
+        },
         "the replica's link to its primary",
     );
     replica
@@ -200,6 +217,11 @@ pub struct Sentinel {
 
 impl Sentinel {
     pub fn start(master: &str, primary_port: u16, quorum: u32) -> Sentinel {
+        Self::start_with(master, primary_port, quorum, "")
+    }
+
+    /// [`Sentinel::start`] with more lines in its configuration file.
+    pub fn start_with(master: &str, primary_port: u16, quorum: u32, more: &str) -> Sentinel {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_cluster_port();
         let conf = dir.path().join("sentinel.conf");
@@ -211,7 +233,7 @@ impl Sentinel {
                  sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n\
                  sentinel down-after-milliseconds {master} 1000\n\
                  sentinel failover-timeout {master} 4000\n\
-                 sentinel parallel-syncs {master} 1\n",
+                 sentinel parallel-syncs {master} 1\n{more}\n",
                 dir = dir.path().display()
             ),
         )
@@ -228,7 +250,11 @@ impl Sentinel {
             _dir: dir,
             child,
         };
-        wait_for(|| ping(port), "Sentinel to answer PING");
+        // Listening is enough: a Sentinel with `requirepass` answers PING with NOAUTH.
+        wait_for(
+            || TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            "Sentinel to listen",
+        );
         s
     }
 
@@ -308,7 +334,7 @@ impl Drop for Forwarder {
     }
 }
 
-/// Whether something answers PING on the port.
+/// Whether something answers PING on the port (or asks for a password).
 pub fn ping(port: u16) -> bool {
     let Ok(mut s) =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
@@ -320,7 +346,8 @@ pub fn ping(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 16];
-    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    // A server behind a password is up too: it answers NOAUTH.
+    matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG") || buf[..n].starts_with(b"-NOAUTH"))
 }
 
 /// A Redis to talk to: our own server, or `REDIS_URL`.

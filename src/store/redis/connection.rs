@@ -50,7 +50,12 @@ impl RedisTls {
         })
     }
 
-    fn certificates(&self) -> redis::TlsCertificates {
+    /// Whether any certificate is accepted (`store.insecure_skip_verify`).
+    pub(super) fn insecure(&self) -> bool {
+        self.insecure
+    }
+
+    pub(super) fn certificates(&self) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(self.roots_pem.clone()),
@@ -194,11 +199,13 @@ impl Inner {
             let mut delay = Duration::from_millis(25);
             loop {
                 let Some(inner) = weak.upgrade() else { return };
-                let attempt =
-                    tokio::time::timeout(inner.opts.connect_timeout, inner.connect()).await;
+                let attempt = tokio::time::timeout(inner.attempt_timeout(), inner.connect()).await;
                 match attempt {
-                    Ok(Ok(conn)) => {
+                    Ok(Ok((conn, primary))) => {
                         *inner.conn.write() = Some(Arc::new(conn));
+                        if let Some(primary) = primary {
+                            super::sentinel::switched(&inner, &primary);
+                        }
                         *inner.connect_error.lock() = None;
                         inner.failures_in_row.store(0, Ordering::Relaxed);
                         inner.reconnecting.store(false, Ordering::Release);
@@ -240,9 +247,17 @@ impl Inner {
         });
     }
 
-    pub(super) async fn connect(&self) -> RedisResult<Conn> {
+    /// A new connection, and for Sentinel the primary's `host:port` it reaches.
+    pub(super) async fn connect(&self) -> RedisResult<(Conn, Option<String>)> {
         let ct = self.opts.connect_timeout;
         match &self.target {
+            RedisTarget::Sentinel(url) => {
+                let url = super::sentinel::parse(url).map_err(|e| {
+                    RedisError::from((ErrorKind::InvalidClientConfig, "store.url", e))
+                })?;
+                let (conn, primary) = self.connect_sentinel(&url).await?;
+                Ok((conn, Some(primary)))
+            }
             RedisTarget::Standalone(url) => {
                 let client = match &self.opts.tls {
                     Some(t) if url.starts_with("rediss://") && t.insecure => {
@@ -262,7 +277,7 @@ impl Inner {
                         .await?,
                 );
                 refuse_replica(&conn, "store.url").await?;
-                Ok(conn)
+                Ok((conn, None))
             }
             RedisTarget::Cluster(nodes) => {
                 let tls = self
@@ -282,8 +297,20 @@ impl Inner {
                     builder = builder.certs(t.certificates());
                 }
                 let client = builder.build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                Ok((Conn::Cluster(client.get_async_connection().await?), None))
             }
+        }
+    }
+
+    /// The longest one connection attempt takes: the connect timeout, and on Sentinel one more
+    /// for each Sentinel that may have to be asked first.
+    fn attempt_timeout(&self) -> Duration {
+        match &self.target {
+            RedisTarget::Sentinel(url) => {
+                let asked = super::sentinel::parse(url).map_or(1, |u| u.sentinels.len());
+                self.opts.connect_timeout * (asked as u32 + 1)
+            }
+            _ => self.opts.connect_timeout,
         }
     }
 

@@ -35,10 +35,12 @@ mod cluster;
 mod connection;
 mod keys_count;
 mod scripts;
+mod sentinel;
 mod shared_calls;
 
 pub use connection::RedisTls;
 pub use scripts::key_name;
+pub(crate) use sentinel::{is_sentinel_url, parse as parse_sentinel_url};
 pub use shared_calls::MAX_WAITING;
 
 use self::cache::OverLimitCache;
@@ -69,25 +71,31 @@ pub enum RedisTarget {
     Standalone(String),
     /// A Redis Cluster, given by some of its nodes' URLs.
     Cluster(Vec<String>),
+    /// The primary Redis Sentinel names:
+    /// `redis+sentinel://[user:password@]host:port[,host:port...]/<master-name>[/db]`
+    /// (`rediss+sentinel://` for TLS), followed through failovers.
+    Sentinel(String),
 }
 
 impl RedisTarget {
     /// The setting it comes from, as messages name it.
     pub fn setting(&self) -> &'static str {
         match self {
-            RedisTarget::Standalone(_) => "store.url",
+            RedisTarget::Standalone(_) | RedisTarget::Sentinel(_) => "store.url",
             RedisTarget::Cluster(_) => "store.cluster",
         }
     }
 
-    /// Whether any of its URLs is `rediss://` (reached over TLS).
+    /// Whether any of its URLs is `rediss://` or `rediss+sentinel://` (reached over TLS).
     pub fn uses_tls(&self) -> bool {
-        self.urls().iter().any(|u| u.starts_with("rediss://"))
+        self.urls()
+            .iter()
+            .any(|u| u.starts_with("rediss://") || u.starts_with("rediss+sentinel://"))
     }
 
     fn urls(&self) -> Vec<&String> {
         match self {
-            RedisTarget::Standalone(u) => vec![u],
+            RedisTarget::Standalone(u) | RedisTarget::Sentinel(u) => vec![u],
             RedisTarget::Cluster(nodes) => nodes.iter().collect(),
         }
     }
@@ -96,7 +104,9 @@ impl RedisTarget {
 impl std::fmt::Display for RedisTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RedisTarget::Standalone(u) => f.write_str(&crate::redact::url(u)),
+            RedisTarget::Standalone(u) | RedisTarget::Sentinel(u) => {
+                f.write_str(&crate::redact::url(u))
+            }
             RedisTarget::Cluster(nodes) => {
                 let shown: Vec<_> = nodes.iter().map(|u| crate::redact::url(u)).collect();
                 write!(f, "cluster {}", shown.join(", "))
@@ -110,6 +120,10 @@ impl std::fmt::Debug for RedisTarget {
         match self {
             RedisTarget::Standalone(u) => f
                 .debug_tuple("Standalone")
+                .field(&crate::redact::url(u))
+                .finish(),
+            RedisTarget::Sentinel(u) => f
+                .debug_tuple("Sentinel")
                 .field(&crate::redact::url(u))
                 .finish(),
             RedisTarget::Cluster(nodes) => {
@@ -199,6 +213,10 @@ struct Inner {
     /// `local` has answered since Redis last did (logged once per outage).
     answering_locally: AtomicBool,
     local_decisions_at_outage_start: AtomicU64,
+    /// Sentinel: the primary the current connection reaches (`host:port`).
+    primary: Mutex<Option<String>>,
+    /// Sentinel: switches from one primary to another since start.
+    failovers: AtomicU64,
 }
 
 impl RedisStore {
@@ -233,6 +251,15 @@ impl RedisStore {
     /// A store on `target`; connects in the background at once.
     pub fn new(target: RedisTarget, opts: RedisOptions) -> Result<Self, StoreError> {
         let urls: Vec<&String> = match &target {
+            RedisTarget::Sentinel(u) => {
+                sentinel::parse(u).map_err(|e| {
+                    StoreError::new(
+                        StoreErrorKind::Config,
+                        format!("store.url `{}`: {e}", crate::redact::url(u)),
+                    )
+                })?;
+                Vec::new()
+            }
             RedisTarget::Standalone(u) => vec![u],
             RedisTarget::Cluster(nodes) if nodes.is_empty() => {
                 return Err(StoreError::new(
@@ -269,7 +296,7 @@ impl RedisStore {
         let (tx, rx) = mpsc::channel();
         let cache = OverLimitCache::new(opts.cache_capacity);
         let (jobs, waiting) = match target {
-            RedisTarget::Standalone(_) => {
+            RedisTarget::Standalone(_) | RedisTarget::Sentinel(_) => {
                 let (jobs, waiting) = tokio::sync::mpsc::channel(MAX_WAITING);
                 (Some(jobs), Some(waiting))
             }
@@ -301,11 +328,16 @@ impl RedisStore {
             local_decisions: AtomicU64::new(0),
             answering_locally: AtomicBool::new(false),
             local_decisions_at_outage_start: AtomicU64::new(0),
+            primary: Mutex::new(None),
+            failovers: AtomicU64::new(0),
             opts,
         });
         inner.reconnect();
         let weak = Arc::downgrade(&inner);
         runtime.spawn(count_keys(weak.clone()));
+        if matches!(inner.target, RedisTarget::Sentinel(_)) {
+            runtime.spawn(sentinel::follow(weak.clone()));
+        }
         if let Some(waiting) = waiting {
             runtime.spawn(share_calls(
                 weak,
@@ -355,6 +387,16 @@ impl RedisStore {
     /// Cluster requests whose consumption was given back because a different slot refused.
     pub fn refunds(&self) -> u64 {
         self.inner.refunds.load(Ordering::Relaxed)
+    }
+
+    /// Sentinel: switches from one primary to another since start.
+    pub fn failovers(&self) -> u64 {
+        self.inner.failovers.load(Ordering::Relaxed)
+    }
+
+    /// Sentinel: the primary the store is connected to now (`host:port`).
+    pub fn primary(&self) -> Option<String> {
+        self.inner.primary.lock().clone()
     }
 
     /// Decisions made on this instance's own buckets (`on_store_error = "local"`) since start.
@@ -408,6 +450,10 @@ impl Store for RedisStore {
 
     fn calls(&self) -> Option<u64> {
         Some(self.round_trips())
+    }
+
+    fn failovers(&self) -> Option<u64> {
+        matches!(self.inner.target, RedisTarget::Sentinel(_)).then(|| self.failovers())
     }
 
     /// On the store's local buckets, bounded by `store.max_keys`: each instance alone, on the
