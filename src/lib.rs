@@ -338,6 +338,7 @@ pub fn redis_settings(
         RedisTarget::Cluster(cfg.cluster.clone())
     } else {
         match &cfg.url {
+            Some(u) if store::redis::is_sentinel_url(u) => RedisTarget::Sentinel(u.clone()),
             Some(u) => RedisTarget::Standalone(u.clone()),
             None => {
                 return Err(store::StoreError::new(
@@ -349,6 +350,7 @@ pub fn redis_settings(
     };
     let mut opts = RedisOptions::new(cfg.timeout);
     opts.cache_capacity = cfg.max_keys;
+    opts.local_keys = cfg.max_keys;
     opts.calls_in_flight = cfg.calls_in_flight;
     if target.uses_tls() {
         opts.tls = Some(RedisTls::new(

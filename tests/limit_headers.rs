@@ -59,6 +59,7 @@ fn result(policy: &Policy, name: &str, verdict: Verdict, store_error: bool) -> L
         verdict,
         spec,
         store_error,
+        local: false,
         units: std::num::NonZeroU32::MIN,
         partition: partition_of(name),
     }

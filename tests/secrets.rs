@@ -168,6 +168,70 @@ fn refused(launch: Launch, says: &[&str], secrets: &[&str]) -> Exited {
 }
 
 #[test]
+fn sentinel_urls_in_configuration_errors_are_redacted_and_name_the_fix() {
+    let url = format!("redis+sentinel://default:{REDIS_PASSWORD}@127.0.0.1:26379");
+    let shown = "redis+sentinel://default:***@127.0.0.1:26379";
+    refused(
+        Launch::serve()
+            .upstream("http://127.0.0.1:9")
+            .arg("--store")
+            .arg(&url),
+        &["store.url", shown, "names no master", "<master-name>"],
+        &[REDIS_PASSWORD],
+    );
+    refused(
+        serve_with(&format!("[store]\nurl = \"{url}/mymaster/x\"\n")),
+        &["store.url", "is not a database number"],
+        &[REDIS_PASSWORD],
+    );
+    refused(
+        serve_with(&format!("[store]\ncluster = [\"{url}/m\"]\n")),
+        &["store.cluster", "Sentinel goes in store.url"],
+        &[REDIS_PASSWORD],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_password_is_redacted_in_logs_and_readiness_while_no_sentinel_answers() {
+    let up = upstream().await;
+    let dead = dead_addr();
+    let toml = format!(
+        "[server]\nupstream = \"{}\"\n[store]\nurl = \"redis+sentinel://default:{REDIS_PASSWORD}@{dead},{dead}/mymaster\"\n",
+        up.uri()
+    );
+    let gw = Launch::serve()
+        .config_toml(toml)
+        .admin()
+        .log("debug")
+        .spawn();
+    let res = client()
+        .post(gw.url("/api/agent/heartbeat"))
+        .header("x-agent-id", "agent-1")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(res.status(), 200, "on_store_error = allow");
+    let ready = client()
+        .get(gw.admin("/readyz"))
+        .send()
+        .await
+        .expect("readyz")
+        .text()
+        .await
+        .expect("readyz body");
+    assert!(ready.contains("\"store_up\":false"), "{ready}");
+    assert!(ready.contains("no Sentinel named the primary"), "{ready}");
+    assert_hidden("/readyz", &ready, &[REDIS_PASSWORD]);
+    let log = gw.stderr();
+    assert!(
+        log.contains(&format!("redis+sentinel://default:***@{dead}")),
+        "{log}"
+    );
+    assert_hidden("the log", &log, &[REDIS_PASSWORD]);
+    assert_hidden("stdout", &gw.stdout(), &[REDIS_PASSWORD]);
+}
+
+#[test]
 fn redis_urls_in_configuration_errors_are_redacted() {
     refused(
         Launch::serve()

@@ -45,6 +45,23 @@ pub fn check_table(r: &CheckReport) -> String {
         " (instances share one budget)"
     };
     let _ = writeln!(o, "Store: {}{shared}", r.store);
+    let down = &r.store_down;
+    let answers = [
+        ("allow (unmetered)", &down.allow),
+        ("deny (refused)", &down.deny),
+        (
+            "local (each instance counts alone: up to one budget per instance)",
+            &down.local,
+        ),
+    ];
+    let said: Vec<String> = answers
+        .iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what}: {}", names.join(", ")))
+        .collect();
+    if !said.is_empty() {
+        let _ = writeln!(o, "While Redis does not answer: {}.", said.join("; "));
+    }
     let _ = writeln!(
         o,
         "Fleet: heartbeat every {}s (offline after {}s without one), task poll every {}s, {} endpoints per site,",

@@ -330,6 +330,27 @@ pub(super) fn build(
         }
     };
     if let Some(u) = store
+        .cluster
+        .iter()
+        .find(|u| crate::store::redis::is_sentinel_url(u))
+    {
+        return Err(ctx.err(
+            "store.cluster",
+            format!(
+                "`{}` is a Sentinel URL; a Cluster lists its nodes (redis://host:port), and Sentinel goes in store.url alone",
+                crate::redact::url(u)
+            ),
+        ));
+    }
+    if let Some(u) = store
+        .url
+        .as_ref()
+        .filter(|u| crate::store::redis::is_sentinel_url(u))
+    {
+        if let Err(why) = crate::store::redis::parse_sentinel_url(u) {
+            return Err(ctx.err("store.url", format!("`{}`: {why}", crate::redact::url(u))));
+        }
+    } else if let Some(u) = store
         .url
         .iter()
         .chain(&store.cluster)
@@ -338,7 +359,7 @@ pub(super) fn build(
         return Err(ctx.err(
             path_of(u),
             format!(
-                "`{}` is not a redis:// or rediss:// (TLS) URL",
+                "`{}` is not a redis:// or rediss:// (TLS) URL, nor a redis+sentinel:// one",
                 crate::redact::url(u)
             ),
         ));

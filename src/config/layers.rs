@@ -271,13 +271,16 @@ pub(super) fn apply_store_shorthand(
         }
         origins.remove("store.url");
         origins.remove("store.cluster");
-    } else if raw.starts_with("redis://") || raw.starts_with("rediss://") {
+    } else if raw.starts_with("redis://")
+        || raw.starts_with("rediss://")
+        || crate::store::redis::is_sentinel_url(raw)
+    {
         set_path(doc, "store.backend", Value::String("redis".into()));
         set_path(doc, "store.url", Value::String(raw.to_owned()));
         origins.insert("store.url".into(), origin.to_owned());
     } else {
         return Err(ConfigError(format!(
-            "{origin}: store: `{}` is neither `memory` nor a redis:// or rediss:// URL",
+            "{origin}: store: `{}` is neither `memory` nor a redis://, rediss:// or redis+sentinel:// URL",
             crate::redact::url(raw)
         )));
     }

@@ -110,7 +110,7 @@ fn expected(kind: Kind) -> String {
         Kind::Statuses => {
             "a list of status codes (503) and ranges in quotes (\"400-499\")".to_owned()
         }
-        Kind::Store => "`memory` or a redis:// URL in quotes".to_owned(),
+        Kind::Store => "`memory` or a redis:// (or redis+sentinel://) URL in quotes".to_owned(),
     }
 }
 

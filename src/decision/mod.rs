@@ -255,7 +255,7 @@ impl Decider {
             return None;
         }
         let elapsed = u64::try_from(since_decision.as_nanos()).unwrap_or(u64::MAX);
-        let mut items: SmallVec<[(GiveBack, Option<LimiterMeter>); 4]> = SmallVec::new();
+        let mut items: SmallVec<[(GiveBack, Option<LimiterMeter>, bool); 4]> = SmallVec::new();
         for r in &outcome.results {
             if !r.verdict.allowed || r.store_error || !r.spec.gives_back(status) {
                 continue;
@@ -269,6 +269,7 @@ impl Decider {
                     outstanding_ns: r.verdict.reset_after_ns.saturating_sub(elapsed),
                 },
                 meter,
+                r.local,
             ));
         }
         if items.is_empty() {
@@ -278,7 +279,7 @@ impl Decider {
         let under_way = self.give_backs.fetch_add(1, Ordering::AcqRel);
         if under_way >= MAX_GIVE_BACKS_IN_FLIGHT {
             self.give_backs.fetch_sub(1, Ordering::AcqRel);
-            for (_, m) in &items {
+            for (_, m, _) in &items {
                 if let Some(m) = m {
                     m.give_back(GiveBackResult::Dropped);
                 }
@@ -290,17 +291,31 @@ impl Decider {
         let under_way = UnderWay(self.give_backs.clone());
         Some(Box::pin(async move {
             let _under_way = under_way;
-            let (list, meters): (Vec<GiveBack>, Vec<Option<LimiterMeter>>) =
-                items.into_iter().unzip();
-            let result = match store.give_back(&list).await {
-                Ok(()) => GiveBackResult::Done,
-                Err(e) => {
-                    tracing::debug!(error = %e, "a give-back failed; the request stays counted");
-                    GiveBackResult::Failed
+            // Counted locally while the store failed: given back on the local buckets.
+            for local in [false, true] {
+                let (list, meters): (Vec<GiveBack>, Vec<Option<LimiterMeter>>) = items
+                    .iter()
+                    .filter(|(_, _, l)| *l == local)
+                    .map(|(g, m, _)| (g.clone(), m.clone()))
+                    .unzip();
+                if list.is_empty() {
+                    continue;
                 }
-            };
-            for m in meters.iter().flatten() {
-                m.give_back(result);
+                let done = if local {
+                    store.give_back_locally(&list).await
+                } else {
+                    store.give_back(&list).await
+                };
+                let result = match done {
+                    Ok(()) => GiveBackResult::Done,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a give-back failed; the request stays counted");
+                        GiveBackResult::Failed
+                    }
+                };
+                for m in meters.iter().flatten() {
+                    m.give_back(result);
+                }
             }
         }))
     }
@@ -423,36 +438,50 @@ impl Decider {
         let started = std::time::Instant::now();
         let answer = self.store.decide(&checks).await;
         let elapsed = started.elapsed();
-        let (verdicts, store_error) = match answer {
-            Ok(v) if v.len() == checks.len() => (v, None),
-            Ok(v) => {
-                let e = StoreError::new(
-                    crate::store::StoreErrorKind::Script,
-                    format!(
-                        "store answered {} verdicts for {} checks",
-                        v.len(),
-                        checks.len()
-                    ),
-                );
-                (fallback_verdicts(&limiters), Some(e))
+        let answer = match answer {
+            Ok(v) if v.len() == checks.len() => Ok(v),
+            Ok(v) => Err(StoreError::new(
+                crate::store::StoreErrorKind::Script,
+                format!(
+                    "store answered {} verdicts for {} checks",
+                    v.len(),
+                    checks.len()
+                ),
+            )),
+            Err(e) => Err(e),
+        };
+        let (verdicts, local, store_error) = match answer {
+            Ok(v) => (v, SmallVec::new(), None),
+            Err(e) => {
+                let (v, local) = self.without_store(&limiters, &checks).await;
+                (v, local, Some(e))
             }
-            Err(e) => (fallback_verdicts(&limiters), Some(e)),
         };
         self.metrics
             .store_round_trip(elapsed, store_error.as_ref().map(StoreError::kind));
         let errored = store_error.is_some();
+        // Whether the i-th verdict counts a bucket: the store's, or the local one of an
+        // `on_store_error = "local"` limiter while the store failed.
+        let counted = |i: usize| !errored || local.get(i).copied().unwrap_or(false);
         // A refused request consumed nothing: the limiters that allowed it report their
         // buckets as they stand, not as they would after a charge that never happened.
-        let refused = !errored
-            && verdicts
-                .iter()
-                .zip(&checks)
-                .any(|(v, c)| !v.allowed && !c.shadow);
+        let refused = verdicts
+            .iter()
+            .zip(&checks)
+            .enumerate()
+            .any(|(i, (v, c))| counted(i) && !v.allowed && !c.shadow);
         let verdicts: Vec<Verdict> = if refused {
             verdicts
                 .into_iter()
                 .zip(&checks)
-                .map(|(v, c)| crate::limiter::unconsumed_units(&c.quota, v, c.units))
+                .enumerate()
+                .map(|(i, (v, c))| {
+                    if counted(i) {
+                        crate::limiter::unconsumed_units(&c.quota, v, c.units)
+                    } else {
+                        v
+                    }
+                })
                 .collect()
         } else {
             verdicts
@@ -469,7 +498,8 @@ impl Decider {
             .zip(slots)
             .zip(checks)
             .zip(verdicts)
-            .map(|(((spec, slot), check), verdict)| {
+            .enumerate()
+            .map(|(i, (((spec, slot), check), verdict))| {
                 let mut partition = [0u8; 8];
                 partition.copy_from_slice(&check.key.digest[..8]);
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
@@ -482,7 +512,8 @@ impl Decider {
                     slot,
                     key,
                     verdict,
-                    store_error: errored,
+                    store_error: !counted(i),
+                    local: errored && counted(i),
                     units: check.units,
                     partition,
                 }
@@ -515,13 +546,56 @@ pub fn build_checks<'p>(
         .collect()
 }
 
+impl Decider {
+    /// Each limiter's answer when the store could not decide, and which of them counted a
+    /// bucket of this instance's own (`on_store_error = "local"`). The local limiters are
+    /// decided together on the store's local buckets, all or nothing among themselves, unless
+    /// an enforcing `deny` limiter refuses the request anyway: then nothing is counted and they
+    /// answer like `allow`, as they do on a store that keeps no local buckets.
+    async fn without_store(
+        &self,
+        limiters: &[Arc<LimiterSpec>],
+        checks: &[Check],
+    ) -> (Vec<Verdict>, SmallVec<[bool; 4]>) {
+        let mut verdicts = fallback_verdicts(limiters);
+        let mut local: SmallVec<[bool; 4]> = SmallVec::from_elem(false, limiters.len());
+        let is_local = |l: &LimiterSpec| l.on_store_error == OnStoreError::Local;
+        let denied = limiters
+            .iter()
+            .any(|l| l.on_store_error == OnStoreError::Deny && l.mode == Mode::Enforce);
+        if denied || !limiters.iter().any(|l| is_local(l)) {
+            return (verdicts, local);
+        }
+        let picked: SmallVec<[usize; 4]> = (0..limiters.len())
+            .filter(|&i| is_local(&limiters[i]))
+            .collect();
+        let subset: SmallVec<[Check; 4]> = picked.iter().map(|&i| checks[i].clone()).collect();
+        let Some(decided) = self.store.decide_locally(&subset) else {
+            return (verdicts, local);
+        };
+        match decided.await {
+            Ok(v) if v.len() == picked.len() => {
+                for (&i, v) in picked.iter().zip(v) {
+                    verdicts[i] = v;
+                    local[i] = true;
+                }
+            }
+            Ok(_) | Err(_) => {
+                tracing::debug!("the local buckets did not decide; local limiters allow");
+            }
+        }
+        (verdicts, local)
+    }
+}
+
 /// Each limiter's configured answer when the store cannot decide. A denial asks the client to
 /// come back after one request's worth of refill: the only wait the quota itself implies.
+/// `local` limiters answer like `allow` here (see [`Decider::without_store`] for their count).
 fn fallback_verdicts(limiters: &[Arc<LimiterSpec>]) -> Vec<Verdict> {
     limiters
         .iter()
         .map(|l| {
-            let allowed = l.on_store_error == OnStoreError::Allow;
+            let allowed = l.on_store_error != OnStoreError::Deny;
             Verdict {
                 allowed,
                 limit: l.quota.limit(),
@@ -604,6 +678,158 @@ mod tests {
         let page = d.metrics().render();
         assert!(
             page.contains(r#"fleet_limiter_give_backs_total{limiter="api-key",result="done"} 1"#),
+            "{page}"
+        );
+    }
+
+    /// A store that never answers, with local buckets for `on_store_error = "local"`.
+    struct Down {
+        local: MemoryStore,
+    }
+
+    impl Store for Down {
+        fn decide<'a>(
+            &'a self,
+            _: &'a [Check],
+        ) -> futures_util::future::BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
+            Box::pin(async {
+                Err(StoreError::new(
+                    crate::store::StoreErrorKind::Connection,
+                    "down",
+                ))
+            })
+        }
+        fn give_back<'a>(
+            &'a self,
+            _: &'a [GiveBack],
+        ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(async { panic!("nothing the shared store counted is given back") })
+        }
+        fn kind(&self) -> &'static str {
+            "down"
+        }
+        fn tracked_keys(&self) -> u64 {
+            0
+        }
+        fn decide_locally<'a>(
+            &'a self,
+            checks: &'a [Check],
+        ) -> Option<futures_util::future::BoxFuture<'a, Result<Vec<Verdict>, StoreError>>> {
+            Some(self.local.decide(checks))
+        }
+        fn give_back_locally<'a>(
+            &'a self,
+            items: &'a [GiveBack],
+        ) -> futures_util::future::BoxFuture<'a, Result<(), StoreError>> {
+            self.local.give_back(items)
+        }
+    }
+
+    fn down_decider(env: &[(&str, &str)]) -> (Decider, ManualClock) {
+        let cfg = Loader::new()
+            .env(env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+            .load()
+            .unwrap();
+        let clock = ManualClock::new(1);
+        let local = MemoryStore::new(1000, Arc::new(clock.clone()));
+        (
+            Decider::new(&cfg, Arc::new(Down { local }), Arc::new(NoVerifier)),
+            clock,
+        )
+    }
+
+    fn result<'o>(o: &'o Outcome, name: &str) -> &'o LimitResult {
+        o.results.iter().find(|r| &*r.spec.name == name).unwrap()
+    }
+
+    #[actix_rt::test]
+    async fn a_local_limiter_counts_on_the_instance_while_the_store_is_down() {
+        let (d, clock) = down_decider(&[
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_LIMIT", "3"),
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_ON_STORE_ERROR", "local"),
+        ]);
+        let observed = |o: &Outcome| d.observe(&d.settings(), o, std::time::Duration::ZERO);
+        for left in [2, 1, 0] {
+            let o = d.decide(&facts(b"Bearer cli-token")).await;
+            observed(&o);
+            let r = result(&o, "cli-bearer");
+            assert!(r.local && !r.store_error && r.verdict.allowed, "{r:?}");
+            assert_eq!(r.verdict.remaining, left);
+            // Its neighbour keeps its own answer (allow), counting nothing.
+            let ui = result(&o, "ui");
+            assert!(ui.store_error && !ui.local && ui.verdict.allowed);
+            assert!(
+                o.store_error.is_some(),
+                "the store's failure is still reported"
+            );
+        }
+        let o = d.decide(&facts(b"Bearer cli-token")).await;
+        observed(&o);
+        assert!(o.refused(), "the instance's own budget is spent");
+        let r = result(&o, "cli-bearer");
+        assert!(r.local && !r.verdict.allowed);
+        assert_eq!(
+            o.retry_after_secs(),
+            Some(20),
+            "one token every 20 s, from the bucket"
+        );
+        let page = d.metrics().render();
+        for (fate, n) in [("local_allowed", 3), ("local_refused", 1)] {
+            let line = format!(
+                r#"fleet_limiter_decisions_total{{limiter="cli-bearer",outcome="{fate}"}} {n}"#
+            );
+            assert!(page.contains(&line), "{line}\n{page}");
+        }
+        // The bucket refills on the local clock.
+        clock.advance(std::time::Duration::from_secs(20));
+        let o = d.decide(&facts(b"Bearer cli-token")).await;
+        assert!(!o.refused());
+    }
+
+    #[actix_rt::test]
+    async fn a_deny_limiter_refusing_too_leaves_the_local_buckets_untouched() {
+        let (d, _) = down_decider(&[
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_LIMIT", "2"),
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_ON_STORE_ERROR", "local"),
+            ("FLEET_LIMITER_LIMITER_UI_ON_STORE_ERROR", "deny"),
+        ]);
+        for _ in 0..5 {
+            let o = d.decide(&facts(b"Bearer cli-token")).await;
+            assert!(o.refused(), "ui denies while the store is down");
+            let r = result(&o, "cli-bearer");
+            assert!(!r.local && r.store_error, "{r:?}");
+        }
+        // Nothing was counted locally: with ui allowing, the whole local budget is there.
+        let (d, _) = down_decider(&[
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_LIMIT", "2"),
+            ("FLEET_LIMITER_LIMITER_CLI_BEARER_ON_STORE_ERROR", "local"),
+        ]);
+        let o = d.decide(&facts(b"Bearer cli-token")).await;
+        assert_eq!(result(&o, "cli-bearer").verdict.remaining, 1);
+    }
+
+    #[actix_rt::test]
+    async fn a_local_count_is_given_back_on_the_local_bucket() {
+        let (d, _) = down_decider(&[
+            ("FLEET_LIMITER_LIMITER_API_KEY_COUNT", "failed"),
+            ("FLEET_LIMITER_LIMITER_API_KEY_LIMIT", "2"),
+            ("FLEET_LIMITER_LIMITER_API_KEY_ON_STORE_ERROR", "local"),
+        ]);
+        let settings = d.settings();
+        for _ in 0..4 {
+            let o = d.decide(&facts(b"Bearer pa_valid")).await;
+            let r = result(&o, "api-key");
+            assert!(
+                r.local && r.verdict.allowed,
+                "a success is given back: {r:?}"
+            );
+            d.give_back(&settings, &o, 200, std::time::Duration::ZERO)
+                .expect("a give-back")
+                .await;
+        }
+        let page = d.metrics().render();
+        assert!(
+            page.contains(r#"fleet_limiter_give_backs_total{limiter="api-key",result="done"} 4"#),
             "{page}"
         );
     }

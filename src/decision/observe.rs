@@ -41,12 +41,17 @@ fn count(metrics: &Metrics, meters: &[LimiterMeter], outcome: &Outcome, elapsed:
     metrics.request(request, elapsed);
     for r in &outcome.results {
         if let Some(m) = meters.get(r.slot) {
-            m.record(
+            let fate = if r.local {
+                LimiterFate::local(r.verdict.allowed)
+            } else {
                 LimiterFate::of(
                     r.verdict.allowed,
                     r.store_error,
                     r.spec.mode == Mode::Enforce,
-                ),
+                )
+            };
+            m.record(
+                fate,
                 r.verdict.remaining,
                 r.verdict.limit,
                 ceil_secs(r.verdict.retry_after_ns),

@@ -22,6 +22,9 @@ pub struct LimitResult {
     pub verdict: Verdict,
     /// The store failed; the verdict is the limiter's `on_store_error` answer, not a count.
     pub store_error: bool,
+    /// The store failed and this limiter (`on_store_error = "local"`) counted the request on
+    /// this instance's own bucket instead: the verdict is that bucket's.
+    pub local: bool,
     /// What the request cost this limiter's bucket (charged only when the request was allowed).
     pub units: NonZeroU32,
     /// The first bytes of the bucket's name as the store keeps it (keyed SipHash in the memory

@@ -244,6 +244,8 @@ async fn store_health(control: &Control) -> Result<(), String> {
 struct StoreDownAnswers {
     allow: Vec<String>,
     deny: Vec<String>,
+    /// Decided on this instance's own buckets meanwhile (each instance grants the whole budget).
+    local: Vec<String>,
 }
 
 /// `/readyz`: whether this instance can serve traffic as configured, and beside it the health of
@@ -270,7 +272,7 @@ struct Readiness {
 /// The store's health never makes the instance unready: every instance shares the store, so a
 /// store outage would take every instance out of rotation at once, and every limiter has an
 /// answer for it (`on_store_error`): `allow` keeps serving unmetered, `deny` refuses that
-/// limiter's routes on purpose, and either is what the operator chose; an instance out of
+/// limiter's routes on purpose, `local` meters them on the instance's own buckets, and either is what the operator chose; an instance out of
 /// rotation answers nothing at all, for every route. Verified identity the same way: without its
 /// key set, dashboard tokens do not verify and their requests are keyed on the client IP
 /// (degraded, not down).
@@ -280,12 +282,15 @@ async fn readyz(control: web::Data<Control>) -> HttpResponse {
     let mut answers = StoreDownAnswers {
         allow: Vec::new(),
         deny: Vec::new(),
+        local: Vec::new(),
     };
     for l in settings.policy.limiters() {
-        match l.on_store_error {
-            crate::policy::OnStoreError::Allow => answers.allow.push(l.name.to_string()),
-            crate::policy::OnStoreError::Deny => answers.deny.push(l.name.to_string()),
-        }
+        let list = match l.on_store_error {
+            crate::policy::OnStoreError::Allow => &mut answers.allow,
+            crate::policy::OnStoreError::Deny => &mut answers.deny,
+            crate::policy::OnStoreError::Local => &mut answers.local,
+        };
+        list.push(l.name.to_string());
     }
     let identity = control.decider().verifier().availability();
     let draining = control.draining();

@@ -16,15 +16,22 @@ pub enum LimiterFate {
     StoreErrorAllowed,
     /// The store failed and `on_store_error = "deny"` answered no.
     StoreErrorRefused,
+    /// The store failed and `on_store_error = "local"` allowed on this instance's own bucket.
+    LocalAllowed,
+    /// The store failed and `on_store_error = "local"` found this instance's own bucket over
+    /// budget (the request was refused when the limiter enforces).
+    LocalRefused,
 }
 
 impl LimiterFate {
-    pub const ALL: [LimiterFate; 5] = [
+    pub const ALL: [LimiterFate; 7] = [
         LimiterFate::Allowed,
         LimiterFate::Refused,
         LimiterFate::ShadowRefused,
         LimiterFate::StoreErrorAllowed,
         LimiterFate::StoreErrorRefused,
+        LimiterFate::LocalAllowed,
+        LimiterFate::LocalRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -34,6 +41,17 @@ impl LimiterFate {
             LimiterFate::ShadowRefused => "shadow_refused",
             LimiterFate::StoreErrorAllowed => "store_error_allowed",
             LimiterFate::StoreErrorRefused => "store_error_refused",
+            LimiterFate::LocalAllowed => "local_allowed",
+            LimiterFate::LocalRefused => "local_refused",
+        }
+    }
+
+    /// The fate of a verdict counted on this instance's own bucket while the store failed.
+    pub fn local(allowed: bool) -> Self {
+        if allowed {
+            LimiterFate::LocalAllowed
+        } else {
+            LimiterFate::LocalRefused
         }
     }
 

@@ -53,7 +53,7 @@ impl AdmissionMeter {
 #[derive(Clone, Debug)]
 pub struct LimiterMeter {
     /// By [`LimiterFate`], in `LimiterFate::ALL` order.
-    pub(super) fates: [Counter; 5],
+    pub(super) fates: [Counter; LimiterFate::ALL.len()],
     pub(super) near_limit: Counter,
     pub(super) retry_after: Histogram,
     /// An allowed verdict that leaves less than this share of the budget is near the limit.
@@ -81,14 +81,14 @@ impl LimiterMeter {
             c.inc();
         }
         match fate {
-            LimiterFate::Allowed => {
+            LimiterFate::Allowed | LimiterFate::LocalAllowed => {
                 if u64::from(remaining) * 100
                     < u64::from(self.near_limit_percent) * u64::from(limit)
                 {
                     self.near_limit.inc();
                 }
             }
-            LimiterFate::Refused | LimiterFate::ShadowRefused => {
+            LimiterFate::Refused | LimiterFate::ShadowRefused | LimiterFate::LocalRefused => {
                 self.retry_after.observe(retry_after_secs.max(1));
             }
             LimiterFate::StoreErrorAllowed | LimiterFate::StoreErrorRefused => {}

@@ -78,6 +78,15 @@ impl Collector for StoreGauges {
                 &ConstCounter::new(calls),
             )?;
         }
+        if let Some(n) = self.0.failovers() {
+            labelled(
+                &mut encoder,
+                "fleet_limiter_store_failovers",
+                "Switches to another Redis primary named by the Sentinels (Sentinel only).",
+                store,
+                &ConstCounter::new(n),
+            )?;
+        }
         Ok(())
     }
 }

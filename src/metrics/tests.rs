@@ -167,7 +167,9 @@ fn every_fate_has_a_stable_name() {
             "refused",
             "shadow_refused",
             "store_error_allowed",
-            "store_error_refused"
+            "store_error_refused",
+            "local_allowed",
+            "local_refused"
         ]
     );
 }

@@ -95,9 +95,25 @@ pub struct Remember {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnStoreError {
+    /// Let the request through, unmetered.
     #[default]
     Allow,
+    /// Refuse it (429, `Retry-After` of one emission interval).
     Deny,
+    /// Decide on this instance's own buckets (the store's local ones, see
+    /// `crate::store::Store::decide_locally`): the same quota, but each instance grants it alone.
+    Local,
+}
+
+impl OnStoreError {
+    /// The name configuration and `/readyz` use: `allow`, `deny`, `local`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnStoreError::Allow => "allow",
+            OnStoreError::Deny => "deny",
+            OnStoreError::Local => "local",
+        }
+    }
 }
 
 /// Which answers a limiter counts. Every request is admitted against the bucket as usual; an

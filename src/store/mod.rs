@@ -174,6 +174,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Switches from one primary to another since start, for a store that follows them (Redis
+    /// behind Sentinel); `None` for any other.
+    fn failovers(&self) -> Option<u64> {
+        None
+    }
+
     /// The clock the store decides by, when it keeps one in process (the memory store): what
     /// else the decider remembers between requests then runs on the same time, virtual or
     /// not. `None` for a store that reads its own time (Redis).
@@ -183,6 +189,25 @@ pub trait Store: Send + Sync + 'static {
 
     /// Whether the store answers right now (readiness).
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Decide `checks` on buckets of this process alone, apart from the shared ones, with the
+    /// same rules as [`Store::decide`]: the answer of limiters with `on_store_error = "local"`
+    /// while [`Store::decide`] fails. `None` when the store keeps no such buckets (the memory
+    /// store is local already and never fails); those limiters then answer like `allow`.
+    fn decide_locally<'a>(
+        &'a self,
+        _checks: &'a [Check],
+    ) -> Option<BoxFuture<'a, Result<Vec<Verdict>, StoreError>>> {
+        None
+    }
+
+    /// Give back, on the local buckets, requests [`Store::decide_locally`] admitted.
+    fn give_back_locally<'a>(
+        &'a self,
+        _items: &'a [GiveBack],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -79,10 +79,22 @@ pub fn check(cfg: &Config) -> CheckReport {
         .iter()
         .filter(|l| l.status == Status::AtRisk)
         .count();
+    let mut store_down = types::StoreDown::default();
+    if cfg.store.backend == crate::config::StoreBackend::Redis {
+        for l in cfg.limiters.iter().filter(|l| l.mode != Mode::Off) {
+            let list = match l.on_store_error {
+                crate::policy::OnStoreError::Allow => &mut store_down.allow,
+                crate::policy::OnStoreError::Deny => &mut store_down.deny,
+                crate::policy::OnStoreError::Local => &mut store_down.local,
+            };
+            list.push(l.name.to_string());
+        }
+    }
     CheckReport {
         config: cfg.source.clone(),
         enabled: cfg.enabled,
         store: cfg.store.describe(),
+        store_down,
         dashboards: Dashboards {
             requests_per_poll: traffic::DASHBOARD_REQUESTS_PER_POLL,
             per_analyst_per_minute: traffic::dashboard_per_minute(fleet.dashboard_poll_seconds),

@@ -591,3 +591,39 @@ fn a_limiter_keyed_on_a_target_that_names_itself_is_warned_about() {
     assert_eq!(line(&r, "per-tenant").status, Status::Unloaded);
     assert_eq!(r.warnings, 0, "{:?}", r.warning_lines());
 }
+
+#[test]
+fn the_answers_while_redis_is_down_are_judged_with_local_among_them() {
+    let cfg = load(&[
+        ("FLEET_LIMITER_STORE_URL", "redis://u:hunter2@h:6379"),
+        ("FLEET_LIMITER_LIMITER_AGENT_DEVICE_ON_STORE_ERROR", "local"),
+        ("FLEET_LIMITER_LIMITER_ENROLLMENT_ON_STORE_ERROR", "deny"),
+    ]);
+    let r = check(&cfg);
+    assert_eq!(r.store_down.local, ["agent-device"]);
+    assert_eq!(r.store_down.deny, ["enrollment"]);
+    assert!(r.store_down.allow.contains(&"agent-ip".to_owned()));
+    // The limiters are judged as before: a local answer changes no calibration.
+    assert_eq!(line(&r, "agent-device").status, Status::Ok);
+    let table = crate::calibration::report::check_table(&r);
+    assert!(
+        table.contains(
+            "local (each instance counts alone: up to one budget per instance): agent-device"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("deny (refused): enrollment"), "{table}");
+    assert!(!table.contains("hunter2"));
+    let json = crate::calibration::report::json(&r);
+    assert!(
+        json.contains("\"local\": [\n      \"agent-device\""),
+        "{json}"
+    );
+    // The memory store cannot fail: nothing to say.
+    let r = check(&load(&[(
+        "FLEET_LIMITER_LIMITER_AGENT_DEVICE_ON_STORE_ERROR",
+        "local",
+    )]));
+    assert_eq!(r.store_down, super::types::StoreDown::default());
+    assert!(!crate::calibration::report::check_table(&r).contains("While Redis"));
+}

@@ -182,6 +182,17 @@ impl LimiterCheck {
     }
 }
 
+/// The limiters by their `on_store_error` answer.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct StoreDown {
+    /// Pass unmetered.
+    pub allow: Vec<String>,
+    /// Refuse their routes.
+    pub deny: Vec<String>,
+    /// Count on each instance's own buckets: up to one budget per instance meanwhile.
+    pub local: Vec<String>,
+}
+
 /// The whole check.
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckReport {
@@ -192,6 +203,9 @@ pub struct CheckReport {
     /// The store the buckets live in, as `serve` would use it (`memory`: each instance counts on
     /// its own; `redis redis://host:6379`: instances share one budget), password hidden.
     pub store: String,
+    /// The limiters (not `off`) by what they answer while a Redis store does not; empty lists
+    /// on the memory store, which cannot fail.
+    pub store_down: StoreDown,
     #[serde(serialize_with = "fleet_json")]
     pub fleet: FleetConfig,
     /// The dashboard load and how dashboards are keyed.

@@ -50,7 +50,12 @@ impl RedisTls {
         })
     }
 
-    fn certificates(&self) -> redis::TlsCertificates {
+    /// Whether any certificate is accepted (`store.insecure_skip_verify`).
+    pub(super) fn insecure(&self) -> bool {
+        self.insecure
+    }
+
+    pub(super) fn certificates(&self) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: None,
             root_cert: Some(self.roots_pem.clone()),
@@ -102,6 +107,28 @@ pub(super) fn is_connection_error(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
 }
 
+/// A server that refuses writes because it is a replica now: a primary demoted by a failover
+/// (Sentinel, a managed service, an operator's `REPLICAOF`). The connection works, so nothing
+/// else would make the store leave it.
+pub(super) fn is_readonly(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::ReadOnly
+}
+
+/// Whether `ROLE`'s answer names a replica (Redis answers `slave`; `replica` is accepted too).
+/// Anything else is taken as a primary: proxies and managed services that do not know `ROLE`
+/// must keep working.
+fn answers_as_replica(role: &Value) -> bool {
+    let first = match role {
+        Value::Array(items) => items.first(),
+        _ => None,
+    };
+    match first {
+        Some(Value::BulkString(b)) => b.as_slice() == b"slave" || b.as_slice() == b"replica",
+        Some(Value::SimpleString(s)) => s == "slave" || s == "replica",
+        _ => false,
+    }
+}
+
 /// The kind of a redis-rs error: a timeout, a connection that failed or a server that cannot
 /// serve right now, settings that cannot work, or else a script that failed or answered wrong.
 pub(super) fn classify(e: &RedisError) -> StoreErrorKind {
@@ -126,7 +153,42 @@ pub(super) fn classify(e: &RedisError) -> StoreErrorKind {
     }
 }
 
+/// Fail with `READONLY` when the server just connected to answers `ROLE` as a replica: a
+/// demoted primary still behind the name or the proxy the URL gives. The background
+/// reconnection retries (backing off) until the name leads to the new primary. A `ROLE` that
+/// fails or is not understood (a proxy, an ACL without it) lets the connection through.
+pub(super) async fn refuse_replica(conn: &Conn, what: &str) -> RedisResult<()> {
+    match conn.query(&redis::cmd("ROLE")).await {
+        Ok(role) if answers_as_replica(&role) => Err(RedisError::from((
+            ErrorKind::ReadOnly,
+            "not a primary",
+            format!("{what} leads to a replica (ROLE answers slave); waiting for it to lead to the primary"),
+        ))),
+        _ => Ok(()),
+    }
+}
+
 impl Inner {
+    /// The current connection answered `READONLY`: the server was demoted to a replica. Drop
+    /// the connection (unless a fresh one already replaced it) and build another, which asks the
+    /// name, the proxy or the Sentinels again for whoever is primary now. Said once per
+    /// connection in the log.
+    pub(super) fn demoted(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let mut slot = self.conn.write();
+        let current = slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn));
+        if current {
+            *slot = None;
+        }
+        drop(slot);
+        if current {
+            tracing::warn!(
+                target = %self.target,
+                "redis store: the server answered READONLY (a primary demoted to a replica); reconnecting to the current primary, limiters answer with on_store_error meanwhile"
+            );
+        }
+        self.reconnect();
+    }
+
     /// Build a connection in the background (once at a time), retrying until it works.
     pub(super) fn reconnect(self: &Arc<Self>) {
         if self.reconnecting.swap(true, Ordering::AcqRel) {
@@ -137,11 +199,13 @@ impl Inner {
             let mut delay = Duration::from_millis(25);
             loop {
                 let Some(inner) = weak.upgrade() else { return };
-                let attempt =
-                    tokio::time::timeout(inner.opts.connect_timeout, inner.connect()).await;
+                let attempt = tokio::time::timeout(inner.attempt_timeout(), inner.connect()).await;
                 match attempt {
-                    Ok(Ok(conn)) => {
+                    Ok(Ok((conn, primary))) => {
                         *inner.conn.write() = Some(Arc::new(conn));
+                        if let Some(primary) = primary {
+                            super::sentinel::switched(&inner, &primary);
+                        }
                         *inner.connect_error.lock() = None;
                         inner.failures_in_row.store(0, Ordering::Relaxed);
                         inner.reconnecting.store(false, Ordering::Release);
@@ -183,9 +247,17 @@ impl Inner {
         });
     }
 
-    pub(super) async fn connect(&self) -> RedisResult<Conn> {
+    /// A new connection, and for Sentinel the primary's `host:port` it reaches.
+    pub(super) async fn connect(&self) -> RedisResult<(Conn, Option<String>)> {
         let ct = self.opts.connect_timeout;
         match &self.target {
+            RedisTarget::Sentinel(url) => {
+                let url = super::sentinel::parse(url).map_err(|e| {
+                    RedisError::from((ErrorKind::InvalidClientConfig, "store.url", e))
+                })?;
+                let (conn, primary) = self.connect_sentinel(&url).await?;
+                Ok((conn, Some(primary)))
+            }
             RedisTarget::Standalone(url) => {
                 let client = match &self.opts.tls {
                     Some(t) if url.starts_with("rediss://") && t.insecure => {
@@ -199,11 +271,13 @@ impl Inner {
                 let cfg = redis::AsyncConnectionConfig::new()
                     .set_connection_timeout(ct)
                     .set_response_timeout(ct);
-                Ok(Conn::Single(
+                let conn = Conn::Single(
                     client
                         .get_multiplexed_async_connection_with_config(&cfg)
                         .await?,
-                ))
+                );
+                refuse_replica(&conn, "store.url").await?;
+                Ok((conn, None))
             }
             RedisTarget::Cluster(nodes) => {
                 let tls = self
@@ -223,8 +297,20 @@ impl Inner {
                     builder = builder.certs(t.certificates());
                 }
                 let client = builder.build()?;
-                Ok(Conn::Cluster(client.get_async_connection().await?))
+                Ok((Conn::Cluster(client.get_async_connection().await?), None))
             }
+        }
+    }
+
+    /// The longest one connection attempt takes: the connect timeout, and on Sentinel one more
+    /// for each Sentinel that may have to be asked first.
+    fn attempt_timeout(&self) -> Duration {
+        match &self.target {
+            RedisTarget::Sentinel(url) => {
+                let asked = super::sentinel::parse(url).map_or(1, |u| u.sentinels.len());
+                self.opts.connect_timeout * (asked as u32 + 1)
+            }
+            _ => self.opts.connect_timeout,
         }
     }
 
@@ -286,5 +372,28 @@ mod tests {
             classify(&answer(ErrorKind::TypeError, "unexpected answer")),
             StoreErrorKind::Script
         );
+    }
+
+    #[test]
+    fn a_demoted_primary_is_told_by_readonly_and_by_role() {
+        let e = RedisError::from((ErrorKind::ReadOnly, "READONLY"));
+        assert!(is_readonly(&e));
+        assert_eq!(classify(&e), StoreErrorKind::Connection);
+        assert!(!is_readonly(&RedisError::from((
+            ErrorKind::ResponseError,
+            "ERR"
+        ))));
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let replica = Value::Array(vec![bulk("slave"), bulk("10.0.0.1"), Value::Int(6379)]);
+        assert!(answers_as_replica(&replica));
+        assert!(answers_as_replica(&Value::Array(vec![bulk("replica")])));
+        assert!(!answers_as_replica(&Value::Array(vec![
+            bulk("master"),
+            Value::Int(0)
+        ])));
+        // Whatever a proxy answers instead is taken as a primary.
+        assert!(!answers_as_replica(&Value::Nil));
+        assert!(!answers_as_replica(&Value::Array(vec![])));
+        assert!(!answers_as_replica(&bulk("slave")));
     }
 }

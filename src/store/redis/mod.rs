@@ -35,10 +35,12 @@ mod cluster;
 mod connection;
 mod keys_count;
 mod scripts;
+mod sentinel;
 mod shared_calls;
 
 pub use connection::RedisTls;
 pub use scripts::key_name;
+pub(crate) use sentinel::{is_sentinel_url, parse as parse_sentinel_url};
 pub use shared_calls::MAX_WAITING;
 
 use self::cache::OverLimitCache;
@@ -46,6 +48,7 @@ use self::connection::Conn;
 use self::keys_count::count_keys;
 use self::scripts::{Script, BATCH_LUA, REFUND_LUA, SLOT_LUA};
 use self::shared_calls::{share_calls, Job};
+use super::memory::MemoryStore;
 use super::{Check, GiveBack, Store, StoreError, StoreErrorKind};
 use crate::clock::{Clock, SystemClock};
 use crate::limiter::Verdict;
@@ -68,25 +71,31 @@ pub enum RedisTarget {
     Standalone(String),
     /// A Redis Cluster, given by some of its nodes' URLs.
     Cluster(Vec<String>),
+    /// The primary Redis Sentinel names:
+    /// `redis+sentinel://[user:password@]host:port[,host:port...]/<master-name>[/db]`
+    /// (`rediss+sentinel://` for TLS), followed through failovers.
+    Sentinel(String),
 }
 
 impl RedisTarget {
     /// The setting it comes from, as messages name it.
     pub fn setting(&self) -> &'static str {
         match self {
-            RedisTarget::Standalone(_) => "store.url",
+            RedisTarget::Standalone(_) | RedisTarget::Sentinel(_) => "store.url",
             RedisTarget::Cluster(_) => "store.cluster",
         }
     }
 
-    /// Whether any of its URLs is `rediss://` (reached over TLS).
+    /// Whether any of its URLs is `rediss://` or `rediss+sentinel://` (reached over TLS).
     pub fn uses_tls(&self) -> bool {
-        self.urls().iter().any(|u| u.starts_with("rediss://"))
+        self.urls()
+            .iter()
+            .any(|u| u.starts_with("rediss://") || u.starts_with("rediss+sentinel://"))
     }
 
     fn urls(&self) -> Vec<&String> {
         match self {
-            RedisTarget::Standalone(u) => vec![u],
+            RedisTarget::Standalone(u) | RedisTarget::Sentinel(u) => vec![u],
             RedisTarget::Cluster(nodes) => nodes.iter().collect(),
         }
     }
@@ -95,7 +104,9 @@ impl RedisTarget {
 impl std::fmt::Display for RedisTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RedisTarget::Standalone(u) => f.write_str(&crate::redact::url(u)),
+            RedisTarget::Standalone(u) | RedisTarget::Sentinel(u) => {
+                f.write_str(&crate::redact::url(u))
+            }
             RedisTarget::Cluster(nodes) => {
                 let shown: Vec<_> = nodes.iter().map(|u| crate::redact::url(u)).collect();
                 write!(f, "cluster {}", shown.join(", "))
@@ -109,6 +120,10 @@ impl std::fmt::Debug for RedisTarget {
         match self {
             RedisTarget::Standalone(u) => f
                 .debug_tuple("Standalone")
+                .field(&crate::redact::url(u))
+                .finish(),
+            RedisTarget::Sentinel(u) => f
+                .debug_tuple("Sentinel")
                 .field(&crate::redact::url(u))
                 .finish(),
             RedisTarget::Cluster(nodes) => {
@@ -139,6 +154,9 @@ pub struct RedisOptions {
     pub calls_in_flight: usize,
     /// How `rediss://` URLs are verified (`None`: system roots).
     pub tls: Option<RedisTls>,
+    /// Most buckets of the local store that limiters with `on_store_error = "local"` decide on
+    /// while Redis does not answer (`store.max_keys`).
+    pub local_keys: usize,
 }
 
 impl RedisOptions {
@@ -152,6 +170,7 @@ impl RedisOptions {
             ttl_pad: Duration::ZERO,
             calls_in_flight: DEFAULT_CALLS_IN_FLIGHT,
             tls: None,
+            local_keys: 100_000,
         }
     }
 }
@@ -187,6 +206,17 @@ struct Inner {
     keys: AtomicU64,
     /// Why the last connection attempt failed, until one succeeds (for `/readyz` and logs).
     connect_error: Mutex<Option<String>>,
+    /// This instance's own buckets, for `on_store_error = "local"` while Redis does not answer.
+    local: MemoryStore,
+    /// Decisions made on `local` since start.
+    local_decisions: AtomicU64,
+    /// `local` has answered since Redis last did (logged once per outage).
+    answering_locally: AtomicBool,
+    local_decisions_at_outage_start: AtomicU64,
+    /// Sentinel: the primary the current connection reaches (`host:port`).
+    primary: Mutex<Option<String>>,
+    /// Sentinel: switches from one primary to another since start.
+    failovers: AtomicU64,
 }
 
 impl RedisStore {
@@ -221,6 +251,15 @@ impl RedisStore {
     /// A store on `target`; connects in the background at once.
     pub fn new(target: RedisTarget, opts: RedisOptions) -> Result<Self, StoreError> {
         let urls: Vec<&String> = match &target {
+            RedisTarget::Sentinel(u) => {
+                sentinel::parse(u).map_err(|e| {
+                    StoreError::new(
+                        StoreErrorKind::Config,
+                        format!("store.url `{}`: {e}", crate::redact::url(u)),
+                    )
+                })?;
+                Vec::new()
+            }
             RedisTarget::Standalone(u) => vec![u],
             RedisTarget::Cluster(nodes) if nodes.is_empty() => {
                 return Err(StoreError::new(
@@ -257,7 +296,7 @@ impl RedisStore {
         let (tx, rx) = mpsc::channel();
         let cache = OverLimitCache::new(opts.cache_capacity);
         let (jobs, waiting) = match target {
-            RedisTarget::Standalone(_) => {
+            RedisTarget::Standalone(_) | RedisTarget::Sentinel(_) => {
                 let (jobs, waiting) = tokio::sync::mpsc::channel(MAX_WAITING);
                 (Some(jobs), Some(waiting))
             }
@@ -285,11 +324,20 @@ impl RedisStore {
             refunds: AtomicU64::new(0),
             keys: AtomicU64::new(0),
             connect_error: Mutex::new(None),
+            local: MemoryStore::new(opts.local_keys.max(1), opts.clock.clone()),
+            local_decisions: AtomicU64::new(0),
+            answering_locally: AtomicBool::new(false),
+            local_decisions_at_outage_start: AtomicU64::new(0),
+            primary: Mutex::new(None),
+            failovers: AtomicU64::new(0),
             opts,
         });
         inner.reconnect();
         let weak = Arc::downgrade(&inner);
         runtime.spawn(count_keys(weak.clone()));
+        if matches!(inner.target, RedisTarget::Sentinel(_)) {
+            runtime.spawn(sentinel::follow(weak.clone()));
+        }
         if let Some(waiting) = waiting {
             runtime.spawn(share_calls(
                 weak,
@@ -340,6 +388,21 @@ impl RedisStore {
     pub fn refunds(&self) -> u64 {
         self.inner.refunds.load(Ordering::Relaxed)
     }
+
+    /// Sentinel: switches from one primary to another since start.
+    pub fn failovers(&self) -> u64 {
+        self.inner.failovers.load(Ordering::Relaxed)
+    }
+
+    /// Sentinel: the primary the store is connected to now (`host:port`).
+    pub fn primary(&self) -> Option<String> {
+        self.inner.primary.lock().clone()
+    }
+
+    /// Decisions made on this instance's own buckets (`on_store_error = "local"`) since start.
+    pub fn local_decisions(&self) -> u64 {
+        self.inner.local_decisions.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for RedisStore {
@@ -387,6 +450,36 @@ impl Store for RedisStore {
 
     fn calls(&self) -> Option<u64> {
         Some(self.round_trips())
+    }
+
+    fn failovers(&self) -> Option<u64> {
+        matches!(self.inner.target, RedisTarget::Sentinel(_)).then(|| self.failovers())
+    }
+
+    /// On the store's local buckets, bounded by `store.max_keys`: each instance alone, on the
+    /// local clock. The first of an outage is logged; the log says when Redis answers again.
+    fn decide_locally<'a>(
+        &'a self,
+        checks: &'a [Check],
+    ) -> Option<BoxFuture<'a, Result<Vec<Verdict>, StoreError>>> {
+        let inner = &self.inner;
+        let total = inner.local_decisions.fetch_add(1, Ordering::Relaxed) + 1;
+        if !inner.answering_locally.swap(true, Ordering::AcqRel) {
+            inner
+                .local_decisions_at_outage_start
+                .store(total - 1, Ordering::Relaxed);
+            tracing::warn!(
+                "redis store not answering: limiters with on_store_error = \"local\" decide on this instance's own buckets until it answers (each instance grants their whole budget meanwhile)"
+            );
+        }
+        Some(inner.local.decide(checks))
+    }
+
+    fn give_back_locally<'a>(
+        &'a self,
+        items: &'a [GiveBack],
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.local.give_back(items)
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -540,6 +633,14 @@ impl Inner {
             let since = self.errors.load(Ordering::Relaxed)
                 - self.errors_at_burst_start.load(Ordering::Relaxed);
             tracing::info!(failed_decisions = since, "redis store answering again");
+        }
+        if self.answering_locally.swap(false, Ordering::AcqRel) {
+            let local = self.local_decisions.load(Ordering::Relaxed)
+                - self.local_decisions_at_outage_start.load(Ordering::Relaxed);
+            tracing::info!(
+                local_decisions = local,
+                "redis store answering again: limiters with on_store_error = \"local\" decide on the shared buckets again (what they counted locally is left behind)"
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Standalone: concurrent requests share script calls. They wait in a bounded queue, and the
 //! batching loop sends what waits as one `batch.lua` call whenever a call slot is free.
 
-use super::connection::{classify, is_connection_error};
+use super::connection::{classify, is_connection_error, is_readonly};
 use super::scripts::{key_name, parse_shared, push_check};
 use super::{Inner, StoreError, StoreErrorKind};
 use crate::limiter::{Quota, Verdict};
@@ -100,7 +100,9 @@ impl Inner {
                 }
             }
             Err(e) => {
-                if is_connection_error(&e) {
+                if is_readonly(&e) {
+                    self.demoted(&conn);
+                } else if is_connection_error(&e) {
                     // Drop the broken connection (unless a fresh one already replaced it).
                     let mut slot = self.conn.write();
                     if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
