@@ -31,7 +31,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// One pool of slots and its queue.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     name: Arc<str>,
     slots: Arc<Semaphore>,
     /// Requests waiting for a slot now.
@@ -48,7 +48,7 @@ pub struct Gate {
 
 /// A place among the requests in flight; given back when dropped.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     _permit: OwnedSemaphorePermit,
     /// Its client address's share, given back with the slot.
     _share: Option<ClientHold>,
@@ -58,12 +58,12 @@ pub struct Slot {
 
 impl Slot {
     /// How long the request may keep the gateway waiting for its body while it holds this slot.
-    pub fn body_hold(&self) -> Duration {
+    pub(crate) fn body_hold(&self) -> Duration {
         self.body_hold
     }
 
     /// Where the slot's group counts what happens to it (a body cut off at the hold).
-    pub fn meter(&self) -> &AdmissionMeter {
+    pub(crate) fn meter(&self) -> &AdmissionMeter {
         &self.meter
     }
 }
@@ -76,7 +76,7 @@ impl Drop for Slot {
 
 /// A request the gate turned away: which group, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shed {
+pub(crate) struct Shed {
     pub group: Arc<str>,
     pub reason: ShedReason,
 }
@@ -94,7 +94,7 @@ impl Drop for Waiting<'_> {
 
 /// How one gate shares its slots: the queue, and what each client address may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateRules {
+pub(crate) struct GateRules {
     /// How many may wait for a slot.
     pub queue: usize,
     /// How long one may wait.
@@ -108,7 +108,7 @@ pub struct GateRules {
 impl Gate {
     /// `slots` requests in flight at once; `rules.queue` more may wait, each at most
     /// `rules.queue_timeout`; one client address holds or waits for at most `rules.per_client`.
-    pub fn new(name: &str, slots: usize, rules: GateRules, meter: AdmissionMeter) -> Self {
+    pub(crate) fn new(name: &str, slots: usize, rules: GateRules, meter: AdmissionMeter) -> Self {
         let shares = (rules.per_client < slots).then(|| ClientShares::new(rules.per_client));
         Self {
             name: Arc::from(name),
@@ -123,13 +123,13 @@ impl Gate {
     }
 
     #[cfg(test)]
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The most slots one client address may hold or wait for.
     #[cfg(test)]
-    pub fn per_client(&self) -> Option<usize> {
+    pub(crate) fn per_client(&self) -> Option<usize> {
         self.shares.as_ref().map(|s| s.limit())
     }
 
@@ -137,7 +137,7 @@ impl Gate {
     /// wait in the queue when there is room in it, or the reason there is none. Never waits
     /// longer than `queue_timeout`. An address that already holds or waits for its share is
     /// shed at once, before it takes a place in the queue.
-    pub async fn enter(&self, client: IpAddr) -> Result<Slot, Shed> {
+    pub(crate) async fn enter(&self, client: IpAddr) -> Result<Slot, Shed> {
         let share = match &self.shares {
             Some(shares) => match shares.take(client) {
                 Some(held) => Some(held),
@@ -189,7 +189,7 @@ impl Gate {
 
 /// The gates of one gateway: one per route group, and the default one.
 #[derive(Debug)]
-pub struct Admission {
+pub(crate) struct Admission {
     groups: Vec<(Vec<RoutePattern>, Gate)>,
     default: Gate,
     /// The `Retry-After` of a 503: the queue timeout in whole seconds, at least 1.
@@ -198,7 +198,7 @@ pub struct Admission {
 
 impl Admission {
     /// The gates `cfg` describes, counting into `metrics`.
-    pub fn new(cfg: &AdmissionConfig, metrics: &Metrics) -> Self {
+    pub(crate) fn new(cfg: &AdmissionConfig, metrics: &Metrics) -> Self {
         let groups = cfg
             .groups
             .iter()
@@ -241,7 +241,7 @@ impl Admission {
 
     /// The gate of the group whose route matches `method` and the canonical `path` most
     /// specifically, or the default one.
-    pub fn gate(&self, method: &str, path: &str) -> &Gate {
+    pub(crate) fn gate(&self, method: &str, path: &str) -> &Gate {
         if self.groups.is_empty() {
             return &self.default;
         }
@@ -263,18 +263,23 @@ impl Admission {
     }
 
     /// A slot for a request of `method` on the canonical `path` from client address `client`.
-    pub async fn enter(&self, method: &str, path: &str, client: IpAddr) -> Result<Slot, Shed> {
+    pub(crate) async fn enter(
+        &self,
+        method: &str,
+        path: &str,
+        client: IpAddr,
+    ) -> Result<Slot, Shed> {
         self.gate(method, path).enter(client).await
     }
 
     /// Whether any gate counts what each client address holds (else the proxy need not work
     /// out who the client is).
-    pub fn shares_by_client(&self) -> bool {
+    pub(crate) fn shares_by_client(&self) -> bool {
         self.default.shares.is_some() || self.groups.iter().any(|(_, g)| g.shares.is_some())
     }
 
     /// How many seconds a shed request is told to wait (`Retry-After`).
-    pub fn retry_after(&self) -> u64 {
+    pub(crate) fn retry_after(&self) -> u64 {
         self.retry_after
     }
 }

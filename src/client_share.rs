@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// `ip` as the per-client counts key it: IPv4 (an IPv4-mapped address as its IPv4 address), or
 /// the IPv6 prefix of `v6_prefix` bits (clamped to 32..=64, as keys are) with the rest zero.
-pub fn client_address(ip: IpAddr, v6_prefix: u8) -> IpAddr {
+pub(crate) fn client_address(ip: IpAddr, v6_prefix: u8) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => {
@@ -30,21 +30,21 @@ pub fn client_address(ip: IpAddr, v6_prefix: u8) -> IpAddr {
 
 /// How many of a resource each client address holds now, each at most `limit`.
 #[derive(Debug)]
-pub struct ClientShares {
+pub(crate) struct ClientShares {
     limit: usize,
     held: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One unit of an address's share; given back when dropped.
 #[derive(Debug)]
-pub struct ClientHold {
+pub(crate) struct ClientHold {
     shares: Arc<ClientShares>,
     addr: IpAddr,
 }
 
 impl ClientShares {
     /// Shares of at most `limit` per address (at least 1).
-    pub fn new(limit: usize) -> Arc<Self> {
+    pub(crate) fn new(limit: usize) -> Arc<Self> {
         Arc::new(Self {
             limit: limit.max(1),
             held: Mutex::new(HashMap::new()),
@@ -52,12 +52,12 @@ impl ClientShares {
     }
 
     /// The most one address may hold.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
     /// One more unit for `addr`, or `None` when it already holds `limit`.
-    pub fn take(self: &Arc<Self>, addr: IpAddr) -> Option<ClientHold> {
+    pub(crate) fn take(self: &Arc<Self>, addr: IpAddr) -> Option<ClientHold> {
         let mut held = self.held.lock();
         let n = held.entry(addr).or_insert(0);
         if *n >= self.limit {
@@ -72,20 +72,20 @@ impl ClientShares {
 
     /// How many units `addr` holds now.
     #[cfg(test)]
-    pub fn held_by(&self, addr: IpAddr) -> usize {
+    pub(crate) fn held_by(&self, addr: IpAddr) -> usize {
         self.held.lock().get(&addr).copied().unwrap_or(0)
     }
 
     /// How many addresses hold at least one unit now.
     #[cfg(test)]
-    pub fn holders(&self) -> usize {
+    pub(crate) fn holders(&self) -> usize {
         self.held.lock().len()
     }
 }
 
 impl ClientHold {
     /// The address this unit is counted against.
-    pub fn addr(&self) -> IpAddr {
+    pub(crate) fn addr(&self) -> IpAddr {
         self.addr
     }
 }

@@ -10,11 +10,11 @@
 
 /// The most the soft limit is raised to, even when the hard limit is higher or unlimited:
 /// Linux's default `fs.nr_open`, which a higher value could not be set past anyway.
-pub const MOST: u64 = 1 << 20;
+pub(crate) const MOST: u64 = 1 << 20;
 
 /// The descriptor limit before and after [`raise`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limit {
+pub(crate) struct Limit {
     /// The soft limit the process started with (`None`: unlimited or unknown).
     pub before: Option<u64>,
     /// The soft limit now.
@@ -28,14 +28,14 @@ pub struct Limit {
 impl Limit {
     /// Whether [`raise`] changed the soft limit.
     #[cfg(test)]
-    pub fn raised(&self) -> bool {
+    pub(crate) fn raised(&self) -> bool {
         self.soft != self.before
     }
 }
 
 /// The soft limit a process with limits `soft` and `hard` raises itself to: the hard limit, at
 /// most [`MOST`], and never lower than it is.
-pub fn target(soft: Option<u64>, hard: Option<u64>) -> Option<u64> {
+pub(crate) fn target(soft: Option<u64>, hard: Option<u64>) -> Option<u64> {
     let want = hard.map_or(MOST, |h| h.min(MOST));
     match soft {
         None => None,
@@ -46,7 +46,7 @@ pub fn target(soft: Option<u64>, hard: Option<u64>) -> Option<u64> {
 
 /// Raise the soft descriptor limit to the hard one (at most [`MOST`]) and report both.
 #[cfg(unix)]
-pub fn raise() -> Limit {
+pub(crate) fn raise() -> Limit {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let now = getrlimit(Resource::Nofile);
     let mut limit = Limit {

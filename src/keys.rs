@@ -8,7 +8,7 @@
 //! buckets that never leave it (the memory store), which a client cannot aim collisions at
 //! either and which costs a fraction of SHA-256's rounds.
 
-pub mod body;
+pub(crate) mod body;
 
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 /// Longest `X-Agent-ID` that counts as an agent id.
-pub const MAX_AGENT_ID_LEN: usize = 128;
+pub(crate) const MAX_AGENT_ID_LEN: usize = 128;
 
 /// Which principal a limiter meters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -34,18 +34,18 @@ pub enum KeyKind {
     /// the name lower-case), else `ip:<ip>`.
     Header(Arc<str>),
     /// `body:<value>` of a top-level field of the request's JSON or form body, normalised
-    /// (see [`body`]), else `ip:<ip>` (`key = "body:<field>"`).
+    /// (see `keys::body`), else `ip:<ip>` (`key = "body:<field>"`).
     Body(Arc<str>),
     /// `global`: one bucket for every client of the limiter's routes.
     Global,
 }
 
 /// Longest header value a `header:<name>` key reads; a longer one keys on the IP.
-pub const MAX_KEY_HEADER_LEN: usize = 128;
+pub(crate) const MAX_KEY_HEADER_LEN: usize = 128;
 
 /// A `header:<name>` key's value counts when it is 1–128 bytes of visible ASCII (no spaces or
 /// control characters); anything else keys on the IP, so junk values cannot mint buckets.
-pub fn valid_key_header(raw: &[u8]) -> Option<&str> {
+pub(crate) fn valid_key_header(raw: &[u8]) -> Option<&str> {
     let ok = !raw.is_empty()
         && raw.len() <= MAX_KEY_HEADER_LEN
         && raw.iter().all(|b| (0x21..=0x7e).contains(b));
@@ -58,7 +58,7 @@ pub fn valid_key_header(raw: &[u8]) -> Option<&str> {
 
 /// The principal's part of a `credential` key: hex SHA-256 of the token (64 characters), so the
 /// token itself never reaches a key, a log or a store.
-pub fn credential_digest(token: &str) -> String {
+pub(crate) fn credential_digest(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
 }
 
@@ -192,7 +192,7 @@ pub fn principal_key(
 }
 
 /// [`principal_key`] for every key kind, from all of a request's principal facts.
-pub fn principal_key_of(kind: &KeyKind, p: &Principal<'_>) -> String {
+pub(crate) fn principal_key_of(kind: &KeyKind, p: &Principal<'_>) -> String {
     let (parts, n) = principal_parts(kind, p);
     parts[..n].concat()
 }

@@ -69,14 +69,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An IPv6 client is one address to the table per /56, whatever prefix the limiters key on.
-pub const ADDRESS_V6_PREFIX: u8 = 56;
+pub(crate) const ADDRESS_V6_PREFIX: u8 = 56;
 
 const NS: Nanos = 1_000_000_000;
 
 /// How long a first sighting is guaranteed a place, and how long a protected id may go unseen
 /// before it is the first to give way: twice the longest gap between two requests of a healthy
 /// agent (`max(heartbeat_interval_seconds, poll_interval_seconds)`), at least one second.
-pub fn grace(fleet: &FleetConfig) -> Nanos {
+pub(crate) fn grace(fleet: &FleetConfig) -> Nanos {
     let gap = fleet
         .heartbeat_interval_seconds
         .max(fleet.poll_interval_seconds)
@@ -86,7 +86,7 @@ pub fn grace(fleet: &FleetConfig) -> Nanos {
 
 /// How a table of `capacity` ids is split: `(protected, probation)`. Protected ids (seen twice)
 /// fill at most half; the rest is always left for first sightings.
-pub fn split(capacity: u64) -> (u64, u64) {
+pub(crate) fn split(capacity: u64) -> (u64, u64) {
     let protected = capacity / 2;
     (protected, capacity - protected)
 }

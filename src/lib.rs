@@ -159,6 +159,8 @@
 //! assert_eq!(wide[0].remaining, 98, "the refused request charged the wide one nothing");
 //! ```
 
+#![warn(unreachable_pub)]
+
 #[cfg(test)]
 #[macro_use]
 #[path = "../tests/support/macros.rs"]

@@ -15,18 +15,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static LINES_DROPPED: AtomicU64 = AtomicU64::new(0);
 
 /// How many log lines this process has dropped because stderr could not be written.
-pub fn lines_dropped() -> u64 {
+pub(crate) fn lines_dropped() -> u64 {
     LINES_DROPPED.load(Ordering::Relaxed)
 }
 
 /// The log writer for tracing-subscriber: each event goes to stderr in one write; an event
 /// that cannot be written is dropped and counted, never reported as an error.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Stderr;
+pub(crate) struct Stderr;
 
 /// One event's writer (see [`Stderr`]).
 #[derive(Debug)]
-pub struct Line;
+pub(crate) struct Line;
 
 impl Write for Line {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -50,7 +50,7 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
 
 /// Write `buf` whole to `out`; when that fails, count one dropped line. Returns whether it was
 /// written.
-pub fn write_or_count(out: &mut impl Write, buf: &[u8]) -> bool {
+pub(crate) fn write_or_count(out: &mut impl Write, buf: &[u8]) -> bool {
     let written = out.write_all(buf).is_ok();
     if !written {
         LINES_DROPPED.fetch_add(1, Ordering::Relaxed);
@@ -60,13 +60,13 @@ pub fn write_or_count(out: &mut impl Write, buf: &[u8]) -> bool {
 
 /// `eprintln!` that never panics: one line to stderr, dropped (and counted) when it cannot be
 /// written.
-pub fn eprint_line(text: impl Display) {
+pub(crate) fn eprint_line(text: impl Display) {
     write_or_count(&mut io::stderr().lock(), format!("{text}\n").as_bytes());
 }
 
 /// `print!` that never panics: a report to stdout (`check`, `simulate`). A reader that went
 /// away (`| head`) loses the rest of it, as from any command; the exit code stays the verdict.
-pub fn print(text: &str) {
+pub(crate) fn print(text: &str) {
     let mut out = io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }

@@ -22,7 +22,7 @@
 use std::borrow::Cow;
 
 /// What stands in for a hidden credential.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// `u` with the password of its userinfo (`scheme://user:password@host`), and everything after
 /// its first `?` or `#`, replaced by `***`.
@@ -32,7 +32,7 @@ pub const MASK: &str = "***";
 /// An `@` after the first `?` or `#` could be a query's (`?email=a@b`) or a password's that
 /// holds a `?` or `#` (`redis://u:pa?ss@host`); no reading is safe for both, so such a URL
 /// prints as `scheme://***`.
-pub fn url(u: &str) -> Cow<'_, str> {
+pub(crate) fn url(u: &str) -> Cow<'_, str> {
     let start = match u.find("://") {
         Some(i) => i + 3,
         // `scheme:user:pass@host` and other shapes that are not URLs: hide from the first `:`.
@@ -85,7 +85,7 @@ pub fn url(u: &str) -> Cow<'_, str> {
 /// begins; a `,`, `;`, `.`, `:`, `!` or closing bracket at its very end is taken as the
 /// sentence's, not the URL's. Inside it, `;` and `,` belong to the URL, so a password holding
 /// them stays hidden.
-pub fn urls_in(text: &str) -> Cow<'_, str> {
+pub(crate) fn urls_in(text: &str) -> Cow<'_, str> {
     if !text.contains("://") {
         return Cow::Borrowed(text);
     }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// Why a TLS client configuration could not be built; the message names the service.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsError(pub String);
+pub(crate) struct TlsError(pub String);
 
 impl fmt::Display for TlsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,14 +42,14 @@ impl std::error::Error for TlsError {}
 
 /// Install rustls's `ring` provider as the process default (once; later calls, and a provider
 /// installed by the embedding application, are left alone).
-pub fn install_provider() {
+pub(crate) fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The TLS client configuration for `service` (a setting's name, e.g. `identity.jwks_url`, used
 /// in every message): system roots, plus the PEM certificates of `ca_file` when given; or, with
 /// `insecure_skip_verify`, no verification at all (and a warning naming the service).
-pub fn client_config(
+pub(crate) fn client_config(
     service: &str,
     ca_file: Option<&Path>,
     insecure_skip_verify: bool,
@@ -156,7 +156,7 @@ fn pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemErro
 
 /// Whether an error (or any error it wraps) says the server's certificate did not verify;
 /// the reason rustls gave when it did.
-pub fn certificate_problem(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub(crate) fn certificate_problem(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = next {
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
@@ -179,7 +179,7 @@ pub fn certificate_problem(e: &(dyn std::error::Error + 'static)) -> Option<Stri
 }
 
 /// The same, from an error's text (for clients that keep only a message).
-pub fn certificate_problem_in(message: &str) -> Option<String> {
+pub(crate) fn certificate_problem_in(message: &str) -> Option<String> {
     const MARK: &str = "invalid peer certificate: ";
     let at = message.find(MARK)?;
     let rest = &message[at + MARK.len()..];
@@ -287,13 +287,13 @@ fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 
 /// The listener's certificate chain and key, replaced in place on reload.
 #[derive(Debug)]
-pub struct CertStore {
+pub(crate) struct CertStore {
     current: parking_lot::RwLock<Arc<CertifiedKey>>,
 }
 
 impl CertStore {
     /// Read `cert_file` (the chain, leaf first) and `key_file` (its private key), both PEM.
-    pub fn load(cert_file: &Path, key_file: &Path) -> anyhow::Result<Arc<Self>> {
+    pub(crate) fn load(cert_file: &Path, key_file: &Path) -> anyhow::Result<Arc<Self>> {
         let key = read_certified_key(cert_file, key_file)?;
         Ok(Arc::new(Self {
             current: parking_lot::RwLock::new(key),
@@ -301,12 +301,12 @@ impl CertStore {
     }
 
     /// Serve `key` to every connection from now on (those already open keep theirs).
-    pub fn set(&self, key: Arc<CertifiedKey>) {
+    pub(crate) fn set(&self, key: Arc<CertifiedKey>) {
         *self.current.write() = key;
     }
 
     /// The pair served now.
-    pub fn current(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
         self.current.read().clone()
     }
 }
@@ -318,7 +318,10 @@ impl ResolvesServerCert for CertStore {
 }
 
 /// A certificate chain and its private key from PEM files, checked to belong together.
-pub fn read_certified_key(cert_file: &Path, key_file: &Path) -> anyhow::Result<Arc<CertifiedKey>> {
+pub(crate) fn read_certified_key(
+    cert_file: &Path,
+    key_file: &Path,
+) -> anyhow::Result<Arc<CertifiedKey>> {
     install_provider();
     let certs = read_certs(cert_file)?;
     let pem =
@@ -349,7 +352,7 @@ pub fn read_certified_key(cert_file: &Path, key_file: &Path) -> anyhow::Result<A
 }
 
 /// The listener's TLS configuration: certificates from `certs`, ALPN `http/1.1`.
-pub fn server_config(certs: Arc<CertStore>) -> anyhow::Result<rustls::ServerConfig> {
+pub(crate) fn server_config(certs: Arc<CertStore>) -> anyhow::Result<rustls::ServerConfig> {
     install_provider();
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()

@@ -26,7 +26,7 @@ use std::fmt::Write;
 mod kit;
 mod replay;
 use kit::*;
-pub use replay::replay_svg;
+pub(crate) use replay::replay_svg;
 
 /// The SVG document for a simulation report.
 pub fn svg(r: &SimulationReport) -> String {

@@ -35,7 +35,7 @@ fn pad(s: &str, w: usize) -> String {
 }
 
 /// The check as a table, its findings, and a one-line verdict.
-pub fn check_table(r: &CheckReport) -> String {
+pub(crate) fn check_table(r: &CheckReport) -> String {
     let f = &r.fleet;
     let mut o = String::new();
     let _ = writeln!(o, "Calibration check: {}", source(&r.config));

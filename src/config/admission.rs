@@ -14,21 +14,21 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How many may wait for a slot when `queue` is not set.
-pub const QUEUE: usize = 16;
+pub(crate) const QUEUE: usize = 16;
 /// How long one may wait when `queue_timeout` is not set.
-pub const QUEUE_TIMEOUT: &str = "1s";
+pub(crate) const QUEUE_TIMEOUT: &str = "1s";
 /// The longest `queue_timeout` allowed: the queue absorbs a burst, it is not a place to park.
-pub const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most slots or queue places a setting may ask for.
 const MAX_SLOTS: i64 = 1_000_000;
 /// The label of the requests no group names: they share what the groups leave of the cap.
-pub const DEFAULT_GROUP: &str = "default";
+pub(crate) const DEFAULT_GROUP: &str = "default";
 /// The share of a group's slots one client address may hold when `client_share_percent` is
 /// not set.
-pub const CLIENT_SHARE_PERCENT: u8 = 25;
+pub(crate) const CLIENT_SHARE_PERCENT: u8 = 25;
 /// How long a request holding a slot may keep the gateway waiting for its body when
 /// `body_hold` is not set.
-pub const BODY_HOLD: &str = "60s";
+pub(crate) const BODY_HOLD: &str = "60s";
 
 /// `[admission]`, validated; present only when admission control is on.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 //! The rule's body is the calibration check (`config::check`, which judges the configuration
 //! against its `[fleet]`); `check`, `simulate` and `replay` use the same judge.
 
-pub use super::check::{Admitted, Refusal};
+pub(crate) use super::check::{Admitted, Refusal};
 
 use super::Config;
 
@@ -12,6 +12,6 @@ use super::Config;
 /// unsafe finding. Unsafe findings are let in as `overridden` only when `allow_unsafe`
 /// (`--allow-unsafe-calibration`, `FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION=true`); at-risk
 /// findings are warnings; with limiting switched off everything is admitted.
-pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
+pub(crate) fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
     super::check::admit(cfg, allow_unsafe)
 }

@@ -32,8 +32,8 @@ use super::{ConfigError, Ctx, FleetConfig, RawLimiter};
 use crate::limiter::Quota;
 use crate::policy::LimiterSpec;
 
-pub const AGENT_IP: &str = "agent-ip";
-pub const AGENT_DEVICE: &str = "agent-device";
+pub(crate) const AGENT_IP: &str = "agent-ip";
+pub(crate) const AGENT_DEVICE: &str = "agent-device";
 
 /// Which `agent-ip` fields the operator set (file or environment).
 #[derive(Debug, Default, Clone, Copy)]
@@ -66,7 +66,7 @@ impl Explicit {
 /// site, every agent at its full `agent-device` budget. Metering new agent ids: the fleet's
 /// largest site appearing at once (a rollout, or every agent after the store lost its memory)
 /// within one `agent-device` window.
-pub fn derived_limit(
+pub(crate) fn derived_limit(
     fleet: &FleetConfig,
     device: &Quota,
     window_ns: u64,

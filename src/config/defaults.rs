@@ -6,7 +6,7 @@ use crate::policy::{CredentialMatch, Meter};
 /// One built-in limiter: name, budget, window, key, routes, exceptions, group, credential.
 /// The key and the credential are the types configuration parses into, so a typo here does
 /// not compile.
-pub struct BuiltIn {
+pub(crate) struct BuiltIn {
     pub name: &'static str,
     pub limit: u32,
     pub window: &'static str,
@@ -21,7 +21,7 @@ pub struct BuiltIn {
 
 /// The agent-fleet calibration. Within the `agent` group the most specific route wins, so the
 /// four lifecycle endpoints are metered by their own limiter and not by `agent-device`.
-pub const LIMITERS: &[BuiltIn] = &[
+pub(crate) const LIMITERS: &[BuiltIn] = &[
     BuiltIn {
         name: "agent-device",
         limit: 30,
@@ -152,17 +152,17 @@ pub const LIMITERS: &[BuiltIn] = &[
     },
 ];
 
-pub const LISTEN: &str = "127.0.0.1:8080";
-pub const CONNECT_TIMEOUT: &str = "2s";
-pub const READ_TIMEOUT: &str = "30s";
+pub(crate) const LISTEN: &str = "127.0.0.1:8080";
+pub(crate) const CONNECT_TIMEOUT: &str = "2s";
+pub(crate) const READ_TIMEOUT: &str = "30s";
 /// The read timeout's counterpart on the client's side (docs/configuration.md says why).
-pub const BODY_TIMEOUT: &str = "30s";
+pub(crate) const BODY_TIMEOUT: &str = "30s";
 /// Kestrel's minimum request body data rate, in bytes per second.
-pub const BODY_MIN_RATE: &str = "240";
-pub const IPV6_PREFIX: u8 = 56;
-pub const MAX_KEYS: usize = 100_000;
+pub(crate) const BODY_MIN_RATE: &str = "240";
+pub(crate) const IPV6_PREFIX: u8 = 56;
+pub(crate) const MAX_KEYS: usize = 100_000;
 /// `fleet.max_agents`: the enrolled agents one instance must remember at once. Half of
 /// `MAX_KEYS` keeps them known (`known_agents::split`), with room to spare.
-pub const MAX_AGENTS: u64 = 10_000;
-pub const STORE_TIMEOUT: &str = "50ms";
-pub const STORE_CALLS_IN_FLIGHT: usize = 1;
+pub(crate) const MAX_AGENTS: u64 = 10_000;
+pub(crate) const STORE_TIMEOUT: &str = "50ms";
+pub(crate) const STORE_CALLS_IN_FLIGHT: usize = 1;

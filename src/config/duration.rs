@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 /// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`, or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);

@@ -6,8 +6,8 @@
 //! The section's types are identity's own (`crate::identity::config`); this reads the TOML
 //! section into them and refuses what must not start.
 
-pub use crate::identity::config::{needs_tls, IdentityConfig};
-pub use crate::identity::secret::Secret;
+pub(crate) use crate::identity::config::{needs_tls, IdentityConfig};
+pub(crate) use crate::identity::secret::Secret;
 
 use super::{duration, ConfigError, Ctx, DurationValue};
 use serde::Deserialize;

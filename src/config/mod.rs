@@ -9,45 +9,45 @@
 //! has its own file (`identity`, `ops`, `decision`, `path`, `upstream`, `trust`, `admission`,
 //! `methods`, `websocket`, `headers`).
 
-pub mod admission;
-pub mod admit;
+pub(crate) mod admission;
+pub(crate) mod admit;
 mod build;
 mod ceiling;
-pub mod check;
-pub mod decision;
-pub mod defaults;
+pub(crate) mod check;
+pub(crate) mod decision;
+pub(crate) mod defaults;
 mod duration;
 mod flags;
 mod fleet;
-pub mod headers;
-pub mod identity;
+pub(crate) mod headers;
+pub(crate) mod identity;
 mod layers;
 mod limiters;
 #[cfg(test)]
 pub(crate) use limiters::parse_key;
 pub(crate) use limiters::unguarded_client_chosen_key;
 mod methods;
-pub mod ops;
+pub(crate) mod ops;
 mod path;
 mod rate;
-pub mod settings;
+pub(crate) mod settings;
 mod syntax;
 mod trust;
 mod type_error;
 mod upstream;
-pub mod websocket;
+pub(crate) mod websocket;
 
 use build::*;
 use limiters::*;
 use settings::{Kind, SETTINGS};
 
-pub use ceiling::AGENT_IP;
-pub use duration::parse_duration;
+pub(crate) use ceiling::AGENT_IP;
+pub(crate) use duration::parse_duration;
 pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
-pub use fleet::FleetConfig;
+pub(crate) use fleet::FleetConfig;
 pub use layers::Loader;
-pub use trust::covers_everything;
-pub use upstream::UpstreamUrl;
+pub(crate) use trust::covers_everything;
+pub(crate) use upstream::UpstreamUrl;
 
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
@@ -222,7 +222,7 @@ impl Config {
 
 /// The environment variable of the scalar setting at `path` (e.g. `FLEET_LIMITER_LISTEN` for
 /// `server.listen`).
-pub fn variable_of(path: &str) -> Option<&'static str> {
+pub(crate) fn variable_of(path: &str) -> Option<&'static str> {
     settings::setting(path).map(|s| s.variable)
 }
 

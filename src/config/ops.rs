@@ -12,12 +12,12 @@ use std::time::Duration;
 /// Pushgateway and the exporters' allocated range, 9100-9999), 9464 (OpenTelemetry's
 /// Prometheus exporter), 4317/4318 (OTLP), 9901 (Envoy's admin), or the ports apps and dev
 /// servers take by default (3000, 5000, 8000, 8080, 8081, 8443, 8888, 9000); loopback only.
-pub const ADMIN_LISTEN: &str = "127.0.0.1:7391";
-pub const NEAR_LIMIT_PERCENT: u8 = 20;
+pub(crate) const ADMIN_LISTEN: &str = "127.0.0.1:7391";
+pub(crate) const NEAR_LIMIT_PERCENT: u8 = 20;
 /// How long the listeners keep accepting after SIGTERM while `/readyz` answers 503: longer than
 /// Kubernetes takes to drop a terminating pod from its endpoints, and than two failed checks of a
 /// load balancer polling every two seconds.
-pub const DRAIN_DELAY: Duration = Duration::from_secs(5);
+pub(crate) const DRAIN_DELAY: Duration = Duration::from_secs(5);
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

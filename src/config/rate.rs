@@ -17,7 +17,7 @@ pub(super) enum RateValue {
 /// Bytes per second from `"240"`, `"240B/s"`, `"1KiB"`, `"1 KiB/s"`, `"2MB"`, `"off"`, with the
 /// units B, KB (1000), KiB (1024), MB (1000²) and MiB (1024²), case-insensitive; `0` and `off`
 /// are 0.
-pub fn parse_rate(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_rate(s: &str) -> Result<u64, String> {
     let bad = || {
         format!("`{s}` is not a rate; use bytes per second as a whole number with an optional unit B, KB, KiB, MB or MiB (e.g. \"240\" or \"1KiB\"), or 0 to turn the rule off")
     };

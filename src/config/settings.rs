@@ -354,7 +354,7 @@ pub const SETTINGS: &[Setting] = &[
 
 /// Fields of a limiter table, with their type for environment overrides
 /// (`FLEET_LIMITER_LIMITER_<NAME>_<FIELD>`, e.g. `FLEET_LIMITER_LIMITER_AGENT_DEVICE_LIMIT=60`).
-pub const LIMITER_FIELDS: &[(&str, Kind)] = &[
+pub(crate) const LIMITER_FIELDS: &[(&str, Kind)] = &[
     ("on_store_error", Choice(&["allow", "deny", "local"])),
     ("algorithm", Choice(&["gcra", "fixed-window"])),
     ("credential", Choice(&["any", "api-key", "cli-token"])),
@@ -378,7 +378,7 @@ pub const LIMITER_FIELDS: &[(&str, Kind)] = &[
 ];
 
 /// Fields of an `[admission.groups.<name>]` table, set in the file only.
-pub const GROUP_FIELDS: &[(&str, Kind)] = &[
+pub(crate) const GROUP_FIELDS: &[(&str, Kind)] = &[
     ("routes", List),
     ("max_in_flight", Int),
     ("queue", Int),
@@ -387,7 +387,7 @@ pub const GROUP_FIELDS: &[(&str, Kind)] = &[
 
 /// A variable (and flag) read by the command itself, not by the configuration.
 #[derive(Debug, Clone, Copy)]
-pub struct CommandSetting {
+pub(crate) struct CommandSetting {
     pub variable: &'static str,
     /// Its flag, and the commands that take it.
     pub flag: Option<Flag>,
@@ -395,7 +395,7 @@ pub struct CommandSetting {
 }
 
 /// `--config FILE`, every command.
-pub const CONFIG_FILE: CommandSetting = CommandSetting {
+pub(crate) const CONFIG_FILE: CommandSetting = CommandSetting {
     variable: "FLEET_LIMITER_CONFIG",
     flag: Some(Flag {
         name: "config",
@@ -406,7 +406,7 @@ pub const CONFIG_FILE: CommandSetting = CommandSetting {
 };
 
 /// `--allow-unsafe-calibration`, `serve`.
-pub const ALLOW_UNSAFE_CALIBRATION: CommandSetting = CommandSetting {
+pub(crate) const ALLOW_UNSAFE_CALIBRATION: CommandSetting = CommandSetting {
     variable: "FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION",
     flag: Some(Flag {
         name: "allow-unsafe-calibration",
@@ -417,29 +417,29 @@ pub const ALLOW_UNSAFE_CALIBRATION: CommandSetting = CommandSetting {
 };
 
 /// The log filter (`tracing` syntax).
-pub const LOG_FILTER: CommandSetting = CommandSetting {
+pub(crate) const LOG_FILTER: CommandSetting = CommandSetting {
     variable: "FLEET_LIMITER_LOG",
     flag: None,
     help: "Which log lines are written, in `tracing` filter syntax (default: info)",
 };
 
 /// What the commands read themselves.
-pub const COMMAND_SETTINGS: &[CommandSetting] =
+pub(crate) const COMMAND_SETTINGS: &[CommandSetting] =
     &[CONFIG_FILE, LOG_FILTER, ALLOW_UNSAFE_CALIBRATION];
 
 /// The setting at this TOML path.
-pub fn setting(path: &str) -> Option<&'static Setting> {
+pub(crate) fn setting(path: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.path == path)
 }
 
 /// The setting read from this environment variable.
-pub fn by_variable(var: &str) -> Option<&'static Setting> {
+pub(crate) fn by_variable(var: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.variable == var)
 }
 
 /// What a reload from `old` to `new` cannot apply: each restart-only setting that differs, by
 /// [`Setting::restart_name`], once, in table order.
-pub fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
+pub(crate) fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     let mut out: Vec<&'static str> = Vec::new();
     for s in SETTINGS {
         if let Reload::Restart(changed) = s.reload {

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 /// A range of prefix length 0 covers its family; so does a union of ranges (`0.0.0.0/1` and
 /// `128.0.0.0/1`). IPv4-mapped IPv6 ranges (`::ffff:0:0/96`) count as the IPv4 addresses they
 /// map.
-pub fn covers_everything(ranges: &[IpNet]) -> Option<&'static str> {
+pub(crate) fn covers_everything(ranges: &[IpNet]) -> Option<&'static str> {
     let mut v4: Vec<Ipv4Net> = Vec::new();
     let mut v6: Vec<Ipv6Net> = Vec::new();
     for r in ranges {

@@ -11,18 +11,18 @@ use serde::Deserialize;
 use std::time::Duration;
 
 /// How long an upgraded connection may carry no byte either way when `idle_timeout` is not set.
-pub const IDLE_TIMEOUT: &str = "5m";
+pub(crate) const IDLE_TIMEOUT: &str = "5m";
 /// The most a count setting may ask for.
 const MAX_COUNT: i64 = 1_000_000;
 /// The derived `max_open` is at most this many (each one also holds buffers: see
 /// docs/operations.md#websockets).
-pub const DERIVED_MAX_OPEN: usize = 8192;
+pub(crate) const DERIVED_MAX_OPEN: usize = 8192;
 /// The derived `max_open` is the descriptor limit divided by this: upgraded connections, two
 /// descriptors each, may take a quarter of the descriptors, and ordinary traffic (also a client
 /// and an upstream connection per request), listeners, the store and logs keep the rest.
-pub const DESCRIPTORS_PER_UPGRADE: u64 = 8;
+pub(crate) const DESCRIPTORS_PER_UPGRADE: u64 = 8;
 /// The derived `max_per_client` is `max_open` divided by this (at least 1).
-pub const CLIENTS_SHARING: usize = 8;
+pub(crate) const CLIENTS_SHARING: usize = 8;
 
 /// `[websocket]`, validated. `None` for a cap means "derived at start".
 #[derive(Debug, Clone, PartialEq, Eq)]

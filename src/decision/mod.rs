@@ -65,7 +65,7 @@ pub struct BodyValue {
 }
 
 /// Header values by lower-case name (see [`KeyHeaders`]).
-pub type HeaderLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + Sync + 'a;
+pub(crate) type HeaderLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + Sync + 'a;
 
 impl<'a> KeyHeaders<'a> {
     pub fn new(lookup: &'a HeaderLookup<'a>) -> Self {
@@ -102,7 +102,7 @@ impl std::fmt::Debug for KeyHeaders<'_> {
 
 /// Most give-backs under way at once per decider. Beyond it a give-back is dropped (the request
 /// stays counted) and counted as `dropped`, so a flood of answers never queues without bound.
-pub const MAX_GIVE_BACKS_IN_FLIGHT: usize = 4096;
+pub(crate) const MAX_GIVE_BACKS_IN_FLIGHT: usize = 4096;
 
 /// One give-back under way: counted until dropped.
 struct UnderWay(Arc<std::sync::atomic::AtomicUsize>);
@@ -529,7 +529,7 @@ impl Decider {
 
 /// One check per limiter, keyed on the principal that limiter meters (on the stack for the
 /// usual handful of limiters).
-pub fn build_checks<'p>(
+pub(crate) fn build_checks<'p>(
     digest: &KeyDigest,
     limiters: &[Arc<LimiterSpec>],
     principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,

@@ -15,11 +15,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// While the store keeps failing, a summary line at most this often.
-pub const STORE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const STORE_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Count one request's decision in `metrics` (each limiter's verdict on its handles in
 /// `meters`, by [`LimitResult::slot`]) and log it.
-pub fn decision(metrics: &Metrics, meters: &[LimiterMeter], outcome: &Outcome, elapsed: Duration) {
+pub(crate) fn decision(
+    metrics: &Metrics,
+    meters: &[LimiterMeter],
+    outcome: &Outcome,
+    elapsed: Duration,
+) {
     count(metrics, meters, outcome, elapsed);
     log_decision(outcome);
     let error = outcome.store_error.as_ref().map(|e| e.message());
@@ -107,7 +112,7 @@ fn longest_wait(outcome: &Outcome, pick: impl Fn(&LimitResult) -> bool) -> Optio
 static STORE_LOG: StoreErrorLog = StoreErrorLog::new();
 
 /// Logs store failures once per burst.
-pub struct StoreErrorLog {
+pub(crate) struct StoreErrorLog {
     failing: AtomicBool,
     burst: Mutex<Burst>,
 }
@@ -121,7 +126,7 @@ struct Burst {
 
 /// What [`StoreErrorLog::observe`] decided to write.
 #[derive(Debug, PartialEq, Eq)]
-pub enum StoreLogLine {
+pub(crate) enum StoreLogLine {
     /// The first failure of a burst.
     Started,
     /// Failures continue; this many were not logged since the last line.
@@ -137,7 +142,7 @@ impl Default for StoreErrorLog {
 }
 
 impl StoreErrorLog {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             failing: AtomicBool::new(false),
             burst: Mutex::new(Burst {
@@ -150,13 +155,13 @@ impl StoreErrorLog {
     }
 
     /// Whether a burst of failures is under way.
-    pub fn is_failing(&self) -> bool {
+    pub(crate) fn is_failing(&self) -> bool {
         self.failing.load(Ordering::Relaxed)
     }
 
     /// Record one decision's store result; writes a log line only when the burst starts,
     /// every [`STORE_ERROR_LOG_EVERY`] while it lasts, and when it ends.
-    pub fn observe(&self, error: Option<&str>, now: Instant) -> Option<StoreLogLine> {
+    pub(crate) fn observe(&self, error: Option<&str>, now: Instant) -> Option<StoreLogLine> {
         // The common case (the store answered and was answering) touches one atomic.
         if error.is_none() && !self.failing.load(Ordering::Relaxed) {
             return None;

@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Reads the configuration again, from the same layers as at start.
-pub type Reloader = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
+pub(crate) type Reloader = Arc<dyn Fn() -> Result<Config, String> + Send + Sync>;
 
 /// A reloader for a configuration built without command-line flags: its file (if any) and
 /// this process's environment. A calibration the admission rule refuses is rejected.
-pub fn file_reloader(cfg: &Config) -> Reloader {
+pub(crate) fn file_reloader(cfg: &Config) -> Reloader {
     let source = cfg.source.clone();
     Arc::new(move || {
         let mut l = Loader::new();
@@ -46,7 +46,7 @@ pub fn file_reloader(cfg: &Config) -> Reloader {
 
 /// What a successful reload changed.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct ReloadReport {
+pub(crate) struct ReloadReport {
     /// Limiters that are new, gone, or whose definition changed.
     pub added: Vec<String>,
     pub removed: Vec<String>,
@@ -56,7 +56,7 @@ pub struct ReloadReport {
 }
 
 /// The running gateway's configuration and the parts a reload swaps.
-pub struct Control {
+pub(crate) struct Control {
     decider: Arc<Decider>,
     cors: Cors,
     reloader: Reloader,
@@ -68,7 +68,7 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(cfg: &Config, decider: Arc<Decider>, cors: Cors, reloader: Reloader) -> Self {
+    pub(crate) fn new(cfg: &Config, decider: Arc<Decider>, cors: Cors, reloader: Reloader) -> Self {
         Self {
             decider,
             cors,
@@ -80,12 +80,12 @@ impl Control {
     }
 
     /// Whether a signal to stop has arrived.
-    pub fn draining(&self) -> bool {
+    pub(crate) fn draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }
 
     /// From now on `/readyz` answers 503.
-    pub fn start_draining(&self) {
+    pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);
     }
 
@@ -95,17 +95,17 @@ impl Control {
     }
 
     /// Reload the traffic listener's certificate with the configuration.
-    pub fn with_certificates(mut self, certs: Option<Arc<crate::tls::CertStore>>) -> Self {
+    pub(crate) fn with_certificates(mut self, certs: Option<Arc<crate::tls::CertStore>>) -> Self {
         self.certs = certs;
         self
     }
 
-    pub fn decider(&self) -> &Arc<Decider> {
+    pub(crate) fn decider(&self) -> &Arc<Decider> {
         &self.decider
     }
 
     /// Read the configuration again and take it, or keep the old one and say why not.
-    pub fn reload(&self, trigger: &str) -> Result<ReloadReport, String> {
+    pub(crate) fn reload(&self, trigger: &str) -> Result<ReloadReport, String> {
         let mut current = self.current.lock();
         let new = match (self.reloader)() {
             Ok(c) => c,
@@ -384,7 +384,7 @@ async fn reload_method_not_allowed() -> HttpResponse {
 
 /// The admin listener, bound (and answering) with the signal handlers installed; the
 /// gateway's own listener runs under it with [`Admin::run`].
-pub struct Admin {
+pub(crate) struct Admin {
     server: Server,
     addrs: Vec<std::net::SocketAddr>,
     signals: Signals,
@@ -394,7 +394,7 @@ pub struct Admin {
 impl Admin {
     /// Install the signal handlers, then bind the admin listener (`ops.admin_listen`). An
     /// address that cannot be taken is a [`ListenError`](crate::http::ListenError).
-    pub fn bind(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Self> {
+    pub(crate) fn bind(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Self> {
         // Handlers go in before either listener answers, so a SIGHUP sent once the process
         // looks ready reloads instead of ending it.
         let signals = Signals::install()?;
@@ -439,14 +439,14 @@ impl Admin {
     }
 
     /// The addresses the admin listener took (port 0 resolved), for the start-up log line.
-    pub fn addrs(&self) -> String {
+    pub(crate) fn addrs(&self) -> String {
         let shown: Vec<String> = self.addrs.iter().map(ToString::to_string).collect();
         shown.join(",")
     }
 
     /// Run the traffic servers (the gateway, the decision endpoint, or both) and the admin
     /// server until SIGTERM/SIGINT, reloading on SIGHUP. A signal to stop drains them all.
-    pub async fn run(self, servers: Vec<Server>, cfg: &Config) -> anyhow::Result<()> {
+    pub(crate) async fn run(self, servers: Vec<Server>, cfg: &Config) -> anyhow::Result<()> {
         let Self {
             server: admin,
             addrs,

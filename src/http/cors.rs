@@ -29,7 +29,7 @@ use std::sync::Arc;
 /// The headers a browser script needs to see to honour a limit: `Retry-After` and every limit
 /// header any `[headers]` profile sends (a name the profile in force does not send costs
 /// nothing, and a reload that changes the profile needs no change here).
-pub const EXPOSED: &[&str] = &[
+pub(crate) const EXPOSED: &[&str] = &[
     "Retry-After",
     "RateLimit",
     "RateLimit-Policy",
@@ -43,7 +43,7 @@ pub const EXPOSED: &[&str] = &[
 
 /// A CORS preflight: `OPTIONS` with `Origin` and `Access-Control-Request-Method`. It carries no
 /// credentials and must get a 2xx for the real request to be sent, so it is forwarded unmetered.
-pub fn is_preflight(method: &Method, headers: &HeaderMap) -> bool {
+pub(crate) fn is_preflight(method: &Method, headers: &HeaderMap) -> bool {
     method == Method::OPTIONS
         && headers.contains_key(ORIGIN)
         && headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD)

@@ -45,9 +45,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 /// The status the client should get, where the proxy cannot pass it on itself (`/nginx`).
-pub const STATUS_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-status");
+pub(crate) const STATUS_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-status");
 /// The problem document the client should get, where the proxy drops the answer's body.
-pub const PROBLEM_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-problem");
+pub(crate) const PROBLEM_HEADER: HeaderName = HeaderName::from_static("x-fleetlimiter-problem");
 /// The longest original URI read; a longer one is refused as a bad request.
 const MAX_URI_LEN: usize = 8 * 1024;
 
@@ -65,14 +65,14 @@ enum Flavour {
 
 /// The endpoint's state: the shared decider, who may ask, and where session tokens live.
 #[derive(Clone)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     decider: Arc<Decider>,
     allow_from: Arc<[IpNet]>,
     session_cookie: Option<Arc<str>>,
 }
 
 impl Endpoint {
-    pub fn new(cfg: &Config, decider: Arc<Decider>) -> Self {
+    pub(crate) fn new(cfg: &Config, decider: Arc<Decider>) -> Self {
         Self {
             decider,
             allow_from: cfg.decision.allow_from.clone().into(),
@@ -87,7 +87,10 @@ impl Endpoint {
 }
 
 /// The decision server on `decision.listen`, bound (its addresses logged) and ready to run.
-pub fn bind(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<actix_web::dev::Server>> {
+pub(crate) fn bind(
+    cfg: &Config,
+    decider: Arc<Decider>,
+) -> anyhow::Result<Option<actix_web::dev::Server>> {
     use crate::http::listeners::{self, Role};
     let Some(listen) = cfg.decision.listen else {
         if listeners::handed(Role::Decision) {
@@ -115,7 +118,7 @@ pub fn bind(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<actix_
 }
 
 /// Answer one proxy's question.
-pub async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResponse {
+pub(crate) async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> HttpResponse {
     let peer = req
         .peer_addr()
         .map(|a| a.ip())

@@ -63,7 +63,7 @@ impl ClientAddress {
 
 /// The error type of these extractors; they never fail (a request without a peer address is
 /// keyed on `0.0.0.0`).
-pub type NeverFails = SimpleKeyExtractionError<&'static str>;
+pub(crate) type NeverFails = SimpleKeyExtractionError<&'static str>;
 
 fn key(label: &str, kind: KeyKind, ip: &str, agent: Option<&str>, user: Option<&str>) -> [u8; 16] {
     keys::digest(label, &keys::principal_key(kind, ip, agent, user))
@@ -112,7 +112,7 @@ impl KeyExtractor for AgentDeviceKey {
 
 /// Checks a dashboard session token and returns its subject; synchronous, as governor's key
 /// extraction is (e.g. `jsonwebtoken::decode` against a known key).
-pub type VerifyFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+pub(crate) type VerifyFn = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// The verified dashboard user, else the masked client IP (the `user-or-ip` key). Only a token
 /// that verifies names a user, so an invented token cannot mint a fresh bucket.

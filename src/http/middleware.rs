@@ -644,7 +644,10 @@ where
 }
 
 /// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.
-pub fn cookie_value<'a>(values: impl Iterator<Item = &'a [u8]>, name: &str) -> Option<&'a str> {
+pub(crate) fn cookie_value<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+    name: &str,
+) -> Option<&'a str> {
     for v in values {
         let Ok(s) = std::str::from_utf8(v) else {
             continue;

@@ -1,14 +1,14 @@
 //! HTTP glue: the middleware, the responses it renders, and the streaming proxy.
 
-pub mod admin;
-pub mod cors;
+pub(crate) mod admin;
+pub(crate) mod cors;
 pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
-pub mod governor;
+pub(crate) mod governor;
 pub(crate) mod listeners;
-pub mod middleware;
-pub mod proxy;
-pub mod response;
+pub(crate) mod middleware;
+pub(crate) mod proxy;
+pub(crate) mod response;
 
 use crate::config::Config;
 use crate::decision::Decider;
@@ -32,7 +32,7 @@ pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), cr
 }
 
 /// [`serve_gateway`], with the admin listener reloading through `reloader` (SIGHUP, POST /reload).
-pub async fn serve_gateway_with(
+pub(crate) async fn serve_gateway_with(
     cfg: &Config,
     decider: Arc<Decider>,
     reloader: admin::Reloader,

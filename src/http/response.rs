@@ -16,16 +16,16 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub const PROBLEM_JSON: &str = "application/problem+json";
+pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
 /// Marks a response the gateway made itself (a refusal or an upstream failure), as opposed to
 /// one the upstream sent; the CORS layer adds the allow-list's headers only to these.
 #[derive(Debug, Clone, Copy)]
-pub struct GatewayMade;
+pub(crate) struct GatewayMade;
 
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub title: &'static str,
@@ -36,7 +36,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    pub fn rate_limited(retry_after: u64) -> Self {
+    pub(crate) fn rate_limited(retry_after: u64) -> Self {
         let unit = if retry_after == 1 {
             "second"
         } else {
@@ -54,7 +54,11 @@ impl Problem {
     /// Admission control turned the request away: every slot of its group was taken and the
     /// queue was full, or it waited the queue timeout for one (503); or its client address
     /// already held its share of the group's slots (429).
-    pub fn overloaded(group: &str, reason: crate::metrics::ShedReason, retry_after: u64) -> Self {
+    pub(crate) fn overloaded(
+        group: &str,
+        reason: crate::metrics::ShedReason,
+        retry_after: u64,
+    ) -> Self {
         use crate::metrics::ShedReason;
         let unit = if retry_after == 1 {
             "second"
@@ -89,7 +93,7 @@ impl Problem {
 
     /// A WebSocket handshake refused before the upstream saw it: as many upgraded connections
     /// are open as the gateway holds (503), or as this client address may hold (429).
-    pub fn upgrade_refused(
+    pub(crate) fn upgrade_refused(
         reason: crate::metrics::UpgradeRefusal,
         cap: usize,
         retry_after: u64,
@@ -117,7 +121,7 @@ impl Problem {
         }
     }
 
-    pub fn bad_gateway(detail: impl Into<String>) -> Self {
+    pub(crate) fn bad_gateway(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-unavailable",
             title: "Bad Gateway",
@@ -129,7 +133,7 @@ impl Problem {
 
     /// A path with no canonical form (see [`crate::path`]), refused before any limiter; or, at
     /// the decision endpoint, a target that is not its own canonical form.
-    pub fn non_canonical_path(rejected: &crate::path::Rejected) -> Self {
+    pub(crate) fn non_canonical_path(rejected: &crate::path::Rejected) -> Self {
         let detail = if rejected.class.decision_only() {
             format!(
                 "The request target contains {} (at byte {}). The proxy in front forwards the target as it was sent, and the upstream may route that spelling elsewhere than the path the rate limiter would read, so it is refused. Send the path in canonical form ({}).",
@@ -155,7 +159,7 @@ impl Problem {
     }
 
     /// A method the resource does not take; the caller adds `Allow`.
-    pub fn method_not_allowed(detail: impl Into<String>) -> Self {
+    pub(crate) fn method_not_allowed(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:method-not-allowed",
             title: "Method Not Allowed",
@@ -167,7 +171,7 @@ impl Problem {
 
     /// A request whose method is not in `methods.allowed` (RFC 9110 §15.6.2: the service does
     /// not implement it for any resource). The caller adds `Allow`.
-    pub fn unsupported_method(method: &str, allow: &str) -> Self {
+    pub(crate) fn unsupported_method(method: &str, allow: &str) -> Self {
         // A method is a token (the HTTP parser saw to it); only its length is the client's.
         let shown: String = method
             .chars()
@@ -185,7 +189,7 @@ impl Problem {
     }
 
     /// A method override refused (see [`crate::methods`]).
-    pub fn method_override(detail: String) -> Self {
+    pub(crate) fn method_override(detail: String) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:method-override",
             title: "Bad Request",
@@ -195,7 +199,7 @@ impl Problem {
         }
     }
 
-    pub fn gateway_timeout(detail: impl Into<String>) -> Self {
+    pub(crate) fn gateway_timeout(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:upstream-timeout",
             title: "Gateway Timeout",
@@ -206,7 +210,7 @@ impl Problem {
     }
 
     /// The client's request body did not arrive in time (its pace is in `detail`).
-    pub fn request_timeout(detail: impl Into<String>) -> Self {
+    pub(crate) fn request_timeout(detail: impl Into<String>) -> Self {
         Self {
             kind: "urn:fleet-limiter:problem:request-timeout",
             title: "Request Timeout",
@@ -216,7 +220,7 @@ impl Problem {
         }
     }
 
-    pub fn into_response(self) -> HttpResponse {
+    pub(crate) fn into_response(self) -> HttpResponse {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_string(&self).unwrap_or_default();
         let mut res = HttpResponse::build(status)

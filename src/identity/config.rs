@@ -6,7 +6,7 @@ use super::secret::{weakness, Secret};
 use std::time::Duration;
 
 /// The cookie a Clerk-style dashboard carries its session token in.
-pub const DEFAULT_SESSION_COOKIE: &str = "__session";
+pub(crate) const DEFAULT_SESSION_COOKIE: &str = "__session";
 
 /// The validated `[identity]` section.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,7 +99,7 @@ impl IdentityConfig {
 }
 
 /// A URL that is plain `http://` to a host other than this one.
-pub fn needs_tls(url: &str) -> bool {
+pub(crate) fn needs_tls(url: &str) -> bool {
     match reqwest::Url::parse(url) {
         Ok(u) => u.scheme() == "http" && !u.host_str().is_some_and(is_loopback),
         Err(_) => false,
@@ -112,7 +112,7 @@ pub fn needs_tls(url: &str) -> bool {
 /// `127.0.0.0/8` however it was spelled, `::1`, or an IPv4-mapped `::ffff:127.x.y.z`. Not the
 /// unspecified `0.0.0.0` or `::`, which name no peer (Linux happens to connect them to this
 /// host; other systems do not).
-pub fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     if host == "localhost" {
         return true;
     }

@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest JWKS document accepted.
-pub const MAX_JWKS_BYTES: usize = 1 << 20;
+pub(crate) const MAX_JWKS_BYTES: usize = 1 << 20;
 
 /// A public key and the algorithms it may verify.
-pub struct VerifyKey {
+pub(crate) struct VerifyKey {
     pub key: DecodingKey,
     pub algorithms: Vec<Algorithm>,
 }
@@ -58,7 +58,7 @@ impl VerifyKey {
     }
 
     /// A PEM public key: RSA, then EC, then Ed25519.
-    pub fn from_pem(pem: &str) -> Option<Self> {
+    pub(crate) fn from_pem(pem: &str) -> Option<Self> {
         let b = pem.as_bytes();
         if let Ok(key) = DecodingKey::from_rsa_pem(b) {
             return Some(Self {
@@ -82,7 +82,7 @@ impl VerifyKey {
     }
 }
 
-pub const RSA_ALGORITHMS: &[Algorithm] = &[
+pub(crate) const RSA_ALGORITHMS: &[Algorithm] = &[
     Algorithm::RS256,
     Algorithm::RS384,
     Algorithm::RS512,
@@ -93,7 +93,7 @@ pub const RSA_ALGORITHMS: &[Algorithm] = &[
 
 /// The usable keys of one JWKS document.
 #[derive(Default)]
-pub struct KeySet {
+pub(crate) struct KeySet {
     by_kid: HashMap<String, Arc<VerifyKey>>,
     /// Keys published without a `kid`: tried for tokens that carry none.
     unnamed: Vec<Arc<VerifyKey>>,
@@ -101,7 +101,7 @@ pub struct KeySet {
 
 impl KeySet {
     /// Parse a JWKS document, skipping keys this verifier cannot use.
-    pub fn parse(body: &[u8]) -> Result<Self, String> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, String> {
         #[derive(serde::Deserialize)]
         struct Doc {
             keys: Vec<serde_json::Value>,
@@ -129,11 +129,11 @@ impl KeySet {
         Ok(set)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.by_kid.is_empty() && self.unnamed.is_empty()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.by_kid.len() + self.unnamed.len()
     }
 
@@ -149,14 +149,14 @@ impl KeySet {
 /// Counters for operators and tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 #[cfg(test)]
-pub struct JwksStats {
+pub(crate) struct JwksStats {
     pub fetches: u64,
     pub failures: u64,
     pub keys: usize,
 }
 
 /// The remote key set.
-pub struct Jwks {
+pub(crate) struct Jwks {
     url: String,
     client: reqwest::Client,
     timeout: Duration,
@@ -179,7 +179,7 @@ pub struct Jwks {
 }
 
 /// The setting a JWKS problem is reported under.
-pub const SERVICE: &str = "identity.jwks_url";
+pub(crate) const SERVICE: &str = "identity.jwks_url";
 
 /// Why a fetch failed; `tls` when the server's certificate did not verify (a configuration
 /// problem: the trusted roots or the URL's host are wrong, and retrying will not help).
@@ -197,7 +197,7 @@ impl From<String> for FetchError {
 impl Jwks {
     /// A key set fetched from `url`, with the TLS client configuration of an `https://` URL
     /// (see [`crate::tls`]); `None` trusts the system roots.
-    pub fn new_with_tls(
+    pub(crate) fn new_with_tls(
         url: impl Into<String>,
         timeout: Duration,
         refresh_interval: Duration,
@@ -241,7 +241,7 @@ impl Jwks {
     }
 
     /// How many usable keys are held, and why the last fetch failed if it did (redacted).
-    pub fn health(&self) -> (usize, Option<String>) {
+    pub(crate) fn health(&self) -> (usize, Option<String>) {
         (self.keys.read().len(), self.last_error.lock().clone())
     }
 
@@ -252,7 +252,7 @@ impl Jwks {
 
     /// Fetch until keys are held, once per refresh interval (at least a second apart): a key set
     /// that could not be fetched at start comes back without waiting for a token to ask.
-    pub async fn fetch_until_held(self: Arc<Self>) {
+    pub(crate) async fn fetch_until_held(self: Arc<Self>) {
         let pause = Duration::from_nanos(self.refresh_interval).max(Duration::from_secs(1));
         while self.keys.read().is_empty() {
             tokio::time::sleep(pause).await;
@@ -261,7 +261,7 @@ impl Jwks {
     }
 
     #[cfg(test)]
-    pub fn stats(&self) -> JwksStats {
+    pub(crate) fn stats(&self) -> JwksStats {
         JwksStats {
             fetches: self.attempts.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
@@ -271,7 +271,7 @@ impl Jwks {
 
     /// The keys that may have signed a token with this `kid`. An unknown `kid` (or no keys yet)
     /// triggers one fetch, unless one happened within the refresh interval.
-    pub async fn candidates(self: &Arc<Self>, kid: Option<&str>) -> Vec<Arc<VerifyKey>> {
+    pub(crate) async fn candidates(self: &Arc<Self>, kid: Option<&str>) -> Vec<Arc<VerifyKey>> {
         let found = self.keys.read().candidates(kid);
         if !found.is_empty() {
             self.refresh_if_old();
@@ -308,7 +308,7 @@ impl Jwks {
 
     /// Fetch the key set unless a fetch happened within the refresh interval. On any failure
     /// the keys already held stay in use.
-    pub async fn refresh(&self) {
+    pub(crate) async fn refresh(&self) {
         let seen = self.attempts.load(Ordering::Acquire);
         let _one_at_a_time = self.fetch_lock.lock().await;
         if self.attempts.load(Ordering::Acquire) != seen {
@@ -356,7 +356,7 @@ impl Jwks {
     /// runtime): the start-up fetch. A certificate that does not verify is an error naming the
     /// setting; any other failure is logged at error level (verified identity is unavailable
     /// until a fetch succeeds: [`Jwks::fetch_until_held`], or a token that needs the keys).
-    pub fn check_at_start(&self) -> anyhow::Result<()> {
+    pub(crate) fn check_at_start(&self) -> anyhow::Result<()> {
         let result = std::thread::scope(|s| {
             s.spawn(|| {
                 let rt = tokio::runtime::Builder::new_current_thread()

@@ -16,18 +16,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Longest token looked at; anything longer is not a session token.
-pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+pub(crate) const MAX_TOKEN_LEN: usize = 16 * 1024;
 /// Longest `sub` accepted as a user id.
-pub const MAX_SUB_LEN: usize = 256;
+pub(crate) const MAX_SUB_LEN: usize = 256;
 
 /// Seconds since the Unix epoch, as token claims count time.
-pub trait WallClock: Send + Sync + 'static {
+pub(crate) trait WallClock: Send + Sync + 'static {
     fn unix_now(&self) -> u64;
 }
 
 /// The system's wall clock.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SystemWallClock;
+pub(crate) struct SystemWallClock;
 
 impl WallClock for SystemWallClock {
     fn unix_now(&self) -> u64 {
@@ -57,13 +57,13 @@ struct Cached {
 
 /// Verified tokens by digest, each until its `exp`. Holds at most `max` entries: a full cache
 /// first drops what has expired, then the entry closest to expiry.
-pub struct VerifyCache {
+pub(crate) struct VerifyCache {
     max: usize,
     map: Mutex<HashMap<[u8; 32], Cached>>,
 }
 
 impl VerifyCache {
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             max: max.max(1),
             map: Mutex::new(HashMap::new()),
@@ -71,12 +71,12 @@ impl VerifyCache {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.map.lock().len()
     }
 
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -105,12 +105,12 @@ impl VerifyCache {
 }
 
 /// The SHA-256 of a token: the only form in which a token is kept.
-pub fn token_digest(token: &str) -> [u8; 32] {
+pub(crate) fn token_digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// Verifies session tokens against the configured JWKS, PEM key and HS256 secret.
-pub struct JwtVerifier {
+pub(crate) struct JwtVerifier {
     jwks: Option<Arc<Jwks>>,
     pem: Option<Arc<VerifyKey>>,
     hs256: Option<Arc<VerifyKey>>,
@@ -124,7 +124,7 @@ pub struct JwtVerifier {
 
 impl JwtVerifier {
     /// The verifier `[identity]` describes, or `None` when it names no key source.
-    pub fn from_config(
+    pub(crate) fn from_config(
         cfg: &IdentityConfig,
         clock: Arc<dyn Clock>,
         wall: Arc<dyn WallClock>,
@@ -181,17 +181,17 @@ impl JwtVerifier {
         }))
     }
 
-    pub fn jwks(&self) -> Option<&Arc<Jwks>> {
+    pub(crate) fn jwks(&self) -> Option<&Arc<Jwks>> {
         self.jwks.as_ref()
     }
 
     #[cfg(test)]
-    pub fn cache(&self) -> &VerifyCache {
+    pub(crate) fn cache(&self) -> &VerifyCache {
         &self.cache
     }
 
     /// The subject of a token that verifies, else `None`. Never panics on any input.
-    pub async fn verify_token(&self, token: &str) -> Option<String> {
+    pub(crate) async fn verify_token(&self, token: &str) -> Option<String> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return None;
         }

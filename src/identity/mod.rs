@@ -3,10 +3,10 @@
 //! Only what verifies counts as identity. A token that does not verify leaves the request keyed
 //! on its IP, so an unverified claim can never mint a fresh bucket.
 
-pub mod config;
+pub(crate) mod config;
 pub(crate) mod jwks;
-pub mod jwt;
-pub mod secret;
+pub(crate) mod jwt;
+pub(crate) mod secret;
 #[cfg(test)]
 mod verify_tests;
 
@@ -14,7 +14,7 @@ use crate::keys;
 use futures_util::future::BoxFuture;
 
 /// The prefix that marks an API key in `Authorization: Bearer`.
-pub const API_KEY_PREFIX: &str = "pa_";
+pub(crate) const API_KEY_PREFIX: &str = "pa_";
 
 /// Checks a dashboard session token and returns its subject (the user id) when it verifies.
 pub trait TokenVerifier: Send + Sync + 'static {
@@ -101,7 +101,7 @@ impl Credential {
 
 /// The request's principal facts, borrowed from the request where they can be.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity<'a> {
+pub(crate) struct Identity<'a> {
     /// A valid `X-Agent-ID`, else `None`.
     pub agent_id: Option<&'a str>,
     /// The verified subject of a dashboard token.
@@ -123,7 +123,7 @@ pub fn bearer_token(authorization: &[u8]) -> Option<&str> {
 /// Work out the identity from the raw header values.
 ///
 /// `session_token` is a dashboard token found outside the Authorization header (a cookie).
-pub async fn identify<'a>(
+pub(crate) async fn identify<'a>(
     verifier: &dyn TokenVerifier,
     agent_id: Option<&'a [u8]>,
     authorization: Option<&[u8]>,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 /// The shortest HS256 secret accepted without `allow_weak_secret`: 256 bits, the size of the MAC.
-pub const MIN_SECRET_BYTES: usize = 32;
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 
 /// Secrets that ship in samples, tutorials and `.env.example` files: anyone can sign with them.
 const PLACEHOLDER_SECRETS: &[&str] = &[
@@ -146,7 +146,7 @@ const MIN_ESTIMATED_BITS: f64 = 80.0;
 /// repeated (`changemechangeme…`); mostly placeholder words (`your-256-bit-secret-your-…`);
 /// fewer than 8 distinct characters; too little randomness for its length. A random secret of
 /// 32 bytes or more, hex or base64, passes.
-pub fn weakness(secret: &str) -> Option<&'static str> {
+pub(crate) fn weakness(secret: &str) -> Option<&'static str> {
     let trimmed = secret.trim();
     if trimmed.is_empty() {
         return Some("it is blank");

@@ -11,21 +11,21 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
 /// The largest body read for body keys by default (`server.body_key_max_bytes`).
-pub const DEFAULT_MAX_BYTES: usize = 16 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 16 * 1024;
 /// The least and the most `server.body_key_max_bytes` may be.
-pub const MIN_MAX_BYTES: usize = 64;
-pub const MAX_MAX_BYTES: usize = 1024 * 1024;
+pub(crate) const MIN_MAX_BYTES: usize = 64;
+pub(crate) const MAX_MAX_BYTES: usize = 1024 * 1024;
 /// The longest value (after trimming) that keys a bucket; a longer one keys on the address.
-pub const MAX_VALUE_LEN: usize = 256;
+pub(crate) const MAX_VALUE_LEN: usize = 256;
 /// The longest field name a `body:<field>` key may name.
-pub const MAX_FIELD_LEN: usize = 64;
+pub(crate) const MAX_FIELD_LEN: usize = 64;
 /// The deepest nesting of arrays and objects a JSON body may have to be read (the top-level
 /// object is depth 1); a deeper one keys on the address.
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 /// A body the key can be read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
+pub(crate) enum Format {
     /// `application/json`: the field is a member of the top-level object.
     Json,
     /// `application/x-www-form-urlencoded`: the field is a top-level name.
@@ -34,7 +34,7 @@ pub enum Format {
 
 /// Whether `name` can be a `body:<field>` key's field: 1–64 characters of `A-Za-z0-9_.-`
 /// (matched exactly, case and all).
-pub fn valid_field(name: &str) -> bool {
+pub(crate) fn valid_field(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_FIELD_LEN
         && name
@@ -45,7 +45,10 @@ pub fn valid_field(name: &str) -> bool {
 /// The body's format from its `Content-Type` (the media type, any case, parameters such as
 /// `charset=utf-8` ignored), or `None` for any other type, for no type, and for a body with a
 /// `Content-Encoding` other than `identity` (a compressed body is not unpacked).
-pub fn format_of(content_type: Option<&[u8]>, content_encoding: Option<&[u8]>) -> Option<Format> {
+pub(crate) fn format_of(
+    content_type: Option<&[u8]>,
+    content_encoding: Option<&[u8]>,
+) -> Option<Format> {
     if let Some(enc) = content_encoding {
         if !enc.trim_ascii().eq_ignore_ascii_case(b"identity") {
             return None;
@@ -65,7 +68,7 @@ pub fn format_of(content_type: Option<&[u8]>, content_encoding: Option<&[u8]>) -
 /// The normalised value of each of `fields` in `body`, in order: `None` for a field the body
 /// does not name exactly once as a string or whole number, and for every field when the body
 /// does not parse as a whole.
-pub fn values(format: Format, body: &[u8], fields: &[&str]) -> Vec<Option<String>> {
+pub(crate) fn values(format: Format, body: &[u8], fields: &[&str]) -> Vec<Option<String>> {
     let found = match format {
         Format::Json => json(body, fields),
         Format::Form => form(body, fields),
@@ -87,7 +90,7 @@ pub fn values(format: Format, body: &[u8], fields: &[&str]) -> Vec<Option<String
 /// trailing dots on its domain (`" Alice+promo@Example.COM. "` is `alice@example.com`), since
 /// all of them reach one inbox. `None` when what is left is empty, longer than
 /// [`MAX_VALUE_LEN`] bytes, or holds a control character.
-pub fn normalize(raw: &str) -> Option<String> {
+pub(crate) fn normalize(raw: &str) -> Option<String> {
     let t = raw.trim();
     if t.is_empty() || t.len() > MAX_VALUE_LEN || t.chars().any(char::is_control) {
         return None;

@@ -9,12 +9,12 @@ use std::num::NonZeroU32;
 
 /// [`decide_units`] for one unit.
 #[cfg(test)]
-pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+pub(crate) fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     decide_units(quota, state, now, NonZeroU32::MIN)
 }
 
 /// [`decide`] for a request that costs `units`: allowed when all of them fit in the window.
-pub fn decide_units(
+pub(crate) fn decide_units(
     quota: &Quota,
     state: Option<State>,
     now: Nanos,

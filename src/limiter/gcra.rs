@@ -9,13 +9,13 @@ use std::num::NonZeroU32;
 
 /// [`decide_units`] for one unit.
 #[cfg(test)]
-pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+pub(crate) fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     decide_units(quota, state, now, NonZeroU32::MIN)
 }
 
 /// [`decide`] for a request that costs `units`: allowed when all of them fit, moving `tat` by
 /// `units` emission intervals; a refusal waits until they all fit.
-pub fn decide_units(
+pub(crate) fn decide_units(
     quota: &Quota,
     state: Option<State>,
     now: Nanos,

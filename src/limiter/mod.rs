@@ -141,7 +141,7 @@ impl Quota {
 /// decides the same. A state the other algorithm wrote (a limiter whose algorithm changed on
 /// reload) counts as missing: the bucket starts again full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// GCRA: the theoretical arrival time of the next request.
     Gcra { tat: Nanos },
     /// Fixed window: the instant the window closes, and the hits counted in it.
@@ -169,14 +169,14 @@ pub struct Verdict {
 /// [`State::Locked`], stored whether or not the request's other checks allowed), `None` when
 /// nothing changes.
 #[cfg(test)]
-pub fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
+pub(crate) fn decide(quota: &Quota, state: Option<State>, now: Nanos) -> (Verdict, Option<State>) {
     decide_units(quota, state, now, NonZeroU32::MIN)
 }
 
 /// [`decide`] for a request that costs `units`: allowed only when all of them
 /// fit, and then all of them are consumed; a refusal's `retry_after_ns` is the wait until they
 /// all fit (for a fixed window, until it ends).
-pub fn decide_units(
+pub(crate) fn decide_units(
     quota: &Quota,
     state: Option<State>,
     now: Nanos,
@@ -219,13 +219,13 @@ pub fn decide_units(
 
 /// Whether a state `decide` returned is a lock, which a store keeps even when the request
 /// was refused (a consumption it keeps only when the request was allowed).
-pub fn is_lock(state: &State) -> bool {
+pub(crate) fn is_lock(state: &State) -> bool {
     matches!(state, State::Locked { .. })
 }
 
 impl State {
     /// When this state stops mattering: from this instant on, a missing key decides the same.
-    pub fn expires_at(&self) -> Nanos {
+    pub(crate) fn expires_at(&self) -> Nanos {
         match *self {
             State::Gcra { tat } => tat,
             State::FixedWindow { ends_at, .. } => ends_at,
@@ -238,7 +238,7 @@ impl State {
 /// may have built on its write: GCRA moves the arrival time back by `units` emission intervals;
 /// a fixed window counts them back (never below zero). The Redis store's `refund.lua` does the
 /// same on its stored form.
-pub fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State {
+pub(crate) fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State {
     let units = units.get();
     match state {
         State::Gcra { tat } => State::Gcra {
@@ -267,7 +267,7 @@ pub fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State {
 /// fixed window counts the units back only in the window that counted them (its end within half
 /// a window of where the decision put it); a window that has closed since gives nothing back.
 /// The Redis store's `refund.lua` does the same.
-pub fn give_back_answered(
+pub(crate) fn give_back_answered(
     quota: &Quota,
     state: State,
     units: NonZeroU32,
@@ -301,12 +301,12 @@ pub fn give_back_answered(
 /// nothing was consumed: one more remaining and, for GCRA, one emission interval less to wait
 /// until the bucket is full.
 #[cfg(test)]
-pub fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
+pub(crate) fn unconsumed(quota: &Quota, v: Verdict) -> Verdict {
     unconsumed_units(quota, v, NonZeroU32::MIN)
 }
 
 /// [`unconsumed`] for a check that would have consumed `units`.
-pub fn unconsumed_units(quota: &Quota, v: Verdict, units: NonZeroU32) -> Verdict {
+pub(crate) fn unconsumed_units(quota: &Quota, v: Verdict, units: NonZeroU32) -> Verdict {
     if !v.allowed {
         return v;
     }
@@ -335,7 +335,7 @@ pub fn unconsumed_units(quota: &Quota, v: Verdict, units: NonZeroU32) -> Verdict
 /// most one emission interval away). Fixed window: until the window ends. On a refusal, the
 /// refused request's wait (`retry_after_ns`). `None` when the quota is whole: no additional
 /// quota can come.
-pub fn more_quota_after_ns(quota: &Quota, v: &Verdict) -> Option<Nanos> {
+pub(crate) fn more_quota_after_ns(quota: &Quota, v: &Verdict) -> Option<Nanos> {
     if !v.allowed {
         return Some(v.retry_after_ns);
     }
@@ -357,13 +357,13 @@ pub fn more_quota_after_ns(quota: &Quota, v: &Verdict) -> Option<Nanos> {
 
 /// [`more_quota_after_ns`] in whole seconds, rounded up, and never 0 on a refusal (the same
 /// figure `Retry-After` gives for that limiter).
-pub fn more_quota_after_secs(quota: &Quota, v: &Verdict) -> Option<u64> {
+pub(crate) fn more_quota_after_secs(quota: &Quota, v: &Verdict) -> Option<u64> {
     let secs = ceil_secs(more_quota_after_ns(quota, v)?);
     Some(if v.allowed { secs } else { secs.max(1) })
 }
 
 /// Whole seconds, rounded up: how headers speak of a wait. Never 0 for a positive wait.
-pub fn ceil_secs(ns: Nanos) -> u64 {
+pub(crate) fn ceil_secs(ns: Nanos) -> u64 {
     ns.div_ceil(1_000_000_000)
 }
 

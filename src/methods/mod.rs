@@ -42,7 +42,7 @@ mod tests;
 
 use smallvec::SmallVec;
 
-pub use spelling::{is_token, param_name};
+pub(crate) use spelling::{is_token, param_name};
 
 /// What the gateway does with a request that names a method override (`methods.override`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -76,31 +76,32 @@ impl OverrideMode {
 }
 
 /// The override headers read by default.
-pub const DEFAULT_OVERRIDE_HEADERS: [&str; 3] = [
+pub(crate) const DEFAULT_OVERRIDE_HEADERS: [&str; 3] = [
     "X-HTTP-Method-Override",
     "X-HTTP-Method",
     "X-Method-Override",
 ];
 /// The override query parameters read by default.
-pub const DEFAULT_OVERRIDE_PARAMS: [&str; 1] = ["_method"];
+pub(crate) const DEFAULT_OVERRIDE_PARAMS: [&str; 1] = ["_method"];
 /// The methods forwarded by default.
-pub const DEFAULT_ALLOWED: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+pub(crate) const DEFAULT_ALLOWED: [&str; 7] =
+    ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 /// Methods `methods.allowed` may not list: the gateway opens no tunnels (CONNECT), and TRACE
 /// echoes a request's credentials back.
-pub const NEVER_ALLOWED: [&str; 2] = ["CONNECT", "TRACE"];
+pub(crate) const NEVER_ALLOWED: [&str; 2] = ["CONNECT", "TRACE"];
 /// Most methods `methods.allowed` may list (the methods named by one request are a bit set).
-pub const MAX_ALLOWED: usize = 32;
+pub(crate) const MAX_ALLOWED: usize = 32;
 /// Longest method `methods.allowed` may list, and longest override value read as one.
-pub const MAX_METHOD_LEN: usize = 32;
+pub(crate) const MAX_METHOD_LEN: usize = 32;
 /// Most names `override_headers` and `override_params` may each list.
-pub const MAX_NAMES: usize = 16;
+pub(crate) const MAX_NAMES: usize = 16;
 /// Longest name `override_headers` and `override_params` may list.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 /// Most override values (comma-separated elements, over every header and parameter) one request
 /// may carry.
-pub const MAX_OVERRIDE_VALUES: usize = 16;
+pub(crate) const MAX_OVERRIDE_VALUES: usize = 16;
 /// Most different methods one request may name by override.
-pub const MAX_OVERRIDE_METHODS: usize = 4;
+pub(crate) const MAX_OVERRIDE_METHODS: usize = 4;
 
 /// `methods`, validated: the override mode, the names read, the methods forwarded.
 #[derive(Debug, Clone, PartialEq, Eq)]

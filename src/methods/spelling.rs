@@ -19,17 +19,17 @@ pub(super) fn fold_header(b: u8) -> u8 {
 }
 
 /// RFC 9110 `tchar`: the characters of a method token.
-pub fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Whether `s` is an HTTP method token.
-pub fn is_token(s: &str) -> bool {
+pub(crate) fn is_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(is_tchar)
 }
 
 /// A query parameter name as override parameters are compared (see `normalised_param`).
-pub fn param_name(raw: &[u8]) -> Vec<u8> {
+pub(crate) fn param_name(raw: &[u8]) -> Vec<u8> {
     normalised_param(raw).collect()
 }
 

@@ -58,7 +58,7 @@ impl MetricConstructor<Histogram> for RetryAfterBuckets {
 /// A cumulative histogram over integer observations (nanoseconds or seconds), exported in
 /// seconds. Clones share their counts.
 #[derive(Clone, Debug)]
-pub struct Histogram(Arc<Inner>);
+pub(crate) struct Histogram(Arc<Inner>);
 
 #[derive(Debug)]
 struct Inner {
@@ -91,7 +91,7 @@ impl Histogram {
     }
 
     /// Count one observation, in the histogram's own unit.
-    pub fn observe(&self, v: u64) {
+    pub(crate) fn observe(&self, v: u64) {
         let i = self.0.bounds.partition_point(|&b| b < v);
         if let Some(c) = self.0.counts.get(i) {
             c.fetch_add(1, Ordering::Relaxed);
@@ -100,13 +100,13 @@ impl Histogram {
     }
 
     /// Count one duration (for a histogram in nanoseconds).
-    pub fn observe_duration(&self, d: std::time::Duration) {
+    pub(crate) fn observe_duration(&self, d: std::time::Duration) {
         self.observe(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
     /// Observations so far.
     #[cfg(test)]
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.0
             .counts
             .iter()

@@ -14,20 +14,19 @@ mod scrape;
 #[cfg(test)]
 mod tests;
 
-pub use histogram::Histogram;
+pub(crate) use histogram::Histogram;
 use histogram::RetryAfterBuckets;
 
 use crate::methods::RefusalReason;
 use crate::path::Class;
 use crate::policy::LimiterSpec;
 use crate::store::StoreErrorKind;
-pub use labels::{
-    BodyTimeout, GiveBackResult, LimiterFate, RequestFate, ShedReason, UpgradeRefusal,
-};
+pub use labels::LimiterFate;
+pub(crate) use labels::{BodyTimeout, GiveBackResult, RequestFate, ShedReason, UpgradeRefusal};
 use labels::{
     GroupLabel, GroupReasonLabels, LimiterLabel, LimiterOutcomeLabels, LimiterResultLabels,
 };
-pub use meter::{AdmissionMeter, LimiterMeter};
+pub(crate) use meter::{AdmissionMeter, LimiterMeter};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

@@ -333,11 +333,11 @@ impl fmt::Display for CanonicalPath<'_> {
 /// (`X-Original-URL`, `X-Rewrite-URL`: IIS URL Rewrite, and the PHP frameworks that once read
 /// them). A request carrying one could be routed to a path no limiter decided on, so the gateway
 /// and the middleware remove them and the decision endpoint, which cannot, refuses the request.
-pub const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+pub(crate) const PATH_OVERRIDE_HEADERS: [&str; 2] = ["x-original-url", "x-rewrite-url"];
 
 /// Whether `name` is one of [`PATH_OVERRIDE_HEADERS`], in any case and with `_` for `-` (CGI
 /// servers, PHP's among them, give `X_Original_URL` the same variable).
-pub fn is_path_override_header(name: &str) -> bool {
+pub(crate) fn is_path_override_header(name: &str) -> bool {
     PATH_OVERRIDE_HEADERS.iter().any(|h| {
         h.len() == name.len()
             && h.bytes().zip(name.bytes()).all(|(want, got)| {

@@ -12,9 +12,10 @@ mod spec;
 mod tests;
 
 use routes::{fresh_segment, METHODS};
-pub use routes::{RoutePattern, Specificity};
-pub use spec::{
-    Cost, Count, CredentialMatch, LimiterSpec, Meter, Mode, OnStoreError, Remember, StatusRanges,
+pub(crate) use routes::{RoutePattern, Specificity};
+pub use spec::Mode;
+pub(crate) use spec::{
+    Cost, Count, CredentialMatch, LimiterSpec, Meter, OnStoreError, Remember, StatusRanges,
 };
 
 use crate::identity::Credential;
@@ -34,7 +35,7 @@ pub struct Policy {
 }
 
 /// The limiters one request picked, by index into the policy (most requests pick one to three).
-pub type Picked = SmallVec<[usize; 4]>;
+pub(crate) type Picked = SmallVec<[usize; 4]>;
 
 impl Policy {
     pub fn new(limiters: Vec<LimiterSpec>) -> Self {

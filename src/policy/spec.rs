@@ -65,7 +65,7 @@ impl Mode {
 /// What a limiter meters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
-pub enum Meter {
+pub(crate) enum Meter {
     /// Every request it applies to.
     #[default]
     Requests,
@@ -75,7 +75,7 @@ pub enum Meter {
 }
 
 impl Meter {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Meter::Requests => "requests",
             Meter::NewAgents => "new-agents",

@@ -1,8 +1,8 @@
 //! Where buckets live. One trait, two implementations: [`memory::MemoryStore`] for one process,
 //! and [`redis::RedisStore`] for many. Both run the same math from [`crate::limiter`].
 
-pub mod memory;
-pub mod redis;
+pub(crate) mod memory;
+pub(crate) mod redis;
 pub(crate) mod state_file;
 
 use crate::keys::{BucketKey, KeyDigest};

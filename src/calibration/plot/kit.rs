@@ -20,7 +20,7 @@ pub(super) const SHORT: f64 = 120.0;
 /// Most bins drawn per line; longer series are merged into wider, round bins.
 pub(super) const MAX_POINTS: usize = 240;
 /// The bin widths a plot may use, in seconds.
-pub const ROUND_BINS: [u64; 13] = [
+pub(crate) const ROUND_BINS: [u64; 13] = [
     10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400,
 ];
 

@@ -48,7 +48,7 @@ fn source(r: &ReplayReport) -> String {
 }
 
 /// The headline of a limiter's panel: the numbers of its row in the report.
-pub fn headline(l: &LimiterReport) -> String {
+pub(crate) fn headline(l: &LimiterReport) -> String {
     let lockout = match &l.longest_refusal_run_principal {
         Some(p) => format!(
             "longest lockout {} s ({})",
@@ -97,7 +97,7 @@ fn note(o: &mut String, y: f64, attrs: &str, title: &str, statement: &str) -> f6
 /// calibration matched, the requests it admitted and refused per bin over the logs' own time,
 /// one panel per calibration (`--against` adds the second) on the same y-scale so they read
 /// side by side. A calibration that matched nothing has a panel that says so.
-pub fn replay_svg(reports: &[&ReplayReport]) -> String {
+pub(crate) fn replay_svg(reports: &[&ReplayReport]) -> String {
     let mut body = String::new();
     let mut y = 64.0;
     let n = reports.len();

@@ -66,7 +66,7 @@ fn origin_form(target: &[u8]) -> &[u8] {
 }
 
 /// Read one ALB line.
-pub fn parse(line: &[u8]) -> Result<Fields<'_>, Malformed> {
+pub(crate) fn parse(line: &[u8]) -> Result<Fields<'_>, Malformed> {
     let f = split(line, 13)?;
     if f.len() < 13 {
         return Err(Malformed::Layout);

@@ -29,7 +29,7 @@ impl Progress {
 }
 
 /// Replay `logs` through `cfg`.
-pub fn run(cfg: &Config, opts: &Options, logs: &[PathBuf]) -> anyhow::Result<ReplayReport> {
+pub(crate) fn run(cfg: &Config, opts: &Options, logs: &[PathBuf]) -> anyhow::Result<ReplayReport> {
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
     rt.block_on(async {
         let mut rp = Replayer::new(cfg, opts);

@@ -7,7 +7,7 @@ use crate::calibration::simulate::Req;
 use crate::clock::Nanos;
 
 /// 2026-01-01T00:00:00Z, where an emitted log's time starts.
-pub const START: UnixNanos = 1_767_225_600 * 1_000_000_000;
+pub(crate) const START: UnixNanos = 1_767_225_600 * 1_000_000_000;
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
@@ -23,7 +23,7 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 }
 
 /// `t` as RFC 3339 with nanoseconds: `2026-01-01T00:00:01.500000000Z`.
-pub fn rfc3339(t: UnixNanos) -> String {
+pub(crate) fn rfc3339(t: UnixNanos) -> String {
     let secs = t.div_euclid(1_000_000_000);
     let ns = t.rem_euclid(1_000_000_000);
     let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
@@ -37,7 +37,7 @@ pub fn rfc3339(t: UnixNanos) -> String {
 }
 
 /// One simulated request as a JSON access-log line (no trailing newline).
-pub fn line(at: Nanos, req: &Req<'_>) -> String {
+pub(crate) fn line(at: Nanos, req: &Req<'_>) -> String {
     let mut v = serde_json::json!({
         "remote_addr": req.peer.to_string(),
         "time_iso8601": rfc3339(START + at as UnixNanos),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The longest line a replay reads; longer ones are counted as malformed and skipped.
-pub const MAX_LINE: usize = 64 * 1024;
+pub(crate) const MAX_LINE: usize = 64 * 1024;
 
 /// Counts the bytes read from the file itself (before decompression), for progress.
 struct Counting<R> {
@@ -25,7 +25,7 @@ impl<R: Read> Read for Counting<R> {
 }
 
 /// An open log: its lines, its size on disk, and how much of it has been read.
-pub struct Log {
+pub(crate) struct Log {
     pub reader: Box<dyn BufRead>,
     pub size: u64,
     pub read: Arc<AtomicU64>,
@@ -33,7 +33,7 @@ pub struct Log {
 }
 
 /// Open `path`, decompressing it when it is gzip (by its magic bytes, whatever its name).
-pub fn open(path: &Path) -> io::Result<Log> {
+pub(crate) fn open(path: &Path) -> io::Result<Log> {
     let file = File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let read = Arc::new(AtomicU64::new(0));
@@ -62,7 +62,7 @@ pub fn open(path: &Path) -> io::Result<Log> {
 }
 
 /// One line read by [`next_line`].
-pub enum Line {
+pub(crate) enum Line {
     /// A whole line (without its `\n` or `\r\n`) is in the buffer.
     Text,
     /// The line was longer than [`MAX_LINE`]; what was read of it is dropped.
@@ -71,7 +71,7 @@ pub enum Line {
 }
 
 /// Read the next line into `buf`, holding at most [`MAX_LINE`] bytes of it in memory.
-pub fn next_line(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> io::Result<Line> {
+pub(crate) fn next_line(r: &mut dyn BufRead, buf: &mut Vec<u8>) -> io::Result<Line> {
     buf.clear();
     let mut too_long = false;
     let mut any = false;

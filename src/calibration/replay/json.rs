@@ -39,14 +39,14 @@ const KEYS: [(&str, &[&str]); 8] = [
 
 /// Which JSON field holds each thing a replay reads.
 #[derive(Debug, Clone)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     /// For each of [`KEYS`], the field names to try.
     names: Vec<Vec<String>>,
 }
 
 impl Mapping {
     /// `json` (the usual names) or `json:key=field,key=field` (those keys named, the rest usual).
-    pub fn parse(spec: &str) -> Result<Self, String> {
+    pub(crate) fn parse(spec: &str) -> Result<Self, String> {
         let mut names: Vec<Vec<String>> = KEYS
             .iter()
             .map(|(_, n)| n.iter().map(|s| (*s).to_owned()).collect())
@@ -88,7 +88,7 @@ impl Mapping {
     }
 
     /// Read one line; its decoded object is kept in `scratch`, which the fields borrow.
-    pub fn read<'a>(
+    pub(crate) fn read<'a>(
         &self,
         line: &[u8],
         scratch: &'a mut Map<String, Value>,

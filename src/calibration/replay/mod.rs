@@ -30,20 +30,20 @@
 //! metered for are metered by client address instead. `$remote_user`, when logged, is shown
 //! beside the address but does not key a bucket.
 
-pub mod alb;
+pub(crate) mod alb;
 mod cli;
 mod decide;
-pub mod emit;
-pub mod input;
-pub mod json;
-pub mod line;
-pub mod nginx;
+pub(crate) mod emit;
+pub(crate) mod input;
+pub(crate) mod json;
+pub(crate) mod line;
+pub(crate) mod nginx;
 mod reorder;
-pub mod report;
-pub mod summary;
+pub(crate) mod report;
+pub(crate) mod summary;
 #[cfg(test)]
 mod tests;
-pub mod time;
+pub(crate) mod time;
 
 use crate::calibration::simulate::{Series, SimVerifier};
 use crate::calibration::traffic;
@@ -71,13 +71,13 @@ const PLOT_BIN_SECONDS: std::num::NonZeroU64 = std::num::NonZeroU64::new(60).unw
 /// Virtual time starts an hour after the clock's zero, as in `simulate`.
 const ORIGIN: Nanos = 3_600 * NS as Nanos;
 /// Malformed lines shown in the report, first come first shown.
-pub const SHOWN_MALFORMED: usize = 5;
+pub(crate) const SHOWN_MALFORMED: usize = 5;
 /// Principals listed per limiter, most refused first.
-pub const SHOWN_PRINCIPALS: usize = 10;
+pub(crate) const SHOWN_PRINCIPALS: usize = 10;
 /// Outliers named in the report and on stderr, first come first shown.
-pub const SHOWN_OUTLIERS: usize = 5;
+pub(crate) const SHOWN_OUTLIERS: usize = 5;
 /// How many of the lines after a line judge whether it is an outlier.
-pub const LOOK_AHEAD: usize = 32;
+pub(crate) const LOOK_AHEAD: usize = 32;
 /// The reorder window when `--reorder-seconds` is not given: twice the 60 s request timeout
 /// most servers and proxies default to (Apache `Timeout`, nginx `proxy_read_timeout`, an ALB's
 /// idle timeout). A server that logs a request when it completes, stamped with the time it
@@ -88,10 +88,10 @@ pub const DEFAULT_REORDER_SECONDS: u64 = 120;
 /// The most the reorder buffer holds, in bytes (requests, their text, and the buffer's own
 /// bookkeeping, estimated); past it the earliest lines are decided at once. 64 MiB holds the
 /// default window's 120 s at about 1 600 distinct requests a second.
-pub const REORDER_BUDGET: usize = 64 << 20;
+pub(crate) const REORDER_BUDGET: usize = 64 << 20;
 /// Lines out of order by more than this are not a reorder window's business: a clock set
 /// wrong, or files given out of order. No `--reorder-seconds` is suggested for them.
-pub const FAR_SECONDS: i64 = 3_600;
+pub(crate) const FAR_SECONDS: i64 = 3_600;
 /// Malformed lines kept to try the other built-in formats on, and the longest one kept.
 const SAMPLED_MALFORMED: usize = 64;
 const SAMPLED_LINE_BYTES: usize = 8 * 1024;
@@ -103,7 +103,7 @@ const MAX_PLOT_BINS: usize = 10_080;
 
 /// The layout of a log's lines.
 #[derive(Debug, Clone)]
-pub enum LineFormat {
+pub(crate) enum LineFormat {
     /// nginx `combined` (and Express `morgan` combined), or any nginx `log_format` string.
     Nginx(nginx::Format),
     /// AWS Application Load Balancer access logs.
@@ -114,7 +114,7 @@ pub enum LineFormat {
 
 impl LineFormat {
     /// `combined`, `alb`, `json`, `json:key=field,...`, or an nginx `log_format` string.
-    pub fn parse(spec: &str) -> Result<Self, String> {
+    pub(crate) fn parse(spec: &str) -> Result<Self, String> {
         let s = spec.trim();
         if s.eq_ignore_ascii_case("combined") || s.eq_ignore_ascii_case("morgan") {
             nginx::Format::compile(nginx::COMBINED).map(LineFormat::Nginx)
@@ -128,7 +128,7 @@ impl LineFormat {
     }
 
     /// Whether lines in this format can name the agent (`X-Agent-ID`).
-    pub fn logs_agent_ids(&self) -> bool {
+    pub(crate) fn logs_agent_ids(&self) -> bool {
         match self {
             LineFormat::Nginx(f) => f.logs_agent_ids(),
             LineFormat::Alb => false,
@@ -151,7 +151,7 @@ impl LineFormat {
 
 /// How to read the logs.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub format: LineFormat,
     /// How far out of order timestamps may arrive, in seconds.
     pub reorder_seconds: u64,
@@ -200,7 +200,7 @@ struct Ahead {
 
 /// A line set aside because the lines after it are dated well before it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Outlier {
+pub(crate) struct Outlier {
     pub file: String,
     pub line: u64,
     /// Its timestamp, RFC 3339 in UTC.
@@ -211,7 +211,7 @@ pub struct Outlier {
 
 /// A line that was not replayed.
 #[derive(Debug, Clone, Serialize)]
-pub struct BadLine {
+pub(crate) struct BadLine {
     pub file: String,
     pub line: u64,
     pub reason: &'static str,
@@ -219,7 +219,7 @@ pub struct BadLine {
 
 /// What one limiter did over the logs.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct LimiterReport {
+pub(crate) struct LimiterReport {
     pub name: String,
     pub mode: &'static str,
     pub metered: u64,
@@ -240,7 +240,7 @@ pub struct LimiterReport {
 
 /// Refusal runs no admitted request ended.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct UnfinishedRuns {
+pub(crate) struct UnfinishedRuns {
     /// Last refused within the limiter's window of the logs' end: still refused when they end.
     pub still_refused_at_end: u64,
     /// Last refused longer than the limiter's window before the logs' end: the client never
@@ -252,7 +252,7 @@ pub struct UnfinishedRuns {
 
 /// One refusal run no admitted request ended.
 #[derive(Debug, Clone, Serialize)]
-pub struct UnfinishedRun {
+pub(crate) struct UnfinishedRun {
     pub principal: String,
     /// From the run's first refusal to its last refused request.
     pub refused_for_seconds: f64,
@@ -260,19 +260,19 @@ pub struct UnfinishedRun {
     pub ends: &'static str,
 }
 
-pub const STILL_REFUSED: &str = "still refused at the end of the log";
-pub const NEVER_SEEN_AGAIN: &str = "last request refused, never seen again";
+pub(crate) const STILL_REFUSED: &str = "still refused at the end of the log";
+pub(crate) const NEVER_SEEN_AGAIN: &str = "last request refused, never seen again";
 
 /// An agent whose heartbeats would have gone unanswered past the offline threshold.
 #[derive(Debug, Clone, Serialize)]
-pub struct OfflineAgent {
+pub(crate) struct OfflineAgent {
     pub agent_id: String,
     pub longest_gap_seconds: f64,
 }
 
 /// Everything `replay` reports for one calibration.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ReplayReport {
+pub(crate) struct ReplayReport {
     pub config: Option<PathBuf>,
     pub files: Vec<String>,
     pub lines: u64,

@@ -8,7 +8,7 @@ use super::line::{Fields, Malformed};
 use super::time;
 
 /// nginx's predefined `combined` format.
-pub const COMBINED: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
+pub(crate) const COMBINED: &str = r#"$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent""#;
 
 /// The variables a replay reads; every other variable is matched and ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,7 +57,7 @@ fn head(out: &mut String, r: &ReplayReport) {
 }
 
 /// `access.log:1: dated 2099-01-01T00:00:00.000000000Z, 2303683200 s ahead of the lines after it`.
-pub fn outlier(o: &super::Outlier) -> String {
+pub(crate) fn outlier(o: &super::Outlier) -> String {
     format!(
         "{}:{}: dated {}, {} s ahead of the lines after it",
         o.file, o.line, o.dated, o.ahead_seconds
@@ -122,7 +122,7 @@ fn offline(out: &mut String, r: &ReplayReport) {
 }
 
 /// One replay as a table.
-pub fn table(r: &ReplayReport) -> String {
+pub(crate) fn table(r: &ReplayReport) -> String {
     let mut out = String::new();
     head(&mut out, r);
     let _ = writeln!(out, "limiters");
@@ -138,7 +138,7 @@ pub fn table(r: &ReplayReport) -> String {
 
 /// Two calibrations over the same logs: the first's report, the second's, and their refusals
 /// limiter by limiter.
-pub fn side_by_side(a: &ReplayReport, b: &ReplayReport) -> String {
+pub(crate) fn side_by_side(a: &ReplayReport, b: &ReplayReport) -> String {
     let mut out = table(a);
     out.push('\n');
     out.push_str(&table(b));

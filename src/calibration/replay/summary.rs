@@ -8,7 +8,7 @@ use serde::Serialize;
 
 /// What the fixes are computed from, gathered while the lines are read.
 #[derive(Debug, Clone, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// The newest line read so far, outliers included unless [`FAR_SECONDS`] ahead.
     pub newest: Option<i64>,
     /// The furthest a line was dated before that newest line (nanoseconds), among those at
@@ -26,7 +26,7 @@ pub struct Seen {
 
 /// One reason lines were not replayed, or were replayed out of order.
 #[derive(Debug, Clone, Serialize)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     /// `late`, `outliers`, `malformed`, `decided early` or `unreadable` (whose lines are
     /// unknown: 0 here).
     pub reason: &'static str,
@@ -44,7 +44,7 @@ pub struct Skipped {
 const BUILT_IN: [&str; 3] = ["combined", "alb", "json"];
 
 /// A share of `total`, in percent, to two decimals.
-pub fn percent(n: u64, total: u64) -> f64 {
+pub(crate) fn percent(n: u64, total: u64) -> f64 {
     if total == 0 {
         return 0.0;
     }
@@ -53,7 +53,7 @@ pub fn percent(n: u64, total: u64) -> f64 {
 
 /// `--reorder-seconds` that covers lines out of order by `ns`: a second more, rounded up to
 /// 10 s (to a minute past ten minutes).
-pub fn window_for(ns: i64) -> u64 {
+pub(crate) fn window_for(ns: i64) -> u64 {
     let s = (ns.max(0) as u64).div_ceil(NS as u64) + 1;
     let step = if s > 600 { 60 } else { 10 };
     s.div_ceil(step) * step
@@ -68,7 +68,7 @@ fn usable(f: &Fields<'_>) -> bool {
 }
 
 /// The built-in format that reads more than half of `sample`, and how many it reads.
-pub fn format_that_reads(sample: &[Box<[u8]>]) -> Option<(&'static str, usize, usize)> {
+pub(crate) fn format_that_reads(sample: &[Box<[u8]>]) -> Option<(&'static str, usize, usize)> {
     let mut scratch = serde_json::Map::new();
     BUILT_IN
         .iter()
@@ -108,7 +108,7 @@ fn lines(n: u64) -> String {
 }
 
 /// The summary of `r`: fills `not_replayed`, its share and `skipped`.
-pub fn summarise(r: &mut ReplayReport) {
+pub(crate) fn summarise(r: &mut ReplayReport) {
     let total = r.lines;
     let seen = r.seen.clone();
     let window = r.reorder_seconds;
@@ -255,12 +255,12 @@ pub fn summarise(r: &mut ReplayReport) {
 }
 
 /// Whether more of the lines than `--max-skipped` allows were not replayed.
-pub fn too_many_skipped(r: &ReplayReport) -> bool {
+pub(crate) fn too_many_skipped(r: &ReplayReport) -> bool {
     r.not_replayed > 0 && r.not_replayed as f64 * 100.0 > r.max_skipped_percent * r.lines as f64
 }
 
 /// The summary as lines of text (without a prefix), for stderr and the table.
-pub fn describe(r: &ReplayReport) -> Vec<String> {
+pub(crate) fn describe(r: &ReplayReport) -> Vec<String> {
     let mut out = Vec::new();
     if r.skipped.is_empty() {
         return out;

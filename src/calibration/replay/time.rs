@@ -1,11 +1,11 @@
 //! Timestamps of access logs (nginx `$time_local`, ISO 8601, `$msec`) as Unix nanoseconds.
 
 /// Nanoseconds since the Unix epoch.
-pub type UnixNanos = i64;
+pub(crate) type UnixNanos = i64;
 
 const NS: i64 = 1_000_000_000;
 /// Years a replayed log may be stamped with; anything outside is an absurd timestamp.
-pub const YEARS: std::ops::RangeInclusive<i64> = 1990..=2200;
+pub(crate) const YEARS: std::ops::RangeInclusive<i64> = 1990..=2200;
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
@@ -88,7 +88,7 @@ fn fraction(b: &[u8]) -> Option<(i64, &[u8])> {
 }
 
 /// nginx `$time_local` / CLF: `10/Oct/2000:13:55:36 -0700`.
-pub fn clf(b: &[u8]) -> Option<UnixNanos> {
+pub(crate) fn clf(b: &[u8]) -> Option<UnixNanos> {
     if b.len() < 20 || b[2] != b'/' || b[6] != b'/' || b[11] != b':' {
         return None;
     }
@@ -108,7 +108,7 @@ pub fn clf(b: &[u8]) -> Option<UnixNanos> {
 }
 
 /// ISO 8601 / RFC 3339: `2000-10-10T20:55:36Z`, `2000-10-10T13:55:36.250-07:00`.
-pub fn iso8601(b: &[u8]) -> Option<UnixNanos> {
+pub(crate) fn iso8601(b: &[u8]) -> Option<UnixNanos> {
     if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return None;
     }
@@ -124,7 +124,7 @@ pub fn iso8601(b: &[u8]) -> Option<UnixNanos> {
 }
 
 /// nginx `$msec`: seconds since the epoch with a fraction, `971211336.123`.
-pub fn epoch(b: &[u8]) -> Option<UnixNanos> {
+pub(crate) fn epoch(b: &[u8]) -> Option<UnixNanos> {
     let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
     // Ten digits today (since 2001); up to twelve read, the year check refuses the absurd.
     if n == 0 || n > 12 {
@@ -142,7 +142,7 @@ pub fn epoch(b: &[u8]) -> Option<UnixNanos> {
 }
 
 /// Whichever of the three forms `b` is written in.
-pub fn any(b: &[u8]) -> Option<UnixNanos> {
+pub(crate) fn any(b: &[u8]) -> Option<UnixNanos> {
     match b.get(2) {
         Some(b'/') => clf(b),
         _ if b.get(4) == Some(&b'-') => iso8601(b),

@@ -14,8 +14,8 @@ use crate::config::Config;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-pub const DURATION_SECONDS: u64 = 10 * 60;
-pub const RATE_PER_SECOND: u64 = 20;
+pub(crate) const DURATION_SECONDS: u64 = 10 * 60;
+pub(crate) const RATE_PER_SECOND: u64 = 20;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Attacker {
@@ -52,7 +52,7 @@ const ATTACKERS: [(&str, &str, (&str, &str)); 3] = [
     ("cli-token-stuffing", "198.51.100.9", traffic::DASHBOARD),
 ];
 
-pub async fn run(cfg: &Config, seed: u64) -> AbuseReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> AbuseReport {
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();

@@ -14,7 +14,7 @@ use crate::config::Config;
 use serde::Serialize;
 
 /// Virtual length of each run.
-pub const DURATION_SECONDS: u64 = 30 * 60;
+pub(crate) const DURATION_SECONDS: u64 = 30 * 60;
 
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]
@@ -89,7 +89,7 @@ async fn one(cfg: &Config, seed: u64, verified: bool) -> (AnalystsRun, Series) {
     (run, sim.series)
 }
 
-pub async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> AnalystsReport {
     let (with, series) = one(cfg, seed, true).await;
     let (without, series_without_verified_tokens) = one(cfg, seed, false).await;
     AnalystsReport {

@@ -22,7 +22,7 @@ use crate::decision::BodyValue;
 use serde::Serialize;
 use std::sync::Arc;
 
-pub const DURATION_SECONDS: u64 = 60 * 60;
+pub(crate) const DURATION_SECONDS: u64 = 60 * 60;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Client {
@@ -75,7 +75,7 @@ const SPELLINGS: [&str; 4] = [
     "VICTIM@example.com.",
 ];
 
-pub async fn run(cfg: &Config, seed: u64) -> AuthCeilingsReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> AuthCeilingsReport {
     let mut rng = super::Rng::new(seed);
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();

@@ -18,7 +18,7 @@ use crate::calibration::traffic;
 use crate::config::Config;
 use serde::Serialize;
 
-pub const DURATION_SECONDS: u64 = 5 * 60;
+pub(crate) const DURATION_SECONDS: u64 = 5 * 60;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Client {
@@ -61,7 +61,7 @@ const CLIENTS: [(&str, &str, u64, u16); 2] = [
     ("key-guessing", "198.51.100.21", 20, 401),
 ];
 
-pub async fn run(cfg: &Config, seed: u64) -> FailedOnlyReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> FailedOnlyReport {
     let mut rng = super::Rng::new(seed);
     let mut sim = Sim::new(cfg);
     let mut q = Queue::default();

@@ -20,11 +20,11 @@ use serde::Serialize;
 use std::num::NonZeroU64;
 
 /// Virtual length of the run.
-pub const DURATION_SECONDS: u64 = 30 * 60;
+pub(crate) const DURATION_SECONDS: u64 = 30 * 60;
 /// When the fleet-wide tasks are launched.
-pub const TASK_WAVES_SECONDS: [u64; 3] = [120, 720, 1320];
+pub(crate) const TASK_WAVES_SECONDS: [u64; 3] = [120, 720, 1320];
 /// Results one agent posts for one task (inclusive range).
-pub const RESULTS_PER_TASK: (u64, u64) = (40, 120);
+pub(crate) const RESULTS_PER_TASK: (u64, u64) = (40, 120);
 const UPLOAD_GAP: Nanos = NS / 10;
 
 #[derive(Debug, Clone, Serialize)]
@@ -147,7 +147,7 @@ struct Agent {
     uploading: bool,
 }
 
-pub async fn run(cfg: &Config, seed: u64) -> FleetReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> FleetReport {
     let f = &cfg.fleet;
     let n = f.max_site_endpoints.get() as usize;
     let hb = super::ns(f.heartbeat_interval_seconds.get());

@@ -10,22 +10,22 @@
 //! tokens are checked by [`SimVerifier`], which accepts exactly the tokens the `analysts`
 //! scenario hands its analysts: it stands for a configured verifier and a verified user.
 
-pub mod abuse;
-pub mod analysts;
-pub mod auth_ceilings;
-pub mod failed_only;
-pub mod fleet;
-pub mod rollout;
-pub mod rotation;
-pub mod table_flood;
+pub(crate) mod abuse;
+pub(crate) mod analysts;
+pub(crate) mod auth_ceilings;
+pub(crate) mod failed_only;
+pub(crate) mod fleet;
+pub(crate) mod rollout;
+pub(crate) mod rotation;
+pub(crate) mod table_flood;
 
-pub use abuse::AbuseReport;
-pub use analysts::AnalystsReport;
-pub use failed_only::FailedOnlyReport;
+pub(crate) use abuse::AbuseReport;
+pub(crate) use analysts::AnalystsReport;
+pub(crate) use failed_only::FailedOnlyReport;
 pub use fleet::FleetReport;
-pub use rollout::RolloutReport;
-pub use rotation::RotationReport;
-pub use table_flood::TableFloodReport;
+pub(crate) use rollout::RolloutReport;
+pub(crate) use rotation::RotationReport;
+pub(crate) use table_flood::TableFloodReport;
 
 use crate::clock::{ManualClock, Nanos};
 use crate::config::Config;
@@ -42,13 +42,13 @@ use std::num::NonZeroU64;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub const NS: Nanos = 1_000_000_000;
+pub(crate) const NS: Nanos = 1_000_000_000;
 /// Virtual time starts an hour after the clock's zero, like the system clock.
 const ORIGIN: Nanos = 3_600 * NS;
 /// Width of one bar of the admitted/refused time series.
-pub const BIN_SECONDS: NonZeroU64 = NonZeroU64::new(10).unwrap();
+pub(crate) const BIN_SECONDS: NonZeroU64 = NonZeroU64::new(10).unwrap();
 /// The NAT every fleet, installer and analyst of a site sits behind.
-pub const SITE_NAT: &str = "203.0.113.10";
+pub(crate) const SITE_NAT: &str = "203.0.113.10";
 
 /// The scenarios, in the order `all` runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +159,7 @@ pub struct SimulationReport {
 }
 
 /// The largest population a scenario simulates (`max_site_endpoints`, `analysts_per_nat`).
-pub const MAX_POPULATION: u64 = 10_000;
+pub(crate) const MAX_POPULATION: u64 = 10_000;
 
 /// Run the scenarios against a configuration.
 pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<SimulationReport> {
@@ -223,14 +223,14 @@ impl Scenario {
 /// A small, fully specified PRNG (SplitMix64): the same seed gives the same run on every
 /// platform and every version of every dependency.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -239,23 +239,23 @@ impl Rng {
     }
 
     /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Uniform in `[lo, hi]`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next_u64() % (hi - lo + 1)
     }
 
     /// Uniform duration in `[0, secs)` seconds, in nanoseconds.
-    pub fn within(&mut self, secs: f64) -> Nanos {
+    pub(crate) fn within(&mut self, secs: f64) -> Nanos {
         (self.unit() * secs * NS as f64) as Nanos
     }
 
     /// How a well-behaved client waits after a 429: the `Retry-After` it was given, plus up to
     /// a fifth of it and up to one second more of random jitter, so retries do not arrive together.
-    pub fn backoff(&mut self, retry_after_secs: u64) -> Nanos {
+    pub(crate) fn backoff(&mut self, retry_after_secs: u64) -> Nanos {
         let ra = retry_after_secs.max(1) as f64;
         ((ra * (1.0 + 0.2 * self.unit()) + self.unit()) * NS as f64) as Nanos
     }
@@ -264,10 +264,10 @@ impl Rng {
 /// Stands for a configured token verifier: a dashboard token `sim-analyst-<n>` verifies as the
 /// user `analyst-<n>`; every other token fails verification.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct SimVerifier;
+pub(crate) struct SimVerifier;
 
 /// The prefix of the tokens [`SimVerifier`] accepts.
-pub const SIM_TOKEN_PREFIX: &str = "sim-analyst-";
+pub(crate) const SIM_TOKEN_PREFIX: &str = "sim-analyst-";
 
 impl TokenVerifier for SimVerifier {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<String>> {
@@ -323,7 +323,7 @@ impl Series {
 }
 
 /// One simulated request.
-pub struct Req<'a> {
+pub(crate) struct Req<'a> {
     pub peer: IpAddr,
     /// Method and path, written in the scenario (so already canonical).
     pub route: (&'static str, &'static str),
@@ -334,14 +334,14 @@ pub struct Req<'a> {
 
 /// What the limiter answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     Admitted,
     Refused { retry_after_secs: u64 },
 }
 
 /// Told of every request a scenario sends: virtual nanoseconds since the run's start, and the
 /// request.
-pub type Emitter = Box<dyn FnMut(Nanos, &Req<'_>)>;
+pub(crate) type Emitter = Box<dyn FnMut(Nanos, &Req<'_>)>;
 
 thread_local! {
     /// The emitter of a [`run_emitting`] on this thread.
@@ -350,7 +350,7 @@ thread_local! {
 
 /// [`run`], telling `emit` of every request sent, in the order the limiter decides them (what
 /// `simulate --emit-log` writes as an access log for `replay`).
-pub fn run_emitting(
+pub(crate) fn run_emitting(
     cfg: &Config,
     scenarios: &[Scenario],
     seed: u64,
@@ -363,7 +363,7 @@ pub fn run_emitting(
 }
 
 /// The real decision path on a virtual clock, counting what it answers.
-pub struct Sim {
+pub(crate) struct Sim {
     clock: ManualClock,
     decider: Decider,
     pub requests: u64,
@@ -372,7 +372,7 @@ pub struct Sim {
 }
 
 impl Sim {
-    pub fn new(cfg: &Config) -> Self {
+    pub(crate) fn new(cfg: &Config) -> Self {
         let clock = ManualClock::new(ORIGIN);
         let store = MemoryStore::new(cfg.store.max_keys.max(100_000), Arc::new(clock.clone()));
         Self {
@@ -388,24 +388,24 @@ impl Sim {
     }
 
     /// The known-agents table's counts now.
-    pub fn known_agents(&self) -> crate::known_agents::Counts {
+    pub(crate) fn known_agents(&self) -> crate::known_agents::Counts {
         self.decider.known_agents().counts()
     }
 
     /// Decide one request at `at` nanoseconds of virtual time.
-    pub async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
+    pub(crate) async fn send(&mut self, at: Nanos, req: &Req<'_>) -> Answer {
         self.send_inner(at, req, None, &[]).await
     }
 
     /// [`Sim::send`], and when admitted, answered with `status` at once: limiters that count only
     /// failed (or only succeeded) answers give it back as the gateway does.
-    pub async fn send_answered(&mut self, at: Nanos, req: &Req<'_>, status: u16) -> Answer {
+    pub(crate) async fn send_answered(&mut self, at: Nanos, req: &Req<'_>, status: u16) -> Answer {
         self.send_inner(at, req, Some(status), &[]).await
     }
 
     /// [`Sim::send_answered`] for a request whose body names `body` (the normalised values of
     /// the fields `body:<field>` limiters read, as the middleware reads them).
-    pub async fn send_with_body(
+    pub(crate) async fn send_with_body(
         &mut self,
         at: Nanos,
         req: &Req<'_>,
@@ -464,7 +464,7 @@ impl Sim {
 }
 
 /// Events due at instants of virtual time, first come first served.
-pub struct Queue<E: Ord> {
+pub(crate) struct Queue<E: Ord> {
     heap: BinaryHeap<Reverse<(Nanos, u64, E)>>,
     seq: u64,
 }
@@ -479,13 +479,13 @@ impl<E: Ord> Default for Queue<E> {
 }
 
 impl<E: Ord> Queue<E> {
-    pub fn push(&mut self, at: Nanos, e: E) {
+    pub(crate) fn push(&mut self, at: Nanos, e: E) {
         self.seq += 1;
         self.heap.push(Reverse((at, self.seq, e)));
     }
 
     /// The next event due before `until`: a run of `until` holds the instants `0..until`.
-    pub fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
+    pub(crate) fn pop_until(&mut self, until: Nanos) -> Option<(Nanos, E)> {
         match self.heap.peek() {
             Some(Reverse((at, _, _))) if *at < until => {
                 self.heap.pop().map(|Reverse((at, _, e))| (at, e))
@@ -496,17 +496,17 @@ impl<E: Ord> Queue<E> {
 }
 
 /// Parse a literal address used by the scenarios.
-pub fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse()
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
 }
 
 /// Seconds from the configuration as nanoseconds, capped at ten years (far past any run).
-pub fn ns(secs: u64) -> Nanos {
+pub(crate) fn ns(secs: u64) -> Nanos {
     secs.min(10 * 365 * 86_400) * NS
 }
 
-pub fn secs(ns: Nanos) -> f64 {
+pub(crate) fn secs(ns: Nanos) -> f64 {
     ns as f64 / NS as f64
 }
 

@@ -13,9 +13,9 @@ use crate::config::Config;
 use serde::Serialize;
 
 /// Installers start within this many seconds.
-pub const START_SPREAD_SECONDS: u64 = 300;
+pub(crate) const START_SPREAD_SECONDS: u64 = 300;
 /// The run gives up after this much virtual time.
-pub const CAP_SECONDS: u64 = 2 * 86_400;
+pub(crate) const CAP_SECONDS: u64 = 2 * 86_400;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RolloutReport {
@@ -41,7 +41,7 @@ enum Ev {
     Enroll(usize),
 }
 
-pub async fn run(cfg: &Config, seed: u64) -> RolloutReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> RolloutReport {
     let n = cfg.fleet.max_site_endpoints.get() as usize;
     let nat = ip(SITE_NAT);
     let end = CAP_SECONDS * NS;

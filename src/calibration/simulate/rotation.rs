@@ -16,12 +16,12 @@ use crate::config::Config;
 use serde::Serialize;
 
 /// Virtual length of the run.
-pub const DURATION_SECONDS: u64 = 15 * 60;
+pub(crate) const DURATION_SECONDS: u64 = 15 * 60;
 /// When the rotating client starts: the site's agents have been admitted by then.
-pub const FLOOD_STARTS_SECONDS: u64 = 3 * 60;
+pub(crate) const FLOOD_STARTS_SECONDS: u64 = 3 * 60;
 const _: () = assert!(FLOOD_STARTS_SECONDS < DURATION_SECONDS);
 /// The rotating client's requests a second.
-pub const FLOOD_RATE_PER_SECOND: u64 = 125;
+pub(crate) const FLOOD_RATE_PER_SECOND: u64 = 125;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RotationReport {
@@ -75,7 +75,7 @@ fn ceiling_allows(cfg: &Config, flood_ns: Nanos) -> Option<u64> {
     Some(limit + (u128::from(limit) * u128::from(flood_ns) / u128::from(window)) as u64)
 }
 
-pub async fn run(cfg: &Config, seed: u64) -> RotationReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> RotationReport {
     let f = &cfg.fleet;
     let n = f.max_site_endpoints.get() as usize;
     let hb = super::ns(f.heartbeat_interval_seconds.get());

@@ -35,17 +35,17 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroU64;
 
 /// Virtual length of the run.
-pub const DURATION_SECONDS: u64 = 8 * 60;
-pub const FILL_STARTS_SECONDS: u64 = 60;
-pub const FILL_ADDRESSES: u64 = 456;
-pub const FILL_IDS_EACH: u64 = 250;
-pub const FILL_SECONDS: u64 = 11;
-pub const KEEP_FULL_PER_SECOND: u64 = 127;
-pub const SUSTAINED_STARTS_SECONDS: u64 = 5 * 60;
+pub(crate) const DURATION_SECONDS: u64 = 8 * 60;
+pub(crate) const FILL_STARTS_SECONDS: u64 = 60;
+pub(crate) const FILL_ADDRESSES: u64 = 456;
+pub(crate) const FILL_IDS_EACH: u64 = 250;
+pub(crate) const FILL_SECONDS: u64 = 11;
+pub(crate) const KEEP_FULL_PER_SECOND: u64 = 127;
+pub(crate) const SUSTAINED_STARTS_SECONDS: u64 = 5 * 60;
 /// The sustained flood's addresses are `check`'s figure, but never more than this.
-pub const MAX_SUSTAINED_ADDRESSES: u64 = 1_000;
-pub const AFTER_FILL_SECONDS: u64 = 4 * 60;
-pub const DURING_FLOOD_SECONDS: u64 = 6 * 60;
+pub(crate) const MAX_SUSTAINED_ADDRESSES: u64 = 1_000;
+pub(crate) const AFTER_FILL_SECONDS: u64 = 4 * 60;
+pub(crate) const DURING_FLOOD_SECONDS: u64 = 6 * 60;
 /// A new site's agents send their first heartbeat within this long of its arrival.
 const ARRIVAL_SPREAD_SECONDS: f64 = 5.0;
 
@@ -176,7 +176,7 @@ fn ceiling(cfg: &Config) -> (NonZeroU64, Nanos) {
         .unwrap_or((cfg.fleet.max_site_endpoints, 60 * NS))
 }
 
-pub async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
+pub(crate) async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
     let f = &cfg.fleet;
     let n = f.max_site_endpoints.get() as usize;
     let hb = super::ns(f.heartbeat_interval_seconds.get());

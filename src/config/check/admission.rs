@@ -5,7 +5,7 @@ use crate::config::Config;
 
 /// A calibration [`admit`] lets in, with what the operator should hear about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     /// `limiter: reason` for every warning (thin headroom, shadow mode …) and every at-risk
     /// finding (dashboards keyed on the IP for want of `[identity]`), at-risk first.
     pub warnings: Vec<String>,
@@ -41,7 +41,7 @@ impl std::error::Error for Refusal {}
 /// the built-in configuration, with no `[identity]`, keys dashboards on the IP and must still
 /// start. With limiting switched off nothing is enforced, so nothing can lock a client out and
 /// everything is admitted. Returns the findings; the caller says them.
-pub fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
+pub(crate) fn admit(cfg: &Config, allow_unsafe: bool) -> Result<Admitted, Refusal> {
     if !cfg.enabled {
         return Ok(Admitted {
             warnings: Vec::new(),

@@ -34,13 +34,13 @@ mod findings;
 mod judge;
 mod line;
 mod suggest;
-pub mod traffic;
-pub mod types;
+pub(crate) mod traffic;
+pub(crate) mod types;
 mod wording;
 mod workload;
 
-pub use admission::{admit, Admitted, Refusal};
-pub use types::{CheckReport, Dashboards, KnownTable, LimiterCheck, Status};
+pub(crate) use admission::{admit, Admitted, Refusal};
+pub(crate) use types::{CheckReport, Dashboards, KnownTable, LimiterCheck, Status};
 pub(crate) use wording::fmt_rate;
 
 #[cfg(doc)]
@@ -49,10 +49,10 @@ use crate::config::Config;
 use crate::policy::Mode;
 
 /// Headroom over the agents' idle cadence under which `check` warns.
-pub const MIN_IDLE_HEADROOM: f64 = 10.0;
+pub(crate) const MIN_IDLE_HEADROOM: f64 = 10.0;
 
 /// Run the check on a configuration.
-pub fn check(cfg: &Config) -> CheckReport {
+pub(crate) fn check(cfg: &Config) -> CheckReport {
     let fleet = cfg.fleet.clone();
     let verified = cfg.identity.verifies();
     let model = workload::Model::new(cfg);
@@ -113,7 +113,7 @@ pub fn check(cfg: &Config) -> CheckReport {
 mod tests;
 
 /// A duration in seconds as `500ms`, `2s`, `1m30s`, `15m`, `2h5m`.
-pub fn fmt_secs(secs: f64) -> String {
+pub(crate) fn fmt_secs(secs: f64) -> String {
     if !secs.is_finite() {
         return "unbounded".to_owned();
     }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// How a limiter fares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Status {
+pub(crate) enum Status {
     /// `mode = "off"`: never consulted.
     Off,
     /// No declared workload reaches it: an abuse guard.
@@ -23,7 +23,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Off => "off",
             Status::Unloaded => "guard",
@@ -38,7 +38,7 @@ impl Status {
 /// Which declared workload a load comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Workload {
+pub(crate) enum Workload {
     AgentIdle,
     Rollout,
     Dashboards,
@@ -46,7 +46,7 @@ pub enum Workload {
 }
 
 impl Workload {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Workload::AgentIdle => "agent idle",
             Workload::Rollout => "rollout",
@@ -58,7 +58,7 @@ impl Workload {
 
 /// What one workload asks of one limiter's bucket.
 #[derive(Debug, Clone, Serialize)]
-pub struct Load {
+pub(crate) struct Load {
     pub workload: Workload,
     /// Clients sharing one bucket of this limiter.
     pub sharers: u64,
@@ -84,7 +84,7 @@ pub struct Load {
 
 /// One limiter's line of the report.
 #[derive(Debug, Clone, Serialize)]
-pub struct LimiterCheck {
+pub(crate) struct LimiterCheck {
     pub name: String,
     /// The configured `limit`, in cost units.
     pub limit: u32,
@@ -129,7 +129,7 @@ pub struct LimiterCheck {
 /// A limiter's cost per request: `{"units": 1}`, or `{"header": "x-batch-size", "max": 50}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
-pub enum CostShown {
+pub(crate) enum CostShown {
     Fixed { units: u32 },
     Header { header: String, max: u32 },
 }
@@ -147,7 +147,7 @@ impl std::fmt::Display for CostShown {
 /// One change to a limiter's table that `check`'s own judge accepts: the budget, window and
 /// key it leaves, and the lines to set under `[limiters.NAME]`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Fix {
+pub(crate) struct Fix {
     /// What changes: `limit`, `window` or `key`.
     pub change: &'static str,
     pub limit: u32,
@@ -163,13 +163,13 @@ pub struct Fix {
 impl LimiterCheck {
     #[cfg(test)]
     /// The smallest headroom over any load.
-    pub fn headroom(&self) -> Option<f64> {
+    pub(crate) fn headroom(&self) -> Option<f64> {
         self.loads.iter().map(|l| l.headroom).min_by(f64::total_cmp)
     }
 
     #[cfg(test)]
     /// The longest refusal run over any load (`Some(None)` = unbounded).
-    pub fn worst_refused(&self) -> Option<Option<f64>> {
+    pub(crate) fn worst_refused(&self) -> Option<Option<f64>> {
         let mut worst: Option<Option<f64>> = None;
         for l in &self.loads {
             worst = Some(match (worst, l.worst_refused_seconds) {
@@ -184,7 +184,7 @@ impl LimiterCheck {
 
 /// The limiters by their `on_store_error` answer.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
-pub struct StoreDown {
+pub(crate) struct StoreDown {
     /// Pass unmetered.
     pub allow: Vec<String>,
     /// Refuse their routes.
@@ -195,7 +195,7 @@ pub struct StoreDown {
 
 /// The whole check.
 #[derive(Debug, Clone, Serialize)]
-pub struct CheckReport {
+pub(crate) struct CheckReport {
     /// The configuration file, or `None` for the built-in calibration.
     pub config: Option<PathBuf>,
     /// `false` when limiting is switched off (`enabled = false`): nothing is enforced.
@@ -270,7 +270,7 @@ impl KnownTable {
 
 /// What one analyst's dashboard sends, and whose bucket it lands in.
 #[derive(Debug, Clone, Serialize)]
-pub struct Dashboards {
+pub(crate) struct Dashboards {
     /// Requests an open dashboard sends every `dashboard_poll_seconds`: its page's widgets and
     /// the notification bell ([`traffic::DASHBOARD_REQUESTS_PER_POLL`]).
     pub requests_per_poll: u64,
@@ -283,27 +283,27 @@ pub struct Dashboards {
 }
 
 impl CheckReport {
-    pub fn is_safe(&self) -> bool {
+    pub(crate) fn is_safe(&self) -> bool {
         self.unsafe_limiters == 0
     }
 
     /// `limiter: reason` for every unsafe finding.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         self.findings(Status::Unsafe)
     }
 
     /// `limiter: reason` for every warning.
-    pub fn warning_lines(&self) -> Vec<String> {
+    pub(crate) fn warning_lines(&self) -> Vec<String> {
         self.findings(Status::Warning)
     }
 
     /// `limiter: reason` for every at-risk finding.
-    pub fn risk_lines(&self) -> Vec<String> {
+    pub(crate) fn risk_lines(&self) -> Vec<String> {
         self.findings(Status::AtRisk)
     }
 
     /// Whether any limiter is at risk.
-    pub fn is_at_risk(&self) -> bool {
+    pub(crate) fn is_at_risk(&self) -> bool {
         self.at_risk > 0
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// TLS to an `https://` upstream.
 #[derive(Debug, Clone)]
-pub struct UpstreamTls {
+pub(crate) struct UpstreamTls {
     /// Certificate verification ([`crate::tls::client_config`]) and ALPN `http/1.1` only.
     pub(super) config: Arc<rustls::ClientConfig>,
     /// The name the certificate must hold: a DNS name, also sent as SNI; or an IP address,
@@ -25,7 +25,7 @@ pub struct UpstreamTls {
 impl UpstreamTls {
     /// TLS for the `https://` URL `base`, verified by `client` (whose ALPN is replaced by
     /// `http/1.1`: the connection speaks HTTP/1.1 only).
-    pub fn new(base: &UpstreamUrl, client: &rustls::ClientConfig) -> Result<Self, String> {
+    pub(crate) fn new(base: &UpstreamUrl, client: &rustls::ClientConfig) -> Result<Self, String> {
         let host = base.host();
         let name = ServerName::try_from(host.to_owned())
             .map_err(|e| format!("`{host}` is not a host name TLS can verify: {e}"))?;
@@ -44,7 +44,7 @@ const MAX_IDLE_CONNECTIONS: usize = 1024;
 /// HTTP/1.1 keep-alive connections to the upstream, for one worker thread. Each connection is
 /// a task on the worker; a request takes the most recently used idle one or opens a new one,
 /// and the connection goes back to the pool when the answer's body has been read to the end.
-pub struct UpstreamClient {
+pub(crate) struct UpstreamClient {
     /// `host:port` to connect to.
     pub(super) addr: String,
     /// `Host` for requests that arrived without one.
@@ -176,7 +176,7 @@ impl UpstreamClient {
     /// For an `https://` upstream: connect and shake hands once, nothing sent. `Ok` when the
     /// upstream was not reached (that is for requests to find out), `Err` with the reason when
     /// it was and its certificate does not verify.
-    pub async fn check_certificate(&self) -> Result<(), String> {
+    pub(crate) async fn check_certificate(&self) -> Result<(), String> {
         let Some(tls) = &self.tls else {
             return Ok(());
         };

@@ -30,8 +30,8 @@ mod answers;
 mod body;
 mod client;
 mod headers;
-pub mod pace;
-pub mod upgrade;
+pub(crate) mod pace;
+pub(crate) mod upgrade;
 
 use crate::admission::Admission;
 use crate::config::UpstreamUrl;
@@ -44,7 +44,7 @@ use answers::{
 };
 use body::{silent_for, BodyWatch, ClientFault, ProxyBody};
 use client::{Pool, UpstreamError};
-pub use client::{UpstreamClient, UpstreamTls};
+pub(crate) use client::{UpstreamClient, UpstreamTls};
 use futures_util::future::{select, Either};
 use headers::{parse_length, upstream_request};
 use pace::BodyRules;
@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 
 /// Where allowed requests go.
 #[derive(Debug, Clone)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// The upstream's URL: scheme, host, port and path prefix.
     pub base: UpstreamUrl,
     pub connect_timeout: Duration,
@@ -80,7 +80,7 @@ pub struct Upstream {
 /// peer, or the rightmost untrusted hop behind the trusted proxies of the settings in force),
 /// normalised as keys are (`client_share::client_address`).
 #[derive(Clone)]
-pub struct ClientAddresses(Option<Arc<Decider>>);
+pub(crate) struct ClientAddresses(Option<Arc<Decider>>);
 
 impl std::fmt::Debug for ClientAddresses {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,18 +93,18 @@ impl std::fmt::Debug for ClientAddresses {
 
 impl ClientAddresses {
     /// Read through `decider`'s settings (trusted proxies and IPv6 prefix), reloads included.
-    pub fn new(decider: Arc<Decider>) -> Self {
+    pub(crate) fn new(decider: Arc<Decider>) -> Self {
         Self(Some(decider))
     }
 
     /// The peer itself, with the default IPv6 prefix: for an app with no trusted proxies.
     #[cfg(test)]
-    pub fn peer_only() -> Self {
+    pub(crate) fn peer_only() -> Self {
         Self(None)
     }
 
     /// The client address of `req`.
-    pub fn of(&self, req: &HttpRequest) -> std::net::IpAddr {
+    pub(crate) fn of(&self, req: &HttpRequest) -> std::net::IpAddr {
         let peer = req
             .peer_addr()
             .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
@@ -127,7 +127,7 @@ impl ClientAddresses {
 
 impl Upstream {
     /// The connection pool of one worker thread (connections are driven by that thread).
-    pub fn client(&self) -> UpstreamClient {
+    pub(crate) fn client(&self) -> UpstreamClient {
         UpstreamClient {
             addr: self.base.address(),
             host: self.base.authority().to_owned(),
@@ -140,7 +140,7 @@ impl Upstream {
 }
 
 /// The gateway's default service: forward to the upstream and stream the answer back.
-pub async fn forward(
+pub(crate) async fn forward(
     req: HttpRequest,
     payload: web::Payload,
     client: web::Data<UpstreamClient>,

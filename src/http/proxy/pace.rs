@@ -21,11 +21,11 @@ use crate::metrics::BodyTimeout;
 use std::time::Duration;
 
 /// How long the rate rule lets a body start slowly before it judges its average.
-pub const GRACE: Duration = Duration::from_secs(5);
+pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
 /// The rules one request body is held to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BodyRules {
+pub(crate) struct BodyRules {
     /// The longest single wait for the next chunk.
     pub timeout: Duration,
     /// The least average bytes per second after [`BodyRules::grace`]; 0 turns the rule off.
@@ -37,7 +37,7 @@ pub struct BodyRules {
 }
 
 impl BodyRules {
-    pub fn new(timeout: Duration, min_rate: u64) -> Self {
+    pub(crate) fn new(timeout: Duration, min_rate: u64) -> Self {
         Self {
             timeout,
             min_rate,
@@ -47,7 +47,7 @@ impl BodyRules {
     }
 
     /// These rules, and the hold rule: at most `hold` of waiting in all.
-    pub fn with_hold(self, hold: Duration) -> Self {
+    pub(crate) fn with_hold(self, hold: Duration) -> Self {
         Self {
             hold: Some(hold),
             ..self
@@ -57,7 +57,7 @@ impl BodyRules {
 
 /// Which rule a body broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trip {
+pub(crate) enum Trip {
     /// Nothing came for the body timeout.
     Silence,
     /// The average fell below the minimum rate after the grace period.
@@ -68,10 +68,10 @@ pub enum Trip {
 
 impl Trip {
     #[cfg(test)]
-    pub const ALL: [Trip; 3] = [Trip::Silence, Trip::Rate, Trip::Hold];
+    pub(crate) const ALL: [Trip; 3] = [Trip::Silence, Trip::Rate, Trip::Hold];
 
     /// The metric label and log field.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Trip::Silence => "silence",
             Trip::Rate => "rate",
@@ -81,7 +81,7 @@ impl Trip {
 
     /// The rule as `fleet_limiter_client_body_timeouts_total` counts it; the hold rule is
     /// admission control's, counted as `ShedReason::BodyHold` instead.
-    pub fn body_timeout(self) -> Option<BodyTimeout> {
+    pub(crate) fn body_timeout(self) -> Option<BodyTimeout> {
         match self {
             Trip::Silence => Some(BodyTimeout::Silence),
             Trip::Rate => Some(BodyTimeout::Rate),
@@ -93,14 +93,14 @@ impl Trip {
 /// One body's progress: how long the gateway has waited for it in all (waits that ended with a
 /// chunk) and how many bytes came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BodyPace {
+pub(crate) struct BodyPace {
     rules: BodyRules,
     waited: Duration,
     bytes: u64,
 }
 
 impl BodyPace {
-    pub fn new(rules: BodyRules) -> Self {
+    pub(crate) fn new(rules: BodyRules) -> Self {
         Self {
             rules,
             waited: Duration::ZERO,
@@ -110,7 +110,7 @@ impl BodyPace {
 
     /// A wait that lasted `waited` ended with a chunk of `len` bytes (`waited` is zero when the
     /// chunk was already there when asked for).
-    pub fn chunk(&mut self, waited: Duration, len: u64) {
+    pub(crate) fn chunk(&mut self, waited: Duration, len: u64) {
         self.waited = self.waited.saturating_add(waited);
         self.bytes = self.bytes.saturating_add(len);
     }
@@ -118,7 +118,7 @@ impl BodyPace {
     /// How long the wait that starts now may last before a rule trips, and which one trips
     /// then. The rate rule trips at the first instant where the total waiting has reached the
     /// grace period and the bytes are fewer than `min_rate` times that total.
-    pub fn allowance(&self) -> (Duration, Trip) {
+    pub(crate) fn allowance(&self) -> (Duration, Trip) {
         let paced = self.paced();
         match self.rules.hold {
             Some(hold) if hold.saturating_sub(self.waited) < paced.0 => {
@@ -148,18 +148,18 @@ impl BodyPace {
 
     /// The rule broken by a wait that has lasted `waiting` so far, if any.
     #[cfg(test)]
-    pub fn tripped(&self, waiting: Duration) -> Option<Trip> {
+    pub(crate) fn tripped(&self, waiting: Duration) -> Option<Trip> {
         let (allowed, trip) = self.allowance();
         (waiting >= allowed).then_some(trip)
     }
 
     /// Bytes received so far.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes
     }
 
     /// Time spent waiting for the client so far, not counting a wait still under way.
-    pub fn waited(&self) -> Duration {
+    pub(crate) fn waited(&self) -> Duration {
         self.waited
     }
 }

@@ -54,14 +54,14 @@ const READ_CHUNK: usize = 16 * 1024;
 /// The `Retry-After` of a refused handshake, in seconds: a place comes free when some open
 /// WebSocket closes, which no one can foresee; this keeps a reconnecting client from asking in
 /// a tight loop.
-pub const REFUSED_RETRY_AFTER: u64 = 5;
+pub(crate) const REFUSED_RETRY_AFTER: u64 = 5;
 
 type Spliced = TokioIo<Upgraded>;
 
 /// The places for upgraded connections, shared by every worker: how many are open (or being
 /// opened) in all and per client address, and how long one may stay idle.
 #[derive(Debug)]
-pub struct Upgrades {
+pub(crate) struct Upgrades {
     max_open: usize,
     open: AtomicUsize,
     per_client: Arc<ClientShares>,
@@ -71,7 +71,7 @@ pub struct Upgrades {
 /// One upgraded connection's place, from its handshake until both of its connections are
 /// closed; given back when dropped.
 #[derive(Debug)]
-pub struct Place {
+pub(crate) struct Place {
     upgrades: Arc<Upgrades>,
     _client: ClientHold,
 }
@@ -84,7 +84,7 @@ impl Drop for Place {
 
 impl Upgrades {
     /// Places under `caps`, each connection closed after `idle_timeout` with no byte either way.
-    pub fn new(caps: Caps, idle_timeout: Duration) -> Arc<Self> {
+    pub(crate) fn new(caps: Caps, idle_timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
             max_open: caps.max_open.max(1),
             open: AtomicUsize::new(0),
@@ -96,7 +96,7 @@ impl Upgrades {
     /// A place for one more upgraded connection from client address `addr`, or why there is
     /// none: the address holds its share already (checked first: that is the client's own
     /// doing, whatever the others hold), or every place is taken.
-    pub fn reserve(self: &Arc<Self>, addr: IpAddr) -> Result<Place, UpgradeRefusal> {
+    pub(crate) fn reserve(self: &Arc<Self>, addr: IpAddr) -> Result<Place, UpgradeRefusal> {
         let Some(client) = self.per_client.take(addr) else {
             return Err(UpgradeRefusal::MaxPerClient);
         };
@@ -116,19 +116,19 @@ impl Upgrades {
 
     /// Places taken now (connections open, or handshakes under way).
     #[cfg(test)]
-    pub fn open_now(&self) -> usize {
+    pub(crate) fn open_now(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }
 
-    pub fn max_open(&self) -> usize {
+    pub(crate) fn max_open(&self) -> usize {
         self.max_open
     }
 
-    pub fn max_per_client(&self) -> usize {
+    pub(crate) fn max_per_client(&self) -> usize {
         self.per_client.limit()
     }
 
-    pub fn idle_timeout(&self) -> Duration {
+    pub(crate) fn idle_timeout(&self) -> Duration {
         self.idle_timeout
     }
 }

@@ -39,9 +39,9 @@ mod sentinel;
 mod shared_calls;
 
 pub use connection::RedisTls;
-pub use scripts::key_name;
+pub(crate) use scripts::key_name;
 pub(crate) use sentinel::{is_sentinel_url, parse as parse_sentinel_url};
-pub use shared_calls::MAX_WAITING;
+pub(crate) use shared_calls::MAX_WAITING;
 
 use self::cache::OverLimitCache;
 use self::connection::Conn;
@@ -59,10 +59,10 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// The longest window the script computes exactly (2^53 ns, about 104 days): Lua numbers are doubles.
-pub const MAX_WINDOW_NS: u64 = 1 << 53;
+pub(crate) const MAX_WINDOW_NS: u64 = 1 << 53;
 
 /// Standalone script calls out at once unless [`RedisOptions::calls_in_flight`] says otherwise.
-pub const DEFAULT_CALLS_IN_FLIGHT: usize = 1;
+pub(crate) const DEFAULT_CALLS_IN_FLIGHT: usize = 1;
 
 /// Where the Redis store connects. Its `Debug` and `Display` forms hide URL passwords.
 #[derive(Clone, PartialEq, Eq)]

@@ -60,7 +60,7 @@ impl Script {
 }
 
 /// The Redis key of a bucket: the hash tag is the whole bucket name.
-pub fn key_name(key: &BucketKey) -> String {
+pub(crate) fn key_name(key: &BucketKey) -> String {
     format!("fl:{{{key}}}")
 }
 

@@ -23,22 +23,22 @@ use std::time::Duration;
 /// How often the Sentinels are asked whether the primary changed.
 pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// The port of a Sentinel given without one.
-pub const DEFAULT_PORT: u16 = 26379;
+pub(crate) const DEFAULT_PORT: u16 = 26379;
 /// Most Sentinels one URL may list.
-pub const MAX_SENTINELS: usize = 16;
+pub(crate) const MAX_SENTINELS: usize = 16;
 /// Longest master name accepted.
-pub const MAX_MASTER_NAME: usize = 128;
+pub(crate) const MAX_MASTER_NAME: usize = 128;
 /// Longest URL accepted.
-pub const MAX_URL: usize = 4096;
+pub(crate) const MAX_URL: usize = 4096;
 
 /// Whether `url` names Sentinels rather than one server.
-pub fn is_sentinel_url(url: &str) -> bool {
+pub(crate) fn is_sentinel_url(url: &str) -> bool {
     url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
 }
 
 /// A parsed Sentinel URL. Its `Debug` hides the password.
 #[derive(Clone, PartialEq, Eq)]
-pub struct SentinelUrl {
+pub(crate) struct SentinelUrl {
     /// `rediss+sentinel://`: TLS to the Sentinels and to the primaries.
     pub tls: bool,
     pub sentinels: Vec<(String, u16)>,
@@ -122,7 +122,7 @@ fn host_port(s: &str) -> Result<(String, u16), String> {
 }
 
 /// Parse a Sentinel URL. The message of an error never holds the password.
-pub fn parse(url: &str) -> Result<SentinelUrl, String> {
+pub(crate) fn parse(url: &str) -> Result<SentinelUrl, String> {
     const FORM: &str =
         "redis+sentinel://[user:password@]host:port[,host:port...]/<master-name>[/db]";
     if url.len() > MAX_URL {

@@ -14,10 +14,10 @@ use tokio::sync::mpsc::error::TrySendError;
 
 /// Most checks one shared call carries (Redis runs nothing else while a script runs: about
 /// 0.4 ms for this many on the machine of docs/benchmarks.md).
-pub const MAX_CALL_CHECKS: usize = 64;
+pub(crate) const MAX_CALL_CHECKS: usize = 64;
 /// Most requests waiting for a call; beyond that a decision fails at once (each limiter's
 /// `on_store_error` answers) instead of queueing without bound.
-pub const MAX_WAITING: usize = 4096;
+pub(crate) const MAX_WAITING: usize = 4096;
 
 impl Inner {
     /// Standalone: queue the request for the next shared call and wait for its answer.
