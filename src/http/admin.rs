@@ -414,12 +414,13 @@ impl Admin {
         })
         .workers(1)
         .disable_signals()
-        .shutdown_timeout(1)
-        .listen(crate::http::listeners::listener(
+        .shutdown_timeout(1);
+        let server = crate::http::listeners::listener(
             cfg,
             crate::http::listeners::Role::Admin,
             cfg.ops.admin_listen,
-        )?)
+        )
+        .and_then(|l| server.listen(l))
         .map_err(|e| {
             crate::http::ListenError::new(
                 cfg,
