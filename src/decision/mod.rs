@@ -496,6 +496,65 @@ impl Decider {
     }
 }
 
+impl Decider {
+    /// How the store wants its bucket names digested.
+    pub(crate) fn key_digest(&self) -> &KeyDigest {
+        &self.digest
+    }
+
+    /// Ask the store about `checks` (one per limiter in `limiters`) in one all-or-nothing
+    /// decision, as [`Decider::decide_overridden`] does: the store's round trip counted, each
+    /// limiter's `on_store_error` answer when it fails, and, when an enforcing check refuses,
+    /// the other buckets reported as they stand (nothing was charged). `true` beside the
+    /// verdicts: the store failed.
+    pub(crate) async fn decide_checks(
+        &self,
+        checks: &[Check],
+        limiters: &[Arc<LimiterSpec>],
+    ) -> (Vec<Verdict>, bool) {
+        let started = std::time::Instant::now();
+        let answer = self.store.decide(checks).await;
+        let (verdicts, store_error) = match answer {
+            Ok(v) if v.len() == checks.len() => (v, None),
+            Ok(v) => (
+                fallback_verdicts(limiters),
+                Some(StoreError::new(
+                    crate::store::StoreErrorKind::Script,
+                    format!(
+                        "store answered {} verdicts for {} checks",
+                        v.len(),
+                        checks.len()
+                    ),
+                )),
+            ),
+            Err(e) => (fallback_verdicts(limiters), Some(e)),
+        };
+        self.metrics.store_round_trip(
+            started.elapsed(),
+            store_error.as_ref().map(StoreError::kind),
+        );
+        if let Some(e) = &store_error {
+            tracing::warn!(error = %e, "rls: the store could not decide; each limiter's on_store_error answers");
+        }
+        let errored = store_error.is_some();
+        let refused = !errored
+            && verdicts
+                .iter()
+                .zip(checks)
+                .any(|(v, c)| !v.allowed && !c.shadow);
+        let verdicts = if refused {
+            verdicts
+                .into_iter()
+                .zip(checks)
+                .map(|(v, c)| crate::limiter::unconsumed_units(&c.quota, v, c.units))
+                .collect()
+        } else {
+            verdicts
+        };
+        (verdicts, errored)
+    }
+}
+
 /// One check per limiter, keyed on the principal that limiter meters (on the stack for the
 /// usual handful of limiters).
 pub fn build_checks<'p>(
