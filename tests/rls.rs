@@ -463,3 +463,74 @@ fn a_configuration_error_names_the_file_the_field_and_the_fix() {
         out.stderr
     );
 }
+
+#[test]
+fn check_lists_the_rls_rules_and_how_each_is_judged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ratelimit.yaml");
+    std::fs::write(&file, YAML).expect("write yaml");
+    let out = Launch::command(["check"])
+        .config_toml(TOML)
+        .env("FLEET_LIMITER_RLS_CONFIG", file.display().to_string())
+        .run(PATIENCE);
+    assert!(
+        out.stdout
+            .contains("Envoy rate-limit service (rls.config): 7 rule(s)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("rls:api:path=/slow: 2 / 1m gcra, keyed on descriptor"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "rls:api:remote_address: 3 / 1m gcra, keyed on ip: as limiter shared above (one budget)"
+        ),
+        "{}",
+        out.stdout
+    );
+    let json = Launch::command(["check", "--format", "json"])
+        .config_toml(TOML)
+        .env("FLEET_LIMITER_RLS_CONFIG", file.display().to_string())
+        .run(PATIENCE);
+    let v: Value = serde_json::from_str(&json.stdout).expect("check --format json");
+    let rules = v["rls"].as_array().expect("rls rules");
+    assert_eq!(rules.len(), 7, "{}", json.stdout);
+    assert!(rules
+        .iter()
+        .any(|r| r["rule"] == "rls:api:path=/shadow" && r["shadow"] == true));
+}
+
+#[test]
+fn a_descriptors_own_limit_counts_only_where_configured() {
+    if !client_available() {
+        return;
+    }
+    // limit: 1 a minute on a descriptor the YAML allows 2 a minute.
+    let own = || {
+        let mut r = req("api", &[&[("path", "/slow")]]);
+        r["descriptors"][0]["limit"] = json!({"requests_per_unit": 1, "unit": "MINUTE"});
+        r
+    };
+    let off = start(YAML, &[], &[]);
+    let a = ask(&off, &[own(), own()]);
+    assert_eq!(
+        status(&a[0], 0)["current_limit"]["requests_per_unit"],
+        2,
+        "{}",
+        a[0]
+    );
+    assert_eq!(status(&a[1], 0)["code"], "OK", "ignored: {}", a[1]);
+    let on = start(YAML, &[], &[("FLEET_LIMITER_RLS_DESCRIPTOR_LIMIT", "true")]);
+    let a = ask(&on, &[own(), own()]);
+    assert_eq!(
+        status(&a[0], 0)["current_limit"]["requests_per_unit"],
+        1,
+        "{}",
+        a[0]
+    );
+    assert_eq!(status(&a[1], 0)["code"], "OVER_LIMIT", "honoured: {}", a[1]);
+}
