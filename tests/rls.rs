@@ -1,6 +1,6 @@
 //! Envoy's rate-limit service (`rls.listen`) driven by envoy's own generated client: the PyPI
 //! package `xds-protos` (envoy's data-plane API compiled by protoc) with `grpcio`, through
-//! `tests/rls/client.py`, against the real binary. Without them the tests are skipped, unless
+//! `tests/rls/client.py`, against the real binary; the Envoy example parsed by the same package. Without them the tests are skipped, unless
 //! `CI` is set: then they fail (`.ci/run` installs both).
 
 mod common;
@@ -49,14 +49,16 @@ fn client_available() -> bool {
     let ok = Command::new("python3")
         .args([
             "-c",
-            "import grpc; from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc",
+            "import grpc, yaml; from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        common::unavailable("python3 with xds-protos and grpcio: pip install xds-protos grpcio");
+        common::unavailable(
+            "python3 with xds-protos, grpcio and PyYAML: pip install xds-protos grpcio pyyaml",
+        );
     }
     ok
 }
@@ -533,4 +535,36 @@ fn a_descriptors_own_limit_counts_only_where_configured() {
         a[0]
     );
     assert_eq!(status(&a[1], 0)["code"], "OVER_LIMIT", "honoured: {}", a[1]);
+}
+
+#[test]
+fn the_envoy_example_is_a_valid_envoy_bootstrap() {
+    if !client_available() {
+        return;
+    }
+    let root = common::manifest_dir();
+    let out = Command::new("python3")
+        .arg(root.join("tests/rls/parse_envoy_config.py"))
+        .arg(root.join("docs/envoy-rls/envoy.yaml"))
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And the YAML beside it is one fleet-limiter reads.
+    let yaml = root.join("docs/envoy-rls/ratelimit.yaml");
+    let check = Launch::command(["check"])
+        .env("FLEET_LIMITER_RLS_CONFIG", yaml.display().to_string())
+        .run(PATIENCE);
+    assert!(
+        check
+            .stdout
+            .contains("Envoy rate-limit service (rls.config): 5 rule(s)"),
+        "{}{}",
+        check.stdout,
+        check.stderr
+    );
 }

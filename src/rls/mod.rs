@@ -47,6 +47,12 @@ enum Matched {
     /// No rule (or a replaced one, or a limiter that is off): OK, no limit.
     None,
     Rule(Arc<Rule>),
+    /// A `fleet_limiter` rule, with its limiter as the configuration now has it (a reload may
+    /// have changed its quota or mode since the YAML was read).
+    Mapped {
+        rule: Arc<Rule>,
+        spec: Arc<LimiterSpec>,
+    },
     /// The descriptor's own `limit` (`rls.descriptor_limit`).
     Own {
         spec: Arc<LimiterSpec>,
@@ -165,7 +171,24 @@ impl Service {
                         }
                     }
                     (None, Some(r)) => match &r.limit {
-                        Limit::Limiter { spec, .. } if spec.mode == Mode::Off => Matched::None,
+                        Limit::Limiter {
+                            spec, mapped: true, ..
+                        } => {
+                            let live = settings
+                                .policy
+                                .limiters()
+                                .iter()
+                                .find(|l| l.name == spec.name)
+                                .unwrap_or(spec);
+                            if live.mode == Mode::Off {
+                                Matched::None
+                            } else {
+                                Matched::Mapped {
+                                    rule: r.clone(),
+                                    spec: live.clone(),
+                                }
+                            }
+                        }
                         _ => Matched::Rule(r.clone()),
                     },
                     (None, None) => Matched::None,
@@ -203,15 +226,16 @@ impl Service {
         let mut specs: Vec<Arc<LimiterSpec>> = Vec::new();
         let mut check_of: Vec<Option<usize>> = Vec::with_capacity(n);
         for (d, m) in req.descriptors.iter().zip(&matched) {
-            let (spec, mapped) = match m {
+            let (spec, mapped, yaml_shadow) = match m {
+                Matched::Mapped { rule, spec } => (spec, true, rule.shadow),
                 Matched::Rule(r) => match &r.limit {
-                    Limit::Limiter { spec, mapped, .. } => (spec, *mapped),
+                    Limit::Limiter { spec, .. } => (spec, false, r.shadow),
                     _ => {
                         check_of.push(None);
                         continue;
                     }
                 },
-                Matched::Own { spec, .. } => (spec, false),
+                Matched::Own { spec, .. } => (spec, false, false),
                 Matched::None => {
                     check_of.push(None);
                     continue;
@@ -244,7 +268,7 @@ impl Service {
             checks.push(Check {
                 key,
                 quota: spec.quota,
-                shadow: spec.mode != Mode::Enforce,
+                shadow: yaml_shadow || spec.mode != Mode::Enforce,
                 units,
             });
             specs.push(spec.clone());
@@ -305,6 +329,16 @@ impl Service {
                                 unit,
                                 r.requests_per_unit,
                                 r.shadow,
+                            )
+                        }
+                        Matched::Mapped { rule, spec } => {
+                            let (rpu, unit) = rate_of(&spec.quota);
+                            (
+                                String::new(),
+                                &*rule.path,
+                                unit,
+                                rpu,
+                                rule.shadow || spec.mode != Mode::Enforce,
                             )
                         }
                         Matched::Own { spec, unit, rpu } => (
@@ -398,6 +432,23 @@ impl Service {
             request_headers_to_add: Vec::new(),
         })
     }
+}
+
+/// A calibration limiter's budget as Envoy's `RateLimit` can say it: its limit per its window
+/// when the window is one unit; else its refill rate per the longest unit not longer than the
+/// window, rounded up (at least 1).
+fn rate_of(quota: &crate::limiter::Quota) -> (u32, Unit) {
+    let window = quota.window();
+    let unit = rules::unit_of_window(window);
+    if window.as_secs() == unit.seconds() && window.subsec_nanos() == 0 {
+        return (quota.limit(), unit);
+    }
+    let unit = [Unit::Week, Unit::Day, Unit::Hour, Unit::Minute]
+        .into_iter()
+        .find(|u| window.as_secs() >= u.seconds())
+        .unwrap_or(Unit::Second);
+    let rate = f64::from(quota.limit()) * unit.seconds() as f64 / window.as_secs_f64();
+    (rate.ceil().clamp(1.0, f64::from(u32::MAX)) as u32, unit)
 }
 
 /// `OK` with no limit, as the reference answers a descriptor no rule matches (`remaining` 0)
@@ -586,4 +637,57 @@ pub fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<Socke
         })?;
     tracing::info!(rls_listen = %addr, "Envoy rate-limit service listener started: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
     Ok(Some(addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::Quota;
+    use std::time::Duration;
+
+    fn q(limit: u32, secs: u64) -> Quota {
+        Quota::gcra(crate::limiter::nonzero(limit), Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn a_calibration_budget_is_said_per_unit() {
+        assert_eq!(rate_of(&q(30, 60)), (30, Unit::Minute));
+        assert_eq!(rate_of(&q(5, 3600)), (5, Unit::Hour));
+        // 100 per 83 s refills 72.3 a minute.
+        assert_eq!(rate_of(&q(100, 83)), (73, Unit::Minute));
+        // 10 per 2 minutes refills 5 a minute.
+        assert_eq!(rate_of(&q(10, 120)), (5, Unit::Minute));
+        assert_eq!(rate_of(&q(1, 7)), (1, Unit::Second));
+    }
+
+    #[test]
+    fn entries_join_unambiguously_and_addresses_are_normalised() {
+        let d = |e: &[(&str, &str)]| proto::RateLimitDescriptor {
+            entries: e
+                .iter()
+                .map(|(k, v)| proto::Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            limit: None,
+            hits_addend: None,
+        };
+        assert_ne!(
+            joined_entries(&d(&[("a", "b=c")]), 56),
+            joined_entries(&d(&[("a=b", "c")]), 56)
+        );
+        assert_ne!(
+            joined_entries(&d(&[("a", "bc")]), 56),
+            joined_entries(&d(&[("a", "b"), ("c", "")]), 56)
+        );
+        assert_eq!(
+            joined_entries(&d(&[("remote_address", "::ffff:198.51.100.7")]), 56),
+            joined_entries(&d(&[("remote_address", "198.51.100.7")]), 56)
+        );
+        assert_eq!(
+            joined_entries(&d(&[("remote_address", "2001:db8:1:2::1")]), 56),
+            joined_entries(&d(&[("remote_address", "2001:db8:1:2:ffff::9")]), 56)
+        );
+    }
 }

@@ -148,7 +148,8 @@ pub struct Rule {
     /// and `check`.
     pub path: Arc<str>,
     pub limit: Limit,
-    /// `shadow_mode: true` (or a mapped limiter in shadow mode): an over-limit answer is OK.
+    /// `shadow_mode: true`: an over-limit answer is OK (so is one of a mapped limiter in
+    /// `mode = "shadow"`).
     pub shadow: bool,
     /// `rate_limit.name`, which another rule's `replaces` names.
     pub name: Option<String>,
@@ -494,7 +495,7 @@ fn build_rule(
         let unit = unit_of_window(spec.quota.window());
         return Ok(Some(Arc::new(Rule {
             path: Arc::from(path),
-            shadow: d.shadow_mode || spec.mode == Mode::Shadow,
+            shadow: d.shadow_mode,
             name: None,
             replaces: Vec::new(),
             requests_per_unit: spec.quota.limit(),
@@ -573,9 +574,8 @@ fn path_has_key(path: &str, key: &str) -> bool {
         .any(|seg| seg.split('=').next() == Some(key))
 }
 
-/// The unit whose length is `window`, or the closest shorter one (for a mapped limiter's
-/// `current_limit`, which Envoy reads only for its headers and logs).
-fn unit_of_window(window: Duration) -> Unit {
+/// The longest unit whose multiple `window` is (seconds when none is).
+pub(crate) fn unit_of_window(window: Duration) -> Unit {
     let s = window.as_secs();
     [Unit::Week, Unit::Day, Unit::Hour, Unit::Minute]
         .into_iter()
