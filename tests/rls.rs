@@ -568,3 +568,67 @@ fn the_envoy_example_is_a_valid_envoy_bootstrap() {
         check.stderr
     );
 }
+
+/// A request's header block: `:method POST`, `:scheme http`, `:path` the RLS method, then
+/// `fields` distinct names (`x0`, `x1`, ...), each valued `v`.
+fn header_block(fields: usize) -> Vec<u8> {
+    let path = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let mut b = vec![0x83, 0x86, 0x04, path.len() as u8];
+    b.extend_from_slice(path);
+    for i in 0..fields {
+        let name = format!("x{i:x}");
+        b.push(0x00);
+        b.push(name.len() as u8);
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&[1, b'v']);
+    }
+    b
+}
+
+/// The HTTP/2 preface, an empty SETTINGS frame, and `block` as one HEADERS frame and as many
+/// CONTINUATION frames as 16 KiB frames take (plaintext, prior knowledge, as gRPC speaks it).
+fn h2_request(block: &[u8]) -> Vec<u8> {
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend_from_slice(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+    let frames: Vec<&[u8]> = block.chunks(16_384).collect();
+    for (i, payload) in frames.iter().enumerate() {
+        let len = payload.len();
+        let (kind, mut flags) = if i == 0 { (0x1, 0x1) } else { (0x9, 0x0) };
+        if i + 1 == frames.len() {
+            flags |= 0x4;
+        }
+        out.extend_from_slice(&[
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            flags,
+            0,
+            0,
+            0,
+            1,
+        ]);
+        out.extend_from_slice(payload);
+    }
+    out
+}
+
+#[test]
+fn a_header_flood_on_the_grpc_listener_panics_nothing() {
+    if !client_available() {
+        return;
+    }
+    let rls = start(YAML, &[], &[]);
+    for fields in [3_000, 25_000, 25_000] {
+        let mut s = std::net::TcpStream::connect(rls.addr).expect("connect");
+        s.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        // The server may close before reading it all; what it answers is not the point.
+        let _ = s.write_all(&h2_request(&header_block(fields)));
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut sink);
+    }
+    // Refused (the header list is past 16 KiB), and the listener still answers.
+    let after = ask1(&rls, req("api", &[&[("path", "/slow")]]));
+    assert_eq!(ok(&after)["overall_code"], "OK", "{after}");
+    assert!(!rls.gw.stderr().contains("panicked"), "{}", rls.gw.stderr());
+}

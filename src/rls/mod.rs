@@ -31,6 +31,10 @@ pub const MAX_DESCRIPTORS: usize = 64;
 pub const MAX_ENTRIES: usize = 32;
 /// Longest domain, entry key or entry value, in bytes.
 pub const MAX_VALUE_LEN: usize = 1024;
+/// The largest HTTP/2 header list read, in bytes.
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// The most streams open at once on one connection.
+const MAX_STREAMS: u32 = 1024;
 /// The gRPC method's path.
 const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -626,7 +630,12 @@ pub fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<Socke
                         return;
                     }
                 };
+                // Bounds a client cannot raise: a header list past 16 KiB is refused before it
+                // is decoded into a map (Envoy's gRPC metadata is a few hundred bytes), and at
+                // most 1 024 streams are open per connection.
                 if let Err(e) = tonic::transport::Server::builder()
+                    .http2_max_header_list_size(MAX_HEADER_LIST)
+                    .max_concurrent_streams(MAX_STREAMS)
                     .add_service(Grpc(service))
                     .serve_with_incoming(incoming)
                     .await
