@@ -71,12 +71,17 @@ struct Rls {
 
 /// `serve` with the RLS listener on a free port, reading `yaml`, `extra` flags added.
 fn start(yaml: &str, extra: &[&str], envs: &[(&str, &str)]) -> Rls {
+    start_with(TOML, yaml, extra, envs)
+}
+
+/// [`start`] with another calibration.
+fn start_with(toml: &str, yaml: &str, extra: &[&str], envs: &[(&str, &str)]) -> Rls {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("ratelimit.yaml");
     std::fs::write(&file, yaml).expect("write yaml");
     let addr: SocketAddr = ([127, 0, 0, 1], common::free_port()).into();
     let mut launch = Launch::serve()
-        .config_toml(TOML)
+        .config_toml(toml)
         .upstream(&redis_support::upstream())
         .admin()
         .arg("--allow-unsafe-calibration")
@@ -631,4 +636,26 @@ fn a_header_flood_on_the_grpc_listener_panics_nothing() {
     let after = ask1(&rls, req("api", &[&[("path", "/slow")]]));
     assert_eq!(ok(&after)["overall_code"], "OK", "{after}");
     assert!(!rls.gw.stderr().contains("panicked"), "{}", rls.gw.stderr());
+}
+
+#[test]
+fn a_store_that_cannot_answer_answers_each_limiters_on_store_error() {
+    if !client_available() {
+        return;
+    }
+    let dead = common::dead_addr();
+    let toml = format!("{TOML}on_store_error = \"deny\"\n");
+    let rls = start_with(&toml, YAML, &["--store", &format!("redis://{dead}")], &[]);
+    let a = ask1(
+        &rls,
+        req(
+            "api",
+            &[&[("path", "/slow")], &[("remote_address", "198.51.100.9")]],
+        ),
+    );
+    // The YAML's own rule allows (on_store_error = "allow"); `shared` denies, as configured.
+    assert_eq!(status(&a, 0)["code"], "OK", "{a}");
+    assert_eq!(status(&a, 1)["code"], "OVER_LIMIT", "{a}");
+    assert!(seconds(&status(&a, 1)["duration_until_reset"]) > 0.0, "{a}");
+    assert_eq!(ok(&a)["overall_code"], "OVER_LIMIT");
 }
