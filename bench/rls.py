@@ -11,8 +11,10 @@ client address (a budget nothing exhausts), and asks each in turn, rounds interl
 
 Each kind is asked by CLIENTS processes, each one request at a time, rotating over 1 000
 addresses; both spend the same buckets. The load is Python: on a small machine the clients
-are as busy as the server, so compare the two kinds with each other, not with bench/run.sh's
-wrk figures. Every answer is checked (OK / 200); a wrong one fails the run.
+are busier than the server (grpcio's Python stub above all), so decisions per second mostly
+measure the clients; the server's CPU time per decision (from /proc, over each measured
+phase) is the figure that measures the server. Compare the two kinds with each other, not
+with bench/run.sh's wrk figures. Every answer is checked (OK / 200); a wrong one fails the run.
 
   python3 bench/rls.py                        # target/release/fleet-limiter, memory store
   python3 bench/rls.py --rounds 5 --duration 5 --clients 4
@@ -102,8 +104,16 @@ def decision_worker(addr, deadline, out):
     out.put((n, bad))
 
 
-def load(worker, addr, clients, duration, warmup):
-    """Decisions per second of `clients` processes over `duration` seconds (after `warmup`)."""
+def cpu_seconds(pid):
+    """The server's CPU time so far (user + system), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load(worker, addr, clients, duration, warmup, pid):
+    """Decisions per second of `clients` processes over `duration` seconds (after `warmup`),
+    and the server's CPU microseconds per decision."""
     out = mp.Queue()
     start = time.monotonic() + warmup
     deadline = start + duration
@@ -118,10 +128,12 @@ def load(worker, addr, clients, duration, warmup):
     procs = [mp.Process(target=worker, args=(addr, time.monotonic() + duration, out))
              for _ in range(clients)]
     began = time.monotonic()
+    cpu = cpu_seconds(pid)
     for p in procs:
         p.start()
     results = [out.get() for _ in procs]
     elapsed = time.monotonic() - began
+    cpu = cpu_seconds(pid) - cpu
     for p in procs:
         p.join()
     n = sum(r[0] for r in results)
@@ -129,7 +141,7 @@ def load(worker, addr, clients, duration, warmup):
     if bad:
         sys.exit(f"{bad} of {n} answers were not OK/200: is a budget exhausted?")
     del deadline
-    return n / elapsed
+    return n / elapsed, cpu * 1e6 / max(n, 1)
 
 
 def main():
@@ -168,13 +180,18 @@ def main():
                     sys.exit(open(os.path.join(tmp, "stderr.log")).read())
                 time.sleep(0.05)
         rows = {"rls": [], "decision": []}
+        cpu = {"rls": [], "decision": []}
         for r in range(args.rounds):
             order = [("rls", rls_worker, rls), ("decision", decision_worker, decision)]
             if r % 2:
                 order.reverse()
             for name, worker, addr in order:
-                rows[name].append(load(worker, addr, args.clients, args.duration, args.warmup))
+                rate, us = load(worker, addr, args.clients, args.duration, args.warmup, server.pid)
+                rows[name].append(rate)
+                cpu[name].append(us)
         summary = {k: round(statistics.median(v)) for k, v in rows.items()}
+        summary["server_cpu_us_per_decision"] = {
+            k: round(statistics.median(v), 1) for k, v in cpu.items()}
         summary["ratio_rls_to_decision"] = round(
             statistics.median(a / b for a, b in zip(rows["rls"], rows["decision"])), 2)
         summary["rounds"] = {k: [round(x) for x in v] for k, v in rows.items()}
