@@ -659,3 +659,64 @@ fn a_store_that_cannot_answer_answers_each_limiters_on_store_error() {
     assert!(seconds(&status(&a, 1)["duration_until_reset"]) > 0.0, "{a}");
     assert_eq!(ok(&a)["overall_code"], "OVER_LIMIT");
 }
+
+#[tokio::test]
+async fn a_reload_reads_the_yaml_again() {
+    if !client_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ratelimit.yaml");
+    std::fs::write(&file, YAML).expect("write yaml");
+    let addr: SocketAddr = ([127, 0, 0, 1], common::free_port()).into();
+    let gw = Launch::serve()
+        .config_toml(TOML)
+        .upstream(&redis_support::upstream())
+        .admin()
+        .arg("--allow-unsafe-calibration")
+        .args(["--rls-listen", &addr.to_string()])
+        .args(["--rls-config", &file.display().to_string()])
+        .env("FLEET_LIMITER_RLS_ALLOW_FROM", "127.0.0.1")
+        .spawn();
+    let rls = Rls {
+        gw,
+        addr,
+        _dir: tempfile::tempdir().expect("tempdir"),
+    };
+    let before = ask1(&rls, req("api", &[&[("path", "/new")]]));
+    assert!(
+        status(&before, 0)
+            .get("current_limit")
+            .is_none_or(Value::is_null),
+        "{before}"
+    );
+    std::fs::write(
+        &file,
+        format!("{YAML}  - key: path\n    value: /new\n    rate_limit: {{ unit: hour, requests_per_unit: 7 }}\n"),
+    )
+    .expect("rewrite yaml");
+    rls.gw.signal("HUP");
+    rls.gw
+        .wait_metric(r#"fleet_limiter_config_reloads_total{result="ok"}"#, |v| {
+            v >= 1.0
+        })
+        .await;
+    let after = ask1(&rls, req("api", &[&[("path", "/new")]]));
+    assert_eq!(
+        status(&after, 0)["current_limit"]["requests_per_unit"],
+        7,
+        "{after}"
+    );
+    assert_eq!(status(&after, 0)["limit_remaining"], 6, "{after}");
+    // A YAML that cannot be used refuses the reload; the rules in use stay.
+    std::fs::write(&file, "domain: api\ndescriptors: 7\n").expect("rewrite yaml");
+    rls.gw.signal("HUP");
+    rls.gw
+        .wait_metric(
+            r#"fleet_limiter_config_reloads_total{result="error"}"#,
+            |v| v >= 1.0,
+        )
+        .await;
+    let kept = ask1(&rls, req("api", &[&[("path", "/new")]]));
+    assert_eq!(status(&kept, 0)["limit_remaining"], 5, "{kept}");
+}

@@ -317,12 +317,12 @@ pub const SETTINGS: &[Setting] = &[
     row("rls.listen", "FLEET_LIMITER_RLS_LISTEN", Str, Is("off"), restart!(rls.listen),
         "Address of the gRPC listener for Envoy's rate-limit service (envoy.service.ratelimit.v3; needs rls.config and rls.allow_from)")
         .flag("rls-listen", "ADDR"),
-    row("rls.config", "FLEET_LIMITER_RLS_CONFIG", Str, Unset, restart!(rls.config),
+    row("rls.config", "FLEET_LIMITER_RLS_CONFIG", Str, Unset, Live,
         "envoyproxy/ratelimit YAML configuration: one file, or a directory of *.yaml files, one domain each")
         .flag("rls-config", "FILE"),
-    row("rls.allow_from", "FLEET_LIMITER_RLS_ALLOW_FROM", List, Unset, restart!(rls.allow_from),
+    row("rls.allow_from", "FLEET_LIMITER_RLS_ALLOW_FROM", List, Unset, Live,
         "The Envoy proxies that may ask the rate-limit service (addresses or CIDR ranges)"),
-    row("rls.descriptor_limit", "FLEET_LIMITER_RLS_DESCRIPTOR_LIMIT", Bool, Is("false"), restart!(rls.descriptor_limit),
+    row("rls.descriptor_limit", "FLEET_LIMITER_RLS_DESCRIPTOR_LIMIT", Bool, Is("false"), Live,
         "Honour a descriptor's own `limit` (the client then chooses its budget); off: the YAML's limit applies"),
     row("admission.max_in_flight", "FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT", Int, Is("0"), restart!(admission),
         "Most requests forwarded to the upstream at once; 0 for no cap").flag("admission-max-in-flight", "N"),
@@ -733,7 +733,7 @@ mod tests {
                 "ops.shutdown_grace",
                 "ops.log_format",
                 "decision",
-                "rls",
+                "rls.listen",
                 "admission",
                 "websocket",
             ]

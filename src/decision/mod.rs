@@ -149,6 +149,12 @@ pub struct Settings {
     pub body_key_max_bytes: usize,
     /// The longest wait for a whole body read for `body:<field>` keys (`server.body_timeout`).
     pub body_key_timeout: std::time::Duration,
+    /// The domains of Envoy's rate-limit service (`rls.config`), read again on every reload.
+    pub rls_domains: Arc<crate::rls::rules::Domains>,
+    /// The proxies the rate-limit service answers (`rls.allow_from`).
+    pub rls_allow_from: Arc<[ipnet::IpNet]>,
+    /// Whether a descriptor's own `limit` counts (`rls.descriptor_limit`).
+    pub rls_descriptor_limit: bool,
 }
 
 impl Settings {
@@ -167,6 +173,9 @@ impl Settings {
             headers: cfg.headers,
             body_key_max_bytes: cfg.server.body_key_max_bytes,
             body_key_timeout: cfg.server.body_timeout,
+            rls_domains: cfg.rls.domains.clone(),
+            rls_allow_from: cfg.rls.allow_from.clone().into(),
+            rls_descriptor_limit: cfg.rls.descriptor_limit,
         }
     }
 }

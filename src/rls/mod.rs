@@ -20,7 +20,7 @@ use crate::policy::{LimiterSpec, Mode};
 use crate::store::Check;
 use ipnet::IpNet;
 use proto::{Code, DescriptorStatus, RateLimit, RateLimitRequest, RateLimitResponse};
-use rules::{Domains, Limit, Rule, Unit};
+use rules::{Limit, Rule, Unit};
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -38,12 +38,10 @@ const MAX_STREAMS: u32 = 1024;
 /// The gRPC method's path.
 const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// The service's state: the shared decider, the YAML's domains, who may ask.
+/// The service's state: the shared decider, whose settings hold the YAML's domains, who may
+/// ask and whether a descriptor's own limit counts (all read again on every reload).
 pub struct Service {
     decider: Arc<Decider>,
-    domains: Arc<Domains>,
-    allow_from: Arc<[IpNet]>,
-    descriptor_limit: bool,
 }
 
 /// What one descriptor was matched to.
@@ -66,19 +64,8 @@ enum Matched {
 }
 
 impl Service {
-    pub fn new(cfg: &Config, decider: Arc<Decider>) -> Self {
-        Self {
-            decider,
-            domains: cfg.rls.domains.clone(),
-            allow_from: cfg.rls.allow_from.clone().into(),
-            descriptor_limit: cfg.rls.descriptor_limit,
-        }
-    }
-
-    fn allows(&self, peer: Option<SocketAddr>) -> bool {
-        let Some(peer) = peer else { return false };
-        let ip = peer.ip().to_canonical();
-        self.allow_from.iter().any(|n| n.contains(&ip))
+    pub fn new(decider: Arc<Decider>) -> Self {
+        Self { decider }
     }
 
     /// Answer one `ShouldRateLimit`.
@@ -87,7 +74,8 @@ impl Service {
         peer: Option<SocketAddr>,
         req: RateLimitRequest,
     ) -> Result<RateLimitResponse, tonic::Status> {
-        if !self.allows(peer) {
+        let settings = self.decider.settings();
+        if !allows(&settings.rls_allow_from, peer) {
             tracing::warn!(peer = ?peer, "rls asked by an address not in rls.allow_from; refused");
             return Err(tonic::Status::permission_denied(
                 "this address may not ask for rate-limit decisions; add it to rls.allow_from",
@@ -128,10 +116,9 @@ impl Service {
                 )));
             }
         }
-        let settings = self.decider.settings();
         let metrics = self.decider.metrics();
         let n = req.descriptors.len();
-        let domain = match self.domains.domain(&req.domain) {
+        let domain = match settings.rls_domains.domain(&req.domain) {
             Some(d) if settings.enabled => d,
             other => {
                 let label = other.map_or("unknown", |d| &d.name);
@@ -149,7 +136,7 @@ impl Service {
                 let own = d
                     .limit
                     .as_ref()
-                    .filter(|_| self.descriptor_limit)
+                    .filter(|_| settings.rls_descriptor_limit)
                     .and_then(|l| {
                         let unit = Unit::from_proto(l.unit)?;
                         let rpu = NonZeroU32::new(l.requests_per_unit)?;
@@ -438,6 +425,13 @@ impl Service {
     }
 }
 
+/// Whether `peer` is one of the proxies in `allow_from`.
+fn allows(allow_from: &[IpNet], peer: Option<SocketAddr>) -> bool {
+    let Some(peer) = peer else { return false };
+    let ip = peer.ip().to_canonical();
+    allow_from.iter().any(|n| n.contains(&ip))
+}
+
 /// A calibration limiter's budget as Envoy's `RateLimit` can say it: its limit per its window
 /// when the window is one unit; else its refill rate per the longest unit not longer than the
 /// window, rounded up (at least 1).
@@ -606,7 +600,7 @@ pub fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<Socke
             crate::http::ListenError::new(cfg, "rls.listen", "--rls-listen", listen, &e)
         })?;
     let addr = listener.local_addr()?;
-    let service = Arc::new(Service::new(cfg, decider));
+    let service = Arc::new(Service::new(decider));
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
