@@ -255,6 +255,12 @@ fn hits_addend_is_the_cost_and_zero_counts_one() {
     );
     assert_eq!(status(&answers[3], 0)["code"], "OK", "{}", answers[3]);
     assert_eq!(status(&answers[3], 0)["limit_remaining"], 0);
+    // A descriptor's own hits_addend (a UInt64Value) overrides the request's.
+    let mut own = req("api", &[&[("client", "c7"), ("path", "/slow")]]);
+    own["hits_addend"] = json!(1);
+    own["descriptors"][0]["hits_addend"] = json!(3);
+    let a = ask1(&rls, own);
+    assert_eq!(status(&a, 0)["limit_remaining"], 0, "3 of 3: {a}");
     // Two descriptors naming one bucket in one request add their costs.
     let two = ask1(
         &rls,
