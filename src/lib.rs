@@ -186,6 +186,7 @@ mod metrics;
 mod path;
 mod policy;
 mod redact;
+mod rls;
 mod serve;
 mod store;
 mod tls;

@@ -214,6 +214,22 @@ pub(crate) fn check_table(r: &CheckReport) -> String {
             o.push_str(&fix_lines(l));
         }
     }
+    if !r.rls.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "Envoy rate-limit service (rls.config): {} rule(s)",
+            r.rls.len()
+        );
+        for rule in &r.rls {
+            let shadow = if rule.shadow { ", shadow_mode" } else { "" };
+            let _ = writeln!(
+                o,
+                "  {}: {}, keyed on {}{shadow}: {}",
+                rule.rule, rule.budget, rule.key, rule.judged
+            );
+        }
+    }
     let verdict = if !r.is_safe() {
         "UNSAFE"
     } else if r.is_at_risk() {

@@ -36,6 +36,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) decision: decision::RawDecision,
     #[serde(default)]
+    pub(super) rls: super::rls::RawRls,
+    #[serde(default)]
     pub(super) admission: admission::RawAdmission,
     #[serde(default)]
     pub(super) methods: methods::RawMethods,
@@ -405,6 +407,7 @@ pub(super) fn build(
     check_client_chosen_keys(&limiters, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
+    let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
     Ok(Config {
         source,
         enabled: raw.enabled.unwrap_or(true),
@@ -418,6 +421,7 @@ pub(super) fn build(
         cors: ops::build_cors(raw.cors, ctx)?,
         path: path::build_path(raw.path, ctx)?,
         decision,
+        rls,
         admission: admission::build_admission(raw.admission, ctx)?,
         methods: methods::build_methods(raw.methods, ctx)?,
         websocket: websocket::build_websocket(raw.websocket, ctx)?,

@@ -23,6 +23,7 @@ pub(crate) mod headers;
 pub(crate) mod identity;
 mod layers;
 mod limiters;
+pub(crate) mod rls;
 #[cfg(test)]
 pub(crate) use limiters::parse_key;
 pub(crate) use limiters::unguarded_client_chosen_key;
@@ -176,6 +177,8 @@ pub struct Config {
     pub path: crate::path::PathRules,
     /// The forward-auth decision listener (`[decision]`; off by default).
     pub decision: decision::DecisionConfig,
+    /// Envoy's rate-limit service over gRPC (`[rls]`; off by default).
+    pub rls: rls::RlsConfig,
     /// Admission control in front of the upstream (`[admission]`; off by default).
     pub admission: Option<admission::AdmissionConfig>,
     /// The methods forwarded, and what a method override costs (`[methods]`).

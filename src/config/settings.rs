@@ -314,6 +314,16 @@ pub const SETTINGS: &[Setting] = &[
         .flag("decision-listen", "ADDR"),
     row("decision.allow_from", "FLEET_LIMITER_DECISION_ALLOW_FROM", List, Unset, restart!(decision),
         "The proxies that may ask the decision endpoint (addresses or CIDR ranges)"),
+    row("rls.listen", "FLEET_LIMITER_RLS_LISTEN", Str, Is("off"), restart!(rls.listen),
+        "Address of the gRPC listener for Envoy's rate-limit service (envoy.service.ratelimit.v3; needs rls.config and rls.allow_from)")
+        .flag("rls-listen", "ADDR"),
+    row("rls.config", "FLEET_LIMITER_RLS_CONFIG", Str, Unset, Live,
+        "envoyproxy/ratelimit YAML configuration: one file, or a directory of *.yaml files, one domain each")
+        .flag("rls-config", "FILE"),
+    row("rls.allow_from", "FLEET_LIMITER_RLS_ALLOW_FROM", List, Unset, Live,
+        "The Envoy proxies that may ask the rate-limit service (addresses or CIDR ranges)"),
+    row("rls.descriptor_limit", "FLEET_LIMITER_RLS_DESCRIPTOR_LIMIT", Bool, Is("false"), Live,
+        "Honour a descriptor's own `limit` (the client then chooses its budget); off: the YAML's limit applies"),
     row("admission.max_in_flight", "FLEET_LIMITER_ADMISSION_MAX_IN_FLIGHT", Int, Is("0"), restart!(admission),
         "Most requests forwarded to the upstream at once; 0 for no cap").flag("admission-max-in-flight", "N"),
     row("admission.queue", "FLEET_LIMITER_ADMISSION_QUEUE", Int, Is("16"), restart!(admission),
@@ -607,6 +617,9 @@ mod tests {
         }
     }
 
+    /// The example envoyproxy/ratelimit configuration.
+    const RLS_YAML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/envoy-rls/ratelimit.yaml");
+
     #[test]
     fn a_reload_names_each_restart_only_setting_that_changed_and_no_live_one() {
         let old = Config::default();
@@ -638,6 +651,15 @@ mod tests {
                 ("decision.allow_from", _) => {
                     ("10.0.0.5", &[("FLEET_LIMITER_TRUST_PROXY", "10.0.0.5")])
                 }
+                ("rls.listen", _) => (
+                    "127.0.0.1:4",
+                    &[
+                        ("FLEET_LIMITER_RLS_CONFIG", RLS_YAML),
+                        ("FLEET_LIMITER_RLS_ALLOW_FROM", "10.0.0.5"),
+                    ],
+                ),
+                ("rls.config", _) => (RLS_YAML, &[]),
+                ("rls.allow_from", _) => ("10.0.0.5", &[]),
                 ("cors.allowed_origins", _) => ("https://dash.example", &[]),
                 ("methods.allowed", _) => ("GET,POST", &[]),
                 ("methods.override_headers", _) => ("X-Verb", &[]),
@@ -711,6 +733,7 @@ mod tests {
                 "ops.shutdown_grace",
                 "ops.log_format",
                 "decision",
+                "rls.listen",
                 "admission",
                 "websocket",
             ]

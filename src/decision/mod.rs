@@ -149,6 +149,12 @@ pub struct Settings {
     pub body_key_max_bytes: usize,
     /// The longest wait for a whole body read for `body:<field>` keys (`server.body_timeout`).
     pub body_key_timeout: std::time::Duration,
+    /// The domains of Envoy's rate-limit service (`rls.config`), read again on every reload.
+    pub rls_domains: Arc<crate::rls::rules::Domains>,
+    /// The proxies the rate-limit service answers (`rls.allow_from`).
+    pub rls_allow_from: Arc<[ipnet::IpNet]>,
+    /// Whether a descriptor's own `limit` counts (`rls.descriptor_limit`).
+    pub rls_descriptor_limit: bool,
 }
 
 impl Settings {
@@ -167,6 +173,9 @@ impl Settings {
             headers: cfg.headers,
             body_key_max_bytes: cfg.server.body_key_max_bytes,
             body_key_timeout: cfg.server.body_timeout,
+            rls_domains: cfg.rls.domains.clone(),
+            rls_allow_from: cfg.rls.allow_from.clone().into(),
+            rls_descriptor_limit: cfg.rls.descriptor_limit,
         }
     }
 }
@@ -524,6 +533,70 @@ impl Decider {
             results,
             store_error,
         }
+    }
+}
+
+impl Decider {
+    /// How the store wants its bucket names digested.
+    pub(crate) fn key_digest(&self) -> &KeyDigest {
+        &self.digest
+    }
+
+    /// Ask the store about `checks` (one per limiter in `limiters`) in one all-or-nothing
+    /// decision, as [`Decider::decide_overridden`] does: the store's round trip counted, each
+    /// limiter's `on_store_error` answer when it fails, and, when an enforcing check refuses,
+    /// the other buckets reported as they stand (nothing was charged). `true` beside the
+    /// verdicts: the store failed.
+    pub(crate) async fn decide_checks(
+        &self,
+        checks: &[Check],
+        limiters: &[Arc<LimiterSpec>],
+    ) -> (Vec<Verdict>, bool, SmallVec<[bool; 4]>) {
+        let started = std::time::Instant::now();
+        let answer = self.store.decide(checks).await;
+        let answer = match answer {
+            Ok(v) if v.len() == checks.len() => Ok(v),
+            Ok(v) => Err(StoreError::new(
+                crate::store::StoreErrorKind::Script,
+                format!(
+                    "store answered {} verdicts for {} checks",
+                    v.len(),
+                    checks.len()
+                ),
+            )),
+            Err(e) => Err(e),
+        };
+        // `on_store_error = "local"` limiters decide on this instance's buckets meanwhile.
+        let (verdicts, local, store_error) = match answer {
+            Ok(v) => (v, SmallVec::new(), None),
+            Err(e) => {
+                let (v, local) = self.without_store(limiters, checks).await;
+                (v, local, Some(e))
+            }
+        };
+        self.metrics.store_round_trip(
+            started.elapsed(),
+            store_error.as_ref().map(StoreError::kind),
+        );
+        if let Some(e) = &store_error {
+            tracing::warn!(error = %e, "rls: the store could not decide; each limiter's on_store_error answers");
+        }
+        let errored = store_error.is_some();
+        let refused = !errored
+            && verdicts
+                .iter()
+                .zip(checks)
+                .any(|(v, c)| !v.allowed && !c.shadow);
+        let verdicts = if refused {
+            verdicts
+                .into_iter()
+                .zip(checks)
+                .map(|(v, c)| crate::limiter::unconsumed_units(&c.quota, v, c.units))
+                .collect()
+        } else {
+            verdicts
+        };
+        (verdicts, errored, local)
     }
 }
 

@@ -48,12 +48,15 @@ async fn run_gateway(
     reloader: admin::Reloader,
 ) -> anyhow::Result<()> {
     let decision = forward_auth::bind(cfg, decider.clone())?;
+    let rls = crate::rls::start(cfg, decider.clone())?;
     let Some(base) = cfg.server.upstream.clone() else {
         // Only the decision endpoint: the proxy in front forwards, this only decides.
-        let Some(decision) = decision else {
-            anyhow::bail!(
-                "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen)"
-            );
+        let decision = match (decision, rls) {
+            (Some(d), _) => vec![d],
+            (None, Some(_)) => Vec::new(),
+            (None, None) => anyhow::bail!(
+                "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen or rls.listen)"
+            ),
         };
         if listeners::handed(listeners::Role::Traffic) {
             tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
@@ -68,7 +71,7 @@ async fn run_gateway(
             enabled = cfg.enabled,
             "fleet-limiter decision endpoint started (no upstream: answering a proxy's questions only)"
         );
-        return admin.run(vec![decision], cfg).await;
+        return admin.run(decision, cfg).await;
     };
     let tls = if base.is_https() {
         let client = crate::tls::client_config(

@@ -219,3 +219,12 @@ pub(super) struct LimiterOutcomeLabels {
 pub(super) type OneLabel = [(&'static str, &'static str); 1];
 /// Two labels, the same.
 pub(super) type TwoLabels = [(&'static str, &'static str); 2];
+
+/// `fleet_limiter_rls_decisions_total`: the domain (a configured one, or `unknown`), the rule
+/// (its descriptor path, or `none`) and what the descriptor was answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct RlsLabels {
+    pub(super) domain: String,
+    pub(super) rule: String,
+    pub(super) outcome: &'static str,
+}

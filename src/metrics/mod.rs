@@ -76,6 +76,7 @@ pub struct Metrics {
     admission_in_flight: Family<GroupLabel, Gauge>,
     admission_queued: Family<GroupLabel, Gauge>,
     admission_shed: Family<GroupReasonLabels, Counter>,
+    rls_decisions: Family<labels::RlsLabels, Counter>,
     settings: Arc<scrape::SettingsView>,
 }
 
@@ -253,6 +254,19 @@ impl Metrics {
                 })
             }),
         }
+    }
+
+    /// One descriptor answered by the Envoy rate-limit service: its domain (configured, or
+    /// `unknown`), its rule (`none` when no rule matched) and its outcome (`ok`, `over_limit`,
+    /// `shadow_over_limit`, `unlimited`, `no_rule`).
+    pub fn rls_decision(&self, domain: &str, rule: &str, outcome: &'static str) {
+        self.rls_decisions
+            .get_or_create(&labels::RlsLabels {
+                domain: domain.to_owned(),
+                rule: rule.to_owned(),
+                outcome,
+            })
+            .inc();
     }
 
     /// A reload was asked for: it took effect, or the old configuration stays.

@@ -205,6 +205,12 @@ impl Metrics {
 "Requests admission control turned away or cut off, by admission group and reason: queue_full (503: no slot and no room to wait), queue_timeout (503: waited admission.queue_timeout), client_share (429: the client address held its share of the group's slots, admission.client_share_percent) or body_hold (408: its body still arriving after admission.body_hold while it held a slot)",
             admission_shed.clone(),
         );
+        let rls_decisions = Family::<super::labels::RlsLabels, Counter>::default();
+        r.register(
+            "fleet_limiter_rls_decisions",
+            "Descriptors answered by the Envoy rate-limit service (rls.listen), by domain (a configured one, or unknown), rule (the descriptor path in the YAML, or none) and outcome: ok, over_limit, shadow_over_limit (over the limit in shadow mode, answered OK), unlimited, no_rule (no rule matched: OK, as the reference answers)",
+            rls_decisions.clone(),
+        );
         let paths_rejected = series1(
             &mut r,
             "fleet_limiter_paths_rejected",
@@ -272,6 +278,7 @@ impl Metrics {
             admission_in_flight,
             admission_queued,
             admission_shed,
+            rls_decisions,
             settings,
         }
     }

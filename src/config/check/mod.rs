@@ -106,7 +106,67 @@ pub(crate) fn check(cfg: &Config) -> CheckReport {
         warnings,
         at_risk,
         known_agents,
+        rls: rls_rules(cfg),
     }
+}
+
+/// The RLS rules, each with how it is judged: a `fleet_limiter` rule is its limiter, judged in
+/// the table like any; a rule of the YAML's own meters Envoy's descriptors, which no declared
+/// workload of the fleet reaches, so there is nothing to judge it against.
+fn rls_rules(cfg: &Config) -> Vec<types::RlsRuleCheck> {
+    use crate::rls::rules::Limit;
+    cfg.rls
+        .domains
+        .rules()
+        .iter()
+        .map(|r| {
+            let (budget, key, fleet_limiter, judged) = match &r.limit {
+                Limit::Unlimited => (
+                    "unlimited".to_owned(),
+                    "-".to_owned(),
+                    None,
+                    "always OK".to_owned(),
+                ),
+                Limit::Nothing(unit) => (
+                    format!("0 / 1 {}", unit.as_str()),
+                    "-".to_owned(),
+                    None,
+                    "always OVER_LIMIT".to_owned(),
+                ),
+                Limit::Limiter { spec, mapped, .. } => {
+                    let budget = format!(
+                        "{} / {} {}",
+                        spec.quota.limit(),
+                        fmt_secs(spec.quota.window().as_secs_f64()),
+                        spec.quota.algorithm.as_str()
+                    );
+                    if *mapped {
+                        (
+                            budget,
+                            spec.key.to_string(),
+                            Some(spec.name.to_string()),
+                            format!("as limiter {} above (one budget)", spec.name),
+                        )
+                    } else {
+                        (
+                            budget,
+                            "descriptor".to_owned(),
+                            None,
+                            "not judged: Envoy's descriptors, no declared workload".to_owned(),
+                        )
+                    }
+                }
+            };
+            types::RlsRuleCheck {
+                rule: r.path.to_string(),
+                budget,
+                key,
+                shadow: r.shadow,
+                fleet_limiter,
+                judged,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

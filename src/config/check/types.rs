@@ -219,6 +219,27 @@ pub(crate) struct CheckReport {
     /// (absent when no such ceiling is on).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub known_agents: Option<KnownTable>,
+    /// The rules of Envoy's rate-limit service (`rls.config`), when it has any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rls: Vec<RlsRuleCheck>,
+}
+
+/// One rule of the Envoy rate-limit service's YAML, as `check` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct RlsRuleCheck {
+    /// Its descriptor path: `rls:<domain>:<key>=<value>/<key>`.
+    pub rule: String,
+    /// `2 / 1m gcra`, `unlimited`, or `nothing` (`requests_per_unit: 0`).
+    pub budget: String,
+    /// `descriptor` (its buckets keyed on the descriptor's entries) or the key of the
+    /// calibration limiter it names.
+    pub key: String,
+    pub shadow: bool,
+    /// The calibration limiter whose budget it spends (`fleet_limiter`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet_limiter: Option<String>,
+    /// How it is judged.
+    pub judged: String,
 }
 
 /// The known-agents table against the declared fleet (see `known_agents`).

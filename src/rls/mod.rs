@@ -1,0 +1,700 @@
+//! Envoy's global rate-limit service (`envoy.service.ratelimit.v3.RateLimitService`) on
+//! `rls.listen`: a drop-in for envoyproxy/ratelimit, answering `ShouldRateLimit` from the same
+//! decider, store and buckets as the gateway and the decision endpoint.
+//!
+//! Each descriptor of a request is looked up in the domain's YAML tree ([`rules`]); those that
+//! reach a rule are decided together in one all-or-nothing store call (a request one of them
+//! refuses charges none), each bucket named by its limiter and a digest of the descriptor's
+//! entries (or, for a `fleet_limiter` rule, of the key the gateway computes for that limiter).
+//! What envoyproxy/ratelimit answers is matched where it is defined: an unknown domain or a
+//! descriptor no rule matches is `OK` with no `current_limit`; an empty domain or no
+//! descriptor is `INVALID_ARGUMENT`. See docs/envoy-rls.md.
+
+pub(crate) mod proto;
+pub(crate) mod rules;
+
+use crate::config::Config;
+use crate::decision::{Decider, LimitResult, Outcome};
+use crate::keys::{self, KeyKind, Principal};
+use crate::policy::{LimiterSpec, Mode};
+use crate::store::Check;
+use ipnet::IpNet;
+use proto::{Code, DescriptorStatus, RateLimit, RateLimitRequest, RateLimitResponse};
+use rules::{Limit, Rule, Unit};
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+/// Most descriptors one request may carry; more is `INVALID_ARGUMENT`.
+pub(crate) const MAX_DESCRIPTORS: usize = 64;
+/// Most entries one descriptor may carry.
+pub(crate) const MAX_ENTRIES: usize = 32;
+/// Longest domain, entry key or entry value, in bytes.
+pub(crate) const MAX_VALUE_LEN: usize = 1024;
+/// The largest HTTP/2 header list read, in bytes.
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// The most streams open at once on one connection.
+const MAX_STREAMS: u32 = 1024;
+/// The gRPC method's path.
+const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The service's state: the shared decider, whose settings hold the YAML's domains, who may
+/// ask and whether a descriptor's own limit counts (all read again on every reload).
+pub(crate) struct Service {
+    decider: Arc<Decider>,
+}
+
+/// What one descriptor was matched to.
+enum Matched {
+    /// No rule (or a replaced one, or a limiter that is off): OK, no limit.
+    None,
+    Rule(Arc<Rule>),
+    /// A `fleet_limiter` rule, with its limiter as the configuration now has it (a reload may
+    /// have changed its quota or mode since the YAML was read).
+    Mapped {
+        rule: Arc<Rule>,
+        spec: Arc<LimiterSpec>,
+    },
+    /// The descriptor's own `limit` (`rls.descriptor_limit`).
+    Own {
+        spec: Arc<LimiterSpec>,
+        unit: Unit,
+        rpu: u32,
+    },
+}
+
+impl Service {
+    pub(crate) fn new(decider: Arc<Decider>) -> Self {
+        Self { decider }
+    }
+
+    /// Answer one `ShouldRateLimit`.
+    pub(crate) async fn answer(
+        &self,
+        peer: Option<SocketAddr>,
+        req: RateLimitRequest,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let settings = self.decider.settings();
+        if !allows(&settings.rls_allow_from, peer) {
+            tracing::warn!(peer = ?peer, "rls asked by an address not in rls.allow_from; refused");
+            return Err(tonic::Status::permission_denied(
+                "this address may not ask for rate-limit decisions; add it to rls.allow_from",
+            ));
+        }
+        if req.domain.is_empty() {
+            return Err(tonic::Status::invalid_argument(
+                "rate limit domain must not be empty",
+            ));
+        }
+        if req.descriptors.is_empty() {
+            return Err(tonic::Status::invalid_argument(
+                "rate limit descriptor list must not be empty",
+            ));
+        }
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(tonic::Status::invalid_argument(format!(
+                "more than {MAX_DESCRIPTORS} descriptors in one request"
+            )));
+        }
+        if req.domain.len() > MAX_VALUE_LEN {
+            return Err(tonic::Status::invalid_argument(format!(
+                "the domain is longer than {MAX_VALUE_LEN} bytes"
+            )));
+        }
+        for d in &req.descriptors {
+            if d.entries.len() > MAX_ENTRIES {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "a descriptor has more than {MAX_ENTRIES} entries"
+                )));
+            }
+            if d.entries
+                .iter()
+                .any(|e| e.key.len() > MAX_VALUE_LEN || e.value.len() > MAX_VALUE_LEN)
+            {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "a descriptor entry's key or value is longer than {MAX_VALUE_LEN} bytes"
+                )));
+            }
+        }
+        let metrics = self.decider.metrics();
+        let n = req.descriptors.len();
+        let domain = match settings.rls_domains.domain(&req.domain) {
+            Some(d) if settings.enabled => d,
+            other => {
+                let label = other.map_or("unknown", |d| &d.name);
+                for _ in 0..n {
+                    metrics.rls_decision(label, "none", "no_rule");
+                }
+                return Ok(unlimited_answer(n));
+            }
+        };
+        // Each descriptor's rule.
+        let mut matched: Vec<Matched> = req
+            .descriptors
+            .iter()
+            .map(|d| {
+                let own = d
+                    .limit
+                    .as_ref()
+                    .filter(|_| settings.rls_descriptor_limit)
+                    .and_then(|l| {
+                        let unit = Unit::from_proto(l.unit)?;
+                        let rpu = NonZeroU32::new(l.requests_per_unit)?;
+                        Some((unit, rpu))
+                    });
+                let rule =
+                    domain.lookup(d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())));
+                match (own, rule) {
+                    (Some((unit, rpu)), rule) => {
+                        let base = rule.map_or_else(
+                            || format!("rls:{}:override", domain.name),
+                            |r| format!("{}:override", r.path),
+                        );
+                        let quota = crate::limiter::Quota::gcra(rpu, unit.window());
+                        Matched::Own {
+                            spec: Arc::new(rules::rls_spec(
+                                &base,
+                                quota,
+                                rule.is_some_and(|r| r.shadow),
+                            )),
+                            unit,
+                            rpu: rpu.get(),
+                        }
+                    }
+                    (None, Some(r)) => match &r.limit {
+                        Limit::Limiter {
+                            spec, mapped: true, ..
+                        } => {
+                            let live = settings
+                                .policy
+                                .limiters()
+                                .iter()
+                                .find(|l| l.name == spec.name)
+                                .unwrap_or(spec);
+                            if live.mode == Mode::Off {
+                                Matched::None
+                            } else {
+                                Matched::Mapped {
+                                    rule: r.clone(),
+                                    spec: live.clone(),
+                                }
+                            }
+                        }
+                        _ => Matched::Rule(r.clone()),
+                    },
+                    (None, None) => Matched::None,
+                }
+            })
+            .collect();
+        // `replaces`: a rule that another matched rule replaces is not checked.
+        let replaced: Vec<&str> = matched
+            .iter()
+            .filter_map(|m| match m {
+                Matched::Rule(r) => Some(r.replaces.iter().map(String::as_str)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut replaced_idx = Vec::new();
+        if !replaced.is_empty() {
+            for (i, m) in matched.iter().enumerate() {
+                if let Matched::Rule(r) = m {
+                    if r.name.as_deref().is_some_and(|n| replaced.contains(&n)) {
+                        replaced_idx.push(i);
+                    }
+                }
+            }
+        }
+        for i in replaced_idx {
+            if let Some(m) = matched.get_mut(i) {
+                *m = Matched::None;
+            }
+        }
+        // One check per bucket: descriptors naming the same bucket add their costs.
+        let digest = self.decider.key_digest();
+        let request_units = req.hits_addend.max(1);
+        let mut checks: Vec<Check> = Vec::new();
+        let mut specs: Vec<Arc<LimiterSpec>> = Vec::new();
+        let mut check_of: Vec<Option<usize>> = Vec::with_capacity(n);
+        for (d, m) in req.descriptors.iter().zip(&matched) {
+            let (spec, mapped, yaml_shadow) = match m {
+                Matched::Mapped { rule, spec } => (spec, true, rule.shadow),
+                Matched::Rule(r) => match &r.limit {
+                    Limit::Limiter { spec, .. } => (spec, false, r.shadow),
+                    _ => {
+                        check_of.push(None);
+                        continue;
+                    }
+                },
+                Matched::Own { spec, .. } => (spec, false, false),
+                Matched::None => {
+                    check_of.push(None);
+                    continue;
+                }
+            };
+            let units = d
+                .hits_addend
+                .as_ref()
+                .map_or(u64::from(request_units), |h| h.value.max(1));
+            let units = NonZeroU32::new(u32::try_from(units).unwrap_or(u32::MAX))
+                .unwrap_or(NonZeroU32::MIN);
+            let key = if mapped {
+                mapped_key(digest, spec, d, settings.ipv6_prefix)
+            } else {
+                let joined = joined_entries(d, settings.ipv6_prefix);
+                let p = Principal {
+                    header: Some(&joined),
+                    ..Principal::default()
+                };
+                digest.bucket_of(spec.name.clone(), &spec.key, &p)
+            };
+            if let Some(i) = checks.iter().position(|c| c.key == key) {
+                if let Some(c) = checks.get_mut(i) {
+                    c.units = c.units.saturating_add(units.get());
+                }
+                check_of.push(Some(i));
+                continue;
+            }
+            check_of.push(Some(checks.len()));
+            checks.push(Check {
+                key,
+                quota: spec.quota,
+                shadow: yaml_shadow || spec.mode != Mode::Enforce,
+                units,
+            });
+            specs.push(spec.clone());
+        }
+        let (verdicts, errored, local) = if checks.is_empty() {
+            (Vec::new(), false, Default::default())
+        } else {
+            self.decider.decide_checks(&checks, &specs).await
+        };
+        // The statuses, one per descriptor, in order.
+        let mut statuses = Vec::with_capacity(n);
+        let mut over = false;
+        for (m, c) in matched.iter().zip(&check_of) {
+            let (status, rule_label, outcome) = match (m, c) {
+                (Matched::None, _) => (no_limit(0), "none", "no_rule"),
+                (Matched::Rule(r), _) if matches!(r.limit, Limit::Unlimited) => {
+                    (no_limit(u32::MAX), &*r.path, "unlimited")
+                }
+                (Matched::Rule(r), _) if matches!(r.limit, Limit::Nothing(_)) => {
+                    let unit = match r.limit {
+                        Limit::Nothing(u) => u,
+                        _ => Unit::Second,
+                    };
+                    let code = if r.shadow { Code::Ok } else { Code::OverLimit };
+                    let status = DescriptorStatus {
+                        code: code as i32,
+                        current_limit: Some(RateLimit {
+                            name: r.name.clone().unwrap_or_default(),
+                            requests_per_unit: 0,
+                            unit: unit.proto(),
+                        }),
+                        limit_remaining: 0,
+                        duration_until_reset: Some(proto::Duration::from_nanos(
+                            unit.seconds() * 1_000_000_000,
+                        )),
+                    };
+                    let outcome = if r.shadow {
+                        "shadow_over_limit"
+                    } else {
+                        "over_limit"
+                    };
+                    (status, &*r.path, outcome)
+                }
+                (m, Some(i)) => {
+                    let (Some(v), Some(check)) = (verdicts.get(*i), checks.get(*i)) else {
+                        statuses.push(no_limit(0));
+                        continue;
+                    };
+                    let (name, label, unit, rpu, shadow) = match m {
+                        Matched::Rule(r) => {
+                            let unit = match r.limit {
+                                Limit::Limiter { unit, .. } => unit,
+                                _ => Unit::Second,
+                            };
+                            (
+                                r.name.clone().unwrap_or_default(),
+                                &*r.path,
+                                unit,
+                                r.requests_per_unit,
+                                r.shadow,
+                            )
+                        }
+                        Matched::Mapped { rule, spec } => {
+                            let (rpu, unit) = rate_of(&spec.quota);
+                            (
+                                String::new(),
+                                &*rule.path,
+                                unit,
+                                rpu,
+                                rule.shadow || spec.mode != Mode::Enforce,
+                            )
+                        }
+                        Matched::Own { spec, unit, rpu } => (
+                            String::new(),
+                            &*spec.name,
+                            *unit,
+                            *rpu,
+                            spec.mode != Mode::Enforce,
+                        ),
+                        Matched::None => (String::new(), "none", Unit::Second, 0, false),
+                    };
+                    let wait = if v.allowed {
+                        v.reset_after_ns
+                    } else {
+                        v.retry_after_ns
+                    };
+                    // Never 0: a bucket that reports none (a store failure's answer) still
+                    // needs one request's worth of refill.
+                    let wait = if wait == 0 {
+                        check.quota.emission_interval_ns()
+                    } else {
+                        wait
+                    };
+                    let code = if v.allowed || shadow {
+                        Code::Ok
+                    } else {
+                        Code::OverLimit
+                    };
+                    let outcome = match (v.allowed, shadow) {
+                        (true, _) => "ok",
+                        (false, true) => "shadow_over_limit",
+                        (false, false) => "over_limit",
+                    };
+                    let status = DescriptorStatus {
+                        code: code as i32,
+                        current_limit: Some(RateLimit {
+                            name,
+                            requests_per_unit: rpu,
+                            unit: unit.proto(),
+                        }),
+                        limit_remaining: v.remaining,
+                        duration_until_reset: Some(proto::Duration::from_nanos(wait)),
+                    };
+                    (status, label, outcome)
+                }
+                (_, None) => (no_limit(0), "none", "no_rule"),
+            };
+            over |= status.code == Code::OverLimit as i32;
+            metrics.rls_decision(&domain.name, rule_label, outcome);
+            statuses.push(status);
+        }
+        // The limit headers the gateway would send, from the buckets that decided.
+        let results: Vec<LimitResult> = checks
+            .into_iter()
+            .zip(specs)
+            .zip(verdicts)
+            .enumerate()
+            .map(|(i, ((check, spec), verdict))| {
+                let mut partition = [0u8; 8];
+                partition.copy_from_slice(&check.key.digest[..8]);
+                // A `local` limiter counted on this instance's bucket while the store failed.
+                let local = local.get(i).copied().unwrap_or(false);
+                LimitResult {
+                    spec,
+                    slot: usize::MAX,
+                    key: check.key,
+                    verdict,
+                    store_error: errored && !local,
+                    local,
+                    units: check.units,
+                    partition,
+                }
+            })
+            .collect();
+        let response_headers_to_add = if results.is_empty() {
+            Vec::new()
+        } else {
+            let outcome = Outcome {
+                client_ip: None,
+                results,
+                store_error: None,
+            };
+            crate::http::response::limit_headers(&outcome, &settings.headers, None)
+                .into_iter()
+                .map(|(k, v)| proto::HeaderValue {
+                    key: k.as_str().to_owned(),
+                    value: v,
+                })
+                .collect()
+        };
+        Ok(RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add,
+            request_headers_to_add: Vec::new(),
+        })
+    }
+}
+
+/// Whether `peer` is one of the proxies in `allow_from`.
+fn allows(allow_from: &[IpNet], peer: Option<SocketAddr>) -> bool {
+    let Some(peer) = peer else { return false };
+    let ip = peer.ip().to_canonical();
+    allow_from.iter().any(|n| n.contains(&ip))
+}
+
+/// A calibration limiter's budget as Envoy's `RateLimit` can say it: its limit per its window
+/// when the window is one unit; else its refill rate per the longest unit not longer than the
+/// window, rounded up (at least 1).
+fn rate_of(quota: &crate::limiter::Quota) -> (u32, Unit) {
+    let window = quota.window();
+    let unit = rules::unit_of_window(window);
+    if window.as_secs() == unit.seconds() && window.subsec_nanos() == 0 {
+        return (quota.limit(), unit);
+    }
+    let unit = [Unit::Week, Unit::Day, Unit::Hour, Unit::Minute]
+        .into_iter()
+        .find(|u| window.as_secs() >= u.seconds())
+        .unwrap_or(Unit::Second);
+    let rate = f64::from(quota.limit()) * unit.seconds() as f64 / window.as_secs_f64();
+    (rate.ceil().clamp(1.0, f64::from(u32::MAX)) as u32, unit)
+}
+
+/// `OK` with no limit, as the reference answers a descriptor no rule matches (`remaining` 0)
+/// or an `unlimited` one (`remaining` the largest number).
+fn no_limit(remaining: u32) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        current_limit: None,
+        limit_remaining: remaining,
+        duration_until_reset: None,
+    }
+}
+
+/// Every descriptor `OK` with no limit: an unknown domain, or limiting switched off.
+fn unlimited_answer(n: usize) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: Code::Ok as i32,
+        statuses: (0..n).map(|_| no_limit(0)).collect(),
+        response_headers_to_add: Vec::new(),
+        request_headers_to_add: Vec::new(),
+    }
+}
+
+/// An entry's value as a key part: a `remote_address` normalised as every address is
+/// (IPv4-mapped to IPv4, IPv6 to its prefix); anything else as it is.
+fn entry_value(key: &str, value: &str, v6_prefix: u8) -> String {
+    if key == "remote_address" {
+        if let Ok(ip) = value.trim().parse::<IpAddr>() {
+            return keys::normalize_ip(ip, v6_prefix);
+        }
+    }
+    value.to_owned()
+}
+
+/// A descriptor's entries as one unambiguous string (each part length-prefixed), which the
+/// bucket's name digests: the raw values go no further.
+fn joined_entries(d: &proto::RateLimitDescriptor, v6_prefix: u8) -> String {
+    let mut s = String::new();
+    for e in &d.entries {
+        let v = entry_value(&e.key, &e.value, v6_prefix);
+        s.push_str(itoa::Buffer::new().format(e.key.len()));
+        s.push(':');
+        s.push_str(&e.key);
+        s.push_str(itoa::Buffer::new().format(v.len()));
+        s.push(':');
+        s.push_str(&v);
+    }
+    s
+}
+
+/// The bucket a `fleet_limiter` rule's limiter keeps for this descriptor: keyed exactly as the
+/// gateway keys that limiter for a request from the descriptor's `remote_address` (its
+/// `agent_id` entry as the agent id, an entry named as a `header:<name>` key's header as that
+/// header).
+fn mapped_key(
+    digest: &keys::KeyDigest,
+    spec: &LimiterSpec,
+    d: &proto::RateLimitDescriptor,
+    v6_prefix: u8,
+) -> keys::BucketKey {
+    let find = |k: &str| {
+        d.entries
+            .iter()
+            .find(|e| e.key == k)
+            .map(|e| e.value.as_str())
+    };
+    let ip = find("remote_address")
+        .map(|v| entry_value("remote_address", v, v6_prefix))
+        .unwrap_or_default();
+    let agent_id = find("agent_id").and_then(|v| keys::valid_agent_id(v.as_bytes()));
+    let header = match &spec.key {
+        KeyKind::Header(name) => find(name).and_then(|v| keys::valid_key_header(v.as_bytes())),
+        _ => None,
+    };
+    let p = Principal {
+        ip: &ip,
+        agent_id,
+        header,
+        ..Principal::default()
+    };
+    digest.bucket_of(spec.name.clone(), &spec.key, &p)
+}
+
+/// The gRPC service: `ShouldRateLimit`, and `UNIMPLEMENTED` for anything else.
+#[derive(Clone)]
+struct Grpc(Arc<Service>);
+
+impl tonic::server::NamedService for Grpc {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+impl<B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for Grpc
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = tonic::codegen::http::Response<tonic::body::BoxBody>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: tonic::codegen::http::Request<B>) -> Self::Future {
+        let service = self.0.clone();
+        if req.uri().path() == METHOD {
+            Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
+                Ok(grpc.unary(Unary(service), req).await)
+            })
+        } else {
+            Box::pin(async move {
+                Ok(tonic::Status::unimplemented(
+                    "this listener answers envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit only",
+                )
+                .into_http())
+            })
+        }
+    }
+}
+
+struct Unary(Arc<Service>);
+
+impl tonic::server::UnaryService<RateLimitRequest> for Unary {
+    type Response = RateLimitResponse;
+    type Future = tonic::codegen::BoxFuture<tonic::Response<RateLimitResponse>, tonic::Status>;
+
+    fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
+        let service = self.0.clone();
+        Box::pin(async move {
+            let peer = request.remote_addr();
+            let answer = service.answer(peer, request.into_inner()).await;
+            answer.map(tonic::Response::new)
+        })
+    }
+}
+
+/// Start the gRPC listener on `rls.listen`, if set: bound here (an address that cannot be
+/// bound is an error now), served on its own runtime threads. Returns the bound address.
+pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<SocketAddr>> {
+    let Some(listen) = cfg.rls.listen else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(listen)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| {
+            crate::http::ListenError::new(cfg, "rls.listen", "--rls-listen", listen, &e)
+        })?;
+    let addr = listener.local_addr()?;
+    let service = Arc::new(Service::new(decider));
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("rls")
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("rls-listener".to_owned())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let incoming = tokio::net::TcpListener::from_std(listener)
+                    .map_err(|e| e.to_string())
+                    .and_then(|l| {
+                        tonic::transport::server::TcpIncoming::from_listener(l, true, None)
+                            .map_err(|e| e.to_string())
+                    });
+                let incoming = match incoming {
+                    Ok(i) => i,
+                    Err(e) => {
+                        tracing::error!("rls.listen: cannot serve {addr}: {e}");
+                        return;
+                    }
+                };
+                // Bounds a client cannot raise: a header list past 16 KiB is refused before it
+                // is decoded into a map (Envoy's gRPC metadata is a few hundred bytes), and at
+                // most 1 024 streams are open per connection.
+                if let Err(e) = tonic::transport::Server::builder()
+                    .http2_max_header_list_size(MAX_HEADER_LIST)
+                    .max_concurrent_streams(MAX_STREAMS)
+                    .add_service(Grpc(service))
+                    .serve_with_incoming(incoming)
+                    .await
+                {
+                    tracing::error!("rls.listen: the gRPC server on {addr} stopped: {e}");
+                }
+            });
+        })?;
+    tracing::info!(rls_listen = %addr, "Envoy rate-limit service listener started: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
+    Ok(Some(addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::Quota;
+    use std::time::Duration;
+
+    fn q(limit: u32, secs: u64) -> Quota {
+        Quota::gcra(crate::limiter::nonzero(limit), Duration::from_secs(secs))
+    }
+
+    #[test]
+    fn a_calibration_budget_is_said_per_unit() {
+        assert_eq!(rate_of(&q(30, 60)), (30, Unit::Minute));
+        assert_eq!(rate_of(&q(5, 3600)), (5, Unit::Hour));
+        // 100 per 83 s refills 72.3 a minute.
+        assert_eq!(rate_of(&q(100, 83)), (73, Unit::Minute));
+        // 10 per 2 minutes refills 5 a minute.
+        assert_eq!(rate_of(&q(10, 120)), (5, Unit::Minute));
+        assert_eq!(rate_of(&q(1, 7)), (1, Unit::Second));
+    }
+
+    #[test]
+    fn entries_join_unambiguously_and_addresses_are_normalised() {
+        let d = |e: &[(&str, &str)]| proto::RateLimitDescriptor {
+            entries: e
+                .iter()
+                .map(|(k, v)| proto::Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            limit: None,
+            hits_addend: None,
+        };
+        assert_ne!(
+            joined_entries(&d(&[("a", "b=c")]), 56),
+            joined_entries(&d(&[("a=b", "c")]), 56)
+        );
+        assert_ne!(
+            joined_entries(&d(&[("a", "bc")]), 56),
+            joined_entries(&d(&[("a", "b"), ("c", "")]), 56)
+        );
+        assert_eq!(
+            joined_entries(&d(&[("remote_address", "::ffff:198.51.100.7")]), 56),
+            joined_entries(&d(&[("remote_address", "198.51.100.7")]), 56)
+        );
+        assert_eq!(
+            joined_entries(&d(&[("remote_address", "2001:db8:1:2::1")]), 56),
+            joined_entries(&d(&[("remote_address", "2001:db8:1:2:ffff::9")]), 56)
+        );
+    }
+}
