@@ -444,30 +444,7 @@ impl Decider {
                 .of(l.cost.header().and_then(|h| req.key_headers.get(h)))
         };
         let checks = build_checks(&self.digest, &limiters, principal, units);
-        let started = std::time::Instant::now();
-        let answer = self.store.decide(&checks).await;
-        let elapsed = started.elapsed();
-        let answer = match answer {
-            Ok(v) if v.len() == checks.len() => Ok(v),
-            Ok(v) => Err(StoreError::new(
-                crate::store::StoreErrorKind::Script,
-                format!(
-                    "store answered {} verdicts for {} checks",
-                    v.len(),
-                    checks.len()
-                ),
-            )),
-            Err(e) => Err(e),
-        };
-        let (verdicts, local, store_error) = match answer {
-            Ok(v) => (v, SmallVec::new(), None),
-            Err(e) => {
-                let (v, local) = self.without_store(&limiters, &checks).await;
-                (v, local, Some(e))
-            }
-        };
-        self.metrics
-            .store_round_trip(elapsed, store_error.as_ref().map(StoreError::kind));
+        let (verdicts, local, store_error) = self.decide_on_store(&limiters, &checks).await;
         let errored = store_error.is_some();
         // Whether the i-th verdict counts a bucket: the store's, or the local one of an
         // `on_store_error = "local"` limiter while the store failed.
@@ -552,32 +529,7 @@ impl Decider {
         checks: &[Check],
         limiters: &[Arc<LimiterSpec>],
     ) -> (Vec<Verdict>, bool, SmallVec<[bool; 4]>) {
-        let started = std::time::Instant::now();
-        let answer = self.store.decide(checks).await;
-        let answer = match answer {
-            Ok(v) if v.len() == checks.len() => Ok(v),
-            Ok(v) => Err(StoreError::new(
-                crate::store::StoreErrorKind::Script,
-                format!(
-                    "store answered {} verdicts for {} checks",
-                    v.len(),
-                    checks.len()
-                ),
-            )),
-            Err(e) => Err(e),
-        };
-        // `on_store_error = "local"` limiters decide on this instance's buckets meanwhile.
-        let (verdicts, local, store_error) = match answer {
-            Ok(v) => (v, SmallVec::new(), None),
-            Err(e) => {
-                let (v, local) = self.without_store(limiters, checks).await;
-                (v, local, Some(e))
-            }
-        };
-        self.metrics.store_round_trip(
-            started.elapsed(),
-            store_error.as_ref().map(StoreError::kind),
-        );
+        let (verdicts, local, store_error) = self.decide_on_store(limiters, checks).await;
         if let Some(e) = &store_error {
             tracing::warn!(error = %e, "rls: the store could not decide; each limiter's on_store_error answers");
         }
@@ -620,6 +572,40 @@ pub(crate) fn build_checks<'p>(
 }
 
 impl Decider {
+    /// The store's verdicts on `checks`, timed into the metrics; when it fails (or answers the
+    /// wrong number of verdicts) each limiter's `on_store_error` answer, with which of them
+    /// counted a local bucket, and the error.
+    async fn decide_on_store(
+        &self,
+        limiters: &[Arc<LimiterSpec>],
+        checks: &[Check],
+    ) -> (Vec<Verdict>, SmallVec<[bool; 4]>, Option<StoreError>) {
+        let started = std::time::Instant::now();
+        let answer = match self.store.decide(checks).await {
+            Ok(v) if v.len() == checks.len() => Ok(v),
+            Ok(v) => Err(StoreError::new(
+                crate::store::StoreErrorKind::Script,
+                format!(
+                    "store answered {} verdicts for {} checks",
+                    v.len(),
+                    checks.len()
+                ),
+            )),
+            Err(e) => Err(e),
+        };
+        let elapsed = started.elapsed();
+        self.metrics
+            .store_round_trip(elapsed, answer.as_ref().err().map(StoreError::kind));
+        match answer {
+            Ok(v) => (v, SmallVec::new(), None),
+            // `on_store_error = "local"` limiters decide on this instance's buckets meanwhile.
+            Err(e) => {
+                let (v, local) = self.without_store(limiters, checks).await;
+                (v, local, Some(e))
+            }
+        }
+    }
+
     /// Each limiter's answer when the store could not decide, and which of them counted a
     /// bucket of this instance's own (`on_store_error = "local"`). The local limiters are
     /// decided together on the store's local buckets, all or nothing among themselves, unless
