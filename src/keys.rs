@@ -36,6 +36,10 @@ pub enum KeyKind {
     /// `body:<value>` of a top-level field of the request's JSON or form body, normalised
     /// (see `keys::body`), else `ip:<ip>` (`key = "body:<field>"`).
     Body(Arc<str>),
+    /// `claim:<value>` of the named claim of the request's verified token (`key =
+    /// "claim:<name>"`: an organisation, a workspace), else `user:<sub>` for a verified token
+    /// without it, else `ip:<ip>`, as `user-or-ip` falls back.
+    Claim(Arc<str>),
     /// `global`: one bucket for every client of the limiter's routes.
     Global,
 }
@@ -74,6 +78,8 @@ pub struct Principal<'a> {
     pub header: Option<&'a str>,
     /// The limiter's body field, already normalised ([`body::normalize`]).
     pub body: Option<&'a str>,
+    /// The value of the limiter's claim in the verified token (`claim:<name>` keys).
+    pub claim: Option<&'a str>,
 }
 
 impl KeyKind {
@@ -86,6 +92,7 @@ impl KeyKind {
             KeyKind::Credential => "credential",
             KeyKind::Header(_) => "header",
             KeyKind::Body(_) => "body",
+            KeyKind::Claim(_) => "claim",
             KeyKind::Global => "global",
         }
     }
@@ -105,6 +112,14 @@ impl KeyKind {
         }
     }
 
+    /// The claim a `claim:<name>` key reads, if it is one.
+    pub fn claim(&self) -> Option<&str> {
+        match self {
+            KeyKind::Claim(name) => Some(name),
+            _ => None,
+        }
+    }
+
     /// The header a `header:<name>` key reads (lower-case), if it is one.
     pub fn header(&self) -> Option<&str> {
         match self {
@@ -120,6 +135,7 @@ impl std::fmt::Display for KeyKind {
         match self {
             KeyKind::Header(name) => write!(f, "header:{name}"),
             KeyKind::Body(field) => write!(f, "body:{field}"),
+            KeyKind::Claim(name) => write!(f, "claim:{name}"),
             other => f.write_str(other.as_str()),
         }
     }
@@ -195,6 +211,41 @@ pub fn principal_key(
 pub(crate) fn principal_key_of(kind: &KeyKind, p: &Principal<'_>) -> String {
     let (parts, n) = principal_parts(kind, p);
     parts[..n].concat()
+}
+
+/// How a key was made, for an operator (`explain`): the address, the agent id and the claim as
+/// they are (the operator sent them), a credential only as the first digits of its digest.
+pub(crate) fn describe(kind: &KeyKind, p: &Principal<'_>) -> String {
+    let ip = || format!("ip {}", p.ip);
+    match kind {
+        KeyKind::Ip => ip(),
+        KeyKind::IpAgent => match p.agent_id {
+            Some(a) => format!("ip {} + agent {a}", p.ip),
+            None => format!("ip {} + no agent id", p.ip),
+        },
+        KeyKind::UserOrIp => match p.user {
+            Some(u) => format!("user {u} (verified)"),
+            None => format!("{} (no verified token)", ip()),
+        },
+        KeyKind::Credential => match p.credential {
+            Some(c) => format!("credential sha256:{}…", c.get(..12).unwrap_or(c)),
+            None => format!("{} (no bearer token)", ip()),
+        },
+        KeyKind::Header(name) => match p.header {
+            Some(v) => format!("header {name}: {v}"),
+            None => format!("{} (no {name} from a trusted proxy)", ip()),
+        },
+        KeyKind::Body(field) => match p.body {
+            Some(v) => format!("body {field}: {v}"),
+            None => format!("{} (no body field {field})", ip()),
+        },
+        KeyKind::Claim(name) => match (p.claim, p.user) {
+            (Some(v), _) => format!("claim {name}: {v} (verified)"),
+            (None, Some(u)) => format!("user {u} (verified token without {name})"),
+            (None, None) => format!("{} (no verified token)", ip()),
+        },
+        KeyKind::Global => "global (one bucket for every client)".to_owned(),
+    }
 }
 
 /// First 16 bytes of SHA-256 over `limiter NUL principal`.
@@ -310,6 +361,11 @@ fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usiz
         KeyKind::Body(_) => match p.body {
             Some(v) => (["body:", v, ""], 2),
             None => (["ip:", ip, ""], 2),
+        },
+        KeyKind::Claim(_) => match (p.claim, p.user) {
+            (Some(v), _) => (["claim:", v, ""], 2),
+            (None, Some(sub)) => (["user:", sub, ""], 2),
+            (None, None) => (["ip:", ip, ""], 2),
         },
         KeyKind::Global => (["global", "", ""], 1),
     }

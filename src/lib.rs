@@ -183,6 +183,7 @@ mod limiter;
 mod log_sink;
 mod methods;
 mod metrics;
+mod overrides;
 mod path;
 mod policy;
 mod redact;
@@ -207,13 +208,16 @@ pub use config::{
 };
 pub use decision::{Decider, KeyHeaders, LimitResult, Outcome, RequestFacts};
 pub use error::Error;
+pub use http::admin_client::{
+    run_explain, run_override, run_reset, AdminTarget, AskedRequest, OverrideCommand,
+};
 pub use http::cors::Cors;
 #[cfg(feature = "actix-governor")]
 pub use http::governor::{AgentDeviceKey, ClientAddress, MaskedIpKey, VerifiedUserKey};
 pub use http::middleware::{Decided, FleetLimiter};
 pub use http::response::{apply_headers, limit_header_names, limit_headers, too_many_requests};
 pub use http::serve_gateway;
-pub use identity::{bearer_token, Credential, NoVerifier, TokenVerifier};
+pub use identity::{bearer_token, Credential, NoVerifier, TokenClaims, TokenVerifier, Verified};
 pub use keys::{digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind};
 pub use limiter::{nonzero, Algorithm, Quota, Verdict};
 pub use metrics::{LimiterFate, Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};

@@ -1,4 +1,5 @@
-//! The `fleet-limiter` command line: `serve`, `check`, `simulate` and `replay` (and nothing else belongs here).
+//! The `fleet-limiter` command line: `serve`, `check`, `simulate`, `replay`, and the levers of a
+//! running instance (`override`, `reset`, `explain`) (and nothing else belongs here).
 
 use clap::{Parser, Subcommand};
 use fleet_limiter::calibration::Format;
@@ -37,6 +38,38 @@ enum Command {
         after_help = "Exit status: 0 when every file was read to its end and no more than --max-skipped of the lines went unreplayed; 1 when a file could not be read to its end or more lines than --max-skipped allows were late, outliers or malformed (the report and a summary of what was skipped, with the option that fixes each, are printed first); 2 when an option, a configuration or --log-format cannot be used."
     )]
     Replay(ReplayArgs),
+    /// A running instance's overrides: list, add (at once, on every instance), remove.
+    Override {
+        #[command(flatten)]
+        target: fleet_limiter::AdminTarget,
+        #[command(subcommand)]
+        command: fleet_limiter::OverrideCommand,
+    },
+    /// Forget one principal's bucket of one limiter on a running instance (unblock it).
+    Reset {
+        #[command(flatten)]
+        target: fleet_limiter::AdminTarget,
+        /// The limiter whose bucket to forget.
+        #[arg(long)]
+        limiter: String,
+        #[command(flatten)]
+        request: fleet_limiter::AskedRequest,
+        /// Who asks, for the instance's log.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// What a request would meet on a running instance now, consuming nothing: the limiters,
+    /// their keys described, their buckets, and whether it would be allowed.
+    Explain {
+        #[command(flatten)]
+        target: fleet_limiter::AdminTarget,
+        #[arg(long, default_value = "GET")]
+        method: String,
+        #[arg(long, default_value = "/")]
+        path: String,
+        #[command(flatten)]
+        request: fleet_limiter::AskedRequest,
+    },
 }
 
 #[derive(clap::Args)]
@@ -160,6 +193,19 @@ fn main() -> ExitCode {
             args.plot.as_deref(),
             args.emit_log.as_deref(),
         ),
+        Command::Override { target, command } => fleet_limiter::run_override(&target, &command),
+        Command::Reset {
+            target,
+            limiter,
+            request,
+            by,
+        } => fleet_limiter::run_reset(&target, &limiter, &request, by.as_deref()),
+        Command::Explain {
+            target,
+            method,
+            path,
+            request,
+        } => fleet_limiter::run_explain(&target, &method, &path, &request),
         Command::Replay(args) => {
             let l = loader(&args.cfg);
             warn_unknown(&l);

@@ -21,6 +21,16 @@
 
 use std::borrow::Cow;
 
+/// `s` cut to `max` characters with control characters dropped: text a client sent, safe to
+/// echo in a log line or an answer.
+pub(crate) fn printable(s: &str, max: usize) -> String {
+    let mut out: String = s.chars().filter(|c| !c.is_control()).take(max).collect();
+    if s.chars().filter(|c| !c.is_control()).count() > max {
+        out.push('…');
+    }
+    out
+}
+
 /// What stands in for a hidden credential.
 pub(crate) const MASK: &str = "***";
 

@@ -55,6 +55,7 @@ fn result(policy: &Policy, name: &str, verdict: Verdict, store_error: bool) -> L
     let spec = policy.limiters()[slot].clone();
     LimitResult {
         slot,
+        quota: spec.quota,
         key: BucketKey::new(spec.name.clone(), "127.0.0.1:agent-1"),
         verdict,
         spec,

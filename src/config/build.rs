@@ -45,6 +45,21 @@ pub(super) struct RawConfig {
     pub(super) websocket: websocket::RawWebsocket,
     #[serde(default)]
     pub(super) headers: headers::RawHeaders,
+    #[serde(default)]
+    pub(super) overrides: Vec<RawOverride>,
+}
+
+/// One `[[overrides]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOverride {
+    pub(super) id: Option<String>,
+    pub(super) limiter: Option<String>,
+    #[serde(rename = "match")]
+    pub(super) matcher: Option<String>,
+    pub(super) limit: Option<i64>,
+    pub(super) window: Option<DurationValue>,
+    pub(super) expires: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -408,7 +423,9 @@ pub(super) fn build(
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
+    let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
     Ok(Config {
+        overrides,
         source,
         enabled: raw.enabled.unwrap_or(true),
         server,
@@ -428,6 +445,95 @@ pub(super) fn build(
         headers: headers::build_headers(raw.headers, ctx)?,
         origins: ctx.origins.clone(),
     })
+}
+
+/// `[[overrides]]`: each names a configured limiter, a match, a limit and a window; ids are
+/// the given ones or made from the limiter and the match, so they stay the same across reloads.
+fn build_overrides(
+    raw: Vec<RawOverride>,
+    limiters: &[LimiterSpec],
+    ctx: &Ctx,
+) -> Result<Vec<crate::overrides::Override>, ConfigError> {
+    use crate::overrides::{Override, Source, Wire};
+    if raw.len() > crate::overrides::MAX_OVERRIDES {
+        return Err(ctx.err(
+            "overrides",
+            format!(
+                "lists {} overrides; at most {} are held",
+                raw.len(),
+                crate::overrides::MAX_OVERRIDES
+            ),
+        ));
+    }
+    let mut out: Vec<Override> = Vec::with_capacity(raw.len());
+    for (i, r) in raw.into_iter().enumerate() {
+        let at = |f: &str| format!("overrides[{i}].{f}");
+        let missing: Vec<&str> = [
+            ("limiter", r.limiter.is_none()),
+            ("match", r.matcher.is_none()),
+            ("limit", r.limit.is_none()),
+            ("window", r.window.is_none()),
+        ]
+        .iter()
+        .filter(|(_, m)| *m)
+        .map(|(f, _)| *f)
+        .collect();
+        if !missing.is_empty() {
+            return Err(ctx.err(
+                &format!("overrides[{i}]"),
+                format!(
+                    "an override needs limiter, match, limit and window; add {}",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        let limiter = r.limiter.unwrap_or_default();
+        if !limiters.iter().any(|l| *l.name == *limiter) {
+            let names: Vec<&str> = limiters.iter().map(|l| &*l.name).collect();
+            return Err(ctx.err(
+                &at("limiter"),
+                format!(
+                    "`{limiter}` is not a configured limiter; name one of {}",
+                    names.join(", ")
+                ),
+            ));
+        }
+        let window = match r.window {
+            Some(DurationValue::Secs(s)) => format!("{s}s"),
+            Some(DurationValue::Text(t)) => t,
+            None => String::new(),
+        };
+        let matcher = r.matcher.unwrap_or_default();
+        let id = r.id.unwrap_or_else(|| {
+            use sha2::Digest;
+            let d = sha2::Sha256::digest(format!("{limiter}\0{matcher}").as_bytes());
+            format!("cfg-{}", hex::encode(&d[..5]))
+        });
+        let wire = Wire {
+            id: Some(id),
+            limiter,
+            matcher,
+            limit: u64::try_from(r.limit.unwrap_or(0)).unwrap_or(0),
+            window,
+            expires: r.expires,
+            source: None,
+            by: None,
+            created: None,
+        };
+        let o = Override::from_wire(&wire, Source::Config, 0)
+            .map_err(|(field, e)| ctx.err(&at(&field), e))?;
+        if out.iter().any(|x| x.id == o.id) {
+            return Err(ctx.err(
+                &at("id"),
+                format!(
+                    "`{}` names two overrides; give each its own id, or remove the repeated one",
+                    o.id
+                ),
+            ));
+        }
+        out.push(o);
+    }
+    Ok(out)
 }
 
 /// A CA bundle setting: the path of a readable file (its certificates are read when the client

@@ -20,6 +20,21 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A duration as [`parse_duration`] reads it, in the largest unit that writes it whole
+/// (`"15m"`, `"90s"`, `"1d"`, `"250ms"`).
+pub(crate) fn format_duration(d: Duration) -> String {
+    if d.subsec_nanos() != 0 || d.is_zero() {
+        return format!("{}ms", d.as_millis());
+    }
+    let s = d.as_secs();
+    for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
+        if s % n == 0 {
+            return format!("{}{unit}", s / n);
+        }
+    }
+    format!("{s}s")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +51,20 @@ mod tests {
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("-1m").is_err());
         assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn formatted_durations_read_back() {
+        for (d, text) in [
+            (900, "15m"),
+            (90, "90s"),
+            (86_400, "1d"),
+            (7200, "2h"),
+            (1, "1s"),
+        ] {
+            assert_eq!(format_duration(Duration::from_secs(d)), text);
+            assert_eq!(parse_duration(text), Ok(Duration::from_secs(d)));
+        }
+        assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
     }
 }

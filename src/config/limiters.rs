@@ -28,6 +28,16 @@ pub(super) struct RawLimiter {
     pub(super) cost_max: Option<i64>,
     pub(super) lockout: Option<DurationValue>,
     pub(super) disclose: Option<bool>,
+    pub(super) plan_claim: Option<String>,
+    pub(super) plans: Option<BTreeMap<String, RawPlan>>,
+}
+
+/// One plan's budget (`[limiters.<name>.plans.<plan>]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPlan {
+    pub(super) limit: Option<i64>,
+    pub(super) window: Option<DurationValue>,
 }
 
 /// One entry of `failed_statuses`: a code (`503`) or a range as text (`"400-499"`).
@@ -61,6 +71,8 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
         cost_max: None,
         lockout: None,
         disclose: None,
+        plan_claim: None,
+        plans: None,
     }
 }
 
@@ -86,6 +98,8 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
         cost_max: over.cost_max.or(base.cost_max),
         lockout: over.lockout.or(base.lockout),
         disclose: over.disclose.or(base.disclose),
+        plan_claim: over.plan_claim.or(base.plan_claim),
+        plans: over.plans.or(base.plans),
     }
 }
 
@@ -274,9 +288,13 @@ pub(super) fn build_limiters(
                 })
             }
         };
+        let quota =
+            Quota::new(limit, window, r.algorithm.unwrap_or_default()).with_lockout(lockout);
+        let plans = build_plans(r.plan_claim, r.plans, &quota, &cost, ctx, &at)?;
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
-            quota: Quota::new(limit, window, r.algorithm.unwrap_or_default()).with_lockout(lockout),
+            quota,
+            plans,
             key,
             cost,
             routes,
@@ -293,6 +311,97 @@ pub(super) fn build_limiters(
     }
     check_precedence(&out, ctx)?;
     Ok(out)
+}
+
+/// Most plans one limiter lists.
+const MAX_PLANS: usize = 64;
+
+/// `plan_claim` and `[limiters.<name>.plans]`: both or neither; each plan a budget of its own
+/// (its window defaults to the limiter's), one a request's cost can always fit.
+fn build_plans(
+    claim: Option<String>,
+    plans: Option<BTreeMap<String, RawPlan>>,
+    base: &Quota,
+    cost: &Cost,
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Option<Arc<Plans>>, ConfigError> {
+    let (claim, plans) = match (claim, plans) {
+        (None, None) => return Ok(None),
+        (Some(_), None) => {
+            return Err(ctx.err(
+                &at("plan_claim"),
+                format!("names the claim that chooses a plan, but no plan is listed; add [{}.<plan>] with its limit and window, or drop plan_claim", at("plans")),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ctx.err(
+                &at("plans"),
+                format!("lists plans, but {} does not say which claim of the verified token names the plan; set it, e.g. plan_claim = \"plan\"", at("plan_claim")),
+            ))
+        }
+        (Some(c), Some(p)) => (c, p),
+    };
+    let claim = claim.trim();
+    if !crate::identity::valid_claim_name(claim)
+        || crate::identity::REGISTERED_CLAIMS.contains(&claim)
+    {
+        return Err(ctx.err(
+            &at("plan_claim"),
+            format!("`{claim}` cannot name a plan; name a claim of 1-64 characters of A-Z, a-z, 0-9, `.`, `_`, `:` and `-` other than the registered ones, e.g. \"plan\""),
+        ));
+    }
+    if plans.is_empty() || plans.len() > MAX_PLANS {
+        return Err(ctx.err(
+            &at("plans"),
+            format!("lists {} plans; list 1 to {MAX_PLANS}", plans.len()),
+        ));
+    }
+    let mut quotas = Vec::with_capacity(plans.len());
+    for (plan, raw) in plans {
+        let field = format!("plans.{plan}");
+        if crate::keys::valid_key_header(plan.as_bytes()).is_none() {
+            return Err(ctx.err(
+                &at(&field),
+                "a plan is named by the claim's value: 1-128 visible ASCII characters without spaces",
+            ));
+        }
+        let raw_limit = raw.limit.unwrap_or(0);
+        let Some(limit) = u32::try_from(raw_limit).ok().and_then(NonZeroU32::new) else {
+            return Err(ctx.err(
+                &at(&format!("{field}.limit")),
+                format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
+            ));
+        };
+        let window = match raw.window {
+            Some(w) => duration(ctx, &at(&format!("{field}.window")), Some(w), "1m")?,
+            None => base.window(),
+        };
+        if window.is_zero() || window > Duration::from_secs(7 * 86_400) {
+            return Err(ctx.err(
+                &at(&format!("{field}.window")),
+                "use a window from 1s to 7d",
+            ));
+        }
+        let most = match cost {
+            Cost::Fixed(n) => *n,
+            Cost::Header { max, .. } => *max,
+        };
+        if most > limit {
+            return Err(ctx.err(
+                &at(&format!("{field}.limit")),
+                format!("{limit} is less than one request's cost ({most}), so no request on this plan could pass; raise it to at least {most}"),
+            ));
+        }
+        quotas.push((
+            plan.into_boxed_str(),
+            Quota::new(limit, window, base.algorithm).with_lockout(base.lockout()),
+        ));
+    }
+    Ok(Some(Arc::new(Plans {
+        claim: Arc::from(claim),
+        quotas,
+    })))
 }
 
 /// A limiter's cost per request: `cost = N`, or `cost_header` with `cost_max` (default: the
@@ -395,7 +504,21 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>` (the name
 /// lower-cased), or `body:<field>` (the field as written).
 pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
-    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\") or body:<field> (e.g. \"body:email\")";
+    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\"), body:<field> (e.g. \"body:email\") or claim:<name> (e.g. \"claim:org_id\")";
+    if let Some(name) = s.strip_prefix("claim:") {
+        let name = name.trim();
+        if !crate::identity::valid_claim_name(name) {
+            return Err(format!(
+                "`{s}`: a claim name is 1-64 characters of A-Z, a-z, 0-9, `.`, `_`, `:` and `-`, named as the verified token spells it, e.g. \"claim:org_id\""
+            ));
+        }
+        if crate::identity::REGISTERED_CLAIMS.contains(&name) {
+            return Err(format!(
+                "`{s}`: `{name}` is a registered claim, not a principal; key on the subject with key = \"user-or-ip\", or name an organisation claim, e.g. \"claim:org_id\""
+            ));
+        }
+        return Ok(KeyKind::Claim(Arc::from(name)));
+    }
     if let Some(field) = s.strip_prefix("body:") {
         let field = field.trim();
         if !crate::keys::body::valid_field(field) {
@@ -439,6 +562,12 @@ pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
             "body" => {
                 return Err(
                     "`body` needs the body field's name: \"body:<field>\", e.g. \"body:email\""
+                        .to_owned(),
+                )
+            }
+            "claim" => {
+                return Err(
+                    "`claim` needs the claim's name: \"claim:<name>\", e.g. \"claim:org_id\""
                         .to_owned(),
                 )
             }

@@ -43,7 +43,7 @@ use limiters::*;
 use settings::{Kind, SETTINGS};
 
 pub(crate) use ceiling::AGENT_IP;
-pub(crate) use duration::parse_duration;
+pub(crate) use duration::{format_duration, parse_duration};
 pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
 pub(crate) use fleet::FleetConfig;
 pub use layers::Loader;
@@ -54,8 +54,8 @@ use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::keys::KeyKind;
 use crate::limiter::{Algorithm, Quota};
 use crate::policy::{
-    Cost, Count, CredentialMatch, LimiterSpec, Meter, Mode, OnStoreError, Remember, RoutePattern,
-    StatusRanges,
+    Cost, Count, CredentialMatch, LimiterSpec, Meter, Mode, OnStoreError, Plans, Remember,
+    RoutePattern, StatusRanges,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -187,6 +187,8 @@ pub struct Config {
     pub websocket: websocket::WebsocketConfig,
     /// The limit headers a metered answer carries (`[headers]`).
     pub headers: headers::HeaderProfile,
+    /// Other limits for chosen principals (`[[overrides]]`), reloaded with the rest.
+    pub(crate) overrides: Vec<crate::overrides::Override>,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }

@@ -44,7 +44,13 @@ pub struct OpsConfig {
     /// remains, in percent (0 turns near-limit counting off).
     pub near_limit_percent: u8,
     pub log_format: LogFormat,
+    /// The token the admin listener's levers (`/overrides`, `/reset`, `/explain`, `/reload`)
+    /// require in `Authorization: Bearer`; without one they answer only on a loopback listener.
+    pub admin_token: Option<crate::identity::secret::Secret>,
 }
+
+/// The shortest admin token accepted.
+pub(crate) const MIN_ADMIN_TOKEN: usize = 16;
 
 /// `[cors]`: which browser origins may read the gateway's own responses.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -63,6 +69,7 @@ pub(super) struct RawOps {
     drain_delay: Option<DurationValue>,
     near_limit_percent: Option<i64>,
     log_format: Option<LogFormat>,
+    admin_token: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -114,12 +121,33 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
             format!("{pct} is not a percentage; use 0 to 100 (default {NEAR_LIMIT_PERCENT})"),
         ));
     }
+    let admin_token = match raw.admin_token {
+        None => None,
+        Some(t) => {
+            let t = t.trim().to_owned();
+            let visible = t.bytes().all(|b| (0x21..=0x7e).contains(&b));
+            if t.len() < MIN_ADMIN_TOKEN || t.len() > 512 || !visible {
+                return Err(ctx.err(
+                    "ops.admin_token",
+                    format!("the admin token is {} bytes{}; use {MIN_ADMIN_TOKEN} to 512 visible ASCII characters without spaces, e.g. the output of `openssl rand -hex 32`", t.len(), if visible { "" } else { " with spaces or control characters" }),
+                ));
+            }
+            if crate::identity::secret::weakness(&t).is_some() {
+                return Err(ctx.err(
+                    "ops.admin_token",
+                    "the admin token is guessable (a placeholder, a pattern or too little randomness); use random bytes, e.g. `openssl rand -hex 32`",
+                ));
+            }
+            Some(crate::identity::secret::Secret::new(t))
+        }
+    };
     Ok(OpsConfig {
         admin_listen,
         shutdown_grace,
         drain_delay,
         near_limit_percent: pct as u8,
         log_format: raw.log_format.unwrap_or_default(),
+        admin_token,
     })
 }
 

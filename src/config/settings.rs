@@ -289,6 +289,8 @@ pub const SETTINGS: &[Setting] = &[
         .flag("drain-delay", "DURATION"),
     row("ops.near_limit_percent", "FLEET_LIMITER_NEAR_LIMIT_PERCENT", Int, Is("20"), Live,
         "An allowed decision is near the limit when less than this percentage of the budget remains"),
+    row("ops.admin_token", "FLEET_LIMITER_ADMIN_TOKEN", Str, Unset, Live,
+        "Bearer token the admin listener's levers (/overrides, /reset, /explain, /reload) require; without one they answer on a loopback admin listener only"),
     row("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Choice(&["text", "json"]), Is("text"), restart!(ops.log_format),
         "Log lines as `text` or `json`").flag("log-format", "FORMAT"),
     row("cors.allowed_origins", "FLEET_LIMITER_CORS_ALLOWED_ORIGINS", List, Unset, Live,

@@ -9,7 +9,14 @@ use super::ConfigError;
 use std::path::Path;
 
 /// Fields whose value is, or may hold, a secret: the last key of their TOML path.
-const SECRET_KEYS: &[&str] = &["jwt_hs256_secret", "url", "cluster", "jwks_url", "upstream"];
+const SECRET_KEYS: &[&str] = &[
+    "jwt_hs256_secret",
+    "url",
+    "cluster",
+    "jwks_url",
+    "upstream",
+    "admin_token",
+];
 
 /// Whether the setting at this TOML path (`identity.jwt_hs256_secret`) may hold a secret.
 pub(super) fn is_secret_path(path: &str) -> bool {

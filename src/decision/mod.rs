@@ -128,6 +128,8 @@ pub struct Decider {
     known: Arc<KnownAgents>,
     /// The store's clock when it has one, else the system's: `known` runs on it.
     clock: Arc<dyn Clock>,
+    /// Other limits for chosen principals: the configuration's and the run-time ones.
+    overrides: Arc<crate::overrides::Overrides>,
 }
 
 /// The parts of the configuration a decision reads; swapped whole on reload.
@@ -192,6 +194,10 @@ impl Decider {
             .unwrap_or_else(|| Arc::new(SystemClock::new()));
         Self {
             give_backs: Arc::default(),
+            overrides: Arc::new(crate::overrides::Overrides::new(
+                cfg.overrides.clone(),
+                Arc::new(crate::overrides::SystemWall),
+            )),
             state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
             known,
             clock,
@@ -240,6 +246,25 @@ impl Decider {
         let settings = Arc::new(Settings::from_config(cfg, &self.metrics));
         *self.state.write() = settings;
         self.known.set_grace(crate::known_agents::grace(&cfg.fleet));
+        self.overrides.set_config(cfg.overrides.clone());
+    }
+
+    /// The overrides this decider applies.
+    pub(crate) fn overrides(&self) -> &Arc<crate::overrides::Overrides> {
+        &self.overrides
+    }
+
+    /// Decide by `wall` instead of the system's wall clock when overrides expire (virtual time:
+    /// the simulator, tests).
+    pub(crate) fn with_wall_clock(mut self, wall: Arc<dyn crate::overrides::WallClock>) -> Self {
+        let list = self
+            .overrides
+            .list()
+            .iter()
+            .map(|o| (**o).clone())
+            .collect();
+        self.overrides = Arc::new(crate::overrides::Overrides::new(list, wall));
+        self
     }
 
     /// Count and log one decision made under `settings` (see `decision/observe.rs`).
@@ -273,7 +298,7 @@ impl Decider {
             items.push((
                 GiveBack {
                     key: r.key.clone(),
-                    quota: r.spec.quota,
+                    quota: r.quota,
                     units: r.units,
                     outstanding_ns: r.verdict.reset_after_ns.saturating_sub(elapsed),
                 },
@@ -358,6 +383,77 @@ impl Decider {
         req: &RequestFacts<'_>,
         also: &[&str],
     ) -> Outcome {
+        self.decide_inner(settings, req, also, None).await
+    }
+
+    /// What [`Decider::decide_with`] would answer `req` now, consuming nothing: each matching
+    /// limiter's bucket as it stands, judged against one more request, and how its key was
+    /// made (described, never a raw token). Nothing is counted, remembered or recorded.
+    pub(crate) async fn explain(
+        &self,
+        settings: &Settings,
+        req: &RequestFacts<'_>,
+    ) -> (Outcome, Vec<Explained>) {
+        let mut explained = Vec::new();
+        let outcome = self
+            .decide_inner(settings, req, &[], Some(&mut explained))
+            .await;
+        (outcome, explained)
+    }
+
+    /// The bucket limiter `name` keeps for the principal of `req` (whatever its routes), and
+    /// how its key was made: what an operator's reset forgets. `None` for no such limiter.
+    pub(crate) async fn bucket_of_named(
+        &self,
+        settings: &Settings,
+        req: &RequestFacts<'_>,
+        name: &str,
+    ) -> Option<(keys::BucketKey, String)> {
+        let spec = settings
+            .policy
+            .limiters()
+            .iter()
+            .find(|l| &*l.name == name)?;
+        let ip = client_ip::client_ip(req.peer, req.forwarded.iter().copied(), &settings.trusted);
+        let id = identity::identify(
+            self.verifier.as_ref(),
+            req.agent_id,
+            req.authorization,
+            req.session_token,
+        )
+        .await;
+        let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
+        let credential = (spec.key == keys::KeyKind::Credential)
+            .then(|| req.authorization.and_then(identity::bearer_token))
+            .flatten()
+            .map(keys::credential_digest);
+        let from_proxy = settings.trusted.contains(req.peer);
+        let principal = keys::Principal {
+            ip: &ip_key,
+            agent_id: id.agent_id,
+            user: id.user.as_deref(),
+            credential: credential.as_deref(),
+            header: match (spec.key.header(), from_proxy) {
+                (Some(h), true) => req.key_headers.get(h).and_then(keys::valid_key_header),
+                _ => None,
+            },
+            body: spec.key.body_field().and_then(|f| req.key_headers.body(f)),
+            claim: spec.key.claim().and_then(|c| id.claims.get(c)),
+        };
+        Some((
+            self.digest
+                .bucket_of(spec.name.clone(), &spec.key, &principal),
+            keys::describe(&spec.key, &principal),
+        ))
+    }
+
+    async fn decide_inner(
+        &self,
+        settings: &Settings,
+        req: &RequestFacts<'_>,
+        also: &[&str],
+        mut explain: Option<&mut Vec<Explained>>,
+    ) -> Outcome {
         if !settings.enabled {
             return Outcome::default();
         }
@@ -438,13 +534,79 @@ impl Decider {
                 _ => None,
             },
             body: l.key.body_field().and_then(|f| req.key_headers.body(f)),
+            claim: l.key.claim().and_then(|c| id.claims.get(c)),
         };
         let units = |l: &LimiterSpec| {
             l.cost
                 .of(l.cost.header().and_then(|h| req.key_headers.get(h)))
         };
-        let checks = build_checks(&self.digest, &limiters, principal, units);
-        let (verdicts, local, store_error) = self.decide_on_store(&limiters, &checks).await;
+        // An override for the principal, else the verified token's plan, else the limiter's own.
+        let index = self.overrides.index_if_any();
+        let unix_now = if index.is_some() {
+            self.overrides.unix_now()
+        } else {
+            0
+        };
+        let who = crate::overrides::Who {
+            ip,
+            agent_id: id.agent_id,
+            user: id.user.as_deref(),
+            claims: &id.claims,
+        };
+        let chosen = |l: &LimiterSpec| -> Chosen {
+            if let Some(o) = index
+                .as_ref()
+                .and_then(|ix| ix.find(&l.name, &who, unix_now))
+            {
+                return Chosen::Override(o.clone());
+            }
+            match l.plans.as_ref().and_then(|p| {
+                let plan = id.claims.get(&p.claim)?;
+                p.quota(&id.claims).map(|q| (plan, *q))
+            }) {
+                Some((plan, q)) => Chosen::Plan(plan.to_owned(), q),
+                None => Chosen::Own,
+            }
+        };
+        let quota = |l: &LimiterSpec| -> crate::limiter::Quota {
+            if index.is_none() && l.plans.is_none() {
+                return l.quota;
+            }
+            match chosen(l) {
+                Chosen::Override(o) => o.quota(&l.quota),
+                Chosen::Plan(_, q) => q,
+                Chosen::Own => l.quota,
+            }
+        };
+        let checks = build_checks(&self.digest, &limiters, principal, units, quota);
+        if let Some(list) = explain.as_deref_mut() {
+            for l in &limiters {
+                list.push(Explained {
+                    key: keys::describe(&l.key, &principal(l)),
+                    chosen: chosen(l),
+                });
+            }
+        }
+        let (verdicts, local, store_error) = if explain.is_some() {
+            match self.store.peek(&checks).await {
+                Ok(v) if v.len() == checks.len() => (v, SmallVec::new(), None),
+                Ok(_) => (
+                    fallback_verdicts(&limiters, &checks),
+                    SmallVec::new(),
+                    Some(StoreError::new(
+                        crate::store::StoreErrorKind::Script,
+                        "the store answered the wrong number of verdicts",
+                    )),
+                ),
+                Err(e) => (
+                    fallback_verdicts(&limiters, &checks),
+                    SmallVec::new(),
+                    Some(e),
+                ),
+            }
+        } else {
+            self.decide_on_store(&limiters, &checks).await
+        };
         let errored = store_error.is_some();
         // Whether the i-th verdict counts a bucket: the store's, or the local one of an
         // `on_store_error = "local"` limiter while the store failed.
@@ -472,7 +634,7 @@ impl Decider {
         } else {
             verdicts
         };
-        if !refused && !errored {
+        if !refused && !errored && explain.is_none() {
             for (at, r) in &remember {
                 let known_for = u64::try_from(r.known_for.as_nanos()).unwrap_or(u64::MAX);
                 self.known
@@ -494,6 +656,7 @@ impl Decider {
                     KeyDigest::Shared.bucket_of(check.key.limiter, &spec.key, &principal(&spec))
                 };
                 LimitResult {
+                    quota: check.quota,
                     spec,
                     slot,
                     key,
@@ -559,12 +722,13 @@ pub(crate) fn build_checks<'p>(
     limiters: &[Arc<LimiterSpec>],
     principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,
     units: impl Fn(&LimiterSpec) -> NonZeroU32,
+    quota: impl Fn(&LimiterSpec) -> crate::limiter::Quota,
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
         .map(|l| Check {
             key: digest.bucket_of(l.name.clone(), &l.key, &principal(l)),
-            quota: l.quota,
+            quota: quota(l),
             shadow: l.mode != Mode::Enforce,
             units: units(l),
         })
@@ -616,7 +780,7 @@ impl Decider {
         limiters: &[Arc<LimiterSpec>],
         checks: &[Check],
     ) -> (Vec<Verdict>, SmallVec<[bool; 4]>) {
-        let mut verdicts = fallback_verdicts(limiters);
+        let mut verdicts = fallback_verdicts(limiters, checks);
         let mut local: SmallVec<[bool; 4]> = SmallVec::from_elem(false, limiters.len());
         let is_local = |l: &LimiterSpec| l.on_store_error == OnStoreError::Local;
         let denied = limiters
@@ -650,24 +814,43 @@ impl Decider {
 /// Each limiter's configured answer when the store cannot decide. A denial asks the client to
 /// come back after one request's worth of refill: the only wait the quota itself implies.
 /// `local` limiters answer like `allow` here (see [`Decider::without_store`] for their count).
-fn fallback_verdicts(limiters: &[Arc<LimiterSpec>]) -> Vec<Verdict> {
+fn fallback_verdicts(limiters: &[Arc<LimiterSpec>], checks: &[Check]) -> Vec<Verdict> {
     limiters
         .iter()
-        .map(|l| {
+        .zip(checks)
+        .map(|(l, c)| {
             let allowed = l.on_store_error != OnStoreError::Deny;
             Verdict {
                 allowed,
-                limit: l.quota.limit(),
+                limit: c.quota.limit(),
                 remaining: 0,
                 reset_after_ns: 0,
                 retry_after_ns: if allowed {
                     0
                 } else {
-                    l.quota.emission_interval_ns()
+                    c.quota.emission_interval_ns()
                 },
             }
         })
         .collect()
+}
+
+/// Which budget judged a limiter's bucket for one request.
+#[derive(Debug, Clone)]
+pub(crate) enum Chosen {
+    /// The limiter's own.
+    Own,
+    /// The plan the verified token names, and its quota.
+    Plan(String, crate::limiter::Quota),
+    /// An override for the principal.
+    Override(Arc<crate::overrides::Override>),
+}
+
+/// How [`Decider::explain`] saw one limiter: its key, described, and the budget it chose.
+#[derive(Debug, Clone)]
+pub(crate) struct Explained {
+    pub(crate) key: String,
+    pub(crate) chosen: Chosen,
 }
 
 #[cfg(test)]

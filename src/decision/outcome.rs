@@ -13,6 +13,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct LimitResult {
     pub spec: Arc<LimiterSpec>,
+    /// The budget the bucket was judged by: the limiter's own, its plan's, or an override's.
+    pub quota: crate::limiter::Quota,
     /// The limiter's position in the policy that decided (its metric handles' index).
     pub slot: usize,
     /// The bucket. For a limiter that said no (the ones logs name), always its shared

@@ -65,11 +65,14 @@ pub(crate) struct Control {
     certs: Option<Arc<crate::tls::CertStore>>,
     /// Set when SIGTERM or SIGINT arrives: `/readyz` answers 503 from then on.
     draining: AtomicBool,
+    /// Overrides and resets at run time, shared through the store.
+    levers: Arc<crate::overrides::shared::Levers>,
 }
 
 impl Control {
     pub(crate) fn new(cfg: &Config, decider: Arc<Decider>, cors: Cors, reloader: Reloader) -> Self {
         Self {
+            levers: Arc::new(crate::overrides::shared::Levers::new(decider.clone())),
             decider,
             cors,
             reloader,
@@ -102,6 +105,16 @@ impl Control {
 
     pub(crate) fn decider(&self) -> &Arc<Decider> {
         &self.decider
+    }
+
+    /// The configuration in effect.
+    pub(crate) fn current_config(&self) -> Config {
+        self.current.lock().clone()
+    }
+
+    /// Overrides and resets at run time.
+    pub(crate) fn levers(&self) -> &Arc<crate::overrides::shared::Levers> {
+        &self.levers
     }
 
     /// Read the configuration again and take it, or keep the old one and say why not.
@@ -334,7 +347,10 @@ async fn store_healthz(control: web::Data<Control>) -> HttpResponse {
     res.content_type(ContentType::json()).body(body.to_string())
 }
 
-async fn reload(control: web::Data<Control>) -> HttpResponse {
+async fn reload(control: web::Data<Control>, req: actix_web::HttpRequest) -> HttpResponse {
+    if let Err(r) = crate::http::levers::authorized(&control, &req) {
+        return r;
+    }
     // Reading and validating a file is short blocking work: keep it off the admin worker.
     let c = control.clone().into_inner();
     let result = web::block(move || c.reload("POST /reload")).await;
@@ -411,6 +427,18 @@ impl Admin {
                         .route(web::post().to(reload))
                         .default_service(web::to(reload_method_not_allowed)),
                 )
+                .app_data(web::PayloadConfig::new(crate::http::levers::MAX_BODY))
+                .service(
+                    web::resource("/overrides")
+                        .route(web::get().to(crate::http::levers::list))
+                        .route(web::post().to(crate::http::levers::add)),
+                )
+                .route(
+                    "/overrides/{id}",
+                    web::delete().to(crate::http::levers::remove),
+                )
+                .route("/reset", web::post().to(crate::http::levers::reset))
+                .route("/explain", web::post().to(crate::http::levers::explain))
         })
         .workers(1)
         .disable_signals()
@@ -455,10 +483,12 @@ impl Admin {
             control,
         } = self;
         for addr in addrs {
-            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /healthz/store /reload");
+            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /healthz/store /reload /overrides /reset /explain");
         }
         let admin_handle = admin.handle();
         let admin_task = actix_web::rt::spawn(admin);
+        // Run-time overrides and resets other instances made: read now and every half second.
+        let sync = actix_web::rt::spawn(control.levers().clone().run_sync());
         // A key set not fetched at start is fetched in the background until it is.
         let recovery = control
             .decider()
@@ -478,6 +508,7 @@ impl Admin {
         }
         let result = first.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         watcher.abort();
+        sync.abort();
         if let Some(r) = recovery {
             r.abort();
         }

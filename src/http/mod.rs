@@ -1,10 +1,12 @@
 //! HTTP glue: the middleware, the responses it renders, and the streaming proxy.
 
 pub(crate) mod admin;
+pub(crate) mod admin_client;
 pub(crate) mod cors;
 pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
 pub(crate) mod governor;
+pub(crate) mod levers;
 pub(crate) mod listeners;
 pub(crate) mod middleware;
 pub(crate) mod proxy;

@@ -523,9 +523,7 @@ fn write_service_limits(
         buf.extend_from_slice(num.format(r.verdict.remaining).as_bytes());
         let t = match wait {
             Some(w) => r.refuses().then_some(w),
-            None if standard == Standard::Draft10 => {
-                more_quota_after_secs(&r.spec.quota, &r.verdict)
-            }
+            None if standard == Standard::Draft10 => more_quota_after_secs(&r.quota, &r.verdict),
             None => reset_secs(r),
         };
         if let Some(t) = t {
@@ -581,7 +579,7 @@ enum PolicyForm {
 /// (`usize::MAX` for none), and the value.
 type PolicyValue = (
     PolicyForm,
-    SmallVec<[Arc<LimiterSpec>; 4]>,
+    SmallVec<[(Arc<LimiterSpec>, crate::limiter::Quota); 4]>,
     usize,
     HeaderValue,
 );
@@ -593,22 +591,23 @@ thread_local! {
 }
 
 /// A window in whole seconds, rounded up, at least 1 (the drafts' `w` is a positive integer).
-fn window_secs(spec: &LimiterSpec) -> u64 {
-    ceil_secs(spec.quota.window_ns()).max(1)
+fn window_secs(quota: &crate::limiter::Quota) -> u64 {
+    ceil_secs(quota.window_ns()).max(1)
 }
 
 /// `RateLimit-Policy` in `form` for the limiters that decided, `first` (a policy slot, for
 /// [`PolicyForm::Numbers`]) leading.
 fn policy_value(outcome: &Outcome, form: PolicyForm, first: usize) -> HeaderValue {
     let decided = || outcome.results.iter().filter(|r| !r.store_error);
-    let same = |f: PolicyForm, specs: &[Arc<LimiterSpec>], at: usize| {
+    // The limiters' budgets too: a plan or an override judges a bucket by another.
+    let same = |f: PolicyForm, specs: &[(Arc<LimiterSpec>, crate::limiter::Quota)], at: usize| {
         f == form
             && at == first
             && specs.len() == decided().count()
             && specs
                 .iter()
                 .zip(decided())
-                .all(|(a, r)| Arc::ptr_eq(a, &r.spec))
+                .all(|((a, q), r)| Arc::ptr_eq(a, &r.spec) && *q == r.quota)
     };
     let cached = LAST_POLICY.with_borrow(|last| match last {
         Some((f, specs, at, value)) if same(*f, specs, *at) => Some(value.clone()),
@@ -628,9 +627,9 @@ fn policy_value(outcome: &Outcome, form: PolicyForm, first: usize) -> HeaderValu
                 buf.extend_from_slice(b"\"");
                 buf.extend_from_slice(r.spec.name.as_bytes());
                 buf.extend_from_slice(b"\";q=");
-                buf.extend_from_slice(num.format(r.spec.quota.limit()).as_bytes());
+                buf.extend_from_slice(num.format(r.quota.limit()).as_bytes());
                 buf.extend_from_slice(b";w=");
-                buf.extend_from_slice(num.format(window_secs(&r.spec)).as_bytes());
+                buf.extend_from_slice(num.format(window_secs(&r.quota)).as_bytes());
             }
         }
         PolicyForm::Numbers => {
@@ -638,7 +637,7 @@ fn policy_value(outcome: &Outcome, form: PolicyForm, first: usize) -> HeaderValu
             let rest = decided().filter(|r| r.slot != first);
             let mut written: SmallVec<[u32; 4]> = SmallVec::new();
             for r in lead.chain(rest) {
-                let q = r.spec.quota.limit();
+                let q = r.quota.limit();
                 if written.contains(&q) {
                     continue;
                 }
@@ -648,13 +647,13 @@ fn policy_value(outcome: &Outcome, form: PolicyForm, first: usize) -> HeaderValu
                 written.push(q);
                 buf.extend_from_slice(num.format(q).as_bytes());
                 buf.extend_from_slice(b";w=");
-                buf.extend_from_slice(num.format(window_secs(&r.spec)).as_bytes());
+                buf.extend_from_slice(num.format(window_secs(&r.quota)).as_bytes());
             }
         }
     }
     let value = HeaderValue::from_maybe_shared(buf.freeze())
         .unwrap_or_else(|_| HeaderValue::from_static(""));
-    let specs = decided().map(|r| r.spec.clone()).collect();
+    let specs = decided().map(|r| (r.spec.clone(), r.quota)).collect();
     LAST_POLICY.set(Some((form, specs, first, value.clone())));
     value
 }

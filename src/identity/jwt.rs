@@ -4,7 +4,7 @@
 //! check per token rather than one per request.
 
 use super::jwks::{Jwks, VerifyKey};
-use super::{Availability, TokenVerifier};
+use super::{Availability, TokenClaims, TokenVerifier, Verified};
 use crate::clock::Clock;
 use crate::identity::config::IdentityConfig;
 use futures_util::future::BoxFuture;
@@ -46,11 +46,15 @@ struct Claims {
     nbf: Option<f64>,
     #[serde(default)]
     azp: Option<String>,
+    /// The other top-level claims, for `claim:<name>` keys (see `TokenClaims`).
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Clone)]
 struct Cached {
     sub: Arc<str>,
+    claims: Arc<TokenClaims>,
     exp: u64,
     nbf: u64,
 }
@@ -80,14 +84,17 @@ impl VerifyCache {
         self.len() == 0
     }
 
-    fn get(&self, digest: &[u8; 32], now: u64, leeway: u64) -> Option<Arc<str>> {
+    fn get(&self, digest: &[u8; 32], now: u64, leeway: u64) -> Option<Verified> {
         let mut map = self.map.lock();
         let hit = map.get(digest)?.clone();
         if hit.exp.saturating_add(leeway) < now {
             map.remove(digest);
             return None;
         }
-        (hit.nbf <= now.saturating_add(leeway)).then_some(hit.sub)
+        (hit.nbf <= now.saturating_add(leeway)).then(|| Verified {
+            sub: hit.sub.to_string(),
+            claims: hit.claims,
+        })
     }
 
     fn insert(&self, digest: [u8; 32], entry: Cached, now: u64) {
@@ -192,13 +199,18 @@ impl JwtVerifier {
 
     /// The subject of a token that verifies, else `None`. Never panics on any input.
     pub(crate) async fn verify_token(&self, token: &str) -> Option<String> {
+        self.verify_token_claims(token).await.map(|v| v.sub)
+    }
+
+    /// [`JwtVerifier::verify_token`] with the token's usable claims.
+    pub(crate) async fn verify_token_claims(&self, token: &str) -> Option<Verified> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return None;
         }
         let digest = token_digest(token);
         let now = self.wall.unix_now();
-        if let Some(sub) = self.cache.get(&digest, now, self.leeway) {
-            return Some(sub.to_string());
+        if let Some(v) = self.cache.get(&digest, now, self.leeway) {
+            return Some(v);
         }
         // `alg: none` and unknown algorithms fail here: they are not `Algorithm`s.
         let header = jsonwebtoken::decode_header(token).ok()?;
@@ -219,9 +231,12 @@ impl JwtVerifier {
         };
         for key in candidates.iter().filter(|k| k.algorithms.contains(&alg)) {
             if let Some(c) = self.check(token, alg, &key.key, now) {
-                let sub = c.sub.clone();
+                let verified = Verified {
+                    sub: c.sub.to_string(),
+                    claims: c.claims.clone(),
+                };
                 self.cache.insert(digest, c, now);
-                return Some(sub.to_string());
+                return Some(verified);
             }
         }
         None
@@ -278,8 +293,12 @@ impl JwtVerifier {
         if c.sub.is_empty() || c.sub.len() > MAX_SUB_LEN {
             return None;
         }
+        let claims = Arc::new(TokenClaims::from_pairs(
+            c.rest.iter().map(|(k, v)| (k.as_str(), v)),
+        ));
         Some(Cached {
             sub: Arc::from(c.sub),
+            claims,
             exp,
             nbf,
         })
@@ -289,6 +308,10 @@ impl JwtVerifier {
 impl TokenVerifier for JwtVerifier {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(self.verify_token(token))
+    }
+
+    fn verify_claims<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<Verified>> {
+        Box::pin(self.verify_token_claims(token))
     }
 
     fn availability(&self) -> Availability {

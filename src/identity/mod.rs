@@ -12,6 +12,73 @@ mod verify_tests;
 
 use crate::keys;
 use futures_util::future::BoxFuture;
+use std::sync::Arc;
+
+/// A token that verified: its subject and the claims a limiter may key on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub sub: String,
+    pub claims: Arc<TokenClaims>,
+}
+
+/// Most claims kept from one verified token.
+pub(crate) const MAX_CLAIMS: usize = 16;
+
+/// The top-level claims of a verified token that `claim:<name>` keys, plans and overrides can
+/// read: string and whole-number values of 1-128 visible ASCII characters, under names of 1-64
+/// characters of `A-Za-z0-9._:-`, at most [`MAX_CLAIMS`] of them, registered claims (`sub`,
+/// `exp`, `iss`, ...) left out. Anything else in the token is dropped, so a token cannot make
+/// a key of junk. Only a verified token has any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenClaims(Vec<(Box<str>, Box<str>)>);
+
+/// Claims every token carries for the verifier's own use: never a key.
+pub(crate) const REGISTERED_CLAIMS: &[&str] =
+    &["sub", "exp", "nbf", "iat", "iss", "aud", "azp", "jti"];
+
+/// Whether `name` can name a claim (`claim:<name>`): 1-64 characters of `A-Za-z0-9._:-`.
+pub(crate) fn valid_claim_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+impl TokenClaims {
+    /// The usable claims among a token's top-level `(name, value)` pairs (see [`TokenClaims`]).
+    pub fn from_pairs<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a serde_json::Value)>,
+    ) -> Self {
+        let mut out = Vec::new();
+        for (name, value) in pairs {
+            if out.len() >= MAX_CLAIMS {
+                break;
+            }
+            if REGISTERED_CLAIMS.contains(&name) || !valid_claim_name(name) {
+                continue;
+            }
+            let text = match value {
+                serde_json::Value::String(s) => s.clone(),
+                serde_json::Value::Number(n) if n.is_i64() || n.is_u64() => n.to_string(),
+                _ => continue,
+            };
+            if keys::valid_key_header(text.as_bytes()).is_some() {
+                out.push((Box::from(name), text.into_boxed_str()));
+            }
+        }
+        Self(out)
+    }
+
+    /// The value of claim `name`, if the token carried a usable one.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| &**n == name).map(|(_, v)| &**v)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// The prefix that marks an API key in `Authorization: Bearer`.
 pub(crate) const API_KEY_PREFIX: &str = "pa_";
@@ -19,6 +86,17 @@ pub(crate) const API_KEY_PREFIX: &str = "pa_";
 /// Checks a dashboard session token and returns its subject (the user id) when it verifies.
 pub trait TokenVerifier: Send + Sync + 'static {
     fn verify<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<String>>;
+
+    /// [`TokenVerifier::verify`] with the token's claims that limiters may key on
+    /// ([`TokenClaims`]): by default the subject alone, with no claims.
+    fn verify_claims<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Option<Verified>> {
+        Box::pin(async move {
+            self.verify(token).await.map(|sub| Verified {
+                sub,
+                claims: Arc::default(),
+            })
+        })
+    }
 
     /// Whether tokens can be verified now (reported by `/readyz`).
     fn availability(&self) -> Availability {
@@ -106,6 +184,8 @@ pub(crate) struct Identity<'a> {
     pub agent_id: Option<&'a str>,
     /// The verified subject of a dashboard token.
     pub user: Option<String>,
+    /// The verified token's claims (empty without one).
+    pub claims: Arc<TokenClaims>,
     pub credential: Credential,
 }
 
@@ -131,28 +211,33 @@ pub(crate) async fn identify<'a>(
 ) -> Identity<'a> {
     let agent_id = agent_id.and_then(keys::valid_agent_id);
     let bearer = authorization.and_then(bearer_token);
-    let (user, credential) = match bearer {
+    let (verified, credential) = match bearer {
         Some(t) if t.starts_with(API_KEY_PREFIX) => (None, Credential::ApiKey),
-        Some(t) => match verifier.verify(t).await {
-            Some(sub) => (Some(sub), Credential::VerifiedUser),
+        Some(t) => match verifier.verify_claims(t).await {
+            Some(v) => (Some(v), Credential::VerifiedUser),
             None => (None, Credential::CliToken),
         },
         None => {
-            let user = match session_token {
-                Some(t) => verifier.verify(t).await,
+            let verified = match session_token {
+                Some(t) => verifier.verify_claims(t).await,
                 None => None,
             };
-            let cred = if user.is_some() {
+            let cred = if verified.is_some() {
                 Credential::VerifiedUser
             } else {
                 Credential::None
             };
-            (user, cred)
+            (verified, cred)
         }
+    };
+    let (user, claims) = match verified {
+        Some(v) => (Some(v.sub), v.claims),
+        None => (None, Arc::default()),
     };
     Identity {
         agent_id,
         user,
+        claims,
         credential,
     }
 }

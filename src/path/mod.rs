@@ -301,6 +301,11 @@ impl<'a> CanonicalPath<'a> {
         &self.0
     }
 
+    /// `/`.
+    pub(crate) fn root() -> CanonicalPath<'static> {
+        CanonicalPath(Cow::Borrowed("/"))
+    }
+
     /// Whether the canonical form differs from the path as sent.
     pub fn is_rewritten(&self) -> bool {
         matches!(self.0, Cow::Owned(_))

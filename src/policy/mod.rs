@@ -15,7 +15,7 @@ use routes::{fresh_segment, METHODS};
 pub(crate) use routes::{RoutePattern, Specificity};
 pub use spec::Mode;
 pub(crate) use spec::{
-    Cost, Count, CredentialMatch, LimiterSpec, Meter, OnStoreError, Remember, StatusRanges,
+    Cost, Count, CredentialMatch, LimiterSpec, Meter, OnStoreError, Plans, Remember, StatusRanges,
 };
 
 use crate::identity::Credential;

@@ -275,6 +275,27 @@ pub struct LimiterSpec {
     /// limit header, and a refusal it takes part in carries `Retry-After` and the generic
     /// problem document only.
     pub disclose: bool,
+    /// Budgets chosen by a claim of the verified token (`plan_claim`, `[limiters.<name>.plans]`).
+    pub plans: Option<Arc<Plans>>,
+}
+
+/// A limiter's budgets by plan: the verified token's `claim` names the plan; a plan not listed,
+/// or no verified token, keeps the limiter's own budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plans {
+    pub claim: Arc<str>,
+    pub quotas: Vec<(Box<str>, Quota)>,
+}
+
+impl Plans {
+    /// The quota of the plan the claims name, if they name a listed one.
+    pub fn quota(&self, claims: &crate::identity::TokenClaims) -> Option<&Quota> {
+        let plan = claims.get(&self.claim)?;
+        self.quotas
+            .iter()
+            .find(|(name, _)| &**name == plan)
+            .map(|(_, q)| q)
+    }
 }
 
 impl LimiterSpec {

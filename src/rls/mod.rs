@@ -393,6 +393,7 @@ impl Service {
                 // A `local` limiter counted on this instance's bucket while the store failed.
                 let local = local.get(i).copied().unwrap_or(false);
                 LimitResult {
+                    quota: check.quota,
                     spec,
                     slot: usize::MAX,
                     key: check.key,

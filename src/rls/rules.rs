@@ -606,6 +606,7 @@ pub(crate) fn rls_spec(name: &str, quota: Quota, shadow: bool) -> LimiterSpec {
         count: Default::default(),
         failed_statuses: Default::default(),
         disclose: true,
+        plans: None,
     }
 }
 

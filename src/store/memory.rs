@@ -192,6 +192,36 @@ impl MemoryStore {
         verdicts
     }
 
+    /// [`Store::peek`]: each check judged as [`MemoryStore::decide_now`] would judge it, the
+    /// buckets untouched.
+    pub fn peek_now(&self, checks: &[Check]) -> Vec<Verdict> {
+        let now = self.clock.now();
+        checks
+            .iter()
+            .map(|c| {
+                let stored = self.shards[self.shard_of(&c.key.digest)]
+                    .lock()
+                    .map
+                    .get(&c.key.digest)
+                    .copied();
+                limiter::decide_units(&c.quota, stored, now, c.units).0
+            })
+            .collect()
+    }
+
+    /// [`Store::reset`]: forget the buckets; how many were held.
+    pub fn reset_now(&self, keys: &[crate::keys::BucketKey]) -> u64 {
+        keys.iter()
+            .filter(|k| {
+                self.shards[self.shard_of(&k.digest)]
+                    .lock()
+                    .map
+                    .remove(&k.digest)
+                    .is_some()
+            })
+            .count() as u64
+    }
+
     /// Give back answered requests under each bucket's shard lock (see [`Store::give_back`]).
     pub fn give_back_now(&self, items: &[GiveBack]) {
         let now = self.clock.now();
@@ -346,6 +376,19 @@ impl Store for MemoryStore {
     fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>> {
         self.give_back_now(items);
         Box::pin(async { Ok(()) })
+    }
+
+    fn peek<'a>(&'a self, checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
+        let out = self.peek_now(checks);
+        Box::pin(async move { Ok(out) })
+    }
+
+    fn reset<'a>(
+        &'a self,
+        keys: &'a [crate::keys::BucketKey],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let n = self.reset_now(keys);
+        Box::pin(async move { Ok(n) })
     }
 
     fn key_digest(&self) -> crate::keys::KeyDigest {

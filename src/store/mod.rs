@@ -118,6 +118,26 @@ impl StoreError {
     }
 }
 
+/// A small table kept beside the buckets and read by every instance on the same store: the
+/// run-time overrides and the resets other instances must hear about.
+pub trait SharedTable: Send + Sync {
+    /// The table's version (0 when it was never written) and, when it differs from `known`,
+    /// every entry.
+    fn read<'a>(
+        &'a self,
+        name: &'a str,
+        known: u64,
+    ) -> BoxFuture<'a, Result<(u64, Option<Vec<(String, String)>>), StoreError>>;
+
+    /// Set (`Some`) or remove (`None`) one entry, and bump the version.
+    fn write<'a>(
+        &'a self,
+        name: &'a str,
+        id: &'a str,
+        value: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
 /// A place that decides requests against buckets.
 pub trait Store: Send + Sync + 'static {
     /// Decide all checks of one request together: when every enforcing check allows, each check
@@ -200,6 +220,37 @@ pub trait Store: Send + Sync + 'static {
         &'a self,
         _checks: &'a [Check],
     ) -> Option<BoxFuture<'a, Result<Vec<Verdict>, StoreError>>> {
+        None
+    }
+
+    /// What [`Store::decide`] would answer `checks` now, changing nothing (`explain`).
+    fn peek<'a>(&'a self, _checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
+        Box::pin(async {
+            Err(StoreError::new(
+                StoreErrorKind::Internal,
+                "this store cannot answer without counting",
+            ))
+        })
+    }
+
+    /// Forget the buckets `keys` name (an operator's reset): their principals start again
+    /// with full buckets, and a lockout ends. Returns how many buckets were held.
+    fn reset<'a>(&'a self, _keys: &'a [BucketKey]) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async {
+            Err(StoreError::new(
+                StoreErrorKind::Internal,
+                "this store cannot forget a bucket",
+            ))
+        })
+    }
+
+    /// Forget what this instance holds of `key` beside the store (a refusal it caches): another
+    /// instance reset the bucket.
+    fn forget_cached(&self, _key: &BucketKey) {}
+
+    /// A small table every instance on this store reads (`name` -> id -> value), with a
+    /// version that changes on every write; `None` for a store private to this process.
+    fn shared_table(&self) -> Option<&dyn SharedTable> {
         None
     }
 

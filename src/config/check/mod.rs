@@ -51,17 +51,83 @@ use crate::policy::Mode;
 /// Headroom over the agents' idle cadence under which `check` warns.
 pub(crate) const MIN_IDLE_HEADROOM: f64 = 10.0;
 
+/// Why limiter `l` judged by `quota` instead of its own would be unsafe for the declared
+/// fleet (an override's or a plan's budget), or `None` when it would not be.
+pub(crate) fn judge_quota(
+    cfg: &Config,
+    l: &crate::policy::LimiterSpec,
+    quota: &crate::limiter::Quota,
+) -> Option<String> {
+    let model = workload::Model::new(cfg);
+    let table = KnownTable::of(cfg);
+    unsafe_with(l, quota, &model, &table)
+}
+
+fn unsafe_with(
+    l: &crate::policy::LimiterSpec,
+    quota: &crate::limiter::Quota,
+    model: &workload::Model,
+    table: &KnownTable,
+) -> Option<String> {
+    let mut variant = l.clone();
+    variant.quota = *quota;
+    let judged = line::line(&variant, model, table);
+    (judged.status == Status::Unsafe).then(|| {
+        judged
+            .reasons
+            .iter()
+            .zip(&judged.reason_status)
+            .filter(|(_, s)| **s == Status::Unsafe)
+            .map(|(r, _)| r.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
 /// Run the check on a configuration.
 pub(crate) fn check(cfg: &Config) -> CheckReport {
     let fleet = cfg.fleet.clone();
     let verified = cfg.identity.verifies();
     let model = workload::Model::new(cfg);
     let table = KnownTable::of(cfg);
-    let limiters: Vec<LimiterCheck> = cfg
+    let mut limiters: Vec<LimiterCheck> = cfg
         .limiters
         .iter()
         .map(|l| line::line(l, &model, &table))
         .collect();
+    // A budget an override or a plan puts in the limiter's place is judged as the limiter would
+    // be: the principals it matches meet it instead.
+    for (l, line) in cfg.limiters.iter().zip(limiters.iter_mut()) {
+        let mut others: Vec<(String, crate::limiter::Quota)> = cfg
+            .overrides
+            .iter()
+            .filter(|o| *o.limiter == *l.name)
+            .map(|o| {
+                (
+                    format!("override {} ({})", o.id, o.matcher),
+                    o.quota(&l.quota),
+                )
+            })
+            .collect();
+        if let Some(p) = &l.plans {
+            others.extend(
+                p.quotas
+                    .iter()
+                    .map(|(name, q)| (format!("plan {name} ({} = {name})", p.claim), *q)),
+            );
+        }
+        for (what, q) in others {
+            if let Some(why) = unsafe_with(l, &q, &model, &table) {
+                line.reasons.push(format!(
+                    "{what}: {} per {} would be unsafe: {why}",
+                    q.limit(),
+                    fmt_secs(q.window().as_secs_f64())
+                ));
+                line.reason_status.push(Status::Unsafe);
+                line.status = Status::Unsafe;
+            }
+        }
+    }
     let known_agents = cfg
         .limiters
         .iter()

@@ -136,6 +136,11 @@ impl OverLimitCache {
         }
     }
 
+    /// Drop the refusal held for `key` (a reset): the next request asks Redis.
+    pub(super) fn forget(&self, key: &BucketKey) {
+        self.shard(key).lock().map.remove(key);
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().map.len()).sum()

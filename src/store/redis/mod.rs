@@ -34,6 +34,7 @@ mod cache;
 mod cluster;
 mod connection;
 mod keys_count;
+mod levers;
 mod scripts;
 mod sentinel;
 mod shared_calls;
@@ -192,6 +193,8 @@ struct Inner {
     slot: Script,
     batch: Script,
     refund: Script,
+    peek_script: Script,
+    table_script: Script,
     /// Requests waiting for a shared call (standalone only).
     jobs: Option<tokio::sync::mpsc::Sender<Job>>,
     cache: OverLimitCache,
@@ -312,6 +315,8 @@ impl RedisStore {
             slot: Script::new(SLOT_LUA),
             batch: Script::new(BATCH_LUA),
             refund: Script::new(REFUND_LUA),
+            peek_script: Script::new(levers::PEEK_LUA),
+            table_script: Script::new(levers::TABLE_LUA),
             jobs,
             cache,
             errors: AtomicU64::new(0),
@@ -423,6 +428,25 @@ impl Store for RedisStore {
 
     fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.inner.give_back_answered(items))
+    }
+
+    fn peek<'a>(&'a self, checks: &'a [Check]) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
+        Box::pin(self.inner.peek(checks))
+    }
+
+    fn reset<'a>(
+        &'a self,
+        keys: &'a [crate::keys::BucketKey],
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.inner.reset(keys))
+    }
+
+    fn shared_table(&self) -> Option<&dyn super::SharedTable> {
+        Some(self)
+    }
+
+    fn forget_cached(&self, key: &crate::keys::BucketKey) {
+        self.inner.forget_cached(key);
     }
 
     fn kind(&self) -> &'static str {

@@ -1,0 +1,231 @@
+//! `fleet-limiter override …`, `reset …` and `explain …`: the admin listener's levers from a
+//! shell, against a running instance. Each prints the listener's JSON answer; the exit status is
+//! 0 for a 2xx answer, 1 for a refusal (its error on stderr), 2 when the instance cannot be
+//! reached or an argument cannot be used.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Which running instance, and the token its levers need.
+#[derive(clap::Args, Clone, Debug)]
+pub struct AdminTarget {
+    /// The instance's admin listener.
+    #[arg(
+        long = "admin",
+        env = "FLEET_LIMITER_ADMIN_URL",
+        default_value = "http://127.0.0.1:7391",
+        value_name = "URL"
+    )]
+    pub url: String,
+    /// `ops.admin_token` of that instance (needed when it is set).
+    #[arg(
+        long = "token",
+        env = "FLEET_LIMITER_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+}
+
+/// `fleet-limiter override …`.
+#[derive(clap::Subcommand, Clone, Debug)]
+pub enum OverrideCommand {
+    /// The overrides in force: the configuration's and the run-time ones.
+    List,
+    /// Give one principal another limit on one limiter, at once, on every instance.
+    Add {
+        /// The limiter it applies to.
+        #[arg(long)]
+        limiter: String,
+        /// Whom: ip:<addr or CIDR>, agent:<id>, user:<subject>, claim:<name>=<value>; a value may end in `*`.
+        #[arg(long = "match", value_name = "MATCH")]
+        matcher: String,
+        /// Requests per window.
+        #[arg(long)]
+        limit: u64,
+        /// The window: 30s, 15m, 1h, 1d.
+        #[arg(long)]
+        window: String,
+        /// When it stops applying (RFC 3339, e.g. 2026-12-01T18:00:00Z); none by default.
+        #[arg(long)]
+        expires: Option<String>,
+        /// Who asks, for the instance's log.
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Remove a run-time override by its id.
+    Remove {
+        /// The id `override list` shows.
+        id: String,
+    },
+}
+
+/// A request, as `explain` and `reset` take it.
+#[derive(clap::Args, Clone, Debug)]
+pub struct AskedRequest {
+    /// The client's address.
+    #[arg(long)]
+    pub ip: String,
+    /// The peer it came through, when a trusted proxy passed it on.
+    #[arg(long)]
+    pub peer: Option<String>,
+    /// A header the request carries, `Name: value` (repeatable).
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+}
+
+fn body_of(req: &AskedRequest) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let mut headers = serde_json::Map::new();
+    for h in &req.headers {
+        let Some((name, value)) = h.split_once(':') else {
+            return Err(format!("--header `{h}`: write it as `Name: value`"));
+        };
+        headers.insert(name.trim().to_owned(), value.trim().into());
+    }
+    let mut body = serde_json::Map::new();
+    body.insert("ip".into(), req.ip.clone().into());
+    if let Some(p) = &req.peer {
+        body.insert("peer".into(), p.clone().into());
+    }
+    body.insert("headers".into(), headers.into());
+    Ok(body)
+}
+
+/// Send one lever request and print its answer.
+fn call(
+    target: &AdminTarget,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fleet-limiter: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let url = format!("{}{path}", target.url.trim_end_matches('/'));
+    let answer = runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut rb = client.request(method, &url);
+        if let Some(t) = &target.token {
+            rb = rb.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let res = rb.send().await.map_err(|e| e.to_string())?;
+        let status = res.status();
+        let text = res.text().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((status, text))
+    });
+    match answer {
+        Ok((status, text)) if status.is_success() => {
+            match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(v) => println!("{}", serde_json::to_string_pretty(&v).unwrap_or(text)),
+                Err(_) => println!("{text}"),
+            }
+            ExitCode::SUCCESS
+        }
+        Ok((status, text)) => {
+            let why = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+                .unwrap_or(text);
+            eprintln!(
+                "fleet-limiter: {} answered {status}: {why}",
+                crate::redact::url(&target.url)
+            );
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!(
+                "fleet-limiter: cannot reach the admin listener at {}: {}",
+                crate::redact::url(&target.url),
+                crate::redact::urls_in(&e)
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `fleet-limiter override …`.
+pub fn run_override(target: &AdminTarget, cmd: &OverrideCommand) -> ExitCode {
+    match cmd {
+        OverrideCommand::List => call(target, reqwest::Method::GET, "/overrides", None),
+        OverrideCommand::Add {
+            limiter,
+            matcher,
+            limit,
+            window,
+            expires,
+            by,
+        } => {
+            let mut body = serde_json::json!({
+                "limiter": limiter, "match": matcher, "limit": limit, "window": window,
+            });
+            if let Some(e) = expires {
+                body["expires"] = e.clone().into();
+            }
+            if let Some(b) = by {
+                body["by"] = b.clone().into();
+            }
+            call(target, reqwest::Method::POST, "/overrides", Some(body))
+        }
+        OverrideCommand::Remove { id } => {
+            let ok = !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if !ok {
+                eprintln!("fleet-limiter: `{id}` is not an override id");
+                return ExitCode::from(2);
+            }
+            call(
+                target,
+                reqwest::Method::DELETE,
+                &format!("/overrides/{id}"),
+                None,
+            )
+        }
+    }
+}
+
+/// `fleet-limiter reset --limiter L --ip A [-H 'X-Agent-ID: a']`.
+pub fn run_reset(
+    target: &AdminTarget,
+    limiter: &str,
+    req: &AskedRequest,
+    by: Option<&str>,
+) -> ExitCode {
+    let mut body = match body_of(req) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("fleet-limiter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    body.insert("limiter".into(), limiter.into());
+    if let Some(b) = by {
+        body.insert("by".into(), b.into());
+    }
+    call(target, reqwest::Method::POST, "/reset", Some(body.into()))
+}
+
+/// `fleet-limiter explain --method GET --path /p --ip A [-H ...]`.
+pub fn run_explain(target: &AdminTarget, method: &str, path: &str, req: &AskedRequest) -> ExitCode {
+    let mut body = match body_of(req) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("fleet-limiter: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    body.insert("method".into(), method.into());
+    body.insert("path".into(), path.into());
+    call(target, reqwest::Method::POST, "/explain", Some(body.into()))
+}
