@@ -36,6 +36,10 @@ pub fn svg(r: &SimulationReport) -> String {
         y = match s {
             ScenarioReport::Fleet(f) => fleet(&mut body, f, y),
             ScenarioReport::Rollout(ro) => rollout(&mut body, ro, y),
+            ScenarioReport::NatRollout(nr) => {
+                let y = rollout(&mut body, &nr.default_budget, y);
+                rollout(&mut body, &nr.with_override, y)
+            }
             ScenarioReport::Analysts(a) => analysts(&mut body, a, y),
             ScenarioReport::Abuse(a) => abuse(&mut body, a, y),
             ScenarioReport::Rotation(r) => rotation(&mut body, r, y),

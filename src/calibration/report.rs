@@ -345,6 +345,35 @@ pub fn simulate_table(r: &SimulationReport) -> String {
                     f.heartbeats, f.heartbeats_refused, f.results_posted, f.result_posts_refused, f.results_backlog
                 );
             }
+            ScenarioReport::NatRollout(nr) => {
+                let _ = writeln!(
+                    o,
+                    "nat-rollout {} endpoints downloading and enrolling through one NAT, starting within 5m",
+                    nr.endpoints
+                );
+                for (label, ro) in [
+                    ("on the configured budget", &nr.default_budget),
+                    ("with an override for the NAT", &nr.with_override),
+                ] {
+                    let done = match ro.last_enrolled_after_seconds {
+                        Some(s) => format!("all enrolled after {}", fmt_secs(s)),
+                        None => format!(
+                            "{} of {} enrolled when the run gave up after {}",
+                            ro.enrolled,
+                            ro.endpoints,
+                            fmt_secs(rollout_consts::CAP_SECONDS as f64)
+                        ),
+                    };
+                    let _ = writeln!(
+                        o,
+                        "          {label}: {done}  (requests {}, refused {})",
+                        ro.requests, ro.refused
+                    );
+                }
+                for line in &nr.overrides {
+                    let _ = writeln!(o, "          override: {line}");
+                }
+            }
             ScenarioReport::Rollout(ro) => {
                 let _ = writeln!(
                     o,

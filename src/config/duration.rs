@@ -28,7 +28,7 @@ pub(crate) fn format_duration(d: Duration) -> String {
     }
     let s = d.as_secs();
     for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
-        if s % n == 0 {
+        if s.is_multiple_of(n) {
             return format!("{}{unit}", s / n);
         }
     }

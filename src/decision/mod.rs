@@ -257,13 +257,7 @@ impl Decider {
     /// Decide by `wall` instead of the system's wall clock when overrides expire (virtual time:
     /// the simulator, tests).
     pub(crate) fn with_wall_clock(mut self, wall: Arc<dyn crate::overrides::WallClock>) -> Self {
-        let list = self
-            .overrides
-            .list()
-            .iter()
-            .map(|o| (**o).clone())
-            .collect();
-        self.overrides = Arc::new(crate::overrides::Overrides::new(list, wall));
+        self.overrides = Arc::new(self.overrides.on_wall_clock(wall));
         self
     }
 
@@ -401,14 +395,15 @@ impl Decider {
         (outcome, explained)
     }
 
-    /// The bucket limiter `name` keeps for the principal of `req` (whatever its routes), and
-    /// how its key was made: what an operator's reset forgets. `None` for no such limiter.
+    /// The buckets limiter `name` keeps for the principal of `req` (whatever its routes): its
+    /// own, and the one of an override in force for it; and how the key was made. What an
+    /// operator's reset forgets. `None` for no such limiter.
     pub(crate) async fn bucket_of_named(
         &self,
         settings: &Settings,
         req: &RequestFacts<'_>,
         name: &str,
-    ) -> Option<(keys::BucketKey, String)> {
+    ) -> Option<(Vec<keys::BucketKey>, String)> {
         let spec = settings
             .policy
             .limiters()
@@ -440,11 +435,25 @@ impl Decider {
             body: spec.key.body_field().and_then(|f| req.key_headers.body(f)),
             claim: spec.key.claim().and_then(|c| id.claims.get(c)),
         };
-        Some((
-            self.digest
-                .bucket_of(spec.name.clone(), &spec.key, &principal),
-            keys::describe(&spec.key, &principal),
-        ))
+        let mut buckets = vec![self
+            .digest
+            .bucket_of(spec.name.clone(), &spec.key, &principal)];
+        // The bucket an override in force keeps for the principal goes too.
+        if let Some(ix) = self.overrides.index_if_any() {
+            let who = crate::overrides::Who {
+                ip,
+                agent_id: id.agent_id,
+                user: id.user.as_deref(),
+                claims: &id.claims,
+            };
+            if let Some(o) = ix.find(&spec.name, &who, self.overrides.unix_now()) {
+                buckets.push(
+                    self.digest
+                        .bucket_of(o.bucket.clone(), &spec.key, &principal),
+                );
+            }
+        }
+        Some((buckets, keys::describe(&spec.key, &principal)))
     }
 
     async fn decide_inner(
@@ -568,17 +577,18 @@ impl Decider {
                 None => Chosen::Own,
             }
         };
-        let quota = |l: &LimiterSpec| -> crate::limiter::Quota {
+        // The budget and the bucket's name: an override keeps its principals' buckets apart.
+        let budget = |l: &LimiterSpec| -> (crate::limiter::Quota, Arc<str>) {
             if index.is_none() && l.plans.is_none() {
-                return l.quota;
+                return (l.quota, l.name.clone());
             }
             match chosen(l) {
-                Chosen::Override(o) => o.quota(&l.quota),
-                Chosen::Plan(_, q) => q,
-                Chosen::Own => l.quota,
+                Chosen::Override(o) => (o.quota(&l.quota), o.bucket.clone()),
+                Chosen::Plan(_, q) => (q, l.name.clone()),
+                Chosen::Own => (l.quota, l.name.clone()),
             }
         };
-        let checks = build_checks(&self.digest, &limiters, principal, units, quota);
+        let checks = build_checks(&self.digest, &limiters, principal, units, budget);
         if let Some(list) = explain.as_deref_mut() {
             for l in &limiters {
                 list.push(Explained {
@@ -722,13 +732,17 @@ pub(crate) fn build_checks<'p>(
     limiters: &[Arc<LimiterSpec>],
     principal: impl Fn(&LimiterSpec) -> keys::Principal<'p>,
     units: impl Fn(&LimiterSpec) -> NonZeroU32,
-    quota: impl Fn(&LimiterSpec) -> crate::limiter::Quota,
+    budget: impl Fn(&LimiterSpec) -> (crate::limiter::Quota, Arc<str>),
 ) -> SmallVec<[Check; 4]> {
     limiters
         .iter()
-        .map(|l| Check {
-            key: digest.bucket_of(l.name.clone(), &l.key, &principal(l)),
-            quota: quota(l),
+        .map(|l| {
+            let (quota, bucket) = budget(l);
+            (l, quota, bucket)
+        })
+        .map(|(l, quota, bucket)| Check {
+            key: digest.bucket_of(bucket, &l.key, &principal(l)),
+            quota,
             shadow: l.mode != Mode::Enforce,
             units: units(l),
         })
@@ -872,6 +886,65 @@ mod tests {
             session_token: None,
             key_headers: KeyHeaders::default(),
         }
+    }
+
+    /// Explaining any requests, in any order, leaves every bucket and the known agents as they
+    /// were, while the same requests decided change them.
+    #[test]
+    fn explain_changes_no_bucket() {
+        use proptest::prelude::*;
+        let routes = [
+            ("GET", "/api/agent/tasks"),
+            ("POST", "/api/agent/heartbeat"),
+            ("POST", "/api/agent/enroll"),
+            ("GET", "/api/reports"),
+            ("POST", "/api/auth/cli/token"),
+        ];
+        let runner = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        proptest!(ProptestConfig::with_cases(48), |(
+            seq in proptest::collection::vec((0usize..5, 0u8..4, 0u8..3, 0u8..3, 0u64..90), 1..30)
+        )| {
+            runner.block_on(async {
+                let clock = ManualClock::new(3_600_000_000_000);
+                let store = Arc::new(MemoryStore::new(10_000, Arc::new(clock.clone())));
+                let decider = Decider::new(&Config::default(), store.clone(), Arc::new(NoVerifier));
+                let settings = decider.settings();
+                let agents = [None, Some("agent-a"), Some("agent-b"), Some("agent-c")];
+                let peers = ["203.0.113.7", "198.51.100.9", "2001:db8::1"];
+                let auths: [Option<&[u8]>; 3] = [None, Some(b"Bearer pa_key-1"), Some(b"Bearer cli-token")];
+                let fact = |r: usize, a: u8, p: u8, c: u8| RequestFacts {
+                    peer: peers[p as usize].parse().unwrap(),
+                    method: routes[r].0,
+                    path: CanonicalPath::of_static(routes[r].1),
+                    forwarded: &[],
+                    agent_id: agents[a as usize].map(str::as_bytes),
+                    authorization: auths[c as usize],
+                    session_token: None,
+                    key_headers: KeyHeaders::default(),
+                };
+                let state = || {
+                    let mut b = store.kept_buckets().map(|(_, v)| v).unwrap_or_default();
+                    b.sort_by_key(|e| e.digest);
+                    (format!("{b:?}"), decider.known_agents().counts())
+                };
+                // Some real traffic first, so there are buckets to leave alone.
+                for &(r, a, p, c, dt) in seq.iter().take(seq.len() / 2) {
+                    clock.advance(std::time::Duration::from_secs(dt));
+                    let _ = decider.decide_with(&settings, &fact(r, a, p, c)).await;
+                }
+                let before = state();
+                for &(r, a, p, c, dt) in &seq {
+                    clock.advance(std::time::Duration::from_millis(dt));
+                    let (outcome, explained) = decider.explain(&settings, &fact(r, a, p, c)).await;
+                    assert_eq!(outcome.results.len(), explained.len());
+                }
+                let after = state();
+                assert_eq!(before.0, after.0, "explain changed a bucket");
+                assert_eq!(format!("{:?}", before.1), format!("{:?}", after.1));
+            });
+        });
     }
 
     #[actix_rt::test]

@@ -349,7 +349,7 @@ async fn store_healthz(control: web::Data<Control>) -> HttpResponse {
 
 async fn reload(control: web::Data<Control>, req: actix_web::HttpRequest) -> HttpResponse {
     if let Err(r) = crate::http::levers::authorized(&control, &req) {
-        return r;
+        return *r;
     }
     // Reading and validating a file is short blocking work: keep it off the admin worker.
     let c = control.clone().into_inner();

@@ -50,11 +50,11 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Whether the request may pull a lever: the token when one is set; else only on a loopback
-/// admin listener. `Err` is the answer to send instead.
-pub(crate) fn authorized(control: &Control, req: &HttpRequest) -> Result<(), HttpResponse> {
-    let token = control.current_config().ops.admin_token;
-    match token {
+/// Whether the request may pull a lever: the token when one is set; else only when the admin
+/// listener listens on loopback alone. `Err` is the answer to send instead.
+pub(crate) fn authorized(control: &Control, req: &HttpRequest) -> Result<(), Box<HttpResponse>> {
+    let ops = control.current_config().ops;
+    match ops.admin_token {
         Some(t) => {
             let sent = req
                 .headers()
@@ -63,18 +63,22 @@ pub(crate) fn authorized(control: &Control, req: &HttpRequest) -> Result<(), Htt
             if sent.is_some_and(|s| same(s.as_bytes(), t.expose().as_bytes())) {
                 Ok(())
             } else {
-                Err(HttpResponse::build(StatusCode::UNAUTHORIZED)
-                    .content_type("application/json")
-                    .insert_header(("www-authenticate", "Bearer realm=\"fleet-limiter admin\""))
-                    .body(r#"{"error":"send Authorization: Bearer <ops.admin_token>"}"#))
+                Err(Box::new(
+                    HttpResponse::build(StatusCode::UNAUTHORIZED)
+                        .content_type("application/json")
+                        .insert_header(("www-authenticate", "Bearer realm=\"fleet-limiter admin\""))
+                        .body(r#"{"error":"send Authorization: Bearer <ops.admin_token>"}"#),
+                ))
             }
         }
-        None if req.app_config().local_addr().ip().is_loopback() => Ok(()),
-        None => Err(problem(
+        // The listener's configured address, not the connection's: a listener on 0.0.0.0 takes
+        // loopback connections too, and the rest of the network's.
+        None if ops.admin_listen.ip().is_loopback() => Ok(()),
+        None => Err(Box::new(problem(
             StatusCode::FORBIDDEN,
             "the admin listener listens beyond loopback and ops.admin_token is not set, so its levers are off; set ops.admin_token (FLEET_LIMITER_ADMIN_TOKEN) and send it as Authorization: Bearer",
             None,
-        )),
+        ))),
     }
 }
 
@@ -97,7 +101,7 @@ struct List {
 
 pub(crate) async fn list(control: web::Data<Control>, req: HttpRequest) -> HttpResponse {
     if let Err(r) = authorized(&control, &req) {
-        return r;
+        return *r;
     }
     let overrides = control
         .decider()
@@ -115,7 +119,7 @@ pub(crate) async fn add(
     body: web::Bytes,
 ) -> HttpResponse {
     if let Err(r) = authorized(&control, &req) {
-        return r;
+        return *r;
     }
     let mut wire: Wire = match serde_json::from_slice(&body) {
         Ok(w) => w,
@@ -199,7 +203,7 @@ pub(crate) async fn remove(
     id: web::Path<String>,
 ) -> HttpResponse {
     if let Err(r) = authorized(&control, &req) {
-        return r;
+        return *r;
     }
     let id = id.into_inner();
     if control.decider().overrides().is_config(&id) {
@@ -251,8 +255,8 @@ struct Facts {
     headers: HeaderMap,
 }
 
-fn facts(a: &Asked, settings: &crate::decision::Settings) -> Result<Facts, HttpResponse> {
-    let bad = |e: String, f: &str| problem(StatusCode::BAD_REQUEST, &e, Some(f));
+fn facts(a: &Asked, settings: &crate::decision::Settings) -> Result<Facts, Box<HttpResponse>> {
+    let bad = |e: String, f: &str| Box::new(problem(StatusCode::BAD_REQUEST, &e, Some(f)));
     let ip: IpAddr = a.ip.trim().parse().map_err(|_| {
         bad(
             format!(
@@ -352,23 +356,25 @@ pub(crate) async fn explain(
     body: web::Bytes,
 ) -> HttpResponse {
     if let Err(r) = authorized(&control, &req) {
-        return r;
+        return *r;
     }
     let asked: Asked = match serde_json::from_slice(&body) {
         Ok(a) => a,
-        Err(e) => return problem(
-            StatusCode::BAD_REQUEST,
-            &format!(
+        Err(e) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                &format!(
                 "not a request to explain: {e}; send {{\"method\", \"path\", \"ip\", \"headers\"}}"
             ),
-            None,
-        ),
+                None,
+            )
+        }
     };
     let decider = control.decider();
     let settings = decider.settings();
     let f = match facts(&asked, &settings) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let method = asked.method.clone().unwrap_or_else(|| "GET".to_owned());
     let raw_path = asked.path.clone().unwrap_or_else(|| "/".to_owned());
@@ -456,7 +462,7 @@ pub(crate) async fn reset(
     body: web::Bytes,
 ) -> HttpResponse {
     if let Err(r) = authorized(&control, &req) {
-        return r;
+        return *r;
     }
     let asked: Asked = match serde_json::from_slice(&body) {
         Ok(a) => a,
@@ -479,7 +485,7 @@ pub(crate) async fn reset(
     let settings = decider.settings();
     let f = match facts(&asked, &settings) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let session_cookie = control.current_config().identity.session_cookie.clone();
     let h = super::middleware::header_facts(
@@ -500,7 +506,7 @@ pub(crate) async fn reset(
         session_token: h.session_token,
         key_headers: KeyHeaders::new(&lookup),
     };
-    let Some((key, described)) = decider.bucket_of_named(&settings, &facts, &limiter).await else {
+    let Some((keys, described)) = decider.bucket_of_named(&settings, &facts, &limiter).await else {
         let names: Vec<String> = settings
             .policy
             .limiters()
@@ -517,7 +523,7 @@ pub(crate) async fn reset(
             Some("limiter"),
         );
     };
-    match control.levers().reset(std::slice::from_ref(&key)).await {
+    match control.levers().reset(&keys).await {
         Ok(held) => {
             tracing::warn!(who = %who(&req, asked.by.as_deref()), limiter = %limiter, key = %described, held = held > 0, "bucket reset");
             answer(

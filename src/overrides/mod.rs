@@ -2,8 +2,10 @@
 //! id, a user, a claim value, exact or by prefix), from the configuration (`[[overrides]]`) and
 //! from the admin listener at run time, optionally until an instant.
 //!
-//! An override keeps the limiter's bucket and changes only the quota it is judged by, so it
-//! applies at once: a raised limit admits now what the old one refused, a lowered one caps now.
+//! An override gives each principal it matches a bucket of its own under the override's budget
+//! (the limiter's name and the override's id name it), so it applies at once: a raised limit
+//! admits a refused client now, a lowered one holds it to the new budget from now on. When the
+//! override ends, the principal's own bucket, refilled meanwhile, applies again.
 //! Exact agent ids, users and claim values are held as digests, never as written; a prefix
 //! (`org-*`) is held as written, since it names no one principal.
 
@@ -247,6 +249,8 @@ pub(crate) enum Source {
 pub(crate) struct Override {
     pub(crate) id: String,
     pub(crate) limiter: Arc<str>,
+    /// The name its buckets are kept under: `<limiter>~<id>`.
+    pub(crate) bucket: Arc<str>,
     pub(crate) matcher: Match,
     pub(crate) limit: NonZeroU32,
     pub(crate) window: Duration,
@@ -335,6 +339,7 @@ impl Override {
             None => new_id(),
         };
         Ok(Self {
+            bucket: Arc::from(format!("{}~{id}", w.limiter).as_str()),
             id,
             limiter: Arc::from(w.limiter.as_str()),
             matcher,
@@ -478,6 +483,19 @@ impl Overrides {
             any: std::sync::atomic::AtomicBool::new(false),
             config: RwLock::new(config.into_iter().map(Arc::new).collect()),
             runtime: RwLock::default(),
+            index: RwLock::default(),
+            wall,
+        };
+        o.rebuild();
+        o
+    }
+
+    /// The same overrides, expiring by `wall` instead.
+    pub(crate) fn on_wall_clock(&self, wall: Arc<dyn WallClock>) -> Self {
+        let o = Self {
+            any: std::sync::atomic::AtomicBool::new(false),
+            config: RwLock::new(self.config.read().clone()),
+            runtime: RwLock::new(self.runtime.read().clone()),
             index: RwLock::default(),
             wall,
         };

@@ -79,9 +79,11 @@ impl Levers {
                 .iter()
                 .filter_map(|(id, json)| {
                     let wire: Wire = serde_json::from_str(json).ok()?;
-                    let mut o = Override::from_wire(&wire, Source::Admin, now).ok()?;
-                    o.id.clone_from(id);
-                    Some(o)
+                    let wire = Wire {
+                        id: Some(id.clone()),
+                        ..wire
+                    };
+                    Override::from_wire(&wire, Source::Admin, now).ok()
                 })
                 .take(super::MAX_OVERRIDES)
                 .collect();

@@ -118,6 +118,9 @@ impl StoreError {
     }
 }
 
+/// A shared table's version, and its entries when they changed (see [`SharedTable::read`]).
+pub type TableRead = (u64, Option<Vec<(String, String)>>);
+
 /// A small table kept beside the buckets and read by every instance on the same store: the
 /// run-time overrides and the resets other instances must hear about.
 pub trait SharedTable: Send + Sync {
@@ -127,7 +130,7 @@ pub trait SharedTable: Send + Sync {
         &'a self,
         name: &'a str,
         known: u64,
-    ) -> BoxFuture<'a, Result<(u64, Option<Vec<(String, String)>>), StoreError>>;
+    ) -> BoxFuture<'a, Result<TableRead, StoreError>>;
 
     /// Set (`Some`) or remove (`None`) one entry, and bump the version.
     fn write<'a>(

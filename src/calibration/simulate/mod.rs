@@ -15,6 +15,7 @@ pub(crate) mod analysts;
 pub(crate) mod auth_ceilings;
 pub(crate) mod failed_only;
 pub(crate) mod fleet;
+pub(crate) mod nat_rollout;
 pub(crate) mod rollout;
 pub(crate) mod rotation;
 pub(crate) mod table_flood;
@@ -23,6 +24,7 @@ pub(crate) use abuse::AbuseReport;
 pub(crate) use analysts::AnalystsReport;
 pub(crate) use failed_only::FailedOnlyReport;
 pub use fleet::FleetReport;
+pub(crate) use nat_rollout::NatRolloutReport;
 pub(crate) use rollout::RolloutReport;
 pub(crate) use rotation::RotationReport;
 pub(crate) use table_flood::TableFloodReport;
@@ -45,6 +47,19 @@ use std::sync::Arc;
 pub(crate) const NS: Nanos = 1_000_000_000;
 /// Virtual time starts an hour after the clock's zero, like the system clock.
 const ORIGIN: Nanos = 3_600 * NS;
+/// The wall-clock instant virtual time starts at (2026-12-01T12:00:00Z), for overrides that
+/// expire.
+pub(crate) const SIM_EPOCH_UNIX: u64 = 1_796_126_400;
+
+/// The wall clock of virtual time: [`SIM_EPOCH_UNIX`] when the run starts.
+struct VirtualWall(ManualClock);
+
+impl crate::overrides::WallClock for VirtualWall {
+    fn unix_now(&self) -> u64 {
+        use crate::clock::Clock;
+        SIM_EPOCH_UNIX + self.0.now().saturating_sub(ORIGIN) / NS
+    }
+}
 /// Width of one bar of the admitted/refused time series.
 pub(crate) const BIN_SECONDS: NonZeroU64 = NonZeroU64::new(10).unwrap();
 /// The NAT every fleet, installer and analyst of a site sits behind.
@@ -61,9 +76,12 @@ pub enum Scenario {
     FailedOnly,
     TableFlood,
     AuthCeilings,
+    NatRollout,
 }
 
 impl Scenario {
+    /// What `all` runs: the calibration's scenarios. `nat-rollout` (1.3 million requests on the
+    /// built-in budget) runs only by name.
     pub const ALL: [Scenario; 8] = [
         Scenario::Fleet,
         Scenario::Rollout,
@@ -73,6 +91,19 @@ impl Scenario {
         Scenario::FailedOnly,
         Scenario::TableFlood,
         Scenario::AuthCeilings,
+    ];
+
+    /// Every scenario, by name.
+    const NAMED: [Scenario; 9] = [
+        Scenario::Fleet,
+        Scenario::Rollout,
+        Scenario::Analysts,
+        Scenario::Abuse,
+        Scenario::Rotation,
+        Scenario::FailedOnly,
+        Scenario::TableFlood,
+        Scenario::AuthCeilings,
+        Scenario::NatRollout,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,22 +116,23 @@ impl Scenario {
             Scenario::FailedOnly => "failed-only",
             Scenario::TableFlood => "table-flood",
             Scenario::AuthCeilings => "auth-ceilings",
+            Scenario::NatRollout => "nat-rollout",
         }
     }
 
     /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, `table-flood`,
-    /// `auth-ceilings`, or `all`.
+    /// `auth-ceilings`, `nat-rollout`, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
         }
-        Self::ALL
+        Self::NAMED
             .iter()
             .find(|sc| sc.name().eq_ignore_ascii_case(s))
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
                 format!(
-                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings or all"
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, nat-rollout or all"
                 )
             })
     }
@@ -118,6 +150,7 @@ pub enum ScenarioReport {
     FailedOnly(FailedOnlyReport),
     TableFlood(TableFloodReport),
     AuthCeilings(auth_ceilings::AuthCeilingsReport),
+    NatRollout(NatRolloutReport),
 }
 
 impl ScenarioReport {
@@ -131,6 +164,7 @@ impl ScenarioReport {
             ScenarioReport::FailedOnly(_) => "failed-only",
             ScenarioReport::TableFlood(_) => "table-flood",
             ScenarioReport::AuthCeilings(_) => "auth-ceilings",
+            ScenarioReport::NatRollout(_) => "nat-rollout",
         }
     }
 
@@ -145,6 +179,7 @@ impl ScenarioReport {
             ScenarioReport::FailedOnly(r) => &r.series,
             ScenarioReport::TableFlood(r) => &r.series,
             ScenarioReport::AuthCeilings(r) => &r.series,
+            ScenarioReport::NatRollout(r) => &r.with_override.series,
         }
     }
 }
@@ -194,6 +229,7 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
                 Scenario::AuthCeilings => {
                     ScenarioReport::AuthCeilings(auth_ceilings::run(cfg, s).await)
                 }
+                Scenario::NatRollout => ScenarioReport::NatRollout(nat_rollout::run(cfg, s).await),
             });
         }
         out
@@ -216,6 +252,7 @@ impl Scenario {
             Scenario::FailedOnly => 0x0fa1_1ed0,
             Scenario::TableFlood => 0x07ab_1e00,
             Scenario::AuthCeilings => 0x0a07_ce11,
+            Scenario::NatRollout => 0x0a7a_2000,
         }
     }
 }
@@ -376,7 +413,8 @@ impl Sim {
         let clock = ManualClock::new(ORIGIN);
         let store = MemoryStore::new(cfg.store.max_keys.max(100_000), Arc::new(clock.clone()));
         Self {
-            decider: Decider::new(cfg, Arc::new(store), Arc::new(SimVerifier)),
+            decider: Decider::new(cfg, Arc::new(store), Arc::new(SimVerifier))
+                .with_wall_clock(Arc::new(VirtualWall(clock.clone()))),
             clock,
             requests: 0,
             refused: 0,
@@ -564,6 +602,10 @@ mod tests {
     #[test]
     fn scenario_names() {
         assert_eq!(Scenario::parse_list("all").unwrap().len(), 8);
+        assert_eq!(
+            Scenario::parse_list("nat-rollout").unwrap(),
+            vec![Scenario::NatRollout]
+        );
         assert_eq!(
             Scenario::parse_list("auth-ceilings").unwrap(),
             vec![Scenario::AuthCeilings]

@@ -42,7 +42,11 @@ enum Ev {
 }
 
 pub(crate) async fn run(cfg: &Config, seed: u64) -> RolloutReport {
-    let n = cfg.fleet.max_site_endpoints.get() as usize;
+    run_endpoints(cfg, seed, cfg.fleet.max_site_endpoints.get() as usize).await
+}
+
+/// [`run`] for `n` endpoints (whatever `fleet.max_site_endpoints` declares).
+pub(crate) async fn run_endpoints(cfg: &Config, seed: u64, n: usize) -> RolloutReport {
     let nat = ip(SITE_NAT);
     let end = CAP_SECONDS * NS;
     let mut rng = Rng::new(seed);

@@ -146,7 +146,7 @@ impl SharedTable for RedisStore {
         &'a self,
         name: &'a str,
         known: u64,
-    ) -> BoxFuture<'a, Result<(u64, Option<Vec<(String, String)>>), StoreError>> {
+    ) -> BoxFuture<'a, Result<crate::store::TableRead, StoreError>> {
         Box::pin(async move {
             let known_s = known.to_string();
             let v = self.inner.table(name, &["read", &known_s]).await?;
@@ -154,7 +154,8 @@ impl SharedTable for RedisStore {
                 .ok()
                 .and_then(|n| u64::try_from(n).ok())
                 .unwrap_or(0);
-            if v.len() == 1 {
+            // The same version: nothing changed. Another: every entry (none, for an empty table).
+            if version == known {
                 return Ok((version, None));
             }
             let entries = v[1..]
