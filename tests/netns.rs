@@ -432,6 +432,16 @@ impl Gateway {
         common::sample_value(&text, sample).unwrap_or(0.0)
     }
 
+    /// The status of `GET <path>` on the admin listener.
+    async fn admin_status(&self, client: &reqwest::Client, path: &str) -> u16 {
+        let url = format!("http://{}:{ADMIN_PORT}{path}", self.addr);
+        client
+            .get(url)
+            .send()
+            .await
+            .map_or(0, |r| r.status().as_u16())
+    }
+
     /// The counters each fault is measured by.
     async fn counters(&self, client: &reqwest::Client) -> Counters {
         let m = |s: String| async move { self.metric(client, &s).await };
@@ -897,6 +907,26 @@ async fn redis_cut_off_from_one_gateway() {
     let cut_for = cut_at.elapsed();
     let (a, b) = (&during[0], &during[1]);
     let after_a = site.a.counters(&client).await;
+    // What tells the cut-off instance apart: its store check fails, its readiness does not.
+    let checks = [
+        site.a.admin_status(&client, "/healthz/store").await,
+        site.b.admin_status(&client, "/healthz/store").await,
+        site.a.admin_status(&client, "/readyz").await,
+    ];
+    report(
+        fault,
+        "cut-admin",
+        "a",
+        &format!(
+            "a_healthz_store={} b_healthz_store={} a_readyz={}",
+            checks[0], checks[1], checks[2]
+        ),
+    );
+    assert_eq!(
+        checks,
+        [503, 200, 200],
+        "during the cut: /healthz/store fails on A alone, A stays ready"
+    );
     report(
         fault,
         "cut",
