@@ -4,8 +4,9 @@
 # time. Every INTERVAL seconds it samples the gateway's RSS, the p99 latency of the interval,
 # the answers by status, the store's tracked and evicted keys, and a few probe principals whose
 # buckets must stay exact. Writes samples.csv and summary.txt to OUT, and exits non-zero when
-# memory or p99 grew beyond the tolerance, a probe's bucket was inexact, or anything answered
-# 5xx (bench/soak_report.py judges). Not a CI test: it takes hours by default.
+# memory or p99 grew beyond the tolerance, a probe's bucket was inexact, anything answered 5xx,
+# or (memory store) nothing was evicted (bench/soak_report.py judges). Not a CI test: it takes
+# hours by default.
 #
 #   bench/soak.sh                               # memory store, 2 hours
 #   DURATION=30m STORE=redis bench/soak.sh      # Redis store (a private redis-server)
@@ -22,8 +23,9 @@
 # X-Agent-ID never repeated (bench/soak.lua). The built-in agent-ip ceiling is lifted so that
 # every new id is admitted (by default it admits 250 a minute per address and the rest are
 # refused without a bucket): each request then leaves an agent-device bucket (30 a minute,
-# full again 2 s after one request) and a known-agents entry behind, both capped by
-# store.max_keys. The probes (bench/soak_probe.py) are metered by their own fixed-window
+# full again 2 s after one request) and a known-agents entry behind. On the memory store the
+# buckets are capped by store.max_keys, so it evicts all the time; on Redis they expire there
+# when full again, and Redis's used_memory is sampled and held to the RSS tolerance. The probes (bench/soak_probe.py) are metered by their own fixed-window
 # limiter (1 000 000 a week): their buckets are full again only in a week, so the eviction
 # (which drops the bucket that would be full again soonest, of a sample of 32) never picks
 # them, and what is left after their k-th request is exactly 1 000 000 - k.
@@ -228,7 +230,8 @@ PY
 cp "$TMP/probe.json" "$OUT/probe.json"
 printf 'finished: %s\n' "$(date -u +%FT%TZ)" >>"$OUT/command.txt"
 set +e
-python3 "$BENCH/soak_report.py" "$csv" "$WARMUP" "$RSS_TOLERANCE" "$P99_TOLERANCE" | tee "$OUT/summary.txt"
+python3 "$BENCH/soak_report.py" "$csv" "$WARMUP" "$RSS_TOLERANCE" "$P99_TOLERANCE" "$STORE" |
+  tee "$OUT/summary.txt"
 rc=${PIPESTATUS[0]}
 set -e
 log "samples: $csv; summary: $OUT/summary.txt"
