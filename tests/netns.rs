@@ -6,7 +6,7 @@
 //! address; the test sends its requests from the host's namespace.
 //!
 //! The faults are real where the kernel allows: a cut is a bridge port set down (the host on
-//! the other end loses carrier and its packets are dropped: no RST, no ICMP), a Redis restart
+//! the other end loses carrier and its packets are dropped: no RST comes back), a Redis restart
 //! is the process killed and started again on its address. This kernel has no `netem`, so
 //! latency and loss come from a TCP relay in Redis's namespace (`netns_hosts.py relay`) that
 //! holds data back: a loss is a piece held one retransmission time longer, as TCP would.
