@@ -227,9 +227,7 @@ pub use serve::run as serve;
 use std::sync::Arc;
 pub use store::memory::MemoryStore;
 pub use store::redis::{RedisOptions, RedisStore, RedisTarget, RedisTls};
-pub use store::{
-    Check, GiveBack, SharedTable, Store, StoreError, StoreErrorKind, TableRead,
-};
+pub use store::{Check, GiveBack, SharedTable, Store, StoreError, StoreErrorKind, TableRead};
 
 /// The decider a configuration describes: its store, the system clock, its token verifier.
 pub fn build_decider(cfg: &config::Config) -> Result<decision::Decider, Error> {

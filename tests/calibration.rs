@@ -970,3 +970,39 @@ fn check_prints_each_unsafe_reason_once() {
         assert_eq!(shown.matches(reason).count(), 1, "{reason}:\n{shown}");
     }
 }
+
+#[test]
+fn nat_rollout_shows_what_an_override_for_the_nat_buys() {
+    let r =
+        calibration::simulate(&Config::default(), &[Scenario::NatRollout], 1).expect("simulate");
+    let json: serde_json::Value = serde_json::from_str(&calibration::json(&r)).expect("json");
+    let s = &json["scenarios"][0];
+    assert_eq!(s["scenario"], "nat-rollout");
+    assert_eq!(s["endpoints"], 2000);
+    let default = s["default_budget"]["last_enrolled_after_seconds"]
+        .as_f64()
+        .expect("the default budget enrolls them all within two days");
+    let lifted = s["with_override"]["last_enrolled_after_seconds"]
+        .as_f64()
+        .expect("the override enrolls them all");
+    // The default budget takes over an hour; the override, about the five minutes the
+    // installers take to start.
+    assert!(default > 3600.0, "{default}");
+    assert!(lifted < 600.0, "{lifted}");
+    assert_eq!(s["with_override"]["refused"], 0);
+    assert!(s["default_budget"]["refused"].as_u64().unwrap_or(0) > 100_000);
+    let overrides = s["overrides"].as_array().expect("the overrides added");
+    assert!(!overrides.is_empty());
+    for o in overrides {
+        let o = o.as_str().unwrap_or_default();
+        assert!(
+            o.contains("ip:203.0.113.10") && o.contains("until 2026-12-01T16:00:00Z"),
+            "{o}"
+        );
+    }
+    let table = calibration::simulate_table(&r);
+    assert!(
+        table.contains("with an override for the NAT: all enrolled after"),
+        "{table}"
+    );
+}

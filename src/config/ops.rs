@@ -50,7 +50,7 @@ pub struct OpsConfig {
 }
 
 /// The shortest admin token accepted.
-pub(crate) const MIN_ADMIN_TOKEN: usize = 16;
+pub(crate) const MIN_ADMIN_TOKEN: usize = 32;
 
 /// `[cors]`: which browser origins may read the gateway's own responses.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -636,6 +636,7 @@ mod tests {
                 ("identity.jwt_public_key_pem" | "identity.jwt_hs256_secret", _) => continue,
                 ("server.listen", _) => ("127.0.0.1:1", &[]),
                 ("ops.admin_listen", _) => ("127.0.0.1:2", &[]),
+                ("ops.admin_token", _) => ("3f9a1c0b7e22d4c8a16b5e0f92c7d3ab", &[]),
                 ("server.upstream", _) => ("http://127.0.0.1:9", &[]),
                 ("store" | "store.url", _) => ("redis://127.0.0.1:6379", &[]),
                 ("store.backend", _) => ("redis", &[("FLEET_LIMITER_STORE_URL", "redis://a:1")]),

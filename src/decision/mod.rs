@@ -888,6 +888,88 @@ mod tests {
         }
     }
 
+    /// In virtual time: an override lifts a refused principal on its next request, and stops
+    /// applying the second its expiry passes on the decider's wall clock.
+    #[actix_rt::test]
+    async fn an_override_applies_at_once_and_expires_in_virtual_time() {
+        struct Wall(ManualClock);
+        impl crate::overrides::WallClock for Wall {
+            fn unix_now(&self) -> u64 {
+                use crate::clock::Clock;
+                1_796_126_400 + self.0.now() / 1_000_000_000
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("fleet-limiter.toml");
+        std::fs::write(
+            &file,
+            r#"
+[limiters.dev]
+limit = 2
+window = "1h"
+key = "ip"
+routes = ["/dev/**"]
+
+[[overrides]]
+limiter = "dev"
+match = "ip:203.0.113.0/24"
+limit = 5
+window = "1h"
+expires = "2026-12-01T12:10:00Z"
+"#,
+        )
+        .unwrap();
+        let cfg = Loader::new().file(&file).load().unwrap();
+        let clock = ManualClock::new(0);
+        let store = Arc::new(MemoryStore::new(1000, Arc::new(clock.clone())));
+        let decider = Decider::new(&cfg, store, Arc::new(NoVerifier))
+            .with_wall_clock(Arc::new(Wall(clock.clone())));
+        let req = |peer: &'static str| RequestFacts {
+            peer: peer.parse().unwrap(),
+            method: "GET",
+            path: CanonicalPath::of_static("/dev/x"),
+            forwarded: &[],
+            agent_id: None,
+            authorization: None,
+            session_token: None,
+            key_headers: KeyHeaders::default(),
+        };
+        let limit_of = |o: &Outcome| {
+            o.results
+                .iter()
+                .find(|r| &*r.spec.name == "dev")
+                .map(|r| (r.verdict.allowed, r.quota.limit()))
+        };
+        // Matched: five, from a bucket of its own; unmatched: the limiter's two.
+        for _ in 0..5 {
+            assert_eq!(
+                limit_of(&decider.decide(&req("203.0.113.9")).await),
+                Some((true, 5))
+            );
+        }
+        assert_eq!(
+            limit_of(&decider.decide(&req("203.0.113.9")).await),
+            Some((false, 5))
+        );
+        for _ in 0..2 {
+            assert_eq!(
+                limit_of(&decider.decide(&req("198.51.100.1")).await),
+                Some((true, 2))
+            );
+        }
+        // Ten virtual minutes on, the override has expired: the address's own bucket, unspent.
+        clock.advance(std::time::Duration::from_secs(599));
+        assert_eq!(
+            limit_of(&decider.decide(&req("203.0.113.9")).await),
+            Some((false, 5))
+        );
+        clock.advance(std::time::Duration::from_secs(1));
+        assert_eq!(
+            limit_of(&decider.decide(&req("203.0.113.9")).await),
+            Some((true, 2))
+        );
+    }
+
     /// Explaining any requests, in any order, leaves every bucket and the known agents as they
     /// were, while the same requests decided change them.
     #[test]
