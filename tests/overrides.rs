@@ -887,3 +887,61 @@ routes = ["/{prefix}/**"]
     .await;
     assert_eq!(s, 200);
 }
+
+/// Redis with two instances: an organisation's users share one bucket whichever instance
+/// answers, a plan raises it only when verified, and a forged token keys on the address.
+#[actix_rt::test]
+async fn on_redis_an_organisation_and_its_plan_are_shared_by_two_instances() {
+    let Some(redis) = redis_support::standalone() else {
+        return;
+    };
+    let prefix = format!("org{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let config = format!(
+        r#"
+[store]
+url = "{url}"
+
+[limiters.{prefix}]
+limit = 3
+window = "1h"
+key = "claim:org_id"
+routes = ["/{prefix}/**"]
+plan_claim = "plan"
+
+[limiters.{prefix}.plans.enterprise]
+limit = 6
+"#,
+        url = redis.url()
+    );
+    let up = upstream();
+    let env = [("FLEET_LIMITER_JWT_HS256_SECRET", SECRET)];
+    let a = gateway(&config, &up, &[], &env);
+    let b = gateway(&config, &up, &[], &env);
+    let path = format!("/{prefix}/items");
+    let org = |sub: &str, org: &str, plan: &str| {
+        format!(
+            "Bearer {}",
+            token(sub, json!({"org_id": org, "plan": plan}))
+        )
+    };
+    // org-a on the free plan: 3 between both instances and both of its users.
+    let (u1, u2) = (org("u1", "org-a", "free"), org("u2", "org-a", "free"));
+    assert_eq!(get(&a.url(&path), &[("authorization", &u1)]).await.remaining, Some(2));
+    assert_eq!(get(&b.url(&path), &[("authorization", &u2)]).await.remaining, Some(1));
+    assert_eq!(get(&a.url(&path), &[("authorization", &u2)]).await.remaining, Some(0));
+    assert_eq!(get(&b.url(&path), &[("authorization", &u1)]).await.status, 429);
+    // org-b on the enterprise plan: 6, shared the same way.
+    let e1 = org("e1", "org-b", "enterprise");
+    for (i, gw) in [&a, &b, &a, &b, &a, &b].iter().enumerate() {
+        let seen = get(&gw.url(&path), &[("authorization", &e1)]).await;
+        assert_eq!((seen.limit, seen.remaining), (Some(6), Some(5 - i as u32)), "{i}");
+    }
+    assert_eq!(get(&a.url(&path), &[("authorization", &e1)]).await.status, 429);
+    // A forged enterprise token for org-a gets neither org-a's bucket nor the plan.
+    let forged = format!(
+        "Bearer {}",
+        tampered(&token("m", json!({"org_id": "org-a", "plan": "enterprise"})))
+    );
+    let seen = get(&b.url(&path), &[("authorization", &forged)]).await;
+    assert_eq!((seen.status, seen.limit, seen.remaining), (200, Some(3), Some(2)));
+}
