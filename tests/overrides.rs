@@ -926,22 +926,53 @@ limit = 6
     };
     // org-a on the free plan: 3 between both instances and both of its users.
     let (u1, u2) = (org("u1", "org-a", "free"), org("u2", "org-a", "free"));
-    assert_eq!(get(&a.url(&path), &[("authorization", &u1)]).await.remaining, Some(2));
-    assert_eq!(get(&b.url(&path), &[("authorization", &u2)]).await.remaining, Some(1));
-    assert_eq!(get(&a.url(&path), &[("authorization", &u2)]).await.remaining, Some(0));
-    assert_eq!(get(&b.url(&path), &[("authorization", &u1)]).await.status, 429);
+    assert_eq!(
+        get(&a.url(&path), &[("authorization", &u1)])
+            .await
+            .remaining,
+        Some(2)
+    );
+    assert_eq!(
+        get(&b.url(&path), &[("authorization", &u2)])
+            .await
+            .remaining,
+        Some(1)
+    );
+    assert_eq!(
+        get(&a.url(&path), &[("authorization", &u2)])
+            .await
+            .remaining,
+        Some(0)
+    );
+    assert_eq!(
+        get(&b.url(&path), &[("authorization", &u1)]).await.status,
+        429
+    );
     // org-b on the enterprise plan: 6, shared the same way.
     let e1 = org("e1", "org-b", "enterprise");
     for (i, gw) in [&a, &b, &a, &b, &a, &b].iter().enumerate() {
         let seen = get(&gw.url(&path), &[("authorization", &e1)]).await;
-        assert_eq!((seen.limit, seen.remaining), (Some(6), Some(5 - i as u32)), "{i}");
+        assert_eq!(
+            (seen.limit, seen.remaining),
+            (Some(6), Some(5 - i as u32)),
+            "{i}"
+        );
     }
-    assert_eq!(get(&a.url(&path), &[("authorization", &e1)]).await.status, 429);
+    assert_eq!(
+        get(&a.url(&path), &[("authorization", &e1)]).await.status,
+        429
+    );
     // A forged enterprise token for org-a gets neither org-a's bucket nor the plan.
     let forged = format!(
         "Bearer {}",
-        tampered(&token("m", json!({"org_id": "org-a", "plan": "enterprise"})))
+        tampered(&token(
+            "m",
+            json!({"org_id": "org-a", "plan": "enterprise"})
+        ))
     );
     let seen = get(&b.url(&path), &[("authorization", &forged)]).await;
-    assert_eq!((seen.status, seen.limit, seen.remaining), (200, Some(3), Some(2)));
+    assert_eq!(
+        (seen.status, seen.limit, seen.remaining),
+        (200, Some(3), Some(2))
+    );
 }

@@ -37,7 +37,7 @@ pub enum OverrideCommand {
         /// The limiter it applies to.
         #[arg(long)]
         limiter: String,
-        /// Whom: ip:<addr or CIDR>, agent:<id>, user:<subject>, claim:<name>=<value>; a value may end in `*`.
+        /// Whom: `ip:<addr or CIDR>`, `agent:<id>`, `user:<subject>`, `claim:<name>=<value>`; a value may end in `*`.
         #[arg(long = "match", value_name = "MATCH")]
         matcher: String,
         /// Requests per window.

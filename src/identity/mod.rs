@@ -26,7 +26,7 @@ pub(crate) const MAX_CLAIMS: usize = 16;
 
 /// The top-level claims of a verified token that `claim:<name>` keys, plans and overrides can
 /// read: string and whole-number values of 1-128 visible ASCII characters, under names of 1-64
-/// characters of `A-Za-z0-9._:-`, at most [`MAX_CLAIMS`] of them, registered claims (`sub`,
+/// characters of `A-Za-z0-9._:-`, at most 16 of them, registered claims (`sub`,
 /// `exp`, `iss`, ...) left out. Anything else in the token is dropped, so a token cannot make
 /// a key of junk. Only a verified token has any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
