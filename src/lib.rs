@@ -175,6 +175,9 @@ mod config;
 mod decision;
 mod descriptors;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod http;
 mod identity;
 mod keys;

@@ -76,7 +76,9 @@ fn secret_lines(text: &str) -> Vec<Option<String>> {
         let bytes = line.as_bytes();
         while i < bytes.len() {
             if let Some(delim) = in_string {
-                if line[i..].starts_with(delim) {
+                // Bytes, not `str`: stepping over a string's bytes (and an escape's) lands
+                // inside a multi-byte character, where a `str` cannot be sliced.
+                if bytes[i..].starts_with(delim.as_bytes()) {
                     in_string = None;
                     i += delim.len();
                     if depth == 0 {
@@ -247,6 +249,21 @@ mod tests {
             assert!(e.contains("line 1") && e.contains("not shown"), "{e}");
             assert!(!e.contains("S3cret"), "{e}");
         }
+    }
+
+    #[test]
+    fn strings_holding_non_ascii_are_scanned() {
+        // Found by fuzz/fuzz_targets/config.rs: a string holding a multi-byte character
+        // anywhere in a file that does not parse made the scan slice inside the character.
+        let e = error_for("[limiters.x]\nwindow = \"\u{3cf}\"\nlimit = \n");
+        assert!(e.contains("line 3"), "{e}");
+        // An escape of a multi-byte character (not an escape TOML has) steps into it.
+        let e = error_for("note = \"\\\u{e9}t\u{e9}\"\n");
+        assert!(e.contains("line 1"), "{e}");
+        assert_eq!(
+            secrets("a = \"\u{e9}\u{1F600}\"\nurl = '\u{e9}'\n"),
+            [None, Some("url"), None]
+        );
     }
 
     #[test]

@@ -35,9 +35,9 @@ use crate::decision::{Decider, Outcome, RequestFacts, Settings};
 use crate::http::middleware::header_facts;
 use crate::http::response::{self, Problem};
 use crate::methods::{At, Named, Overrides, RefusalReason};
-use crate::path::{CanonicalPath, Class, Rejected};
+use crate::path::{CanonicalPath, Class, PathRules, Rejected};
 use actix_web::body::MessageBody;
-use actix_web::http::header::{HeaderName, HeaderValue, ALLOW, CONTENT_TYPE};
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, ALLOW, CONTENT_TYPE};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use ipnet::IpNet;
@@ -164,17 +164,8 @@ pub(crate) async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> H
             return refuse_target(&endpoint, flavour, &rejected);
         }
     };
-    if uri.len() > MAX_URI_LEN {
-        return bad_request(
-            flavour,
-            format!("The original URI is longer than {MAX_URI_LEN} bytes."),
-        );
-    }
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
-        return bad_request(
-            flavour,
-            "The original method is not an HTTP method.".to_owned(),
-        );
+    if let Err(detail) = check_question(method, uri) {
+        return bad_request(flavour, detail);
     }
     // Methods and method overrides (see `methods_and_overrides` below).
     let named = match methods_and_overrides(&endpoint, &settings, flavour, &req, method, uri) {
@@ -183,15 +174,7 @@ pub(crate) async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> H
     };
     // The proxy forwards the target as it was sent: only a target that is its own canonical
     // form is metered, so the path decided on is the path the upstream routes on.
-    if let Some(at) = uri.find('#') {
-        let rejected = Rejected {
-            class: Class::Fragment,
-            at,
-        };
-        return refuse_target(&endpoint, flavour, &rejected);
-    }
-    let path = uri.split('?').next().unwrap_or("");
-    let path = match CanonicalPath::exact(path, settings.paths) {
+    let path = match target_path(uri, settings.paths) {
         Ok(p) => p,
         Err(rejected) => return refuse_target(&endpoint, flavour, &rejected),
     };
@@ -251,7 +234,26 @@ const X_FORWARDED_URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
 /// when present, must name the same method or target as the one this path reads (it came from
 /// the client or another hop; something downstream may act on it).
 fn original(req: &HttpRequest, flavour: Flavour) -> Result<(&str, &str), Refusal> {
-    let headers = req.headers();
+    let envoy = || {
+        let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+        envoy_original(req.method().as_str(), target)
+    };
+    original_of(req.headers(), flavour, envoy)
+}
+
+/// The check request is the original, its target behind `/envoy` (which `answer` has checked
+/// is there).
+fn envoy_original<'a>(method: &'a str, target: &'a str) -> (&'a str, &'a str) {
+    (method, target.strip_prefix("/envoy").unwrap_or(target))
+}
+
+/// [`original`] from the question's headers; `envoy` gives the check request's own method and
+/// target (behind `/envoy`), read only on that path.
+fn original_of<'a>(
+    headers: &'a HeaderMap,
+    flavour: Flavour,
+    envoy: impl FnOnce() -> (&'a str, &'a str),
+) -> Result<(&'a str, &'a str), Refusal> {
     // The proxy forwards these as the client sent them, and some frameworks route on them
     // instead of the target: the request could reach a path no limiter decided on.
     if let Some(name) = headers
@@ -292,15 +294,7 @@ fn original(req: &HttpRequest, flavour: Flavour) -> Result<(&str, &str), Refusal
             })?;
             (method, uri)
         }
-        Flavour::Envoy => {
-            // The check request is the original, its target behind `/envoy` (which `answer`
-            // has checked is there).
-            let target = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
-            (
-                req.method().as_str(),
-                target.strip_prefix("/envoy").unwrap_or(target),
-            )
-        }
+        Flavour::Envoy => envoy(),
     };
     // The pair this path reads: the first two of ORIGINAL_HEADERS for nginx, the last two for
     // the others; none for Envoy, whose check request is the original.
@@ -329,6 +323,33 @@ fn original(req: &HttpRequest, flavour: Flavour) -> Result<(&str, &str), Refusal
         }
     }
     Ok((method, uri))
+}
+
+/// The original method and URI, once read, are ones a decision can be made on: a URI of at most
+/// [`MAX_URI_LEN`] bytes and a method of letters. Otherwise what the proxy is told.
+fn check_question(method: &str, uri: &str) -> Result<(), String> {
+    if uri.len() > MAX_URI_LEN {
+        return Err(format!(
+            "The original URI is longer than {MAX_URI_LEN} bytes."
+        ));
+    }
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err("The original method is not an HTTP method.".to_owned());
+    }
+    Ok(())
+}
+
+/// The path of the original URI, metered only when it is its own canonical form under `rules`
+/// (see [`CanonicalPath::exact`]); a `#` (a fragment, which a client never sends) is refused.
+fn target_path(uri: &str, rules: PathRules) -> Result<CanonicalPath<'_>, Rejected> {
+    if let Some(at) = uri.find('#') {
+        return Err(Rejected {
+            class: Class::Fragment,
+            at,
+        });
+    }
+    let path = uri.split('?').next().unwrap_or("");
+    CanonicalPath::exact(path, rules)
 }
 
 /// Refuse an original target that has no canonical form, or is not its own: `400`
@@ -465,4 +486,30 @@ fn for_proxy(flavour: Flavour, res: HttpResponse) -> HttpResponse {
         out.headers_mut().insert(PROBLEM_HEADER, v);
     }
     out
+}
+
+/// A question as the endpoint reads it (see `crate::fuzzing::forward_auth`): `flavour` 0 is
+/// `/nginx`, 1 `/caddy` (and the other `X-Forwarded-*` paths), anything else `/envoy`, whose
+/// check request's own method and target (`/envoy/...`) are `envoy`. The original method
+/// and URI, and the path metered or the class refused (with its offset); `Err` for a question
+/// answered with 400 before its target is looked at.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn read_question<'a>(
+    headers: &'a HeaderMap,
+    flavour: u8,
+    envoy: (&'a str, &'a str),
+    rules: PathRules,
+) -> Result<(&'a str, &'a str, Result<CanonicalPath<'a>, Rejected>), String> {
+    let flavour = match flavour {
+        0 => Flavour::Nginx,
+        1 => Flavour::Forwarded,
+        _ => Flavour::Envoy,
+    };
+    let (method, uri) = match original_of(headers, flavour, || envoy_original(envoy.0, envoy.1)) {
+        Ok(o) => o,
+        Err(Refusal::Question(detail)) => return Err(detail),
+        Err(Refusal::Target(rejected)) => return Ok(("", "", Err(rejected))),
+    };
+    check_question(method, uri)?;
+    Ok((method, uri, target_path(uri, rules)))
 }

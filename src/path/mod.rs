@@ -354,3 +354,21 @@ pub(crate) fn is_path_override_header(name: &str) -> bool {
             })
     })
 }
+
+/// The one-pass check [`CanonicalPath::parse`] takes first (see `crate::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn passes_fast_check(path: &str) -> bool {
+    is_canonical(path.as_bytes())
+}
+
+/// The full parse, without the one-pass check in front of it (see `crate::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn full_parse(path: &str, rules: PathRules) -> Result<String, Rejected> {
+    canonicalize(path.as_bytes(), rules, &mut Rewrites::default())
+}
+
+/// Whether a byte stands for itself in a canonical segment (see `crate::fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub(crate) fn stands_for_itself(b: u8) -> bool {
+    bytes::is_literal(b)
+}

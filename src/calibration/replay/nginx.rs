@@ -46,6 +46,26 @@ impl Var {
     }
 }
 
+#[cfg(feature = "fuzzing")]
+impl Var {
+    fn name(self) -> &'static str {
+        match self {
+            Var::RemoteAddr => "remote_addr",
+            Var::RemoteUser => "remote_user",
+            Var::TimeLocal => "time_local",
+            Var::TimeIso => "time_iso8601",
+            Var::Msec => "msec",
+            Var::Request => "request",
+            Var::Method => "request_method",
+            Var::Uri => "request_uri",
+            Var::Forwarded => "http_x_forwarded_for",
+            Var::AgentId => "http_x_agent_id",
+            Var::Authorization => "http_authorization",
+            Var::Other => "other",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Part {
     Lit(Vec<u8>),
@@ -129,6 +149,17 @@ impl Format {
     /// Read one line.
     pub fn parse<'a>(&self, line: &'a [u8]) -> Result<Fields<'a>, Malformed> {
         let mut f = Fields::default();
+        self.walk(line, |v, value| f.set(v, value))?;
+        f.check()?;
+        Ok(f)
+    }
+
+    /// Match `line` against the format, handing each variable's value to `each` in order.
+    fn walk<'a>(
+        &self,
+        line: &'a [u8],
+        mut each: impl FnMut(Var, &'a [u8]) -> Result<(), Malformed>,
+    ) -> Result<(), Malformed> {
         let mut rest = line;
         let mut parts = self.parts.iter().peekable();
         while let Some(part) = parts.next() {
@@ -145,15 +176,42 @@ impl Format {
                         _ => rest,
                     };
                     rest = &rest[value.len()..];
-                    f.set(*v, value)?;
+                    each(*v, value)?;
                 }
             }
         }
         if !rest.is_empty() {
             return Err(Malformed::Layout);
         }
-        f.check()?;
-        Ok(f)
+        Ok(())
+    }
+
+    /// The format's pieces in order, a literal as `Ok`, a variable as `Err` with the name of
+    /// what a replay reads from it (`other` for the variables it ignores).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn pieces(&self) -> Vec<Result<&[u8], &'static str>> {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Lit(l) => Ok(l.as_slice()),
+                Part::Var(v) => Err(v.name()),
+            })
+            .collect()
+    }
+
+    /// Each variable's value in `line`, in the format's order, with the name [`Format::pieces`]
+    /// gives it.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn values<'a>(
+        &self,
+        line: &'a [u8],
+    ) -> Result<Vec<(&'static str, &'a [u8])>, Malformed> {
+        let mut out = Vec::new();
+        self.walk(line, |v, value| {
+            out.push((v.name(), value));
+            Ok(())
+        })?;
+        Ok(out)
     }
 }
 

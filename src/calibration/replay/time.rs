@@ -41,7 +41,10 @@ fn month(b: &[u8]) -> Option<i64> {
 }
 
 fn assemble(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, frac: i64) -> Option<UnixNanos> {
-    if !YEARS.contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
+    // A year either side: an offset moves the instant by less than five days, and
+    // `within_years` holds the range on the instant itself, in UTC.
+    let years = YEARS.start() - 1..=YEARS.end() + 1;
+    if !years.contains(&y) || !(1..=12).contains(&mo) || !(1..=31).contains(&d) {
         return None;
     }
     if h > 23 || mi > 59 || s > 60 {
@@ -49,6 +52,14 @@ fn assemble(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, frac: i64) -> Opti
     }
     let secs = days_from_civil(y, mo, d) * 86_400 + h * 3_600 + mi * 60 + s;
     Some(secs * NS + frac)
+}
+
+/// `t` when it falls in [`YEARS`] in UTC, whatever offset it was written with: one range for
+/// every form, so an instant one form takes is never refused when written in another.
+fn within_years(t: UnixNanos) -> Option<UnixNanos> {
+    let first = days_from_civil(*YEARS.start(), 1, 1) * 86_400 * NS;
+    let end = days_from_civil(*YEARS.end() + 1, 1, 1) * 86_400 * NS;
+    (first..end).contains(&t).then_some(t)
 }
 
 /// Offset `+hhmm`, `-hhmm`, `+hh:mm` or `Z`, in seconds east of UTC.
@@ -104,7 +115,7 @@ pub(crate) fn clf(b: &[u8]) -> Option<UnixNanos> {
         [b' ', tz @ ..] => offset(tz)?,
         _ => return None,
     };
-    Some(assemble(y, mo, d, h, mi, s, frac)? - off * NS)
+    within_years(assemble(y, mo, d, h, mi, s, frac)? - off * NS)
 }
 
 /// ISO 8601 / RFC 3339: `2000-10-10T20:55:36Z`, `2000-10-10T13:55:36.250-07:00`.
@@ -120,7 +131,7 @@ pub(crate) fn iso8601(b: &[u8]) -> Option<UnixNanos> {
     let s = digits(&b[17..19])?;
     let (frac, rest) = fraction(&b[19..])?;
     let off = if rest.is_empty() { 0 } else { offset(rest)? };
-    Some(assemble(y, mo, d, h, mi, s, frac)? - off * NS)
+    within_years(assemble(y, mo, d, h, mi, s, frac)? - off * NS)
 }
 
 /// nginx `$msec`: seconds since the epoch with a fraction, `971211336.123`.
@@ -137,8 +148,7 @@ pub(crate) fn epoch(b: &[u8]) -> Option<UnixNanos> {
     if !rest.is_empty() {
         return None;
     }
-    let year = 1970 + secs / 31_556_952;
-    YEARS.contains(&year).then(|| secs * NS + frac)
+    within_years(secs.checked_mul(NS)? + frac)
 }
 
 /// Whichever of the three forms `b` is written in.
@@ -165,6 +175,25 @@ mod tests {
         // Ten digits: every timestamp since 2001-09-09.
         assert_eq!(epoch(b"1795996801.250"), Some(1_795_996_801 * NS + NS / 4));
         assert_eq!(any(b"2000-10-10T20:55:36.25Z"), Some(want + NS / 4));
+    }
+
+    #[test]
+    fn the_years_are_read_in_utc_whatever_the_form() {
+        // Found by fuzz/fuzz_targets/nginx.rs (a line printed back in UTC no longer read): the
+        // range held the local date, and `$msec` an average year, so one instant was taken in
+        // one form and refused in another.
+        assert_eq!(clf(b"01/Jan/1990:00:30:00 +0100"), None, "1989 in UTC");
+        assert_eq!(iso8601(b"1989-12-31T23:30:00Z"), None);
+        assert_eq!(iso8601(b"2200-12-31T23:30:00-01:00"), None, "2201 in UTC");
+        assert_eq!(epoch(b"7289654500"), None, "2201-01-01T00:01:40Z");
+        let last = 7_289_654_399 * NS;
+        assert_eq!(epoch(b"7289654399"), Some(last));
+        assert_eq!(clf(b"31/Dec/2200:23:59:59 +0000"), Some(last));
+        assert_eq!(iso8601(b"2201-01-01T00:59:59+01:00"), Some(last));
+        let first = 631_152_000 * NS;
+        assert_eq!(epoch(b"631152000"), Some(first));
+        assert_eq!(epoch(b"631151999.999"), None);
+        assert_eq!(clf(b"31/Dec/1989:23:00:00 -0100"), Some(first));
     }
 
     #[test]
