@@ -4,10 +4,10 @@
 //! Input, as text: the first line picks which secret-bearing settings the file sets (a
 //! character's low bits: `identity.jwt_hs256_secret`, the password of `store.url`, of
 //! `server.upstream`, the query of `identity.jwks_url`, the password of a `store.cluster`
-//! node, `store.backend = "redis"`) and the text around each secret (`before<TAB>after`); then
+//! node, `store.backend = "redis"`, `ops.admin_token`) and the text around each secret (`before<TAB>after`); then
 //! TOML up to a line `%%`; then environment variables, `NAME=VALUE`, where `$S` in the value of
 //! a secret-bearing variable stands for the secret where it is one (anywhere in the HS256
-//! secret; in a URL's userinfo, query or fragment), and for `x` elsewhere.
+//! secret or the admin token; in a URL's userinfo, query or fragment), and for `x` elsewhere.
 //!
 //! The secret is a marker made from a hash of the whole input, so the input cannot spell it
 //! anywhere else. Held: the error, the store's description and the loader's warnings never
@@ -69,7 +69,7 @@ fn place_in_url(url: &str, marker: &str) -> String {
 
 fn env_value(var: &str, raw: &str, marker: &str) -> String {
     match var {
-        "FLEET_LIMITER_JWT_HS256_SECRET" => raw.replace("$S", marker),
+        "FLEET_LIMITER_JWT_HS256_SECRET" | "FLEET_LIMITER_ADMIN_TOKEN" => raw.replace("$S", marker),
         "FLEET_LIMITER_STORE_URL"
         | "FLEET_LIMITER_STORE"
         | "FLEET_LIMITER_UPSTREAM"
@@ -137,6 +137,12 @@ fuzz_target!(|data: &[u8]| {
     }
     if bits & 32 != 0 {
         file += "store.backend = \"redis\"\n";
+    }
+    if bits & 64 != 0 {
+        file += &format!(
+            "ops.admin_token = {}\n",
+            toml_str(&format!("{before}{marker}{after}"))
+        );
     }
     file += toml;
 
