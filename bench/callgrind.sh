@@ -8,6 +8,7 @@
 #   MODES=on TOP=60 bench/callgrind.sh      # one mode, a longer list of functions
 #   MODES=decision bench/callgrind.sh       # the forward-auth decision endpoint alone
 #   MODES="hdr-off hdr-draft-7 hdr-draft-6-legacy" bench/callgrind.sh   # header profiles
+#   MODES="nginx-limit nginx-proxy on off" bench/callgrind.sh   # nginx as the reference
 #
 # Modes: `on` and `off` are the gateway (rows 2 and 3 of bench/run.sh) in front of nginx
 # `return 200`; `mw-fleet`, `mw-governor` and `mw-bare` are the actix-web apps of rows 6a-6c
@@ -15,6 +16,9 @@
 # bench/decision.lua as a proxy asks it. Budgets are so large that every request is allowed.
 # `hdr-STANDARD[-legacy[-delta]]` is `on` with that `[headers]` profile (`hdr-off`: no limit
 # header at all; `hdr-draft-6-legacy`: the default; `-delta`: legacy reset in seconds).
+# `nginx-limit` is bench/run.sh's row 5 (nginx `limit_req` reverse proxy, keep-alive to the
+# same upstream) and `nginx-proxy` the same nginx without `limit_req`, one worker process run
+# in the foreground with `master_process off` so that callgrind counts the process that serves.
 #
 # For each mode the server starts under `valgrind --tool=callgrind`; `wrk -c4` with
 # bench/heartbeat.lua warms it up for WARMUP seconds, the counters are zeroed
@@ -55,13 +59,13 @@ done
 gateway_modes=false middleware_modes=false
 for mode in $MODES; do
   case $mode in
-    on | off | decision | hdr-*) gateway_modes=true ;;
+    on | off | decision | hdr-* | nginx-limit | nginx-proxy) gateway_modes=true ;;
     mw-fleet | mw-governor | mw-bare) middleware_modes=true ;;
-    *) log "unknown mode $mode (on, off, decision, hdr-STANDARD[-legacy[-delta]], mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
+    *) log "unknown mode $mode (on, off, decision, hdr-STANDARD[-legacy[-delta]], nginx-limit, nginx-proxy, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
   esac
 done
 
-if $gateway_modes && [ -z "${GATEWAY:-}" ]; then
+if $gateway_modes && [ -z "${GATEWAY:-}" ] && [[ " $MODES " =~ \ (on|off|decision|hdr-[^ ]*)\  ]]; then
   log "building the gateway"
   (cd "$ROOT" && cargo build --profile profiling --quiet --bin fleet-limiter)
   GATEWAY="$ROOT/target/profiling/fleet-limiter"
@@ -145,6 +149,11 @@ server_command() {
       ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_TRUST_PROXY=127.0.0.1 FLEET_LIMITER_DECISION_ALLOW_FROM=127.0.0.1)
       CMD=("$GATEWAY" serve --config "$TMP/limits.toml" --decision-listen "$listen"
         --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    nginx-limit | nginx-proxy)
+      local rate=1000000r/s
+      [ "$1" = nginx-proxy ] && rate=none
+      nginx_limit_conf "$rate" "$P_SERVER" "$TMP/$1"
+      ENVS=() CMD=(nginx -c "$TMP/$1/nginx.conf" -g "master_process off;") ;;
     mw-fleet) ENVS=(FLEET_LIMITER_LOG=warn) CMD=("$MW" fleet "$TMP/limits.toml" "$listen") ;;
     mw-governor) ENVS=() CMD=("$MW" governor allowed "$listen") ;;
     mw-bare) ENVS=() CMD=("$MW" bare - "$listen") ;;
@@ -180,7 +189,7 @@ for mode in $MODES; do
 done
 
 # What a limiter adds, function by function: self cost per request, with it minus without.
-for pair in "on off" "mw-fleet mw-bare" "mw-governor mw-bare"; do
+for pair in "on off" "mw-fleet mw-bare" "mw-governor mw-bare" "nginx-limit nginx-proxy"; do
   read -r a b <<<"$pair"
   [[ " $MODES " == *" $a "* && " $MODES " == *" $b "* ]] || continue
   python3 "$BENCH/callgrind_self.py" "$OUT/callgrind.$a.out" "$(cat "$OUT/callgrind.$a.out.requests")" \

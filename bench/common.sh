@@ -86,3 +86,42 @@ interleaved_rounds() {
     done
   done
 }
+
+# nginx_limit_conf RATE PORT DIR: nginx as reverse proxy in front of the upstream on
+# $P_UPSTREAM (keep-alive to it), with limit_req keyed on client address + X-Agent-ID at RATE
+# (`nodelay`, 429); RATE `none` leaves limit_req out (the plain proxy). The configuration
+# lands in DIR/nginx.conf.
+nginx_limit_conf() {
+  local dir=$3 zone="" limit=""
+  if [ "$1" != none ]; then
+    zone="limit_req_zone \"\$binary_remote_addr:\$agent\" zone=agent:64m rate=$1;
+  limit_req_status 429;"
+    limit="limit_req zone=agent nodelay;"
+  fi
+  mkdir -p "$dir"
+  cat >"$dir/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log stderr error;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $dir;
+  proxy_temp_path $dir;
+  keepalive_requests 100000000;
+  map \$http_x_agent_id \$agent { default \$http_x_agent_id; "" none; }
+  $zone
+  upstream api { server 127.0.0.1:$P_UPSTREAM; keepalive 64; }
+  server {
+    listen 127.0.0.1:$2;
+    location / {
+      $limit
+      proxy_pass http://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+}

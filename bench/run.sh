@@ -142,39 +142,6 @@ write_config() {
   done
 }
 
-# nginx_limit_conf RATE PORT DIR: limit_req keyed on client address + X-Agent-ID, proxying
-# upstream; the configuration lands in DIR/nginx.conf.
-nginx_limit_conf() {
-  local dir=$3
-  mkdir -p "$dir"
-  cat >"$dir/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $dir/nginx.pid;
-error_log stderr error;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $dir;
-  proxy_temp_path $dir;
-  keepalive_requests 100000000;
-  map \$http_x_agent_id \$agent { default \$http_x_agent_id; "" none; }
-  limit_req_zone "\$binary_remote_addr:\$agent" zone=agent:64m rate=$1;
-  limit_req_status 429;
-  upstream api { server 127.0.0.1:$P_UPSTREAM; keepalive 64; }
-  server {
-    listen 127.0.0.1:$2;
-    location / {
-      limit_req zone=agent nodelay;
-      proxy_pass http://api;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
-}
-EOF
-}
-
 start_upstream() {
   if ! port_free "$P_UPSTREAM"; then
     log "port $P_UPSTREAM (the upstream's) is already in use; stop what listens there first"

@@ -11,8 +11,8 @@
 use actix_governor::{Governor, GovernorConfigBuilder, KeyExtractor, SimpleKeyExtractionError};
 use actix_web::dev::ServiceRequest;
 use actix_web::{web, App, HttpServer};
-use fleet_limiter::config::Loader;
-use fleet_limiter::http::middleware::FleetLimiter;
+use fleet_limiter::FleetLimiter;
+use fleet_limiter::Loader;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
