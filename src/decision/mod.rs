@@ -433,7 +433,7 @@ impl Decider {
                 _ => None,
             },
             body: spec.key.body_field().and_then(|f| req.key_headers.body(f)),
-            claim: spec.key.claim().and_then(|c| id.claims.get(c)),
+            claim: spec.key.claim().and_then(|c| id.claims().get(c)),
         };
         let mut buckets = vec![self
             .digest
@@ -444,7 +444,7 @@ impl Decider {
                 ip,
                 agent_id: id.agent_id,
                 user: id.user.as_deref(),
-                claims: &id.claims,
+                claims: id.claims(),
             };
             if let Some(o) = ix.find(&spec.name, &who, self.overrides.unix_now()) {
                 buckets.push(
@@ -543,7 +543,7 @@ impl Decider {
                 _ => None,
             },
             body: l.key.body_field().and_then(|f| req.key_headers.body(f)),
-            claim: l.key.claim().and_then(|c| id.claims.get(c)),
+            claim: l.key.claim().and_then(|c| id.claims().get(c)),
         };
         let units = |l: &LimiterSpec| {
             l.cost
@@ -560,7 +560,7 @@ impl Decider {
             ip,
             agent_id: id.agent_id,
             user: id.user.as_deref(),
-            claims: &id.claims,
+            claims: id.claims(),
         };
         let chosen = |l: &LimiterSpec| -> Chosen {
             if let Some(o) = index
@@ -570,8 +570,8 @@ impl Decider {
                 return Chosen::Override(o.clone());
             }
             match l.plans.as_ref().and_then(|p| {
-                let plan = id.claims.get(&p.claim)?;
-                p.quota(&id.claims).map(|q| (plan, *q))
+                let plan = id.claims().get(&p.claim)?;
+                p.quota(id.claims()).map(|q| (plan, *q))
             }) {
                 Some((plan, q)) => Chosen::Plan(plan.to_owned(), q),
                 None => Chosen::Own,

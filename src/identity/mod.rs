@@ -152,6 +152,10 @@ impl TokenVerifier for NoVerifier {
     fn verify<'a>(&'a self, _token: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async { None })
     }
+
+    fn verify_claims<'a>(&'a self, _token: &'a str) -> BoxFuture<'a, Option<Verified>> {
+        Box::pin(async { None })
+    }
 }
 
 /// What kind of credential a request carries, as far as limiting cares.
@@ -184,9 +188,19 @@ pub(crate) struct Identity<'a> {
     pub agent_id: Option<&'a str>,
     /// The verified subject of a dashboard token.
     pub user: Option<String>,
-    /// The verified token's claims (empty without one).
-    pub claims: Arc<TokenClaims>,
+    /// The verified token's claims; `None` without one (see [`Identity::claims`]).
+    claims: Option<Arc<TokenClaims>>,
     pub credential: Credential,
+}
+
+/// No claims: what a request without a verified token carries.
+static NO_CLAIMS: TokenClaims = TokenClaims(Vec::new());
+
+impl Identity<'_> {
+    /// The verified token's claims, empty without one.
+    pub(crate) fn claims(&self) -> &TokenClaims {
+        self.claims.as_deref().unwrap_or(&NO_CLAIMS)
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
@@ -230,9 +244,10 @@ pub(crate) async fn identify<'a>(
             (verified, cred)
         }
     };
+    // No allocation for the usual request, which carries no verified token.
     let (user, claims) = match verified {
-        Some(v) => (Some(v.sub), v.claims),
-        None => (None, Arc::default()),
+        Some(v) => (Some(v.sub), Some(v.claims)),
+        None => (None, None),
     };
     Identity {
         agent_id,
