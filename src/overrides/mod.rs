@@ -652,7 +652,7 @@ pub(crate) fn parse_rfc3339(s: &str) -> Result<u64, String> {
         }
         _ => return Err(bad()),
     };
-    let days = days_from_civil(y, mo, d);
+    let days = crate::calibration::replay::time::days_from_civil(y, mo, d);
     let t = days * 86_400 + h * 3600 + mi * 60 + sec.min(59) - offset + i64::from(frac);
     u64::try_from(t).map_err(|_| bad())
 }
@@ -664,17 +664,6 @@ fn days_in_month(y: i64, m: i64) -> i64 {
         _ if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
         _ => 28,
     }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of unix seconds.

@@ -8,7 +8,7 @@ const NS: i64 = 1_000_000_000;
 pub(crate) const YEARS: std::ops::RangeInclusive<i64> = 1990..=2200;
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
