@@ -40,8 +40,8 @@ fn userinfo(s: &str) -> String {
         .collect()
 }
 
-/// `$S` in one URL: the marker where the redaction contract calls it a credential (userinfo,
-/// or after the first `?` or `#`; for a value without `://`, after the first `:`), `x`
+/// `$S` in one URL: the marker where the redaction contract calls it a credential (the
+/// userinfo's password, or all of a userinfo without one; or after the first `?` or `#`; for a value without `://`, after the first `:`), `x`
 /// elsewhere.
 fn place_in_url(url: &str, marker: &str) -> String {
     let start = match url.find("://") {
@@ -51,11 +51,15 @@ fn place_in_url(url: &str, marker: &str) -> String {
     let rest = &url[start..];
     let query = rest.find(['?', '#']);
     let at = rest[..query.unwrap_or(rest.len())].rfind('@');
+    // The userinfo's secret is its password (after its first `:`), or all of it when it has
+    // none (a token); a user name beside a password is shown, as `redact::url` documents.
+    let password_from = at.map(|a| rest[..a].find(':').map_or(0, |c| c + 1));
     let mut out = url[..start].replace("$S", "x");
     let mut i = 0;
     while i < rest.len() {
         if rest[i..].starts_with("$S") {
-            let secret = at.is_some_and(|a| i < a) || query.is_some_and(|q| i > q);
+            let in_userinfo = at.is_some_and(|a| i < a) && password_from.is_some_and(|p| i >= p);
+            let secret = in_userinfo || query.is_some_and(|q| i > q);
             out.push_str(if secret { marker } else { "x" });
             i += 2;
         } else {
