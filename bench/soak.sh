@@ -17,7 +17,8 @@
 # CONNS (32 wrk connections), PROBES (4), PROBE_RATE (5 requests a second each),
 # RSS_TOLERANCE (1.25), P99_TOLERANCE (2), SERVER_CPU (1: gateway, upstream, Redis),
 # LOAD_CPU (0: wrk and the probes), BIN (a built binary; default: build the release one),
-# OUT (target/soak/<store>-<time>).
+# OUT (target/soak/<store>-<time>), PORT_BASE (18280: the gateway's port; the admin listener,
+# the upstream and Redis take the next three, so two soaks can run side by side).
 #
 # The load: wrk runs back to back, one INTERVAL each, POST /api/agent/heartbeat with
 # X-Agent-ID never repeated (bench/soak.lua). The built-in agent-ip ceiling is lifted so that
@@ -50,7 +51,8 @@ P99_TOLERANCE=${P99_TOLERANCE:-2}
 SERVER_CPU=${SERVER_CPU:-1}
 LOAD_CPU=${LOAD_CPU:-0}
 OUT=${OUT:-"$ROOT/target/soak/$STORE-$(date -u +%Y%m%dT%H%M%SZ)"}
-P_GATEWAY=18280 P_ADMIN=18281 P_UPSTREAM=18282 P_REDIS=18283
+PORT_BASE=${PORT_BASE:-18280}
+P_GATEWAY=$PORT_BASE P_ADMIN=$((PORT_BASE + 1)) P_UPSTREAM=$((PORT_BASE + 2)) P_REDIS=$((PORT_BASE + 3))
 
 log() { printf '%s\n' "$*" >&2; }
 
@@ -158,7 +160,8 @@ PIDS+=("$PROBE_PID")
 {
   printf 'DURATION=%s STORE=%s INTERVAL=%s WARMUP=%s MAX_KEYS=%s CONNS=%s PROBES=%s PROBE_RATE=%s ' \
     "$DURATION" "$STORE" "$INTERVAL" "$WARMUP" "$MAX_KEYS" "$CONNS" "$PROBES" "$PROBE_RATE"
-  printf 'RSS_TOLERANCE=%s P99_TOLERANCE=%s bench/soak.sh\n' "$RSS_TOLERANCE" "$P99_TOLERANCE"
+  printf 'RSS_TOLERANCE=%s P99_TOLERANCE=%s SERVER_CPU=%s LOAD_CPU=%s PORT_BASE=%s bench/soak.sh\n' \
+    "$RSS_TOLERANCE" "$P99_TOLERANCE" "$SERVER_CPU" "$LOAD_CPU" "$PORT_BASE"
   printf 'binary: %s (%s)\n' "$BIN" "$("$BIN" --version)"
   printf 'started: %s\n' "$(date -u +%FT%TZ)"
 } >"$OUT/command.txt"
