@@ -61,7 +61,6 @@
 //! reached; see `docs/redis.md`.
 
 use crate::clock::Nanos;
-use crate::config::FleetConfig;
 use parking_lot::Mutex;
 use siphasher::sip::SipHasher13;
 use std::collections::{BTreeSet, HashMap};
@@ -75,13 +74,13 @@ const NS: Nanos = 1_000_000_000;
 
 /// How long a first sighting is guaranteed a place, and how long a protected id may go unseen
 /// before it is the first to give way: twice the longest gap between two requests of a healthy
-/// agent (`max(heartbeat_interval_seconds, poll_interval_seconds)`), at least one second.
-pub(crate) fn grace(fleet: &FleetConfig) -> Nanos {
-    let gap = fleet
-        .heartbeat_interval_seconds
-        .max(fleet.poll_interval_seconds)
-        .get();
-    gap.saturating_mul(2).saturating_mul(NS)
+/// agent, `longest_gap_seconds` (`max(heartbeat_interval_seconds, poll_interval_seconds)` of
+/// `[fleet]`, at least one second).
+pub(crate) fn grace(longest_gap_seconds: u64) -> Nanos {
+    longest_gap_seconds
+        .max(1)
+        .saturating_mul(2)
+        .saturating_mul(NS)
 }
 
 /// How a table of `capacity` ids is split: `(protected, probation)`. Protected ids (seen twice)

@@ -174,6 +174,7 @@ mod clock;
 mod config;
 mod decision;
 mod descriptors;
+mod duration;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -2,6 +2,7 @@
 //! and the errors that name the origin, the field and the fix.
 
 use super::*;
+use crate::duration::parse_duration;
 
 /// A duration as `"15m"`, `"30s"`, `"500ms"`, `"1h"`, `"1d"`, or a whole number of seconds.
 #[derive(Debug, Clone, Deserialize)]

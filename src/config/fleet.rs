@@ -33,6 +33,16 @@ const fn positive(n: u64) -> NonZeroU64 {
     }
 }
 
+impl FleetConfig {
+    /// Seconds of the longest gap between two requests of a healthy agent: its heartbeat
+    /// interval or its poll interval, whichever is longer.
+    pub fn longest_gap_seconds(&self) -> u64 {
+        self.heartbeat_interval_seconds
+            .max(self.poll_interval_seconds)
+            .get()
+    }
+}
+
 impl Default for FleetConfig {
     fn default() -> Self {
         const DEFAULT: FleetConfig = FleetConfig {

@@ -97,7 +97,7 @@ pub(super) fn build(raw: RawIdentity, ctx: &Ctx) -> Result<IdentityConfig, Confi
         None => d.leeway,
         Some(DurationValue::Secs(s)) => Duration::from_secs(s),
         Some(DurationValue::Text(t)) => {
-            super::parse_duration(&t).map_err(|e| ctx.err("identity.leeway", e))?
+            crate::duration::parse_duration(&t).map_err(|e| ctx.err("identity.leeway", e))?
         }
     };
     if leeway > Duration::from_secs(300) {

@@ -16,7 +16,6 @@ mod ceiling;
 pub(crate) mod check;
 pub(crate) mod decision;
 pub(crate) mod defaults;
-mod duration;
 mod flags;
 mod fleet;
 pub(crate) mod headers;
@@ -43,7 +42,6 @@ use limiters::*;
 use settings::{Kind, SETTINGS};
 
 pub(crate) use ceiling::AGENT_IP;
-pub(crate) use duration::{format_duration, parse_duration};
 pub use flags::{AllowUnsafeCalibration, ConfigFile, SettingFlags};
 pub(crate) use fleet::FleetConfig;
 pub use layers::Loader;

@@ -2,7 +2,8 @@
 //! period, near-limit reporting, the log format (`[ops]`), and the CORS allow-list (`[cors]`).
 
 use super::ConfigError;
-use super::{parse_duration, Ctx, DurationValue};
+use super::{Ctx, DurationValue};
+use crate::duration::parse_duration;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -186,7 +186,7 @@ impl Decider {
     pub fn new(cfg: &Config, store: Arc<dyn Store>, verifier: Arc<dyn TokenVerifier>) -> Self {
         let known = Arc::new(KnownAgents::new(
             cfg.store.max_keys,
-            crate::known_agents::grace(&cfg.fleet),
+            crate::known_agents::grace(cfg.fleet.longest_gap_seconds()),
         ));
         let metrics = Arc::new(Metrics::for_decider(store.clone(), known.clone()));
         let clock = store
@@ -245,7 +245,8 @@ impl Decider {
     pub fn reload(&self, cfg: &Config) {
         let settings = Arc::new(Settings::from_config(cfg, &self.metrics));
         *self.state.write() = settings;
-        self.known.set_grace(crate::known_agents::grace(&cfg.fleet));
+        self.known
+            .set_grace(crate::known_agents::grace(cfg.fleet.longest_gap_seconds()));
         self.overrides.set_config(cfg.overrides.clone());
     }
 

@@ -190,7 +190,7 @@ pub(crate) async fn add(
         limiter = %o.limiter,
         matches = %o.matcher,
         limit = o.limit.get(),
-        window = %crate::config::format_duration(o.window),
+        window = %crate::duration::format_duration(o.window),
         until = %o.expires.map(crate::overrides::format_rfc3339).unwrap_or_else(|| "removed".to_owned()),
         "override added"
     );
@@ -433,7 +433,7 @@ pub(crate) async fn explain(
                 Chosen::Override(o) => format!("override {}", o.id),
             },
             limit: r.quota.limit(),
-            window: crate::config::format_duration(r.quota.window()),
+            window: crate::duration::format_duration(r.quota.window()),
             mode: r.spec.mode.as_str(),
             remaining: r.verdict.remaining,
             allowed: r.verdict.allowed,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::FleetConfig;
 
 const S: Nanos = 1_000_000_000;
 /// The default fleet's grace: twice its 60 s heartbeat.
@@ -403,15 +404,16 @@ fn a_raw_id_is_never_held() {
 #[test]
 fn the_grace_is_twice_the_longest_gap_and_the_split_leaves_half_for_first_sightings() {
     let mut f = FleetConfig::default();
-    assert_eq!(grace(&f), 120 * S);
+    assert_eq!(grace(f.longest_gap_seconds()), 120 * S);
     let n = |n| std::num::NonZeroU64::new(n).expect("positive");
     f.poll_interval_seconds = n(300);
-    assert_eq!(grace(&f), 600 * S);
+    assert_eq!(grace(f.longest_gap_seconds()), 600 * S);
     f.heartbeat_interval_seconds = n(u64::MAX);
-    assert_eq!(grace(&f), Nanos::MAX);
+    assert_eq!(grace(f.longest_gap_seconds()), Nanos::MAX);
     f.heartbeat_interval_seconds = n(1);
     f.poll_interval_seconds = n(1);
-    assert_eq!(grace(&f), 2 * S);
+    assert_eq!(grace(f.longest_gap_seconds()), 2 * S);
+    assert_eq!(grace(0), 2 * S, "at least one second");
     assert_eq!(split(100_000), (50_000, 50_000));
     assert_eq!(split(1), (0, 1));
     assert_eq!(split(7), (3, 4));

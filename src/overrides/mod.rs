@@ -307,7 +307,7 @@ impl Override {
                     ),
                 )
             })?;
-        let window = crate::config::parse_duration(&w.window).map_err(|e| err("window", e))?;
+        let window = crate::duration::parse_duration(&w.window).map_err(|e| err("window", e))?;
         if window < Duration::from_secs(1) || window > Duration::from_secs(7 * 86_400) {
             return Err(err(
                 "window",
@@ -358,7 +358,7 @@ impl Override {
             limiter: self.limiter.to_string(),
             matcher: self.matcher.to_string(),
             limit: u64::from(self.limit.get()),
-            window: crate::config::format_duration(self.window),
+            window: crate::duration::format_duration(self.window),
             expires: self.expires.map(format_rfc3339),
             source: Some(self.source),
             by: self.by.clone(),

@@ -63,7 +63,7 @@ pub(crate) fn overrides_for_nat(cfg: &Config) -> Vec<Override> {
                 limiter: l.name.to_string(),
                 matcher: format!("ip:{SITE_NAT}"),
                 limit: u64::from(l.quota.limit().saturating_mul(RAISE)),
-                window: crate::config::format_duration(l.quota.window()),
+                window: crate::duration::format_duration(l.quota.window()),
                 expires: Some(crate::overrides::format_rfc3339(expires)),
                 source: None,
                 by: Some("simulate".to_owned()),
@@ -91,7 +91,7 @@ pub(crate) async fn run(cfg: &Config, seed: u64) -> NatRolloutReport {
                     o.limiter,
                     o.matcher,
                     o.limit,
-                    crate::config::format_duration(o.window),
+                    crate::duration::format_duration(o.window),
                     o.expires
                         .map(crate::overrides::format_rfc3339)
                         .unwrap_or_default()

@@ -386,7 +386,7 @@ fn with(cfg: &Config, name: &str, f: impl Fn(&mut crate::policy::LimiterSpec)) -
 
 /// `cfg` with a fix applied to limiter `name`, as the pasted TOML would set it.
 fn applied(cfg: &Config, name: &str, fix: &Fix) -> Config {
-    let window = crate::config::parse_duration(&fix.window).unwrap();
+    let window = crate::duration::parse_duration(&fix.window).unwrap();
     let key = crate::config::parse_key(&fix.key).unwrap();
     with(cfg, name, |l| {
         l.quota = crate::limiter::Quota::new(
@@ -428,7 +428,7 @@ fn assert_smallest(cfg: &Config, name: &str) -> Option<Fix> {
                 assert!(line(&below, name).status >= Status::AtRisk, "{fix:?}");
             }
             "window" => {
-                let secs = crate::config::parse_duration(&fix.window)
+                let secs = crate::duration::parse_duration(&fix.window)
                     .unwrap()
                     .as_secs();
                 let longer = with(cfg, name, |l| {

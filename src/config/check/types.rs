@@ -284,7 +284,8 @@ impl KnownTable {
             others_first_sightings: probation.saturating_sub(site),
             flooding_addresses: (probation / site).saturating_sub(1),
             others_protected: protected.saturating_sub(cfg.fleet.max_agents.get()),
-            grace_seconds: crate::known_agents::grace(&cfg.fleet) / 1_000_000_000,
+            grace_seconds: crate::known_agents::grace(cfg.fleet.longest_gap_seconds())
+                / 1_000_000_000,
         }
     }
 }

@@ -1,3 +1,5 @@
+//! Durations as the configuration, the overrides and their interface write them: `"15m"`, `"90s"`.
+
 use std::time::Duration;
 
 /// `"500ms"`, `"30s"`, `"15m"`, `"1h"`, `"1d"`, or a bare number of seconds.
