@@ -6,7 +6,7 @@ use crate::http::{ListenError, TlsSetupError};
 
 /// What stopped [`build_decider`](crate::build_decider), the middleware's
 /// [`from_config`](crate::http::middleware::FleetLimiter::from_config) or
-/// [`serve_gateway`](crate::http::serve_gateway). Every message names the setting and the fix;
+/// [`serve_gateway`](crate::serve_gateway). Every message names the setting and the fix;
 /// none carries a secret.
 #[derive(Debug)]
 #[non_exhaustive]

@@ -16,7 +16,8 @@
 //! | proxy | `http/proxy/` | streams allowed requests to the upstream and back | [`serve_gateway`] |
 //!
 //! Around them: `metrics/` and the decision's observer count and log each decision
-//! ([`Metrics`]); `http/admin.rs` serves `/metrics`, health and reload, and handles signals;
+//! ([`Metrics`]); `gateway.rs` starts the listeners and runs them; `http/admin.rs` serves
+//! `/metrics`, health and reload, and handles signals;
 //! `http/cors.rs` lets browsers read refusals ([`Cors`]). `config/` turns TOML, environment and
 //! flags into a validated [`Config`] (every setting is a row of [`SETTINGS`]); `clock.rs`
 //! injects time so every limiter can run in virtual time ([`ManualClock`]). [`calibration`]
@@ -179,6 +180,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod gateway;
 mod http;
 mod identity;
 mod keys;
@@ -212,6 +214,7 @@ pub use config::{
 };
 pub use decision::{Decider, KeyHeaders, LimitResult, Outcome, RequestFacts};
 pub use error::Error;
+pub use gateway::serve_gateway;
 pub use http::admin_client::{
     run_explain, run_override, run_reset, AdminTarget, AskedRequest, OverrideCommand,
 };
@@ -220,7 +223,6 @@ pub use http::cors::Cors;
 pub use http::governor::{AgentDeviceKey, ClientAddress, MaskedIpKey, VerifiedUserKey};
 pub use http::middleware::{Decided, FleetLimiter};
 pub use http::response::{apply_headers, limit_header_names, limit_headers, too_many_requests};
-pub use http::serve_gateway;
 pub use identity::{bearer_token, Credential, NoVerifier, TokenClaims, TokenVerifier, Verified};
 pub use keys::{digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind};
 pub use limiter::{nonzero, Algorithm, Quota, Verdict};

@@ -5,7 +5,7 @@
 use crate::config::admit;
 use crate::config::ops::LogFormat;
 use crate::config::{Config, Loader};
-use crate::http::admin::Reloader;
+use crate::http::control::Reloader;
 use crate::log_sink::eprint_line;
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -61,7 +61,7 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
         admit::admit(&cfg, allow_unsafe).map_err(|r| r.to_string())?;
         Ok(cfg)
     });
-    let run = actix_web::rt::System::new().block_on(crate::http::serve_gateway_with(
+    let run = actix_web::rt::System::new().block_on(crate::gateway::serve_gateway_with(
         &cfg,
         decider.clone(),
         reloader,

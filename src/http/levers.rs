@@ -12,7 +12,7 @@
 //! when. An override that would leave a healthy agent refused too long is refused with `check`'s
 //! reason.
 
-use super::admin::Control;
+use super::control::Control;
 use crate::decision::{Chosen, KeyHeaders, RequestFacts};
 use crate::overrides::{Override, Source, Wire};
 use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};

@@ -1,0 +1,247 @@
+//! The gateway as the binary runs it: the limiter in front of the streaming proxy, the
+//! decision endpoint and the rate-limit service beside them, and the admin listener that runs
+//! them all until it is stopped.
+
+use crate::config::Config;
+use crate::decision::Decider;
+use crate::http::control::{file_reloader, Control, Reloader};
+use crate::http::middleware::FleetLimiter;
+use crate::http::proxy::{self, Upstream};
+use crate::http::{admin, cors, forward_auth, listeners, ListenError, TlsSetupError};
+use actix_web::{web, App, HttpServer};
+use std::sync::Arc;
+
+/// Run the gateway until it is stopped: limiter in front, streaming proxy behind.
+///
+/// A calibration that could lock healthy agents out of the declared fleet is refused before
+/// anything listens ([`Error::UnsafeCalibration`](crate::Error::UnsafeCalibration)), as are
+/// reloads that bring one.
+pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), crate::Error> {
+    let admitted =
+        crate::config::admit::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
+    for w in &admitted.warnings {
+        tracing::warn!("calibration: {w}");
+    }
+    serve_gateway_with(cfg, decider, file_reloader(cfg)).await
+}
+
+/// [`serve_gateway`], with the admin listener reloading through `reloader` (SIGHUP, POST /reload).
+pub(crate) async fn serve_gateway_with(
+    cfg: &Config,
+    decider: Arc<Decider>,
+    reloader: Reloader,
+) -> Result<(), crate::Error> {
+    run_gateway(cfg, decider, reloader)
+        .await
+        .map_err(crate::Error::serving)
+}
+
+async fn run_gateway(
+    cfg: &Config,
+    decider: Arc<Decider>,
+    reloader: Reloader,
+) -> anyhow::Result<()> {
+    let decision = forward_auth::bind(cfg, decider.clone())?;
+    let rls = crate::rls::start(cfg, decider.clone())?;
+    let Some(base) = cfg.server.upstream.clone() else {
+        // Only the decision endpoint: the proxy in front forwards, this only decides.
+        let decision = match (decision, rls) {
+            (Some(d), _) => vec![d],
+            (None, Some(_)) => Vec::new(),
+            (None, None) => anyhow::bail!(
+                "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen or rls.listen)"
+            ),
+        };
+        if listeners::handed(listeners::Role::Traffic) {
+            tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
+        }
+        let cors = cors::Cors::new(&cfg.cors);
+        let control = Arc::new(Control::new(cfg, decider, cors, reloader));
+        let admin = admin::Admin::bind(control, cfg)?;
+        tracing::info!(
+            admin_listen = %admin.addrs(),
+            store = %cfg.store.describe(),
+            limiters = cfg.limiters.len(),
+            enabled = cfg.enabled,
+            "fleet-limiter decision endpoint started (no upstream: answering a proxy's questions only)"
+        );
+        return admin.run(decision, cfg).await;
+    };
+    let tls = if base.is_https() {
+        let client = crate::tls::client_config(
+            "upstream",
+            cfg.server.upstream_ca_file.as_deref(),
+            cfg.server.upstream_insecure_skip_verify,
+        )
+        .map_err(|e| {
+            TlsSetupError(format!(
+                "{}: server.upstream_ca_file: {e:#}; point it (FLEET_LIMITER_UPSTREAM_CA_FILE) at a PEM file of the CA certificates that sign the upstream's certificate",
+                cfg.origin("server.upstream_ca_file")
+            ))
+        })?;
+        Some(proxy::UpstreamTls::new(&base, &client).map_err(|e| {
+            TlsSetupError(format!(
+                "{}: server.upstream: {e}",
+                cfg.origin("server.upstream")
+            ))
+        })?)
+    } else {
+        None
+    };
+    let upgrades = proxy::upgrade::Upgrades::new(
+        websocket_caps(cfg, &crate::descriptors::raise()),
+        cfg.websocket.idle_timeout,
+    );
+    decider
+        .metrics()
+        .upgraded_connections_max(upgrades.max_open());
+    let upstream = Upstream {
+        base,
+        connect_timeout: cfg.server.connect_timeout,
+        read_timeout: cfg.server.read_timeout,
+        body: proxy::pace::BodyRules::new(cfg.server.body_timeout, cfg.server.body_min_rate),
+        tls,
+        // One registry per gateway: the proxy counts into its decider's metrics.
+        metrics: decider.metrics().clone(),
+        admission: cfg
+            .admission
+            .as_ref()
+            .map(|a| Arc::new(crate::admission::Admission::new(a, decider.metrics()))),
+        upgrades,
+        clients: proxy::ClientAddresses::new(decider.clone()),
+    };
+    // An https:// upstream whose certificate does not verify would fail every request: refuse
+    // to start. One that cannot be reached starts anyway, as a plain one does.
+    if let Err(why) = upstream.client().check_certificate().await {
+        return Err(TlsSetupError(format!(
+            "{}: server.upstream: {}: the upstream's TLS certificate does not verify: {why}; trust the CA that signed it with server.upstream_ca_file (FLEET_LIMITER_UPSTREAM_CA_FILE), or give the upstream a certificate valid for this host name",
+            cfg.origin("server.upstream"),
+            crate::redact::url(upstream.base.as_str())
+        ))
+        .into());
+    }
+    // TLS on the traffic listener: the certificate is read now, and again on every reload.
+    let certs = match (&cfg.server.tls_cert_file, &cfg.server.tls_key_file) {
+        (Some(cert), Some(key)) => Some(crate::tls::CertStore::load(cert, key).map_err(|e| {
+            TlsSetupError(format!(
+                "{}: server.tls_cert_file: {e:#}; fix the files, or point server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE) and server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE) at a PEM certificate chain and its private key",
+                cfg.origin("server.tls_cert_file")
+            ))
+        })?),
+        _ => None,
+    };
+    // The proxy reads nothing from the outcome: no extension to allocate per request.
+    let limiter = FleetLimiter::new(decider.clone())
+        .with_session_cookie(cfg.identity.session_cookie.clone())
+        .with_outcome_extension(false);
+    let cors = cors::Cors::new(&cfg.cors);
+    let control = Arc::new(
+        Control::new(cfg, decider, cors.clone(), reloader).with_certificates(certs.clone()),
+    );
+    let up = upstream.clone();
+    // Both listeners are bound before anything says the gateway started: an address that
+    // cannot be taken is a configuration error (exit code 2), not a start followed by a stop.
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(up.client()))
+            .app_data(web::Data::new(up.clone()))
+            .app_data(web::PayloadConfig::new(usize::MAX))
+            .wrap(limiter.clone())
+            .wrap(cors.clone())
+            .default_service(web::to(proxy::forward))
+    })
+    .disable_signals()
+    .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64);
+    let socket = listeners::listener(cfg, listeners::Role::Traffic, cfg.server.listen);
+    let server = match &certs {
+        Some(store) => {
+            let tls = crate::tls::server_config(store.clone())
+                .map_err(|e| TlsSetupError(format!("server.tls_cert_file: {e:#}")))?;
+            socket.and_then(|l| server.listen_rustls_0_23(l, tls))
+        }
+        None => socket.and_then(|l| server.listen(l)),
+    }
+    .map_err(|e| ListenError::new(cfg, "server.listen", "--listen", cfg.server.listen, &e))?;
+    let listening = server
+        .addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let admin = admin::Admin::bind(control, cfg)?;
+    if cfg.server.reuse_port {
+        if let Some(w) = listeners::reuse_port_warning() {
+            tracing::warn!("{w}");
+        }
+    }
+    tracing::info!(
+        listen = %listening,
+        reuse_port = cfg.server.reuse_port,
+        tls = certs.is_some(),
+        admin_listen = %admin.addrs(),
+        upstream = %crate::redact::url(upstream.base.as_str()),
+        store = %cfg.store.describe(),
+        limiters = cfg.limiters.len(),
+        enabled = cfg.enabled,
+        "fleet-limiter gateway started"
+    );
+    let mut servers = vec![server.run()];
+    servers.extend(decision);
+    admin.run(servers, cfg).await
+}
+
+/// The caps on upgraded connections for this process, from `[websocket]` and the descriptor
+/// limit (just raised), with a log line saying what was chosen and why, and a warning when the
+/// caps set would let WebSockets take the descriptors ordinary requests need.
+fn websocket_caps(
+    cfg: &Config,
+    limit: &crate::descriptors::Limit,
+) -> crate::config::websocket::Caps {
+    if let Some(why) = &limit.refused {
+        tracing::warn!(
+            soft = limit.soft,
+            hard = limit.hard,
+            error = %why,
+            "could not raise the open-file-descriptor limit to the hard limit; keeping it"
+        );
+    }
+    let caps = cfg.websocket.caps(limit.soft);
+    let origin = |path: &str| {
+        if cfg.origins.contains_key(path) {
+            cfg.origin(path)
+        } else {
+            "derived".to_owned()
+        }
+    };
+    tracing::info!(
+        descriptors = limit.soft,
+        descriptors_at_start = limit.before,
+        descriptors_hard = limit.hard,
+        max_open = caps.max_open,
+        max_open_from = %origin("websocket.max_open"),
+        max_per_client = caps.max_per_client,
+        max_per_client_from = %origin("websocket.max_per_client"),
+        idle_timeout_seconds = cfg.websocket.idle_timeout.as_secs_f64(),
+        "WebSocket caps: each open WebSocket holds two descriptors; a derived websocket.max_open is an eighth of the descriptor limit (at most 8192), a derived websocket.max_per_client an eighth of websocket.max_open"
+    );
+    if let Some(soft) = limit.soft {
+        let needed = (caps.max_open as u64).saturating_mul(2);
+        if !caps.max_open_derived && needed > soft / 2 {
+            tracing::warn!(
+                max_open = caps.max_open,
+                descriptors = soft,
+                "websocket.max_open lets WebSockets take {needed} of the {soft} open-file descriptors this process may hold, more than half: ordinary requests could find none left (502 Too many open files); raise the limit (LimitNOFILE= in the systemd unit, ulimit -n, the container's nofile) or lower websocket.max_open"
+            );
+        }
+    }
+    if let Some(set) = cfg.websocket.max_per_client {
+        if set > caps.max_per_client {
+            tracing::warn!(
+                max_per_client = set,
+                max_open = caps.max_open,
+                "websocket.max_per_client is more than the derived websocket.max_open; one client may hold every upgraded connection, so it is lowered to websocket.max_open"
+            );
+        }
+    }
+    caps
+}
