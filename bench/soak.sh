@@ -5,7 +5,8 @@
 # the answers by status, the store's tracked and evicted keys, and a few probe principals whose
 # buckets must stay exact. Writes samples.csv and summary.txt to OUT, and exits non-zero when
 # memory or p99 grew beyond the tolerance, a probe's bucket was inexact, anything answered 5xx,
-# or (memory store) nothing was evicted (bench/soak_report.py judges). Not a CI test: it takes
+# a request got no answer, the store failed a decision, or (memory store) nothing was evicted
+# (bench/soak_report.py judges). Not a CI test: it takes
 # hours by default.
 #
 #   bench/soak.sh                               # memory store, 2 hours
@@ -172,7 +173,7 @@ metric() {
 }
 
 csv="$OUT/samples.csv"
-echo "t_s,rss_kib,rps,p50_us,p99_us,requests,s2xx,s429,s5xx,sother,socket_errors,tracked_keys,evicted_keys,known_agents_evicted,probe_checks,probe_inexact,probe_max_drift,probe_errors,probe_5xx,redis_used_kib" >"$csv"
+echo "t_s,rss_kib,rps,p50_us,p99_us,requests,s2xx,s429,s5xx,sother,socket_errors,tracked_keys,evicted_keys,known_agents_evicted,probe_checks,probe_inexact,probe_max_drift,probe_errors,probe_5xx,redis_used_kib,store_errors" >"$csv"
 log "soak: $STORE store, max_keys $MAX_KEYS, $DURATION, a sample every ${INTERVAL}s; writing $OUT"
 begin=$(date +%s)
 run=0
@@ -193,6 +194,8 @@ while (($(date +%s) - begin < TOTAL)); do
   tracked=$(metric "$m" "fleet_limiter_tracked_keys{")
   evicted=$(metric "$m" "fleet_limiter_evicted_keys_total{")
   known_evicted=$(awk '/^fleet_limiter_known_agents_evicted_total\{/ { s += $NF } END { print s + 0 }' <<<"$m")
+  # Decisions the store failed (each answered by its limiter's on_store_error): none expected.
+  store_errors=$(awk '/^fleet_limiter_decisions_total\{.*outcome="store_error_/ { s += $NF } END { print s + 0 }' <<<"$m")
   probe=$(python3 -c '
 import json, sys
 try:
@@ -207,8 +210,8 @@ print(s.get("checks", 0), s.get("inexact", 0), s.get("max_drift", 0), s.get("err
   if [ "$STORE" = redis ]; then
     redis_kib=$(redis-cli -p "$P_REDIS" info memory | awk -F: '/^used_memory:/ { printf "%d", $2 / 1024 }')
   fi
-  echo "$t,$rss,$rps,$p50,$p99,$total,${s2xx:-0},${s429:-0},${s5xx:-0},${sother:-0},${sock:-0},$tracked,$evicted,$known_evicted,$pchecks,$pinexact,$pdrift,$perrors,$p5xx,$redis_kib" >>"$csv"
-  log "t=${t}s rss=${rss}KiB rps=$rps p99=${p99}us 2xx=${s2xx:-0} 429=${s429:-0} 5xx=${s5xx:-0} tracked=$tracked evicted=$evicted probes=$pchecks inexact=$pinexact"
+  echo "$t,$rss,$rps,$p50,$p99,$total,${s2xx:-0},${s429:-0},${s5xx:-0},${sother:-0},${sock:-0},$tracked,$evicted,$known_evicted,$pchecks,$pinexact,$pdrift,$perrors,$p5xx,$redis_kib,$store_errors" >>"$csv"
+  log "t=${t}s rss=${rss}KiB rps=$rps p99=${p99}us 2xx=${s2xx:-0} 429=${s429:-0} 5xx=${s5xx:-0} tracked=$tracked evicted=$evicted store_errors=$store_errors probes=$pchecks inexact=$pinexact"
 done
 
 # The probes' last word, then the verdict.

@@ -12,11 +12,18 @@ neither). It fails (exit status 1) when
 - the last p99 is above P99_TOLERANCE times the first,
 - any probe answer was off its exact count (an inexact tracked bucket),
 - any answer of the load or of the probes was a 5xx, or the probes got no answer at all,
+- any request of the load failed at the socket (wrk's socket errors) or any probe request got
+  no answer or an answer without its limit headers (the probes' errors),
+- the store failed any decision (`store_errors`: each was answered by its limiter's
+  `on_store_error`, allowed by default, which a soak must not need; samples written before the
+  column existed are not judged on it),
 - memory store: it evicted nothing after the warm-up (the soak did not run at the cap);
 - Redis store: Redis's `used_memory` grew beyond RSS_TOLERANCE too (its buckets expire when
   full again, as fast as the load makes new ones, so it must stay flat).
 
-Prints the summary; the same text is what bench/soak.sh writes to summary.txt.
+Prints the summary, with the run after the warm-up cut into (at most) eight equal spans and
+each span's median RSS, p99 and requests per second, so a trend shows that first-versus-last
+would hide; the same text is what bench/soak.sh writes to summary.txt.
 """
 
 import csv
@@ -52,6 +59,10 @@ def main():
     probe_drift, probe_errors = int(last["probe_max_drift"]), int(last["probe_errors"])
     probe_5xx = int(last["probe_5xx"])
     span = float(rows[-1]["t_s"])
+    rss_peak = max(float(r["rss_kib"]) for r in steady)
+    store_errors = None
+    if "store_errors" in last and last["store_errors"] not in (None, ""):
+        store_errors = int(float(last["store_errors"]))
     rps = statistics.median(float(r["rps"]) for r in steady)
 
     failures = []
@@ -65,6 +76,12 @@ def main():
         )
     if s5xx or probe_5xx:
         failures.append(f"5xx answers: {s5xx} to the load, {probe_5xx} to the probes")
+    if sock:
+        failures.append(f"{sock} socket errors of the load")
+    if probe_errors:
+        failures.append(f"{probe_errors} probe requests without an answer or its limit headers")
+    if store_errors:
+        failures.append(f"the store failed {store_errors} decisions")
     if store == "memory" and evicted <= 0:
         failures.append("nothing was evicted after the warm-up: not at the cap")
 
@@ -76,7 +93,9 @@ def main():
         if store == "memory"
         else f"store: {last['tracked_keys']} keys in Redis at the end (each expires when full again)",
         f"memory (RSS): first {rss0 / 1024:.1f} MiB, last {rss1 / 1024:.1f} MiB ({rss1 / rss0:.3f}x; "
-        f"tolerance {rss_tol}x)",
+        f"tolerance {rss_tol}x), peak {rss_peak / 1024:.1f} MiB",
+        "store errors: "
+        + ("not sampled" if store_errors is None else f"{store_errors} decisions failed by the store"),
         f"p99 latency: first {p990 / 1000:.2f} ms, last {p991 / 1000:.2f} ms ({p991 / p990:.2f}x; "
         f"tolerance {p99_tol}x)",
         f"probes: {probe_checks} answers checked, {probe_inexact} inexact, max drift {probe_drift}, "
@@ -90,6 +109,15 @@ def main():
         )
         if r1 > r0 * rss_tol:
             failures.append(f"Redis used_memory grew {r1 / r0:.2f}x (tolerance {rss_tol}x)")
+    lines.append("by span (medians): from s, to s, RSS MiB, p99 ms, requests/s")
+    spans = min(8, len(steady) // 3)
+    for i in range(spans):
+        part = steady[i * len(steady) // spans : (i + 1) * len(steady) // spans]
+        lines.append(
+            f"  {float(part[0]['t_s']):.0f}-{float(part[-1]['t_s']):.0f}: "
+            f"{med(part, 'rss_kib') / 1024:.1f}, {med(part, 'p99_us') / 1000:.2f}, "
+            f"{med(part, 'rps'):.0f}"
+        )
     lines.append("verdict: " + ("FAIL: " + "; ".join(failures) if failures else "pass"))
     print("\n".join(lines))
     return 1 if failures else 0
