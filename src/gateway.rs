@@ -41,6 +41,11 @@ async fn run_gateway(
     decider: Arc<Decider>,
     reloader: Reloader,
 ) -> anyhow::Result<()> {
+    // The overrides other instances put in force at run time, read before any listener serves
+    // (the admin listener's levers keep reading them every half second after).
+    crate::overrides::shared::Levers::new(decider.clone())
+        .first_sync()
+        .await;
     let decision = forward_auth::bind(cfg, decider.clone())?;
     let rls = crate::rls::start(cfg, decider.clone())?;
     let Some(base) = cfg.server.upstream.clone() else {

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 /// How often an instance reads the shared tables.
 pub(crate) const SYNC_EVERY: Duration = Duration::from_millis(500);
+/// The longest the start waits for the shared tables' first read.
+const FIRST_SYNC_WAIT: Duration = Duration::from_secs(1);
 
 /// The table of run-time overrides: id -> the override as JSON ([`Wire`]).
 const OVERRIDES: &str = "overrides";
@@ -104,6 +106,22 @@ impl Levers {
             self.resets_version.store(version, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Read the shared tables once before the first request is served, so a restarted
+    /// instance starts with the overrides other instances put in force; at most
+    /// [`FIRST_SYNC_WAIT`] (the store's own timeout bounds each call): beyond it, or on an
+    /// error, the instance starts with its configured overrides and [`Levers::run_sync`] reads
+    /// the tables in the background.
+    pub(crate) async fn first_sync(&self) {
+        if self.shared().is_none() {
+            return;
+        }
+        match tokio::time::timeout(FIRST_SYNC_WAIT, self.sync()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "overrides: cannot read the shared table at start; starting with the configured overrides, and reading it every half second until it answers"),
+            Err(_) => tracing::warn!(wait_ms = FIRST_SYNC_WAIT.as_millis() as u64, "overrides: the shared table did not answer at start; starting with the configured overrides, and reading it every half second until it answers"),
+        }
     }
 
     /// Read the shared tables now and every [`SYNC_EVERY`] after, until the process ends. A
