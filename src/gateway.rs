@@ -43,9 +43,8 @@ async fn run_gateway(
 ) -> anyhow::Result<()> {
     // The overrides other instances put in force at run time, read before any listener serves
     // (the admin listener's levers keep reading them every half second after).
-    crate::overrides::shared::Levers::new(decider.clone())
-        .first_sync()
-        .await;
+    let levers = Arc::new(crate::overrides::shared::Levers::new(decider.clone()));
+    levers.first_sync().await;
     let decision = forward_auth::bind(cfg, decider.clone())?;
     let rls = crate::rls::start(cfg, decider.clone())?;
     let Some(base) = cfg.server.upstream.clone() else {
@@ -61,7 +60,7 @@ async fn run_gateway(
             tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
         }
         let cors = cors::Cors::new(&cfg.cors);
-        let control = Arc::new(Control::new(cfg, decider, cors, reloader));
+        let control = Arc::new(Control::new(cfg, decider, levers, cors, reloader));
         let admin = admin::Admin::bind(control, cfg)?;
         tracing::info!(
             admin_listen = %admin.addrs(),
@@ -141,7 +140,7 @@ async fn run_gateway(
         .with_outcome_extension(false);
     let cors = cors::Cors::new(&cfg.cors);
     let control = Arc::new(
-        Control::new(cfg, decider, cors.clone(), reloader).with_certificates(certs.clone()),
+        Control::new(cfg, decider, levers, cors.clone(), reloader).with_certificates(certs.clone()),
     );
     let up = upstream.clone();
     // Both listeners are bound before anything says the gateway started: an address that

@@ -54,9 +54,15 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    pub(crate) fn new(cfg: &Config, decider: Arc<Decider>, cors: Cors, reloader: Reloader) -> Self {
+    pub(crate) fn new(
+        cfg: &Config,
+        decider: Arc<Decider>,
+        levers: Arc<crate::overrides::shared::Levers>,
+        cors: Cors,
+        reloader: Reloader,
+    ) -> Self {
         Self {
-            levers: Arc::new(crate::overrides::shared::Levers::new(decider.clone())),
+            levers,
             decider,
             cors,
             reloader,
