@@ -1,7 +1,8 @@
 //! A fixed-bucket histogram kept in atomics: observing is two atomic adds, never a lock (the
-//! official client's histogram takes a mutex per observation). Encoded by `prometheus-client`
-//! like any of its own metrics.
+//! official client's histogram takes a mutex per observation), on the recording thread's own
+//! stripe (`striped.rs`). Encoded by `prometheus-client` like any of its own metrics.
 
+use super::striped::{stripe, stripes, Line};
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::family::MetricConstructor;
 use prometheus_client::metrics::{MetricType, TypedMetric};
@@ -45,6 +46,15 @@ pub(crate) const UPSTREAM_NS: &[u64] = &[
 /// Upper bounds, in seconds, of the `Retry-After` buckets (1 s to a day).
 pub(crate) const RETRY_AFTER_S: &[u64] = &[1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 86_400];
 
+/// A stripe's slots: one count per bound, one for `+Inf`, and the sum (16 slots, 128 bytes).
+const SLOTS: usize = 16;
+/// Most bounds a histogram can have.
+const MAX_BOUNDS: usize = SLOTS - 2;
+const _: () = assert!(FAST_NS.len() <= MAX_BOUNDS);
+const _: () = assert!(UPSTREAM_NS.len() <= MAX_BOUNDS);
+const _: () = assert!(RETRY_AFTER_S.len() <= MAX_BOUNDS);
+const SUM: usize = SLOTS - 1;
+
 /// Makes each limiter's `Retry-After` histogram, on [`RETRY_AFTER_S`].
 #[derive(Clone)]
 pub(super) struct RetryAfterBuckets;
@@ -65,9 +75,9 @@ struct Inner {
     bounds: &'static [u64],
     /// Observations per second: 1e9 for nanoseconds, 1 for seconds.
     per_second: f64,
-    /// One count per bound (non-cumulative), plus one for `+Inf`.
-    counts: Box<[AtomicU64]>,
-    sum: AtomicU64,
+    /// Per stripe: one count per bound (non-cumulative), one for `+Inf`, and at [`SUM`] the
+    /// sum of the observations.
+    stripes: Box<[Line<[AtomicU64; SLOTS]>]>,
 }
 
 impl Histogram {
@@ -81,22 +91,33 @@ impl Histogram {
         Self::new(bounds, 1.0)
     }
 
+    /// `bounds` beyond the first [`MAX_BOUNDS`] are not kept (the constants above have fewer).
     fn new(bounds: &'static [u64], per_second: f64) -> Self {
         Self(Arc::new(Inner {
-            bounds,
+            bounds: &bounds[..bounds.len().min(MAX_BOUNDS)],
             per_second,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum: AtomicU64::new(0),
+            stripes: (0..stripes()).map(|_| Line::default()).collect(),
         }))
     }
 
     /// Count one observation, in the histogram's own unit.
     pub(crate) fn observe(&self, v: u64) {
-        let i = self.0.bounds.partition_point(|&b| b < v);
-        if let Some(c) = self.0.counts.get(i) {
+        let inner = &self.0;
+        let Some(line) = inner.stripes.get(stripe(inner.stripes.len())) else {
+            return;
+        };
+        let i = inner.bounds.partition_point(|&b| b < v);
+        if let Some(c) = line.0.get(i) {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        self.0.sum.fetch_add(v, Ordering::Relaxed);
+        line.0[SUM].fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Slot `i` summed over the stripes.
+    fn total(&self, i: usize) -> u64 {
+        self.0.stripes.iter().fold(0u64, |sum, line| {
+            sum.wrapping_add(line.0.get(i).map_or(0, |c| c.load(Ordering::Relaxed)))
+        })
     }
 
     /// Count one duration (for a histogram in nanoseconds).
@@ -107,11 +128,7 @@ impl Histogram {
     /// Observations so far.
     #[cfg(test)]
     pub(crate) fn count(&self) -> u64 {
-        self.0
-            .counts
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .sum()
+        (0..=self.0.bounds.len()).map(|i| self.total(i)).sum()
     }
 }
 
@@ -125,13 +142,12 @@ impl EncodeMetric for Histogram {
         let mut buckets: Vec<(f64, u64)> = inner
             .bounds
             .iter()
-            .zip(inner.counts.iter())
-            .map(|(b, c)| (*b as f64 / inner.per_second, c.load(Ordering::Relaxed)))
+            .enumerate()
+            .map(|(i, b)| (*b as f64 / inner.per_second, self.total(i)))
             .collect();
-        let overflow = inner.counts.last().map_or(0, |c| c.load(Ordering::Relaxed));
-        buckets.push((f64::INFINITY, overflow));
+        buckets.push((f64::INFINITY, self.total(inner.bounds.len())));
         let count = buckets.iter().map(|(_, n)| n).sum();
-        let sum = inner.sum.load(Ordering::Relaxed) as f64 / inner.per_second;
+        let sum = self.total(SUM) as f64 / inner.per_second;
         encoder.encode_histogram::<NoLabelSet>(sum, count, &buckets, None)
     }
 

@@ -3,7 +3,7 @@
 
 use super::histogram::Histogram;
 use super::labels::{GiveBackResult, LimiterFate, ShedReason};
-use prometheus_client::metrics::counter::Counter;
+use super::striped::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
 /// One admission group's gauges and counters, resolved once when the gate is built: entering,

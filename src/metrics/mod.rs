@@ -1,7 +1,8 @@
 //! The limiter's metrics, on the official client (`prometheus-client`): per-limiter decisions by
 //! fate, near-limit decisions and `Retry-After`, decision, store and upstream latency, upstream
 //! statuses, reloads. Each [`Metrics`] belongs to one decider (one gateway or one embedded
-//! limiter) and is fed plain facts. Recording is one atomic add per counter: each limiter's
+//! limiter) and is fed plain facts. Recording is one atomic add per counter, on the recording
+//! thread's own stripe of it (`striped.rs`: workers never write a shared line): each limiter's
 //! handles ([`LimiterMeter`]) are resolved once, when the settings are built, never looked up
 //! per request. What the store and the settings hold now (tracked keys, limiter budgets) is read
 //! at scrape time by collectors (`scrape.rs`).
@@ -11,6 +12,7 @@ mod labels;
 mod meter;
 mod registry;
 mod scrape;
+mod striped;
 #[cfg(test)]
 mod tests;
 
@@ -27,13 +29,13 @@ use labels::{
     GroupLabel, GroupReasonLabels, LimiterLabel, LimiterOutcomeLabels, LimiterResultLabels,
 };
 pub(crate) use meter::{AdmissionMeter, LimiterMeter};
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use striped::Counter;
 
 /// The `Content-Type` of `/metrics`: the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

@@ -7,12 +7,12 @@ use super::labels::{
     OneLabel, RequestFate, TwoLabels, UpgradeRefusal,
 };
 use super::scrape;
+use super::striped::Counter;
 use super::Metrics;
 use crate::known_agents::KnownAgents;
 use crate::methods::RefusalReason;
 use crate::path::Class;
 use crate::store::{Store, StoreErrorKind};
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;

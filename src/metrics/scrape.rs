@@ -269,21 +269,44 @@ impl Collector for Process {
 #[derive(Clone, Debug)]
 pub(super) struct StatusCounts(Arc<[AtomicU64]>);
 
+/// Statuses counted, 100 to 599: the length of one stripe of [`StatusCounts`].
+const STATUSES: usize = 500;
+
 impl Default for StatusCounts {
+    /// One run of [`STATUSES`] counts per stripe (4 000 bytes: stripes share no line but at
+    /// their ends, the statuses 599 and 100 nobody answers).
     fn default() -> Self {
-        Self((100..600).map(|_| AtomicU64::new(0)).collect())
+        Self(
+            (0..STATUSES * super::striped::stripes())
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        )
     }
 }
 
 impl StatusCounts {
-    /// Count one response; a status outside 100..=599 is ignored.
+    /// Count one response, on this thread's stripe; a status outside 100..=599 is ignored.
     pub(super) fn count(&self, status: u16) {
-        if let Some(c) = status
+        let Some(i) = status
             .checked_sub(100)
-            .and_then(|i| self.0.get(usize::from(i)))
-        {
+            .map(usize::from)
+            .filter(|&i| i < STATUSES)
+        else {
+            return;
+        };
+        let stripe = super::striped::stripe(self.0.len() / STATUSES);
+        if let Some(c) = self.0.get(stripe * STATUSES + i) {
             c.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Responses counted with status `100 + i`, over every stripe.
+    fn total(&self, i: usize) -> u64 {
+        self.0
+            .iter()
+            .skip(i)
+            .step_by(STATUSES)
+            .fold(0u64, |sum, c| sum.wrapping_add(c.load(Ordering::Relaxed)))
     }
 }
 
@@ -293,8 +316,8 @@ impl TypedMetric for StatusCounts {
 
 impl EncodeMetric for StatusCounts {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        for (i, c) in self.0.iter().enumerate() {
-            let n = c.load(Ordering::Relaxed);
+        for i in 0..STATUSES {
+            let n = self.total(i);
             if n > 0 {
                 let status = (i + 100).to_string();
                 ConstCounter::new(n)
