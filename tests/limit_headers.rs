@@ -395,6 +395,31 @@ fn large_and_small_numbers_render_alike() {
                 .collect();
             assert_eq!(numbers, want, "remaining {remaining}, reset {reset_ns} ns");
         }
+        // Draft 6 and the legacy headers together carry the same numbers, each header its own
+        // (the reset too when both count seconds).
+        for legacy_reset in [LegacyReset::Delta, LegacyReset::Unix] {
+            let p = profile(Standard::Draft6, true, legacy_reset);
+            let all = limit_headers(&o, &p, None);
+            for prefix in ["ratelimit-", "x-ratelimit-"] {
+                let numbers: Vec<&str> = all
+                    .iter()
+                    .filter(|(n, _)| n.as_str().starts_with(prefix) && n != "ratelimit-policy")
+                    .map(|(_, v)| v.as_str())
+                    .collect();
+                let expected = if prefix == "x-ratelimit-" && legacy_reset == LegacyReset::Unix {
+                    &want[..2]
+                } else {
+                    &want[..]
+                };
+                assert_eq!(
+                    numbers.get(..expected.len()),
+                    Some(expected),
+                    "{prefix} of {}, remaining {remaining}",
+                    p.describe()
+                );
+                assert_eq!(numbers.len(), 3, "{numbers:?}");
+            }
+        }
     }
 }
 
