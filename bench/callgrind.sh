@@ -91,20 +91,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$OUT"
 
-# Budgets nothing exhausts: every measured request takes the allowed path. The site is as large
-# as the load script's 1 000 agents, so the agent-ip ceiling knows each after its first request.
-cat >"$TMP/limits.toml" <<EOF
-[fleet]
-max_site_endpoints = 1000
-
-[limiters.agent-device]
-limit = 1000000000
-window = "1m"
-
-[limiters.agent-ip]
-limit = 1000000000
-window = "1m"
-EOF
+allowed_limits "$TMP/limits.toml"
 
 wait_up() {
   local i
@@ -121,44 +108,6 @@ if $gateway_modes; then
   PIDS+=($!)
   wait_up "$P_UPSTREAM" || { log "the upstream did not start: $(cat "$TMP/nginx.log")"; exit 1; }
 fi
-
-# server_command MODE: the server of MODE, listening on P_SERVER, into the array CMD, and its
-# environment into ENVS (set outside valgrind, which would otherwise profile `env` itself).
-server_command() {
-  local listen="127.0.0.1:$P_SERVER"
-  case $1 in
-    on | off)
-      local enabled=true
-      [ "$1" = off ] && enabled=false
-      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_ENABLED=$enabled)
-      CMD=("$GATEWAY" serve
-        --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
-        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
-    hdr-*)
-      local profile=${1#hdr-} legacy=false reset=unix
-      case $profile in
-        *-legacy-delta) legacy=true reset=delta profile=${profile%-legacy-delta} ;;
-        *-legacy) legacy=true profile=${profile%-legacy} ;;
-      esac
-      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_HEADERS_STANDARD="$profile"
-        FLEET_LIMITER_HEADERS_LEGACY=$legacy FLEET_LIMITER_HEADERS_LEGACY_RESET=$reset)
-      CMD=("$GATEWAY" serve
-        --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
-        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
-    decision)
-      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_TRUST_PROXY=127.0.0.1 FLEET_LIMITER_DECISION_ALLOW_FROM=127.0.0.1)
-      CMD=("$GATEWAY" serve --config "$TMP/limits.toml" --decision-listen "$listen"
-        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
-    nginx-limit | nginx-proxy)
-      local rate=1000000r/s
-      [ "$1" = nginx-proxy ] && rate=none
-      nginx_limit_conf "$rate" "$P_SERVER" "$TMP/$1"
-      ENVS=() CMD=(nginx -c "$TMP/$1/nginx.conf" -g "master_process off;") ;;
-    mw-fleet) ENVS=(FLEET_LIMITER_LOG=warn) CMD=("$MW" fleet "$TMP/limits.toml" "$listen") ;;
-    mw-governor) ENVS=() CMD=("$MW" governor allowed "$listen") ;;
-    mw-bare) ENVS=() CMD=("$MW" bare - "$listen") ;;
-  esac
-}
 
 printf '%-12s %10s %12s %16s\n' mode requests "Ir total" "Ir per request"
 for mode in $MODES; do

@@ -125,3 +125,61 @@ http {
 }
 EOF
 }
+
+# allowed_limits FILE: budgets nothing exhausts, so every measured request takes the allowed
+# path. The site is as large as the load script's 1 000 agents, so the agent-ip ceiling knows
+# each after its first request.
+allowed_limits() {
+  cat >"$1" <<EOF
+[fleet]
+max_site_endpoints = 1000
+
+[limiters.agent-device]
+limit = 1000000000
+window = "1m"
+
+[limiters.agent-ip]
+limit = 1000000000
+window = "1m"
+EOF
+}
+
+# server_command MODE: the server of MODE (bench/callgrind.sh's modes), listening on P_SERVER
+# and proxying to P_UPSTREAM, into the array CMD, and its environment into ENVS (set outside
+# valgrind, which would otherwise profile `env` itself). Reads TMP, GATEWAY and MW; the
+# budgets are $TMP/limits.toml (allowed_limits).
+server_command() {
+  local listen="127.0.0.1:$P_SERVER"
+  case $1 in
+    on | off)
+      local enabled=true
+      [ "$1" = off ] && enabled=false
+      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_ENABLED=$enabled)
+      CMD=("$GATEWAY" serve
+        --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    hdr-*)
+      local profile=${1#hdr-} legacy=false reset=unix
+      case $profile in
+        *-legacy-delta) legacy=true reset=delta profile=${profile%-legacy-delta} ;;
+        *-legacy) legacy=true profile=${profile%-legacy} ;;
+      esac
+      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_HEADERS_STANDARD="$profile"
+        FLEET_LIMITER_HEADERS_LEGACY=$legacy FLEET_LIMITER_HEADERS_LEGACY_RESET=$reset)
+      CMD=("$GATEWAY" serve
+        --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    decision)
+      ENVS=(FLEET_LIMITER_LOG=warn FLEET_LIMITER_TRUST_PROXY=127.0.0.1 FLEET_LIMITER_DECISION_ALLOW_FROM=127.0.0.1)
+      CMD=("$GATEWAY" serve --config "$TMP/limits.toml" --decision-listen "$listen"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    nginx-limit | nginx-proxy)
+      local rate=1000000r/s
+      [ "$1" = nginx-proxy ] && rate=none
+      nginx_limit_conf "$rate" "$P_SERVER" "$TMP/$1"
+      ENVS=() CMD=(nginx -c "$TMP/$1/nginx.conf" -g "master_process off;") ;;
+    mw-fleet) ENVS=(FLEET_LIMITER_LOG=warn) CMD=("$MW" fleet "$TMP/limits.toml" "$listen") ;;
+    mw-governor) ENVS=() CMD=("$MW" governor allowed "$listen") ;;
+    mw-bare) ENVS=() CMD=("$MW" bare - "$listen") ;;
+  esac
+}
