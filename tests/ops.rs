@@ -756,3 +756,34 @@ async fn get_reload_is_405_with_allow_post() {
     // The configuration was not reloaded by the GET.
     assert_metrics(&gw, &[(RELOADS_OK, 0.0), (RELOADS_ERR, 0.0)]).await;
 }
+
+/// Counts are kept per worker thread and summed when `/metrics` is read: many requests at
+/// once, each on its own connection (so the gateway's workers share them), are each counted
+/// exactly once, in every family a request records into.
+#[tokio::test]
+async fn counts_from_every_worker_add_up_exactly() {
+    let up = upstream().await;
+    let gw = Arc::new(start(&up, 1000, "enforce", 5, &[]));
+    const N: usize = 200;
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let gw = gw.clone();
+            tokio::spawn(async move { get(&gw, &format!("/t/a/{i}")).await.status().as_u16() })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.expect("task"), 200);
+    }
+    let n = N as f64;
+    assert_metrics(
+        &gw,
+        &[
+            (A_ALLOWED, n),
+            (r#"fleet_limiter_requests_total{outcome="forwarded"}"#, n),
+            ("fleet_limiter_decision_duration_seconds_count", n),
+            (r#"fleet_limiter_upstream_responses_total{status="200"}"#, n),
+            ("fleet_limiter_upstream_duration_seconds_count", n),
+        ],
+    )
+    .await;
+}
