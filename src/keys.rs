@@ -36,6 +36,10 @@ pub enum KeyKind {
     /// `body:<value>` of a top-level field of the request's JSON or form body, normalised
     /// (see `keys::body`), else `ip:<ip>` (`key = "body:<field>"`).
     Body(Arc<str>),
+    /// `body:<value>+ip:<ip>`: the field's value and the client's address together, else
+    /// `ip:<ip>` (`key = "body:<field>+ip"`). An attempt ceiling with a lockout keys so: a
+    /// stranger's wrong answers lock the stranger's address out of the account, not its owner.
+    BodyIp(Arc<str>),
     /// `claim:<value>` of the named claim of the request's verified token (`key =
     /// "claim:<name>"`: an organisation, a workspace), else `user:<sub>` for a verified token
     /// without it, else `ip:<ip>`, as `user-or-ip` falls back.
@@ -92,6 +96,7 @@ impl KeyKind {
             KeyKind::Credential => "credential",
             KeyKind::Header(_) => "header",
             KeyKind::Body(_) => "body",
+            KeyKind::BodyIp(_) => "body+ip",
             KeyKind::Claim(_) => "claim",
             KeyKind::Global => "global",
         }
@@ -101,13 +106,16 @@ impl KeyKind {
     /// body) rather than who sends it: a limiter keyed so should not name itself in its answers
     /// (`disclose = false`), or its refusals tell the client which targets exist.
     pub fn names_target(&self) -> bool {
-        matches!(self, KeyKind::Header(_) | KeyKind::Body(_))
+        matches!(
+            self,
+            KeyKind::Header(_) | KeyKind::Body(_) | KeyKind::BodyIp(_)
+        )
     }
 
     /// The body field a `body:<field>` key reads, if it is one.
     pub fn body_field(&self) -> Option<&str> {
         match self {
-            KeyKind::Body(field) => Some(field),
+            KeyKind::Body(field) | KeyKind::BodyIp(field) => Some(field),
             _ => None,
         }
     }
@@ -135,6 +143,7 @@ impl std::fmt::Display for KeyKind {
         match self {
             KeyKind::Header(name) => write!(f, "header:{name}"),
             KeyKind::Body(field) => write!(f, "body:{field}"),
+            KeyKind::BodyIp(field) => write!(f, "body:{field}+ip"),
             KeyKind::Claim(name) => write!(f, "claim:{name}"),
             other => f.write_str(other.as_str()),
         }
@@ -239,6 +248,10 @@ pub(crate) fn describe(kind: &KeyKind, p: &Principal<'_>) -> String {
             Some(v) => format!("body {field}: {v}"),
             None => format!("{} (no body field {field})", ip()),
         },
+        KeyKind::BodyIp(field) => match p.body {
+            Some(v) => format!("body {field}: {v} + ip {}", p.ip),
+            None => format!("{} (no body field {field})", ip()),
+        },
         KeyKind::Claim(name) => match (p.claim, p.user) {
             (Some(v), _) => format!("claim {name}: {v} (verified)"),
             (None, Some(u)) => format!("user {u} (verified token without {name})"),
@@ -341,33 +354,37 @@ impl KeyDigest {
 }
 
 /// The pieces of [`principal_key`]'s string, in order (their concatenation is the key).
-fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 3], usize) {
+fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 4], usize) {
     let ip = p.ip;
     match kind {
-        KeyKind::Ip => ([ip, "", ""], 1),
-        KeyKind::IpAgent => ([ip, ":", p.agent_id.unwrap_or("none")], 3),
+        KeyKind::Ip => ([ip, "", "", ""], 1),
+        KeyKind::IpAgent => ([ip, ":", p.agent_id.unwrap_or("none"), ""], 3),
         KeyKind::UserOrIp => match p.user {
-            Some(sub) => (["user:", sub, ""], 2),
-            None => (["ip:", ip, ""], 2),
+            Some(sub) => (["user:", sub, "", ""], 2),
+            None => (["ip:", ip, "", ""], 2),
         },
         KeyKind::Credential => match p.credential {
-            Some(c) => (["cred:", c, ""], 2),
-            None => (["ip:", ip, ""], 2),
+            Some(c) => (["cred:", c, "", ""], 2),
+            None => (["ip:", ip, "", ""], 2),
         },
         KeyKind::Header(_) => match p.header {
-            Some(h) => (["hdr:", h, ""], 2),
-            None => (["ip:", ip, ""], 2),
+            Some(h) => (["hdr:", h, "", ""], 2),
+            None => (["ip:", ip, "", ""], 2),
         },
         KeyKind::Body(_) => match p.body {
-            Some(v) => (["body:", v, ""], 2),
-            None => (["ip:", ip, ""], 2),
+            Some(v) => (["body:", v, "", ""], 2),
+            None => (["ip:", ip, "", ""], 2),
+        },
+        KeyKind::BodyIp(_) => match p.body {
+            Some(v) => (["body:", v, "+ip:", ip], 4),
+            None => (["ip:", ip, "", ""], 2),
         },
         KeyKind::Claim(_) => match (p.claim, p.user) {
-            (Some(v), _) => (["claim:", v, ""], 2),
-            (None, Some(sub)) => (["user:", sub, ""], 2),
-            (None, None) => (["ip:", ip, ""], 2),
+            (Some(v), _) => (["claim:", v, "", ""], 2),
+            (None, Some(sub)) => (["user:", sub, "", ""], 2),
+            (None, None) => (["ip:", ip, "", ""], 2),
         },
-        KeyKind::Global => (["global", "", ""], 1),
+        KeyKind::Global => (["global", "", "", ""], 1),
     }
 }
 
@@ -509,6 +526,56 @@ mod tests {
         assert_eq!(
             principal_key(KeyKind::UserOrIp, "1.2.3.4", None, None),
             "ip:1.2.3.4"
+        );
+    }
+
+    #[test]
+    fn an_account_and_address_key_is_both_and_neither_alone() {
+        let field: Arc<str> = Arc::from("email");
+        let at = |kind: &KeyKind, ip: &str, body: Option<&str>| {
+            principal_key_of(
+                kind,
+                &Principal {
+                    ip,
+                    body,
+                    ..Principal::default()
+                },
+            )
+        };
+        let both = KeyKind::BodyIp(field.clone());
+        let account = KeyKind::Body(field);
+        assert_eq!(
+            at(&both, "198.51.100.7", Some("victim@example.com")),
+            "body:victim@example.com+ip:198.51.100.7"
+        );
+        assert_eq!(at(&both, "198.51.100.7", None), "ip:198.51.100.7");
+        assert_ne!(
+            at(&both, "198.51.100.7", Some("victim@example.com")),
+            at(&both, "203.0.113.9", Some("victim@example.com")),
+            "each address its own lock"
+        );
+        assert_ne!(
+            at(&both, "198.51.100.7", Some("victim@example.com")),
+            at(&account, "198.51.100.7", Some("victim@example.com"))
+        );
+        assert_eq!(both.to_string(), "body:email+ip");
+        assert_eq!(both.body_field(), Some("email"));
+        assert!(both.names_target());
+        let local = KeyDigest::local();
+        let p = Principal {
+            ip: "198.51.100.7",
+            body: Some("victim@example.com"),
+            ..Principal::default()
+        };
+        assert_eq!(
+            KeyDigest::Shared
+                .bucket_of(Arc::from("l"), &both, &p)
+                .digest,
+            digest("l", "body:victim@example.com+ip:198.51.100.7")
+        );
+        assert_ne!(
+            local.bucket_of(Arc::from("l"), &both, &p),
+            local.bucket_of(Arc::from("l"), &account, &p)
         );
     }
 

@@ -421,6 +421,7 @@ pub(super) fn build(
         }
     }
     check_client_chosen_keys(&limiters, ctx)?;
+    super::limiters::check_lockouts(&limiters, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;

@@ -504,7 +504,7 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>` (the name
 /// lower-cased), or `body:<field>` (the field as written).
 pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
-    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\"), body:<field> (e.g. \"body:email\") or claim:<name> (e.g. \"claim:org_id\")";
+    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\"), body:<field> (e.g. \"body:email\"), body:<field>+ip (e.g. \"body:email+ip\") or claim:<name> (e.g. \"claim:org_id\")";
     if let Some(name) = s.strip_prefix("claim:") {
         let name = name.trim();
         if !crate::identity::valid_claim_name(name) {
@@ -521,6 +521,15 @@ pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
     }
     if let Some(field) = s.strip_prefix("body:") {
         let field = field.trim();
+        if let Some(field) = field.strip_suffix("+ip") {
+            if !crate::keys::body::valid_field(field) {
+                return Err(format!(
+                    "`{s}`: a body field is 1-{} characters of A-Z, a-z, 0-9, `_`, `.` and `-`, named as the JSON or form body spells it, e.g. \"body:email+ip\"",
+                    crate::keys::body::MAX_FIELD_LEN
+                ));
+            }
+            return Ok(KeyKind::BodyIp(Arc::from(field)));
+        }
         if !crate::keys::body::valid_field(field) {
             return Err(format!(
                 "`{s}`: a body field is 1-{} characters of A-Z, a-z, 0-9, `_`, `.` and `-`, named as the JSON or form body spells it, e.g. \"body:email\"",
@@ -586,7 +595,11 @@ pub(crate) fn unguarded_client_chosen_key(
     let client_chosen = |l: &LimiterSpec| {
         matches!(
             l.key,
-            KeyKind::IpAgent | KeyKind::Credential | KeyKind::Header(_) | KeyKind::Body(_)
+            KeyKind::IpAgent
+                | KeyKind::Credential
+                | KeyKind::Header(_)
+                | KeyKind::Body(_)
+                | KeyKind::BodyIp(_)
         )
     };
     let policy = crate::policy::Policy::new(limiters.to_vec());
@@ -624,7 +637,7 @@ pub(super) fn check_client_chosen_keys(
     let value = match l.key {
         KeyKind::IpAgent => "the agent id (X-Agent-ID)",
         KeyKind::Credential => "the Bearer token",
-        KeyKind::Body(_) => "a field of the request body",
+        KeyKind::Body(_) | KeyKind::BodyIp(_) => "a field of the request body",
         _ => "a header (nginx and Caddy pass a client's own headers on)",
     };
     let key = l.key.to_string();
@@ -658,6 +671,61 @@ pub(super) fn check_client_chosen_keys(
         format!(
             "`{key}` keys on {value}, which the client chooses, so each new value would get a fresh bucket; `{request}`{with} is metered by `{}` with no enforcing limiter keyed on the client's address beside it. Add one in another group that meters every request this one meters (its `except` list and the more specific routes of its own group must leave none of them out): {example}",
             l.name,
+        ),
+    ))
+}
+
+/// A lockout keyed on what a request targets alone (`body:<field>`) would let a stranger lock
+/// the owner out: a few wrong answers from anywhere lock the account for everyone. So a lockout
+/// on a body key is refused unless the key is `body:<field>+ip` (the account and the client's
+/// address together), and an enforcing one needs a per-account ceiling beside it: an enforcing
+/// limiter keyed `body:<field>` on the same field, without a lockout, in another group, that
+/// meters every request the lock meters. A guesser spread over many addresses meets that
+/// ceiling, which refuses one request's worth at a time and never locks.
+pub(super) fn check_lockouts(limiters: &[LimiterSpec], ctx: &Ctx) -> Result<(), ConfigError> {
+    if let Some(l) = limiters
+        .iter()
+        .find(|l| matches!(l.key, KeyKind::Body(_)) && l.quota.lockout().is_some())
+    {
+        let field = l.key.body_field().unwrap_or("email");
+        return Err(ctx.err(
+            &format!("limiters.{}.lockout", l.name),
+            format!(
+                "a lockout keyed on `{}` alone lets anyone lock the account's owner out with a few wrong answers from anywhere; key the lock on the account and the address together (key = \"body:{field}+ip\"), and keep a per-account ceiling without a lockout beside it (e.g. [limiters.{}-ceiling] with key = \"body:{field}\", group = \"{}-ceiling\", the same routes, count = \"failed\" and a larger limit)",
+                l.key, l.name, l.name
+            ),
+        ));
+    }
+    let policy = crate::policy::Policy::new(limiters.to_vec());
+    let unguarded = policy.first_unguarded(
+        |l| {
+            l.mode == Mode::Enforce
+                && matches!(l.key, KeyKind::BodyIp(_))
+                && l.quota.lockout().is_some()
+        },
+        |g, l| {
+            g.mode == Mode::Enforce
+                && g.quota.lockout().is_none()
+                && matches!(&g.key, KeyKind::Body(f) if Some(&**f) == l.key.body_field())
+        },
+    );
+    let Some((i, request, _)) = unguarded else {
+        return Ok(());
+    };
+    let Some(l) = limiters.get(i) else {
+        return Ok(());
+    };
+    let field = l.key.body_field().unwrap_or("email");
+    let routes: Vec<String> = l.routes.iter().map(|r| format!("\"{r}\"")).collect();
+    Err(ctx.err(
+        &format!("limiters.{}.key", l.name),
+        format!(
+            "`{}` locks each address out of an account on its own, so a guesser spread over many addresses is held by nothing per account; `{request}` is metered by `{}` with no enforcing per-account ceiling beside it. Add one in another group, without a lockout, that meters every request this one meters: e.g. [limiters.{}-ceiling] with key = \"body:{field}\", group = \"{}-ceiling\", routes = [{}], count = \"failed\" and a larger limit",
+            l.key,
+            l.name,
+            l.name,
+            l.name,
+            routes.join(", ")
         ),
     ))
 }

@@ -149,8 +149,12 @@ pub struct Settings {
     pub headers: crate::config::headers::HeaderProfile,
     /// The largest body read for `body:<field>` keys (`server.body_key_max_bytes`).
     pub body_key_max_bytes: usize,
-    /// The longest wait for a whole body read for `body:<field>` keys (`server.body_timeout`).
+    /// The longest wait for the next chunk, and for the whole, of a body read for
+    /// `body:<field>` keys (`server.body_timeout`).
     pub body_key_timeout: std::time::Duration,
+    /// The least average bytes per second of such a body after the first 5 s of waiting
+    /// (`server.body_min_rate`; 0: none).
+    pub body_key_min_rate: u64,
     /// The domains of Envoy's rate-limit service (`rls.config`), read again on every reload.
     pub rls_domains: Arc<crate::rls::rules::Domains>,
     /// The proxies the rate-limit service answers (`rls.allow_from`).
@@ -175,6 +179,7 @@ impl Settings {
             headers: cfg.headers,
             body_key_max_bytes: cfg.server.body_key_max_bytes,
             body_key_timeout: cfg.server.body_timeout,
+            body_key_min_rate: cfg.server.body_min_rate,
             rls_domains: cfg.rls.domains.clone(),
             rls_allow_from: cfg.rls.allow_from.clone().into(),
             rls_descriptor_limit: cfg.rls.descriptor_limit,

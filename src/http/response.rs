@@ -158,6 +158,38 @@ impl Problem {
         }
     }
 
+    /// A body a `body:` limiter must read that cannot be read with certainty (see
+    /// [`crate::keys::body::Unreadable`]).
+    pub(crate) fn unreadable_body(
+        why: crate::keys::body::Unreadable,
+        field: &str,
+        max_bytes: usize,
+    ) -> Self {
+        use crate::keys::body::Unreadable;
+        let (kind, title) = match why {
+            Unreadable::MediaType | Unreadable::Charset | Unreadable::Encoding => (
+                "urn:fleet-limiter:problem:unreadable-body",
+                "Unsupported Media Type",
+            ),
+            Unreadable::TooLarge => (
+                "urn:fleet-limiter:problem:unreadable-body",
+                "Content Too Large",
+            ),
+            Unreadable::TooSlow => (
+                "urn:fleet-limiter:problem:unreadable-body",
+                "Request Timeout",
+            ),
+            _ => ("urn:fleet-limiter:problem:unreadable-body", "Bad Request"),
+        };
+        Self {
+            kind,
+            title,
+            status: why.status(),
+            detail: why.detail(field, max_bytes),
+            retry_after: None,
+        }
+    }
+
     /// A method the resource does not take; the caller adds `Allow`.
     pub(crate) fn method_not_allowed(detail: impl Into<String>) -> Self {
         Self {

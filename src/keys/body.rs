@@ -1,13 +1,20 @@
 //! `body:<field>` keys, as pure functions: which bodies are read, a top-level field's value from
 //! a JSON or form body, and the value normalised into the key.
 //!
-//! Every way a body can fail to name one clear value (a type other than JSON or form, an
-//! encoding, bytes that do not parse as a whole, the field missing, sent twice, or not a string
-//! or whole number, a value empty or too long) gives `None`: the limiter keys on the address,
-//! as `user-or-ip` does without a user. A body is never refused for it; the upstream decides
-//! what a malformed body means.
+//! A `body:` limiter decides on exactly what the upstream will read, or the request is refused:
+//! every body it cannot read with certainty (a type other than JSON or a form, a charset other
+//! than UTF-8, a `Content-Encoding`, bytes that do not parse as a whole, nesting past
+//! [`MAX_DEPTH`], the field in a shape a parser may read otherwise, a value that is not one
+//! recipient) is an [`Unreadable`], answered with a 4xx that names the reason. It never falls
+//! back to the address: a client could then choose the bodies the limiter does not read and
+//! reach a target without its ceiling. A field the body does not name at all is certain: the
+//! upstream reads no target there either, and the limiter keys on the address.
 
+use icu_normalizer::ComposingNormalizerBorrowed;
+use icu_properties::props::GeneralCategory;
+use icu_properties::CodePointMapData;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::cell::Cell;
 use std::fmt;
 
 /// The largest body read for body keys by default (`server.body_key_max_bytes`).
@@ -15,12 +22,12 @@ pub(crate) const DEFAULT_MAX_BYTES: usize = 16 * 1024;
 /// The least and the most `server.body_key_max_bytes` may be.
 pub(crate) const MIN_MAX_BYTES: usize = 64;
 pub(crate) const MAX_MAX_BYTES: usize = 1024 * 1024;
-/// The longest value (after trimming) that keys a bucket; a longer one keys on the address.
+/// The longest value (after normalising) that keys a bucket; a longer one is refused.
 pub(crate) const MAX_VALUE_LEN: usize = 256;
 /// The longest field name a `body:<field>` key may name.
 pub(crate) const MAX_FIELD_LEN: usize = 64;
 /// The deepest nesting of arrays and objects a JSON body may have to be read (the top-level
-/// object is depth 1); a deeper one keys on the address.
+/// object is depth 1); a deeper one is refused.
 pub(crate) const MAX_DEPTH: usize = 32;
 
 /// A body the key can be read from.
@@ -30,6 +37,99 @@ pub(crate) enum Format {
     Json,
     /// `application/x-www-form-urlencoded`: the field is a top-level name.
     Form,
+}
+
+/// Why a body on a route a `body:` limiter meters cannot be read with certainty. The request is
+/// refused with [`Unreadable::status`] and a detail naming the reason; no limiter is charged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// A body whose `Content-Type` is neither JSON nor a form, or that has none (415).
+    MediaType,
+    /// A `charset` other than UTF-8 (415).
+    Charset,
+    /// A `Content-Encoding` other than `identity` (415): a compressed body is not unpacked.
+    Encoding,
+    /// Declared or found larger than `server.body_key_max_bytes` (413).
+    TooLarge,
+    /// Not one JSON object, or a form badly escaped; bytes that are not UTF-8 (400).
+    Malformed,
+    /// Arrays and objects nested deeper than [`MAX_DEPTH`] (400).
+    TooDeep,
+    /// The field in a shape parsers read differently: not a string or whole number (an array,
+    /// an object, `null`, a boolean, a fraction), a form field sent twice, or a form name a
+    /// parser folds into the field (`email[]`, `email[0]`) (400).
+    Ambiguous,
+    /// The value is not one usable key: empty, longer than [`MAX_VALUE_LEN`], a control
+    /// character, or an address that is a list or that mailers read differently (400).
+    Value,
+    /// Still arriving after the body's pace rules (408).
+    TooSlow,
+    /// Broken off by the client (400).
+    Broken,
+}
+
+impl Unreadable {
+    /// Every reason, for metrics and tests.
+    pub(crate) const ALL: [Unreadable; 10] = [
+        Unreadable::MediaType,
+        Unreadable::Charset,
+        Unreadable::Encoding,
+        Unreadable::TooLarge,
+        Unreadable::Malformed,
+        Unreadable::TooDeep,
+        Unreadable::Ambiguous,
+        Unreadable::Value,
+        Unreadable::TooSlow,
+        Unreadable::Broken,
+    ];
+
+    /// The metric label, log field and the last part of the problem type.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Unreadable::MediaType => "media-type",
+            Unreadable::Charset => "charset",
+            Unreadable::Encoding => "encoding",
+            Unreadable::TooLarge => "too-large",
+            Unreadable::Malformed => "malformed",
+            Unreadable::TooDeep => "too-deep",
+            Unreadable::Ambiguous => "ambiguous",
+            Unreadable::Value => "value",
+            Unreadable::TooSlow => "too-slow",
+            Unreadable::Broken => "broken",
+        }
+    }
+
+    /// The HTTP status the refusal carries.
+    pub(crate) fn status(self) -> u16 {
+        match self {
+            Unreadable::MediaType | Unreadable::Charset | Unreadable::Encoding => 415,
+            Unreadable::TooLarge => 413,
+            Unreadable::TooSlow => 408,
+            Unreadable::Malformed
+            | Unreadable::TooDeep
+            | Unreadable::Ambiguous
+            | Unreadable::Value
+            | Unreadable::Broken => 400,
+        }
+    }
+
+    /// What the client is told: the reason, and what a body this route reads looks like.
+    /// `field` is the operator's field name (never a value the client sent).
+    pub(crate) fn detail(self, field: &str, max_bytes: usize) -> String {
+        let why = match self {
+            Unreadable::MediaType => "has no Content-Type, or one other than application/json or application/x-www-form-urlencoded".to_owned(),
+            Unreadable::Charset => "declares a charset other than UTF-8".to_owned(),
+            Unreadable::Encoding => "has a Content-Encoding (a compressed body is not read here)".to_owned(),
+            Unreadable::TooLarge => format!("is larger than {max_bytes} bytes (server.body_key_max_bytes)"),
+            Unreadable::Malformed => "is not one JSON object, or a form escaped correctly, in UTF-8".to_owned(),
+            Unreadable::TooDeep => format!("nests arrays or objects more than {MAX_DEPTH} deep"),
+            Unreadable::Ambiguous => format!("sends `{field}` as something other than one string or whole number (an array, an object, null, a boolean, a fraction, a repeated or bracketed form field)"),
+            Unreadable::Value => format!("sends a `{field}` that is empty, longer than {MAX_VALUE_LEN} bytes, holds a control character, or is a list or an address mailers read differently"),
+            Unreadable::TooSlow => "arrived too slowly".to_owned(),
+            Unreadable::Broken => "was broken off".to_owned(),
+        };
+        format!("The request body {why}. This route reads `{field}` from the body to meter it, and refuses a body it cannot read with certainty rather than guess what the server behind it reads. Send one JSON object or form in UTF-8, with `{field}` once as a string.")
+    }
 }
 
 /// Whether `name` can be a `body:<field>` key's field: 1–64 characters of `A-Za-z0-9_.-`
@@ -42,73 +142,164 @@ pub(crate) fn valid_field(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// The body's format from its `Content-Type` (the media type, any case, parameters such as
-/// `charset=utf-8` ignored), or `None` for any other type, for no type, and for a body with a
-/// `Content-Encoding` other than `identity` (a compressed body is not unpacked).
+/// The body's format from its `Content-Type` (the media type, any case; a `charset` parameter,
+/// when given, must be UTF-8) and `Content-Encoding` (absent, or `identity`). Header values
+/// sent twice arrive here as empty (see `only_value`) and are refused as any unknown value is.
 pub(crate) fn format_of(
     content_type: Option<&[u8]>,
     content_encoding: Option<&[u8]>,
-) -> Option<Format> {
+) -> Result<Format, Unreadable> {
     if let Some(enc) = content_encoding {
         if !enc.trim_ascii().eq_ignore_ascii_case(b"identity") {
-            return None;
+            return Err(Unreadable::Encoding);
         }
     }
-    let ct = content_type?;
-    let media = ct.split(|b| *b == b';').next()?.trim_ascii();
-    if media.eq_ignore_ascii_case(b"application/json") {
-        Some(Format::Json)
+    let ct = content_type.ok_or(Unreadable::MediaType)?;
+    let mut parts = ct.split(|b| *b == b';');
+    let media = parts.next().unwrap_or_default().trim_ascii();
+    let format = if media.eq_ignore_ascii_case(b"application/json") {
+        Format::Json
     } else if media.eq_ignore_ascii_case(b"application/x-www-form-urlencoded") {
-        Some(Format::Form)
+        Format::Form
     } else {
-        None
+        return Err(Unreadable::MediaType);
+    };
+    for param in parts {
+        let Some(eq) = param.iter().position(|b| *b == b'=') else {
+            continue;
+        };
+        let (name, value) = (param[..eq].trim_ascii(), param[eq + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"charset") {
+            let value = value
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(value);
+            if !(value.eq_ignore_ascii_case(b"utf-8") || value.eq_ignore_ascii_case(b"utf8")) {
+                return Err(Unreadable::Charset);
+            }
+        }
     }
+    Ok(format)
 }
 
 /// The normalised value of each of `fields` in `body`, in order: `None` for a field the body
-/// does not name exactly once as a string or whole number, and for every field when the body
-/// does not parse as a whole.
-pub(crate) fn values(format: Format, body: &[u8], fields: &[&str]) -> Vec<Option<String>> {
+/// does not name; an [`Unreadable`] when the body, or any of the fields, cannot be read with
+/// certainty. A UTF-8 byte-order mark at the start is skipped, as Node's body parsers do.
+pub(crate) fn values(
+    format: Format,
+    body: &[u8],
+    fields: &[&str],
+) -> Result<Vec<Option<String>>, Unreadable> {
+    let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
     let found = match format {
-        Format::Json => json(body, fields),
-        Format::Form => form(body, fields),
+        Format::Json => json(body, fields)?,
+        Format::Form => form(body, fields)?,
     };
-    match found {
-        Some(slots) => slots
-            .into_iter()
-            .map(|s| match s {
-                Slot::Once(v) => normalize(&v),
-                Slot::Missing | Slot::Unusable => None,
-            })
-            .collect(),
-        None => vec![None; fields.len()],
-    }
+    found
+        .into_iter()
+        .map(|s| match s {
+            Slot::Missing => Ok(None),
+            Slot::Value(v) => normalize(&v).map(Some).ok_or(Unreadable::Value),
+            Slot::Unusable => Err(Unreadable::Ambiguous),
+        })
+        .collect()
 }
 
-/// A value as its key: surrounding white space trimmed, Unicode lower case; an email address
-/// (`local@domain`, one `@`, both parts non-empty) also loses a `+tag` on its local part and
-/// trailing dots on its domain (`" Alice+promo@Example.COM. "` is `alice@example.com`), since
-/// all of them reach one inbox. `None` when what is left is empty, longer than
-/// [`MAX_VALUE_LEN`] bytes, or holds a control character.
+/// A value as its key, so that every spelling that reaches one target is one bucket:
+///
+/// - format characters (Unicode category Cf: zero-width spaces and joiners, direction marks,
+///   soft hyphens, a byte-order mark) removed, then Unicode NFKC (fullwidth `＠` and letters,
+///   ligatures and other compatibility forms become their plain form), surrounding white space
+///   trimmed, lower case;
+/// - a value with an `@` is an email address: a quoted local part is unquoted
+///   (`"victim"@example.com`), a `+tag` dropped, the domain's trailing dots dropped and the
+///   domain in its IDNA ASCII form (`bücher.example` and `xn--bcher-kva.example` are one).
+///
+/// `None` (the request is refused) when what is left is empty, longer than [`MAX_VALUE_LEN`]
+/// bytes, or holds a control character; and for an address that is a list or a display form
+/// (`,` `;` `<` `>`, white space, a second `@`), has an empty local part or domain, or a domain
+/// that is not a valid name.
 pub(crate) fn normalize(raw: &str) -> Option<String> {
-    let t = raw.trim();
+    if raw.len() > MAX_VALUE_LEN * 4 {
+        return None;
+    }
+    let t = fold(raw);
+    let t = t.trim();
     if t.is_empty() || t.len() > MAX_VALUE_LEN || t.chars().any(char::is_control) {
         return None;
     }
-    let folded = t.to_lowercase();
-    let Some((local, domain)) = folded.split_once('@') else {
-        return Some(folded);
+    if !t.contains('@') {
+        return Some(t.to_owned());
+    }
+    let key = address(t)?;
+    (key.len() <= MAX_VALUE_LEN).then_some(key)
+}
+
+/// Format characters removed, NFKC, lower case, and NFKC again (lower-casing can leave a form
+/// NFKC composes).
+fn fold(raw: &str) -> String {
+    let categories = CodePointMapData::<GeneralCategory>::new();
+    let visible: String = raw
+        .chars()
+        .filter(|c| categories.get(*c) != GeneralCategory::Format)
+        .collect();
+    let nfkc = ComposingNormalizerBorrowed::new_nfkc();
+    let lower = nfkc.normalize(&visible).to_lowercase();
+    nfkc.normalize(&lower).into_owned()
+}
+
+/// Characters that make an address a list, a display form or a comment in some mailer.
+fn separates(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(
+            c,
+            ',' | ';' | '<' | '>' | '(' | ')' | ':' | '"' | '\\' | '[' | ']'
+        )
+}
+
+/// An address (already folded) as its inbox's key; `None` when it is not exactly one.
+fn address(v: &str) -> Option<String> {
+    let (local, domain) = match v.strip_prefix('"') {
+        Some(rest) => {
+            let mut local = String::new();
+            let mut chars = rest.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => local.push(chars.next()?.1),
+                    '"' => {
+                        end = Some(i + 1);
+                        break;
+                    }
+                    c => local.push(c),
+                }
+            }
+            let domain = rest.get(end?..)?.strip_prefix('@')?;
+            (local, domain)
+        }
+        None => {
+            let (l, d) = v.split_once('@')?;
+            (l.to_owned(), d)
+        }
     };
-    if local.is_empty() || domain.is_empty() || domain.contains('@') {
-        return Some(folded);
+    if local.is_empty() || local.contains('@') || local.chars().any(separates) {
+        return None;
     }
     let local = match local.split_once('+') {
         Some((base, _)) if !base.is_empty() => base,
-        _ => local,
+        _ => local.as_str(),
     };
     let domain = domain.trim_end_matches('.');
-    if domain.is_empty() {
-        return Some(folded);
+    if domain.is_empty() || domain.contains('@') || domain.chars().any(separates) {
+        return None;
+    }
+    let domain = idna::domain_to_ascii(domain).ok()?;
+    if domain.is_empty()
+        || !domain
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    {
+        return None;
     }
     Some(format!("{local}@{domain}"))
 }
@@ -117,32 +308,33 @@ pub(crate) fn normalize(raw: &str) -> Option<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Slot {
     Missing,
-    Once(String),
-    /// Sent twice, or not a string or whole number.
+    Value(String),
+    /// Not a string or whole number; or a form field repeated or bracketed.
     Unusable,
 }
 
-impl Slot {
-    fn saw(&mut self, v: Option<String>) {
-        *self = match (std::mem::replace(self, Slot::Missing), v) {
-            (Slot::Missing, Some(v)) => Slot::Once(v),
-            _ => Slot::Unusable,
-        };
-    }
-}
-
-/// The top-level object's members named by `fields`; `None` when the body is not one JSON
-/// object (another value, bad UTF-8 anywhere, nesting deeper than [`MAX_DEPTH`], trailing
-/// bytes). Every value is parsed, not skipped, so the whole body is checked.
-fn json(body: &[u8], fields: &[&str]) -> Option<Vec<Slot>> {
+/// The top-level object's members named by `fields`, the last of duplicates winning as in
+/// `JSON.parse` (and Python's, Go's and serde's own maps). Every value is parsed, not skipped,
+/// so the whole body is checked.
+fn json(body: &[u8], fields: &[&str]) -> Result<Vec<Slot>, Unreadable> {
+    let deep = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(body);
-    let slots = Top { fields }.deserialize(&mut de).ok()?;
-    de.end().ok()?;
-    Some(slots)
+    let parsed = Top {
+        fields,
+        deep: &deep,
+    }
+    .deserialize(&mut de)
+    .and_then(|slots| de.end().map(|()| slots));
+    match parsed {
+        Ok(slots) => Ok(slots),
+        Err(_) if deep.get() => Err(Unreadable::TooDeep),
+        Err(_) => Err(Unreadable::Malformed),
+    }
 }
 
 struct Top<'f> {
     fields: &'f [&'f str],
+    deep: &'f Cell<bool>,
 }
 
 impl<'de> DeserializeSeed<'de> for Top<'_> {
@@ -162,15 +354,17 @@ impl<'de> Visitor<'de> for Top<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut slots = vec![Slot::Missing; self.fields.len()];
+        let seed = Skip {
+            depth: 2,
+            deep: self.deep,
+        };
         while let Some(key) = map.next_key::<String>()? {
-            match self.fields.iter().position(|f| *f == key) {
-                Some(i) => {
-                    let Scalar(v) = map.next_value_seed(Skip(2))?;
-                    slots[i].saw(v);
-                }
-                None => {
-                    map.next_value_seed(Skip(2))?;
-                }
+            let Scalar(v) = map.next_value_seed(seed)?;
+            if let Some(i) = self.fields.iter().position(|f| *f == key) {
+                slots[i] = match v {
+                    Some(v) => Slot::Value(v),
+                    None => Slot::Unusable,
+                };
             }
         }
         Ok(slots)
@@ -182,9 +376,12 @@ impl<'de> Visitor<'de> for Top<'_> {
 struct Scalar(Option<String>);
 
 #[derive(Clone, Copy)]
-struct Skip(usize);
+struct Skip<'f> {
+    depth: usize,
+    deep: &'f Cell<bool>,
+}
 
-impl<'de> DeserializeSeed<'de> for Skip {
+impl<'de> DeserializeSeed<'de> for Skip<'_> {
     type Value = Scalar;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Scalar, D::Error> {
@@ -192,7 +389,7 @@ impl<'de> DeserializeSeed<'de> for Skip {
     }
 }
 
-impl<'de> Visitor<'de> for Skip {
+impl<'de> Visitor<'de> for Skip<'_> {
     type Value = Scalar;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -233,10 +430,28 @@ impl<'de> Visitor<'de> for Skip {
     }
 }
 
-/// The names of a form body that `fields` names; `None` when any name or value of the body is
-/// badly encoded (a `%` not followed by two hex digits, or bytes that decode to something other
-/// than UTF-8): a parser elsewhere may read such a body otherwise.
-fn form(body: &[u8], fields: &[&str]) -> Option<Vec<Slot>> {
+impl Skip<'_> {
+    /// The seed for the values inside this array or object (at depth `self.depth`), or an
+    /// error when it is deeper than [`MAX_DEPTH`].
+    fn deeper<E: serde::de::Error>(self) -> Result<Self, E> {
+        if self.depth > MAX_DEPTH {
+            self.deep.set(true);
+            return Err(E::custom("nested too deep"));
+        }
+        Ok(Skip {
+            depth: self.depth + 1,
+            deep: self.deep,
+        })
+    }
+}
+
+/// The names of a form body that `fields` names. Node's `querystring` and `qs` (Express's
+/// `urlencoded()`), PHP and Rack read a repeated name, or a name with brackets after it
+/// (`email[]=`, `email[0]=`), as a list or the last value: either is refused. A `%` not
+/// followed by two hex digits, or bytes that decode to something other than UTF-8, anywhere in
+/// the body, make it [`Unreadable::Malformed`]: parsers elsewhere may read such a body
+/// otherwise.
+fn form(body: &[u8], fields: &[&str]) -> Result<Vec<Slot>, Unreadable> {
     let mut slots = vec![Slot::Missing; fields.len()];
     for pair in body.split(|b| *b == b'&') {
         if pair.is_empty() {
@@ -246,13 +461,23 @@ fn form(body: &[u8], fields: &[&str]) -> Option<Vec<Slot>> {
             Some(i) => (&pair[..i], &pair[i + 1..]),
             None => (pair, &[][..]),
         };
-        let name = decode(name)?;
-        let value = decode(value)?;
-        if let Some(i) = fields.iter().position(|f| *f == name) {
-            slots[i].saw(Some(value));
+        let name = decode(name).ok_or(Unreadable::Malformed)?;
+        let value = decode(value).ok_or(Unreadable::Malformed)?;
+        for (i, field) in fields.iter().enumerate() {
+            if name == *field {
+                slots[i] = match slots[i] {
+                    Slot::Missing => Slot::Value(value.clone()),
+                    _ => Slot::Unusable,
+                };
+            } else if name
+                .strip_prefix(*field)
+                .is_some_and(|rest| rest.starts_with('['))
+            {
+                slots[i] = Slot::Unusable;
+            }
         }
     }
-    Some(slots)
+    Ok(slots)
 }
 
 /// `application/x-www-form-urlencoded` decoding, strictly: `+` is a space, `%XX` a byte, and
@@ -285,31 +510,21 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
-impl Skip {
-    /// The seed for the values inside this array or object (at depth `self.0`), or an error
-    /// when it is deeper than [`MAX_DEPTH`].
-    fn deeper<E: serde::de::Error>(self) -> Result<Skip, E> {
-        if self.0 > MAX_DEPTH {
-            return Err(E::custom("nested too deep"));
-        }
-        Ok(Skip(self.0 + 1))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn one(format: Format, body: &[u8]) -> Option<String> {
-        values(format, body, &["email"]).remove(0)
+    fn one(format: Format, body: &[u8]) -> Result<Option<String>, Unreadable> {
+        values(format, body, &["email"]).map(|mut v| v.remove(0))
     }
 
     #[test]
-    fn only_json_and_form_bodies_without_an_encoding_are_read() {
+    fn only_json_and_form_bodies_in_utf8_without_an_encoding_are_read() {
         let f = |ct: &str| format_of(Some(ct.as_bytes()), None);
-        assert_eq!(f("application/json"), Some(Format::Json));
-        assert_eq!(f("Application/JSON; charset=utf-8"), Some(Format::Json));
-        assert_eq!(f("application/x-www-form-urlencoded"), Some(Format::Form));
+        assert_eq!(f("application/json"), Ok(Format::Json));
+        assert_eq!(f("Application/JSON; charset=utf-8"), Ok(Format::Json));
+        assert_eq!(f("application/json;charset=\"UTF-8\""), Ok(Format::Json));
+        assert_eq!(f("application/x-www-form-urlencoded"), Ok(Format::Form));
         for other in [
             "text/plain",
             "application/json-patch+json",
@@ -317,56 +532,81 @@ mod tests {
             "application/jsonx",
             "",
         ] {
-            assert_eq!(f(other), None, "{other}");
+            assert_eq!(f(other), Err(Unreadable::MediaType), "{other}");
         }
-        assert_eq!(format_of(None, None), None);
-        assert_eq!(
-            format_of(Some(b"application/json"), Some(b"gzip")),
-            None,
-            "a compressed body is not unpacked"
-        );
+        for charset in [
+            "application/json; charset=utf-16",
+            "application/json; charset=latin1",
+            "application/x-www-form-urlencoded; charset=iso-8859-1",
+        ] {
+            assert_eq!(f(charset), Err(Unreadable::Charset), "{charset}");
+        }
+        assert_eq!(format_of(None, None), Err(Unreadable::MediaType));
+        for enc in ["gzip", "deflate", "br", "identity, gzip", ""] {
+            assert_eq!(
+                format_of(Some(b"application/json"), Some(enc.as_bytes())),
+                Err(Unreadable::Encoding),
+                "{enc}: a compressed body is not unpacked"
+            );
+        }
         assert_eq!(
             format_of(Some(b"application/json"), Some(b"identity")),
-            Some(Format::Json)
+            Ok(Format::Json)
         );
     }
 
     #[test]
-    fn a_json_field_is_read_from_the_top_level_object_only() {
+    fn a_json_field_is_read_from_the_top_level_object_the_last_duplicate_winning() {
         let j = |b: &str| one(Format::Json, b.as_bytes());
-        assert_eq!(j(r#"{"email":"a@x.io"}"#).as_deref(), Some("a@x.io"));
+        assert_eq!(j(r#"{"email":"a@x.io"}"#), Ok(Some("a@x.io".into())));
         assert_eq!(
-            j(r#"{"password":"p","email":"A@X.io","nested":{"email":"b@y"}}"#).as_deref(),
-            Some("a@x.io")
+            j(r#"{"password":"p","email":"A@X.io","nested":{"email":"b@y"}}"#),
+            Ok(Some("a@x.io".into()))
         );
         // Escapes in the name and the value read as any JSON parser reads them.
         assert_eq!(
-            j(r#"{"em\u0061il":"a\u0040x.io"}"#).as_deref(),
-            Some("a@x.io")
+            j(r#"{"em\u0061il":"a\u0040x.io"}"#),
+            Ok(Some("a@x.io".into()))
         );
-        assert_eq!(j(r#"{"code":12345,"email":42}"#).as_deref(), Some("42"));
-        // Hostile: duplicates, wrong types, not an object, broken, deep, trailing bytes.
-        for hostile in [
-            r#"{"email":"a@x.io","email":"b@x.io"}"#,
-            r#"{"email":"a@x.io","email":"a@x.io"}"#,
+        assert_eq!(j(r#"{"code":12345,"email":42}"#), Ok(Some("42".into())));
+        // JSON.parse keeps the last of duplicate names: so does the key.
+        assert_eq!(
+            j(r#"{"email":"decoy@x.test","email":"victim@example.com"}"#),
+            Ok(Some("victim@example.com".into()))
+        );
+        assert_eq!(
+            j(r#"{"email":["a@x.io"],"email":"victim@example.com"}"#),
+            Ok(Some("victim@example.com".into()))
+        );
+        assert_eq!(
+            j(r#"{"email":"decoy@x.test","email":["victim@example.com"]}"#),
+            Err(Unreadable::Ambiguous)
+        );
+        // No field: the upstream reads no target either.
+        assert_eq!(j("{}"), Ok(None));
+        assert_eq!(j(r#"{"Email":"a@x.io"}"#), Ok(None));
+        for ambiguous in [
             r#"{"email":["a@x.io"]}"#,
             r#"{"email":{"v":"a@x.io"}}"#,
             r#"{"email":null}"#,
             r#"{"email":true}"#,
             r#"{"email":1.5}"#,
-            r#"{"email":""}"#,
-            r#"{"email":"   "}"#,
-            r#"{"other":"a@x.io"}"#,
-            r#"{"Email":"a@x.io"}"#,
+        ] {
+            assert_eq!(j(ambiguous), Err(Unreadable::Ambiguous), "{ambiguous}");
+        }
+        for value in [r#"{"email":""}"#, r#"{"email":"   "}"#] {
+            assert_eq!(j(value), Err(Unreadable::Value), "{value}");
+        }
+        for malformed in [
             r#"["a@x.io"]"#,
             r#""a@x.io""#,
             r#"{"email":"a@x.io""#,
             r#"{"email":"a@x.io"} {}"#,
             r#"{"email":"a@x.io"}x"#,
+            r#"{"email":"\ud800@x.io"}"#,
             "",
-            "{}",
         ] {
-            assert_eq!(j(hostile), None, "{hostile}");
+            assert_eq!(j(malformed), Err(Unreadable::Malformed), "{malformed}");
         }
         let nest = |n: usize| {
             format!(
@@ -376,61 +616,77 @@ mod tests {
             )
         };
         assert_eq!(
-            j(&nest(MAX_DEPTH - 1)).as_deref(),
-            Some("a@x.io"),
+            j(&nest(MAX_DEPTH - 1)),
+            Ok(Some("a@x.io".into())),
             "as deep as allowed"
         );
-        assert_eq!(j(&nest(MAX_DEPTH)), None, "one deeper");
-        assert_eq!(j(&nest(100_000)), None, "far deeper");
+        assert_eq!(j(&nest(MAX_DEPTH)), Err(Unreadable::TooDeep), "one deeper");
+        assert_eq!(j(&nest(100_000)), Err(Unreadable::TooDeep), "far deeper");
         let objects = format!(
             r#"{{"email":"a@x.io","d":{}1{}}}"#,
             r#"{"a":"#.repeat(40),
             "}".repeat(40)
         );
-        assert_eq!(j(&objects), None, "objects count as arrays do");
+        assert_eq!(j(&objects), Err(Unreadable::TooDeep), "objects count too");
         let mut bad_utf8 = br#"{"email":"a@x.io","n":""#.to_vec();
         bad_utf8.extend_from_slice(&[0xff, 0xfe]);
         bad_utf8.extend_from_slice(br#""}"#);
-        assert_eq!(one(Format::Json, &bad_utf8), None, "bad UTF-8 anywhere");
+        assert_eq!(
+            one(Format::Json, &bad_utf8),
+            Err(Unreadable::Malformed),
+            "bad UTF-8 anywhere"
+        );
         assert_eq!(
             one(Format::Json, b"\xef\xbb\xbf{\"email\":\"a@x.io\"}"),
-            None,
-            "a byte-order mark is not JSON"
+            Ok(Some("a@x.io".into())),
+            "a byte-order mark is skipped, as Node's parsers skip it"
         );
         let long = format!(r#"{{"email":"{}@x.io"}}"#, "a".repeat(300));
-        assert_eq!(j(&long), None, "too long to key");
+        assert_eq!(j(&long), Err(Unreadable::Value), "too long to key");
         assert_eq!(
             j("{\"email\":\"a\\u0000@x.io\"}"),
-            None,
+            Err(Unreadable::Value),
             "a control character"
         );
     }
 
     #[test]
-    fn a_form_field_is_decoded_strictly() {
+    fn a_form_field_is_decoded_strictly_and_must_be_named_once() {
         let f = |b: &str| one(Format::Form, b.as_bytes());
-        assert_eq!(f("email=a%40x.io&password=p").as_deref(), Some("a@x.io"));
-        assert_eq!(f("x=1&email=+A%40X.io+").as_deref(), Some("a@x.io"));
-        assert_eq!(f("em%61il=a@x.io").as_deref(), Some("a@x.io"));
-        assert_eq!(f("&&email=a@x.io&").as_deref(), Some("a@x.io"));
-        for hostile in [
+        assert_eq!(f("email=a%40x.io&password=p"), Ok(Some("a@x.io".into())));
+        assert_eq!(f("x=1&email=+A%40X.io+"), Ok(Some("a@x.io".into())));
+        assert_eq!(f("em%61il=a@x.io"), Ok(Some("a@x.io".into())));
+        assert_eq!(f("&&email=a@x.io&"), Ok(Some("a@x.io".into())));
+        assert_eq!(f("other=a@x.io"), Ok(None));
+        assert_eq!(f(""), Ok(None));
+        assert_eq!(f("emails=a@x.io"), Ok(None));
+        for ambiguous in [
             "email=a@x.io&email=b@x.io",
+            "email=a@x.io&email=a@x.io",
             "email=a@x.io&email",
+            "email[]=victim@example.com",
+            "email%5B%5D=victim@example.com",
+            "email[0]=victim@example.com",
+            "email=decoy@x.test&email[]=victim@example.com",
+        ] {
+            assert_eq!(f(ambiguous), Err(Unreadable::Ambiguous), "{ambiguous}");
+        }
+        for malformed in [
             "email=%zz@x.io",
             "email=a%4@x.io",
             "email=a%",
             "email=a@x.io&other=%ff%fe",
+            "email=a@x.io&other=%zz",
             "email=%C3%28",
-            "email=",
-            "email",
-            "other=a@x.io",
-            "",
         ] {
-            assert_eq!(f(hostile), None, "{hostile}");
+            assert_eq!(f(malformed), Err(Unreadable::Malformed), "{malformed}");
+        }
+        for value in ["email=", "email"] {
+            assert_eq!(f(value), Err(Unreadable::Value), "{value}");
         }
         assert_eq!(
             one(Format::Form, b"email=a@x.io&n=\xff"),
-            None,
+            Err(Unreadable::Malformed),
             "raw bytes that are not UTF-8"
         );
     }
@@ -439,40 +695,100 @@ mod tests {
     fn several_fields_at_once_each_on_its_own() {
         let v = values(
             Format::Json,
-            br#"{"email":"a@x.io","code_id":"c-1","user":["x"]}"#,
-            &["email", "code_id", "user", "none"],
+            br#"{"email":"a@x.io","code_id":"c-1"}"#,
+            &["email", "code_id", "none"],
         );
         assert_eq!(
             v,
-            [
+            Ok(vec![
                 Some("a@x.io".to_owned()),
                 Some("c-1".to_owned()),
-                None,
                 None
-            ]
+            ])
+        );
+        assert_eq!(
+            values(
+                Format::Json,
+                br#"{"email":"a@x.io","user":["x"]}"#,
+                &["email", "user"]
+            ),
+            Err(Unreadable::Ambiguous),
+            "one field unreadable refuses the body"
         );
     }
 
     #[test]
-    fn values_are_trimmed_and_folded_and_addresses_reach_their_inbox() {
+    fn every_spelling_of_one_inbox_is_one_key() {
         for (raw, key) in [
             (" Alice@Example.COM ", "alice@example.com"),
             ("alice+promo@example.com", "alice@example.com"),
             ("alice@example.com.", "alice@example.com"),
             ("\tBob\n", "bob"),
-            ("ÉLODIE@exemple.fr", "élodie@exemple.fr"),
-            ("+tag@example.com", "+tag@example.com"),
-            ("a@b@c", "a@b@c"),
-            ("@example.com", "@example.com"),
-            ("user@", "user@"),
             ("Code-7F", "code-7f"),
+            // Format characters: zero-width space, joiner, soft hyphen, a byte-order mark.
+            ("vic\u{200b}tim@example.com", "victim@example.com"),
+            ("victim\u{200d}@exa\u{00ad}mple.com", "victim@example.com"),
+            ("\u{feff}victim@example.com", "victim@example.com"),
+            // NFKC: fullwidth at sign and letters, a ligature.
+            ("victim\u{ff20}example.com", "victim@example.com"),
+            (
+                "\u{ff56}\u{ff49}\u{ff43}\u{ff54}\u{ff49}\u{ff4d}@example.com",
+                "victim@example.com",
+            ),
+            ("\u{fb01}nance@example.com", "finance@example.com"),
+            // A quoted local part reaches the unquoted one's inbox.
+            ("\"victim\"@example.com", "victim@example.com"),
+            ("\"vic\\tim\"@example.com", "victim@example.com"),
+            // IDNA: the Unicode and punycode forms of one domain.
+            ("victim@b\u{fc}cher.example", "victim@xn--bcher-kva.example"),
+            (
+                "victim@xn--bcher-kva.example",
+                "victim@xn--bcher-kva.example",
+            ),
+            ("victim@B\u{dc}CHER.example", "victim@xn--bcher-kva.example"),
+            ("\u{c9}lodie@exemple.fr", "\u{e9}lodie@exemple.fr"),
+            ("+tag@example.com", "+tag@example.com"),
         ] {
             assert_eq!(normalize(raw).as_deref(), Some(key), "{raw:?}");
         }
-        for none in ["", "  ", "a\u{0}b", "a\u{7f}", &"x".repeat(257)] {
-            assert_eq!(normalize(none), None, "{none:?}");
+        // Lists, display forms, two at signs, empty parts: never one inbox.
+        for refused in [
+            "victim@example.com,decoy@x.test",
+            "victim@example.com;decoy@x.test",
+            "Victim <victim@example.com>",
+            "victim@example.com decoy@x.test",
+            "a@b@c",
+            "\"a@b\"@example.com",
+            "\"victim\"x@example.com",
+            "\"victim@example.com",
+            "@example.com",
+            "user@",
+            "user@.",
+            "victim@exa_mple.com",
+            "victim@(comment)example.com",
+            "victim\u{ff0c}decoy@x.test",
+            "",
+            "  ",
+            "\u{200b}",
+            "a\u{0}b",
+            "a\u{7f}",
+            &"x".repeat(257),
+        ] {
+            assert_eq!(normalize(refused), None, "{refused:?}");
         }
         assert_eq!(normalize(&"x".repeat(256)).map(|s| s.len()), Some(256));
+    }
+
+    #[test]
+    fn each_reason_names_its_status_and_never_a_value() {
+        for r in Unreadable::ALL {
+            assert!(matches!(r.status(), 400 | 408 | 413 | 415), "{r:?}");
+            let d = r.detail("email", 16384);
+            assert!(d.contains("`email`"), "{d}");
+        }
+        assert!(Unreadable::TooLarge
+            .detail("email", 16384)
+            .contains("server.body_key_max_bytes"));
     }
 
     #[test]

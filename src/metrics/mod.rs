@@ -16,6 +16,7 @@ mod striped;
 #[cfg(test)]
 mod tests;
 
+use crate::keys::body::Unreadable;
 pub(crate) use histogram::Histogram;
 use histogram::RetryAfterBuckets;
 
@@ -66,6 +67,8 @@ pub struct Metrics {
     paths_rejected: [Counter; Class::ALL.len()],
     /// By [`RefusalReason`], in `RefusalReason::ALL` order.
     method_refusals: [Counter; RefusalReason::ALL.len()],
+    /// By [`Unreadable`], in `Unreadable::ALL` order.
+    bodies_refused: [Counter; Unreadable::ALL.len()],
     /// Metered, stripped.
     method_overrides: [Counter; 2],
     /// Switched, declined.
@@ -172,6 +175,17 @@ impl Metrics {
             .iter()
             .position(|k| *k == class)
             .and_then(|i| self.paths_rejected.get(i))
+        {
+            c.inc();
+        }
+    }
+
+    /// A request on a `body:` route refused because its body cannot be read with certainty.
+    pub(crate) fn body_refused(&self, why: Unreadable) {
+        if let Some(c) = Unreadable::ALL
+            .iter()
+            .position(|k| *k == why)
+            .and_then(|i| self.bodies_refused.get(i))
         {
             c.inc();
         }

@@ -225,6 +225,13 @@ impl Metrics {
             RefusalReason::ALL,
             |c| [("reason", c.as_str())],
         );
+        let bodies_refused = series1(
+            &mut r,
+            "fleet_limiter_bodies_refused",
+            "Requests on a route a body: limiter meters, refused before any limiter because their body cannot be read with certainty, by reason: media-type, charset, encoding (415), too-large (413), malformed, too-deep, ambiguous, value, broken (400), too-slow (408)",
+            crate::keys::body::Unreadable::ALL,
+            |c| [("reason", c.as_str())],
+        );
         let method_overrides = series1(
             &mut r,
             "fleet_limiter_method_overrides",
@@ -269,6 +276,7 @@ impl Metrics {
             last_reload_ok,
             paths_rejected,
             method_refusals,
+            bodies_refused,
             method_overrides,
             upgrades,
             upgraded_open,

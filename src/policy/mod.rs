@@ -143,7 +143,9 @@ impl Policy {
         }
         for cred in Credential::ALL {
             for i in self.picked_any(method, also, path, cred) {
-                if let crate::keys::KeyKind::Body(field) = &self.limiters[i].key {
+                if let crate::keys::KeyKind::Body(field) | crate::keys::KeyKind::BodyIp(field) =
+                    &self.limiters[i].key
+                {
                     if !out.contains(field) {
                         out.push(field.clone());
                     }

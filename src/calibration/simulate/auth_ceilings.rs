@@ -7,7 +7,13 @@
 //! - `patient-guesser`: one address guessing one account's password at `POST /auth/login`
 //!   once a minute, every answer 401: far under any address budget; an attempt ceiling keyed on
 //!   the account (`count = "failed"`) holds it, and a `lockout` refuses it for the whole lock
-//!   instead of handing back a guess every refill.
+//!   instead of handing back a guess every refill;
+//! - `owner`: the guessed account's owner signing in from an address of its own every ten
+//!   minutes, every answer 200: the lock is per account and address, so the stranger's guesses
+//!   never lock the owner out;
+//! - `spread-guesser`: another account guessed every 10 seconds, each guess from an address of
+//!   its own: no address is ever locked; the per-account ceiling (`body:email`, no lockout)
+//!   holds the account to its budget of wrong answers.
 //!
 //! Each admitted request is answered at once, as the gateway would pass the upstream's answer
 //! back. With `docs/examples/auth-ceilings.toml` the inbox gets the recipient budget (10 at
@@ -62,10 +68,17 @@ struct Ev(usize);
 /// Name, method and path, seconds between requests, answer (each body names `email`).
 type Scripted = (&'static str, (&'static str, &'static str), u64, u16);
 
-const CLIENTS: [Scripted; 2] = [
+const CLIENTS: [Scripted; 4] = [
     ("recipient-spray", ("POST", "/auth/forgot-password"), 1, 200),
     ("patient-guesser", ("POST", "/auth/login"), 60, 401),
+    ("owner", ("POST", "/auth/login"), 600, 200),
+    ("spread-guesser", ("POST", "/auth/login"), 10, 401),
 ];
+
+/// Whether the client sends each request from an address of its own.
+fn spreads(name: &str) -> bool {
+    matches!(name, "recipient-spray" | "spread-guesser")
+}
 
 /// How the sprayer spells the one inbox, in turn (all normalise to one key).
 const SPELLINGS: [&str; 4] = [
@@ -103,6 +116,14 @@ pub(crate) async fn run(cfg: &Config, seed: u64) -> AuthCeilingsReport {
                 )),
                 SPELLINGS[(n % SPELLINGS.len() as u64) as usize],
             ),
+            // Fresh addresses from 198.20.0.0/16, apart from the sprayer's.
+            "spread-guesser" => (
+                std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                    u32::from(std::net::Ipv4Addr::new(198, 20, 0, 0)) + (n % 65_536) as u32,
+                )),
+                "cfo@example.com",
+            ),
+            "owner" => (ip("192.0.2.10"), "ceo@example.com"),
             _ => (ip("203.0.113.66"), "ceo@example.com"),
         };
         let body = crate::keys::body::normalize(value)
@@ -143,8 +164,8 @@ pub(crate) async fn run(cfg: &Config, seed: u64) -> AuthCeilingsReport {
                 name,
                 route: format!("{} {}", route.0, route.1),
                 every_seconds: *every,
-                addresses: if *name == "recipient-spray" {
-                    requests.min(131_072)
+                addresses: if spreads(name) {
+                    requests.min(65_536)
                 } else {
                     1
                 },
@@ -237,9 +258,22 @@ mod tests {
         assert!(trickled.admitted > guesser.admitted, "{trickled:?}");
         assert!(trickled.longest_refused_seconds < 2 * 60, "{trickled:?}");
 
+        // The owner, from an address of its own, is never refused while the stranger is locked.
+        let owner = by_name(&r, "owner");
+        assert_eq!((owner.requests, owner.refused), (6, 0), "{owner:?}");
+        // A guesser with a fresh address per guess is never locked, and meets the per-account
+        // ceiling: 50 at once, then one every 72 s, at most 100 of its 360 in the hour.
+        let spread = by_name(&r, "spread-guesser");
+        assert!(spread.requests >= 359, "{spread:?}");
+        assert!(
+            (50..=100).contains(&spread.admitted),
+            "the account gets its ceiling: {spread:?}"
+        );
+
         // The built-in calibration has no ceiling on these routes: both get all they send.
         let r = rt.block_on(run(&Config::default(), 1));
         assert_eq!(by_name(&r, "recipient-spray").refused, 0);
         assert_eq!(by_name(&r, "patient-guesser").refused, 0);
+        assert_eq!(by_name(&r, "spread-guesser").refused, 0);
     }
 }

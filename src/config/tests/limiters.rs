@@ -410,3 +410,50 @@ fn a_body_key_names_its_field_and_needs_an_address_ceiling() {
         )
     );
 }
+
+const LOCK_SOURCE: &str = "[limiters.credential-source]\nlimit = 300\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"POST /auth/login\"]\n";
+const LOCK: &str = "[limiters.login-account]\nlimit = 5\nwindow = \"10m\"\nkey = \"body:email+ip\"\nroutes = [\"POST /auth/login\"]\ncount = \"failed\"\nlockout = \"10m\"\n";
+const LOCK_CEILING: &str = "[limiters.login-account-ceiling]\nlimit = 50\nwindow = \"1h\"\nkey = \"body:email\"\ngroup = \"login-account-ceiling\"\nroutes = [\"POST /auth/login\"]\ncount = \"failed\"\n";
+
+#[test]
+fn a_lockout_on_a_body_key_locks_the_address_out_of_the_account_under_a_per_account_ceiling() {
+    let good = format!("{LOCK_SOURCE}{LOCK}{LOCK_CEILING}");
+    let f = file(&good);
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    let l = limiter(&cfg, "login-account");
+    assert_eq!(l.key, KeyKind::BodyIp(Arc::from("email")));
+    assert_eq!(l.key.to_string(), "body:email+ip");
+    // A lock keyed on the account alone: a stranger would lock the owner out.
+    snap!(
+        "config_error_lockout_on_the_account_alone",
+        file_error(
+            &format!(
+                "{LOCK_SOURCE}{}{LOCK_CEILING}",
+                LOCK.replace("body:email+ip", "body:email")
+            ),
+            &[]
+        )
+    );
+    // A lock per address with nothing per account: a guesser with many addresses is unheld.
+    snap!(
+        "config_error_lockout_without_a_per_account_ceiling",
+        file_error(&format!("{LOCK_SOURCE}{LOCK}"), &[])
+    );
+    // A ceiling with its own lockout is a lock on the account again, not a ceiling.
+    let locked_ceiling = format!("{LOCK_CEILING}lockout = \"1m\"\n");
+    assert!(!file_error(&format!("{LOCK_SOURCE}{LOCK}{locked_ceiling}"), &[]).is_empty());
+    // A ceiling on another field holds nothing for this one.
+    let other_field = LOCK_CEILING.replace("body:email", "body:username");
+    assert!(
+        file_error(&format!("{LOCK_SOURCE}{LOCK}{other_field}"), &[])
+            .contains("per-account ceiling")
+    );
+    // Without a lockout, `body:<field>+ip` needs only the address ceiling.
+    let no_lock = LOCK.replace("lockout = \"10m\"\n", "");
+    let f = file(&format!("{LOCK_SOURCE}{no_lock}"));
+    assert!(Loader::new().file(&f.path).load().is_ok());
+    snap!(
+        "config_error_body_ip_key_bad_field",
+        file_error(&LOCK.replace("body:email+ip", "body:e mail+ip"), &[])
+    );
+}
