@@ -649,8 +649,8 @@ fn abuse_plot_draws_each_client_s_admitted_rate() {
         assert_eq!(rates.len(), ab.attackers.len(), "a series per client");
         // The rotation scenario draws two more: the site's heartbeats and the rotating client;
         // failed-only two: its API clients; table-flood three: each site's heartbeats;
-        // auth-ceilings two: the sprayer and the guesser.
-        assert_eq!(all_rates, ab.attackers.len() + 2 + 2 + 3 + 2);
+        // auth-ceilings four: the sprayer, the two guessers and the owner.
+        assert_eq!(all_rates, ab.attackers.len() + 2 + 2 + 3 + 4);
         for at in &ab.attackers {
             let s = rates
                 .iter()

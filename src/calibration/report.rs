@@ -440,7 +440,8 @@ pub fn simulate_table(r: &SimulationReport) -> String {
             ScenarioReport::AuthCeilings(a) => {
                 let _ = writeln!(
                     o,
-                    "auth-ceilings  2 clients for {}, ignoring Retry-After",
+                    "auth-ceilings  {} clients for {}, ignoring Retry-After",
+                    a.clients.len(),
                     fmt_secs(a.duration_seconds as f64)
                 );
                 for c in &a.clients {
