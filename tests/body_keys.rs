@@ -50,9 +50,7 @@ impl Express {
 
 fn express() -> Option<Express> {
     let dir = common::manifest_dir().join("tests/paths/node");
-    if common::tool("node", "apt-get install nodejs npm").is_none() {
-        return None;
-    }
+    common::tool("node", "apt-get install nodejs npm")?;
     if !dir.join("node_modules/express").is_dir() {
         common::unavailable("Express is not installed (run `npm ci` in tests/paths/node)");
         return None;
@@ -116,6 +114,14 @@ fn deflate(b: &[u8]) -> Vec<u8> {
     e.finish().expect("deflate")
 }
 
+/// What a hostile body is, its headers, its bytes, and the status it must get.
+type Hostile = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Vec<u8>,
+    u16,
+);
+
 const JSON: (&str, &str) = ("content-type", "application/json");
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 
@@ -140,7 +146,7 @@ async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
     let v = "victim@example.com";
     let pad = "x".repeat(2000);
     let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
-    let mut hostile: Vec<(&str, Vec<(&str, &str)>, Vec<u8>, u16)> = vec![
+    let mut hostile: Vec<Hostile> = vec![
         // Read as Express reads them: the victim's, refused by its spent budget.
         (
             "duplicate key, last wins",
