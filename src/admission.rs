@@ -14,7 +14,10 @@
 //!
 //! Within a gate, one client address ([`crate::client_share`]) holds or waits for at most its
 //! share of the slots (`admission.client_share_percent`); past it, it is shed at once
-//! ([`ShedReason::ClientShare`]) and the other clients keep the rest. A slot also carries how
+//! ([`ShedReason::ClientShare`]) and the other clients keep the rest. And the last share of a
+//! gate's free slots is kept for addresses that hold none: an address that already holds a slot
+//! is shed rather than take one of them, so a few addresses at their share cannot take every
+//! slot, and a newcomer finds one (see [`Gate::enter`]). A slot also carries how
 //! long its request may keep the gateway waiting for its body (`body_hold`), which the proxy
 //! enforces: a body sent slowly enough to hold a slot for as long as it likes is cut off.
 
@@ -44,6 +47,9 @@ pub(crate) struct Gate {
     shares: Option<Arc<ClientShares>>,
     /// How long a request holding a slot may keep the gateway waiting for its body.
     body_hold: Duration,
+    /// Free slots only an address holding none may take: one client's share, or half of what
+    /// the other shares leave when that is less (0 when one address may take every slot).
+    reserve: usize,
 }
 
 /// A place among the requests in flight; given back when dropped.
@@ -110,6 +116,13 @@ impl Gate {
     /// `rules.queue_timeout`; one client address holds or waits for at most `rules.per_client`.
     pub(crate) fn new(name: &str, slots: usize, rules: GateRules, meter: AdmissionMeter) -> Self {
         let shares = (rules.per_client < slots).then(|| ClientShares::new(rules.per_client));
+        let reserve = if shares.is_some() {
+            rules
+                .per_client
+                .min(slots.saturating_sub(rules.per_client) / 2)
+        } else {
+            0
+        };
         Self {
             name: Arc::from(name),
             slots: Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS))),
@@ -119,6 +132,7 @@ impl Gate {
             meter,
             shares,
             body_hold: rules.body_hold,
+            reserve,
         }
     }
 
@@ -137,11 +151,18 @@ impl Gate {
     /// wait in the queue when there is room in it, or the reason there is none. Never waits
     /// longer than `queue_timeout`. An address that already holds or waits for its share is
     /// shed at once, before it takes a place in the queue.
+    ///
+    /// The last [`Gate::reserve`] free slots are kept for addresses that hold none: an address
+    /// that holds one already is shed (client share) rather than take one of them. So holding
+    /// every slot takes an address per slot of that reserve beyond the addresses at their share
+    /// (with 64 slots and a quarter each: 3 addresses at their 16, then 16 more, one each),
+    /// where it took 4.
     pub(crate) async fn enter(&self, client: IpAddr) -> Result<Slot, Shed> {
         let share = match &self.shares {
             Some(shares) => match shares.take(client) {
-                Some(held) => Some(held),
-                None => return Err(self.shed(ShedReason::ClientShare)),
+                Some(held) if held.is_first() => Some(held),
+                Some(held) if self.slots.available_permits() > self.reserve => Some(held),
+                Some(_) | None => return Err(self.shed(ShedReason::ClientShare)),
             },
             None => None,
         };
@@ -533,6 +554,44 @@ mod tests {
         assert_eq!(waiter.await.expect("joined"), Ok(()));
         drop(others);
         let _a4 = g.enter(a).await.expect("a has its share again");
+    }
+
+    #[tokio::test]
+    async fn addresses_at_their_share_cannot_take_the_slots_kept_for_newcomers() {
+        // 16 slots, a quarter (4) per address: 4 are kept for addresses that hold none.
+        let meter = AdmissionMeter::default();
+        let g = Arc::new(Gate::new("g", 16, rules(0, 100, 4), meter.clone()));
+        let mut held = Vec::new();
+        let mut shed = 0;
+        for n in 1..=4 {
+            for _ in 0..4 {
+                match g.enter(client(n)).await {
+                    Ok(slot) => held.push(slot),
+                    Err(s) => {
+                        assert_eq!(s.reason, ShedReason::ClientShare);
+                        shed += 1;
+                    }
+                }
+            }
+        }
+        // Three addresses at their share (12), the fourth one slot: 13 held, 3 left.
+        assert_eq!((held.len(), shed), (13, 3));
+        // Each newcomer gets one, until none is left.
+        for n in 10..13 {
+            held.push(g.enter(client(n)).await.expect("a newcomer's slot"));
+            assert_eq!(
+                g.enter(client(n)).await.map(|_| ()).map_err(|s| s.reason),
+                Err(ShedReason::ClientShare),
+                "a newcomer with one slot does not take a second from the reserve"
+            );
+        }
+        assert_eq!(meter.in_flight_now(), 16);
+        // Without shares (one address may take every slot) nothing is kept back.
+        let (open, _) = gate(4, 0, 100);
+        let mut all = Vec::new();
+        for _ in 0..4 {
+            all.push(open.enter(client(1)).await.expect("every slot"));
+        }
     }
 
     #[tokio::test]

@@ -40,6 +40,15 @@ pub(crate) struct ClientShares {
 pub(crate) struct ClientHold {
     shares: Arc<ClientShares>,
     addr: IpAddr,
+    /// Whether the address held nothing before this unit.
+    first: bool,
+}
+
+impl ClientHold {
+    /// Whether this is the only unit its address holds (it held none before).
+    pub(crate) fn is_first(&self) -> bool {
+        self.first
+    }
 }
 
 impl ClientShares {
@@ -63,10 +72,12 @@ impl ClientShares {
         if *n >= self.limit {
             return None;
         }
+        let first = *n == 0;
         *n += 1;
         Some(ClientHold {
             shares: self.clone(),
             addr,
+            first,
         })
     }
 

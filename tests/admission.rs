@@ -667,3 +667,61 @@ async fn behind_a_trusted_proxy_the_share_is_the_forwarded_clients_and_a_v6_56_i
         200
     );
 }
+
+/// Four addresses at their share once held every slot, and a fifth client waited or was shed.
+/// Now the last share of free slots is kept for addresses that hold none: the four hold 7 of
+/// the 8 and a newcomer is served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_addresses_at_their_share_leave_a_slot_for_a_newcomer() {
+    let upstream = Upstream::start(Duration::ZERO).await;
+    // 8 slots, a quarter (2) per address, no queue: what is not free now is shed.
+    let gw = gateway(
+        &upstream,
+        "enabled = false\n[admission]\nmax_in_flight = 8\nqueue = 0\n",
+    );
+    let mut holding = Vec::new();
+    let mut refused = 0;
+    for (n, from) in ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+        .iter()
+        .enumerate()
+    {
+        for i in 0..2 {
+            let c = client_from(from);
+            let req = tokio::spawn(c.get(gw.url(&format!("/api/x/hold/{n}{i}"))).send());
+            // Wait until it is served, or answered at once.
+            let deadline = Instant::now() + PATIENCE;
+            loop {
+                if upstream.now.load(Ordering::SeqCst) > holding.len() {
+                    holding.push(req);
+                    break;
+                }
+                if req.is_finished() {
+                    let res = req.await.expect("joined").expect("an answer");
+                    assert_client_share(res).await;
+                    refused += 1;
+                    break;
+                }
+                assert!(Instant::now() < deadline, "neither served nor answered");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    assert_eq!(
+        (holding.len(), refused),
+        (7, 1),
+        "the fourth address's second is refused"
+    );
+    // A newcomer is served while the four still hold theirs.
+    let newcomer = tokio::spawn(client_from("127.0.0.6").get(gw.url("/api/y/hold/1")).send());
+    upstream.wait_serving(8).await;
+    upstream.release(8);
+    assert_eq!(
+        newcomer.await.expect("joined").expect("an answer").status(),
+        200
+    );
+    for r in holding {
+        assert_eq!(r.await.expect("joined").expect("an answer").status(), 200);
+    }
+    assert_eq!(gw.metric(&shed_sample("queue_full")).await, Some(0.0));
+    assert_eq!(gw.metric(&shed_sample("client_share")).await, Some(1.0));
+}
