@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod admin_client;
+mod body_keys;
 pub(crate) mod control;
 pub(crate) mod cors;
 pub(crate) mod forward_auth;
