@@ -1,8 +1,8 @@
 //! Redis Cluster: a request's checks grouped by slot, one call per slot sent at once, and the
 //! refund of what one slot consumed when another refused.
 
-use super::connection::classify;
-use super::connection::Conn;
+use super::conn::classify;
+use super::conn::Conn;
 use super::scripts::{key_name, parse_answer, push_check, GroupAnswer};
 use super::{Inner, StoreError, StoreErrorKind};
 use crate::limiter::{Algorithm, Verdict};

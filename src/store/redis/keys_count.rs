@@ -1,6 +1,6 @@
 //! The count of bucket keys: a bounded SCAN of every node, off the request path.
 
-use super::connection::Conn;
+use super::conn::Conn;
 use super::Inner;
 use redis::Value;
 use std::sync::atomic::Ordering;

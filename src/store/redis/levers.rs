@@ -2,7 +2,7 @@
 //! bucket forgotten (`DEL`), and the small tables every instance reads (`table.lua`: run-time
 //! overrides and resets, under the hash tag `{levers}` so a Cluster keeps each in one slot).
 
-use super::connection::{self, Conn};
+use super::conn::{self, Conn};
 use super::scripts::{int, key_name, push_check, unexpected, verdict};
 use super::{Inner, RedisStore};
 use crate::keys::BucketKey;
@@ -46,7 +46,7 @@ impl Inner {
         match tokio::time::timeout(self.opts.timeout, f).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(StoreError::new(
-                connection::classify(&e),
+                conn::classify(&e),
                 format!("redis: {what}: {}", crate::redact::urls_in(&e.to_string())),
             )),
             Err(_) => Err(StoreError::new(

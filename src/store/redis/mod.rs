@@ -32,6 +32,7 @@
 
 mod cache;
 mod cluster;
+mod conn;
 mod connection;
 mod keys_count;
 mod levers;
@@ -45,7 +46,7 @@ pub(crate) use sentinel::{is_sentinel_url, parse as parse_sentinel_url};
 pub(crate) use shared_calls::MAX_WAITING;
 
 use self::cache::OverLimitCache;
-use self::connection::Conn;
+use self::conn::Conn;
 use self::keys_count::count_keys;
 use self::scripts::{Script, BATCH_LUA, REFUND_LUA, SLOT_LUA};
 use self::shared_calls::{share_calls, Job};
@@ -523,7 +524,7 @@ impl Store for RedisStore {
             {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(StoreError::new(
-                    connection::classify(&e),
+                    conn::classify(&e),
                     format!("redis: {}", crate::redact::urls_in(&e.to_string())),
                 )),
                 Err(_) => Err(StoreError::new(
@@ -624,7 +625,7 @@ impl Inner {
         for a in answers {
             if let Err(e) = a {
                 return Err(StoreError::new(
-                    connection::classify(&e),
+                    conn::classify(&e),
                     format!(
                         "redis: give-back: {}",
                         crate::redact::urls_in(&e.to_string())

@@ -1,7 +1,7 @@
 //! The Lua scripts and their encoding: the key of a bucket, the arguments of a check, and the
 //! verdicts read back from an answer.
 
-use super::connection::Conn;
+use super::conn::Conn;
 use super::Inner;
 use crate::keys::BucketKey;
 use crate::limiter::{Algorithm, Quota, Verdict};

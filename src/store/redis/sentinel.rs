@@ -11,7 +11,7 @@
 //! The URL's user and password are the primaries'. Sentinels are asked without them; a Sentinel
 //! that wants a password (`NOAUTH`) is asked again with the same ones.
 
-use super::connection::Conn;
+use super::conn::Conn;
 use super::{Inner, RedisTarget};
 use redis::{
     ConnectionAddr, ConnectionInfo, ErrorKind, RedisConnectionInfo, RedisError, RedisResult,
@@ -334,11 +334,8 @@ impl Inner {
         } else {
             format!("{host}:{port}")
         };
-        super::connection::refuse_replica(
-            &conn,
-            &format!("the primary the Sentinels name ({addr})"),
-        )
-        .await?;
+        super::conn::refuse_replica(&conn, &format!("the primary the Sentinels name ({addr})"))
+            .await?;
         Ok((conn, addr))
     }
 }

@@ -1,7 +1,7 @@
 //! Standalone: concurrent requests share script calls. They wait in a bounded queue, and the
 //! batching loop sends what waits as one `batch.lua` call whenever a call slot is free.
 
-use super::connection::{classify, is_connection_error, is_readonly};
+use super::conn::{classify, is_connection_error, is_readonly};
 use super::scripts::{key_name, parse_shared, push_check};
 use super::{Inner, StoreError, StoreErrorKind};
 use crate::limiter::{Quota, Verdict};
