@@ -1,14 +1,12 @@
 //! The request body, read for `body:<field>` keys on the routes a `body:` limiter meters (by the
 //! gateway and the middleware alike), and put back for what runs after the limiter; or the
-//! request refused, when its body cannot be read with certainty
-//! ([`crate::keys::body::Unreadable`]).
+//! reason it cannot be read with certainty ([`crate::keys::body::Unreadable`]), for which the
+//! middleware refuses the request.
 
-use super::middleware::{drain_small_body, only_value, FleetLimiter};
-use super::response::Problem;
+use super::request::only_value;
 use crate::decision::{BodyValue, Settings};
 use crate::keys::body::Unreadable;
-use actix_web::body::EitherBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::ServiceRequest;
 use actix_web::http::Method;
 use actix_web::HttpMessage;
 use futures_util::StreamExt;
@@ -114,36 +112,4 @@ pub(super) async fn read(
     let rest: Body = Box::pin(read_back);
     req.set_payload(actix_web::dev::Payload::Stream { payload: rest });
     Ok(values)
-}
-
-/// A request on a `body:` route whose body cannot be read with certainty: refused with the
-/// reason's status and a problem document naming it; no limiter is charged. Counted by reason
-/// and logged at debug level (the body is the client's, never logged).
-pub(super) async fn refuse<B>(
-    limiter: &FleetLimiter,
-    req: ServiceRequest,
-    field: &str,
-    max_bytes: usize,
-    why: Unreadable,
-) -> ServiceResponse<EitherBody<B>> {
-    limiter.decider().metrics().body_refused(why);
-    tracing::debug!(
-        reason = why.as_str(),
-        field,
-        "request body refused for a body key"
-    );
-    let res = Problem::unreadable_body(why, field, max_bytes).into_response();
-    let (http_req, mut payload) = req.into_parts();
-    if matches!(
-        why,
-        Unreadable::TooLarge | Unreadable::TooSlow | Unreadable::Broken
-    ) {
-        // What is left of a body too large or too slow is not waited for: the connection closes.
-        let mut res = res;
-        res.head_mut()
-            .set_connection_type(actix_web::http::ConnectionType::Close);
-        return ServiceResponse::new(http_req, res).map_into_right_body();
-    }
-    drain_small_body(&mut payload).await;
-    ServiceResponse::new(http_req, res).map_into_right_body()
 }

@@ -184,7 +184,7 @@ pub(crate) async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> H
         &settings.trusted,
         endpoint.session_cookie.as_deref(),
     );
-    let lookup = |name: &str| crate::http::middleware::only_value(headers, name);
+    let lookup = |name: &str| crate::http::request::only_value(headers, name);
     let facts = RequestFacts {
         peer,
         method,

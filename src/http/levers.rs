@@ -408,7 +408,7 @@ pub(crate) async fn explain(
         &settings.trusted,
         Some(session_cookie.as_str()),
     );
-    let lookup = |name: &str| super::middleware::only_value(&f.headers, name);
+    let lookup = |name: &str| super::request::only_value(&f.headers, name);
     let facts = RequestFacts {
         peer: f.peer,
         method: &method,
@@ -494,7 +494,7 @@ pub(crate) async fn reset(
         &settings.trusted,
         Some(session_cookie.as_str()),
     );
-    let lookup = |name: &str| super::middleware::only_value(&f.headers, name);
+    let lookup = |name: &str| super::request::only_value(&f.headers, name);
     let method = asked.method.clone().unwrap_or_else(|| "GET".to_owned());
     let facts = RequestFacts {
         peer: f.peer,

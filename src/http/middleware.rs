@@ -22,7 +22,9 @@
 use crate::client_ip::{ForwardedHeader, TrustedProxies};
 use crate::config::Config;
 use crate::decision::{BodyValue, Decider, Outcome, RequestFacts, Settings};
+use crate::http::request::{drain_small_body, only_value};
 use crate::http::response::{self, Problem};
+use crate::keys::body::Unreadable;
 use crate::methods::{At, MethodRules, Named, Overrides, Refusal, RefusalReason, Source};
 use crate::path::{CanonicalPath, Rejected};
 use actix_web::body::{EitherBody, MessageBody};
@@ -34,12 +36,10 @@ use actix_web::http::uri::PathAndQuery;
 use actix_web::http::{Method, Uri};
 use actix_web::{Error, HttpMessage, HttpResponse};
 use futures_util::future::{ready, LocalBoxFuture, Ready};
-use futures_util::StreamExt;
 use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
 const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -201,7 +201,7 @@ where
                     Ok(values) => (path, values),
                     Err(why) => {
                         let field = fields.first().map_or("", |f| &**f);
-                        return Ok(super::body_keys::refuse(
+                        return Ok(refuse_body(
                             &limiter,
                             req,
                             field,
@@ -384,6 +384,38 @@ async fn answer_early<B>(
     ServiceResponse::new(http_req, res).map_into_right_body()
 }
 
+/// A request on a `body:` route whose body cannot be read with certainty: refused with the
+/// reason's status and a problem document naming it; no limiter is charged. Counted by reason
+/// and logged at debug level (the body is the client's, never logged).
+async fn refuse_body<B>(
+    limiter: &FleetLimiter,
+    req: ServiceRequest,
+    field: &str,
+    max_bytes: usize,
+    why: Unreadable,
+) -> ServiceResponse<EitherBody<B>> {
+    limiter.decider().metrics().body_refused(why);
+    tracing::debug!(
+        reason = why.as_str(),
+        field,
+        "request body refused for a body key"
+    );
+    let res = Problem::unreadable_body(why, field, max_bytes).into_response();
+    let (http_req, mut payload) = req.into_parts();
+    if matches!(
+        why,
+        Unreadable::TooLarge | Unreadable::TooSlow | Unreadable::Broken
+    ) {
+        // What is left of a body too large or too slow is not waited for: the connection closes.
+        let mut res = res;
+        res.head_mut()
+            .set_connection_type(actix_web::http::ConnectionType::Close);
+        return ServiceResponse::new(http_req, res).map_into_right_body();
+    }
+    drain_small_body(&mut payload).await;
+    ServiceResponse::new(http_req, res).map_into_right_body()
+}
+
 /// Answer 400 for a path with no canonical form, before any limiter or the app sees it.
 async fn reject_path<B>(
     limiter: &FleetLimiter,
@@ -500,47 +532,11 @@ pub(crate) fn header_facts<'a>(
     }
 }
 
-/// The value of header `name` when it was sent once, empty when sent more than once (see
-/// [`crate::decision::KeyHeaders`]).
-pub(crate) fn only_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {
-    let mut all = headers.get_all(name);
-    let first = all.next();
-    match all.next() {
-        Some(_) => Some(b""),
-        None => first.map(|v| v.as_bytes()),
-    }
-}
-
 fn forwarded_header(h: ForwardedHeader) -> HeaderName {
     match h {
         ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
         ForwardedHeader::Forwarded => FORWARDED,
     }
-}
-
-/// Most body bytes read from a refused request so that its connection can stay open.
-const REFUSED_BODY_DRAIN_BYTES: usize = 64 * 1024;
-/// Longest wait for the rest of a refused request's body.
-const REFUSED_BODY_DRAIN_TIME: Duration = Duration::from_secs(1);
-
-/// Read and discard a refused request's body when it is small and already arriving, as a
-/// client that is told 429 sends the next request on the same connection: actix-web closes
-/// any connection whose request body was left unread. A larger or slower body is left
-/// unread and the connection closes, as before.
-pub(crate) async fn drain_small_body<S, E>(payload: &mut S)
-where
-    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
-{
-    let read = async {
-        let mut seen = 0usize;
-        while let Some(Ok(chunk)) = payload.next().await {
-            seen += chunk.len();
-            if seen > REFUSED_BODY_DRAIN_BYTES {
-                break;
-            }
-        }
-    };
-    let _ = actix_web::rt::time::timeout(REFUSED_BODY_DRAIN_TIME, read).await;
 }
 
 /// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.

@@ -12,6 +12,7 @@ pub(crate) mod levers;
 pub(crate) mod listeners;
 pub(crate) mod middleware;
 pub(crate) mod proxy;
+pub(crate) mod request;
 pub(crate) mod response;
 
 use crate::config::Config;

@@ -108,7 +108,7 @@ pub(super) async fn overloaded(
     if upgrading {
         return closing(res);
     }
-    crate::http::middleware::drain_small_body(&mut payload).await;
+    crate::http::request::drain_small_body(&mut payload).await;
     res
 }
 
