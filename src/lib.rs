@@ -168,6 +168,7 @@
 mod test_macros;
 
 mod admission;
+mod calendar;
 pub mod calibration;
 mod client_ip;
 mod client_share;

@@ -652,7 +652,7 @@ pub(crate) fn parse_rfc3339(s: &str) -> Result<u64, String> {
         }
         _ => return Err(bad()),
     };
-    let days = crate::calibration::replay::time::days_from_civil(y, mo, d);
+    let days = crate::calendar::days_from_civil(y, mo, d);
     let t = days * 86_400 + h * 3600 + mi * 60 + sec.min(59) - offset + i64::from(frac);
     u64::try_from(t).map_err(|_| bad())
 }

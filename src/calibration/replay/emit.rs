@@ -3,24 +3,12 @@
 //! 2026-01-01T00:00:00Z plus its virtual time, so a scenario and its replay can be compared.
 
 use super::time::UnixNanos;
+use crate::calendar::civil_from_days;
 use crate::calibration::simulate::Req;
 use crate::clock::Nanos;
 
 /// 2026-01-01T00:00:00Z, where an emitted log's time starts.
 pub(crate) const START: UnixNanos = 1_767_225_600 * 1_000_000_000;
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
 
 /// `t` as RFC 3339 with nanoseconds: `2026-01-01T00:00:01.500000000Z`.
 pub(crate) fn rfc3339(t: UnixNanos) -> String {

@@ -7,16 +7,7 @@ const NS: i64 = 1_000_000_000;
 /// Years a replayed log may be stamped with; anything outside is an absurd timestamp.
 pub(crate) const YEARS: std::ops::RangeInclusive<i64> = 1990..=2200;
 
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub(crate) fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+use crate::calendar::days_from_civil;
 
 fn digits(b: &[u8]) -> Option<i64> {
     if b.is_empty() || b.len() > 9 {
