@@ -2,8 +2,11 @@
 
 use super::check::{fmt_rate, CheckReport, LimiterCheck, Status};
 use super::fmt_secs;
+use super::simulate::auth_ceilings::AuthCeilingsReport;
 use super::simulate::{
-    fleet as fleet_consts, rollout as rollout_consts, ScenarioReport, SimulationReport,
+    fleet as fleet_consts, rollout as rollout_consts, AbuseReport, AnalystsReport,
+    FailedOnlyReport, FleetReport, NatRolloutReport, RolloutReport, RotationReport, ScenarioReport,
+    SimulationReport, TableFloodReport,
 };
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -316,289 +319,321 @@ pub fn simulate_table(r: &SimulationReport) -> String {
     for s in &r.scenarios {
         let _ = writeln!(o);
         match s {
-            ScenarioReport::Fleet(f) => {
-                let (lo, hi) = fleet_consts::RESULTS_PER_TASK;
-                let _ = writeln!(
-                    o,
-                    "fleet     {} agents behind one NAT for {}; {} fleet-wide tasks, {lo}-{hi} results per agent each",
-                    f.agents,
-                    fmt_secs(f.duration_seconds as f64),
-                    fleet_consts::TASK_WAVES_SECONDS.len()
-                );
-                let _ = writeln!(
-                    o,
-                    "          requests {}  refused {} ({})",
-                    f.requests,
-                    f.refused,
-                    pct(f.refused, f.requests)
-                );
-                let _ = writeln!(
-                    o,
-                    "          agents marked offline {}  (offline episodes {}, longest heartbeat gap {})",
-                    f.agents_marked_offline,
-                    f.offline_episodes,
-                    fmt_secs(f.longest_heartbeat_gap_seconds)
-                );
-                let _ = writeln!(
-                    o,
-                    "          heartbeats {} (refused {})  results posted {} (refused {}, still queued {})",
-                    f.heartbeats, f.heartbeats_refused, f.results_posted, f.result_posts_refused, f.results_backlog
-                );
-            }
-            ScenarioReport::NatRollout(nr) => {
-                let _ = writeln!(
-                    o,
-                    "nat-rollout {} endpoints downloading and enrolling through one NAT, starting within 5m",
-                    nr.endpoints
-                );
-                for (label, ro) in [
-                    ("on the configured budget", &nr.default_budget),
-                    ("with an override for the NAT", &nr.with_override),
-                ] {
-                    let done = match ro.last_enrolled_after_seconds {
-                        Some(s) => format!("all enrolled after {}", fmt_secs(s)),
-                        None => format!(
-                            "{} of {} enrolled when the run gave up after {}",
-                            ro.enrolled,
-                            ro.endpoints,
-                            fmt_secs(rollout_consts::CAP_SECONDS as f64)
-                        ),
-                    };
-                    let _ = writeln!(
-                        o,
-                        "          {label}: {done}  (requests {}, refused {})",
-                        ro.requests, ro.refused
-                    );
-                }
-                for line in &nr.overrides {
-                    let _ = writeln!(o, "          override: {line}");
-                }
-            }
-            ScenarioReport::Rollout(ro) => {
-                let _ = writeln!(
-                    o,
-                    "rollout   {} endpoints downloading and enrolling through one NAT, starting within 5m",
-                    ro.endpoints
-                );
-                let _ = writeln!(
-                    o,
-                    "          requests {}  refused {} ({})",
-                    ro.requests,
-                    ro.refused,
-                    pct(ro.refused, ro.requests)
-                );
-                match ro.last_enrolled_after_seconds {
-                    Some(s) => {
-                        let _ = writeln!(
-                            o,
-                            "          last enrolled after {}  (all {} enrolled)",
-                            fmt_secs(s),
-                            ro.endpoints
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(
-                            o,
-                            "          {} of {} enrolled when the run gave up after {}",
-                            ro.enrolled,
-                            ro.endpoints,
-                            fmt_secs(rollout_consts::CAP_SECONDS as f64)
-                        );
-                    }
-                }
-            }
-            ScenarioReport::Analysts(a) => {
-                let _ = writeln!(
-                    o,
-                    "analysts  {} dashboards behind one NAT, each sending {} requests every {}s ({}) for {}, ignoring Retry-After",
-                    a.analysts,
-                    a.requests_per_poll,
-                    a.poll_seconds,
-                    fmt_rate(super::traffic::dashboard_per_minute(a.poll_seconds)),
-                    fmt_secs(a.duration_seconds as f64)
-                );
-                let _ = writeln!(
-                    o,
-                    "          verified tokens*:   requests {}  refused {} ({})  max refused per analyst {}",
-                    a.requests,
-                    a.refused,
-                    pct(a.refused, a.requests),
-                    a.max_refused_per_analyst
-                );
-                let w = &a.without_verified_tokens;
-                let after = "          * verified by a simulator verifier that accepts the tokens the scenario issues";
-                let _ = writeln!(
-                    o,
-                    "          no verified tokens: requests {}  refused {} ({})  max refused per analyst {}",
-                    w.requests,
-                    w.refused,
-                    pct(w.refused, w.requests),
-                    w.max_refused_per_analyst
-                );
-                let _ = writeln!(o, "{after}");
-            }
-            ScenarioReport::AuthCeilings(a) => {
-                let _ = writeln!(
-                    o,
-                    "auth-ceilings  {} clients for {}, ignoring Retry-After",
-                    a.clients.len(),
-                    fmt_secs(a.duration_seconds as f64)
-                );
-                for c in &a.clients {
-                    let _ = writeln!(
-                        o,
-                        "          {} {} every {}s from {} address(es), answered {}  admitted {}  refused {} of {}  longest refused {}",
-                        pad(c.name, 16),
-                        pad(&c.route, 26),
-                        c.every_seconds,
-                        c.addresses,
-                        c.status,
-                        c.admitted,
-                        c.refused,
-                        c.requests,
-                        fmt_secs(c.longest_refused_seconds as f64)
-                    );
-                }
-            }
-            ScenarioReport::FailedOnly(f) => {
-                let _ = writeln!(
-                    o,
-                    "failed-only  2 API clients for {}; api-key counts {}, budget {} over the run",
-                    fmt_secs(f.duration_seconds as f64),
-                    f.api_key_count.unwrap_or("(no api-key limiter)"),
-                    f.api_key_budget
-                        .map_or_else(|| "-".to_owned(), |b| b.to_string())
-                );
-                for c in &f.clients {
-                    let _ = writeln!(
-                        o,
-                        "          {} {}/s answered {}  admitted {} ({}/min)  refused {} of {}",
-                        pad(c.name, 17),
-                        c.rate_per_second,
-                        c.status,
-                        c.admitted,
-                        c.admitted_per_minute,
-                        c.refused,
-                        c.requests
-                    );
-                }
-            }
-            ScenarioReport::Abuse(a) => {
-                let _ = writeln!(
-                    o,
-                    "abuse     {} clients at {} requests/s each for {}, ignoring Retry-After",
-                    a.attackers.len(),
-                    a.rate_per_second,
-                    fmt_secs(a.duration_seconds as f64)
-                );
-                for at in &a.attackers {
-                    let _ = writeln!(
-                        o,
-                        "          {} {} admitted {}/min  (refused {} of {})",
-                        pad(at.name, 19),
-                        pad(&at.route, 26),
-                        at.admitted_per_minute,
-                        at.refused,
-                        at.requests
-                    );
-                }
-            }
-            ScenarioReport::TableFlood(r) => {
-                let t = &r.table;
-                if r.ceiling_remembers {
-                    let _ = writeln!(
-                        o,
-                        "table-flood  the known-agents table ({} ids; a new site keeps its first sightings while others hold at most {} minted within {}) filled from other addresses:",
-                        t.capacity,
-                        t.others_first_sightings,
-                        fmt_secs(t.grace_seconds as f64)
-                    );
-                } else {
-                    let _ = writeln!(
-                        o,
-                        "table-flood  no new-agents ceiling is on, so nothing remembers agent ids; the same floods from other addresses:"
-                    );
-                }
-                let _ = writeln!(
-                    o,
-                    "          from {} {} IPv6 /56s mint {} ids each in {} ({} ids, each seen once), then {} fresh ids a second to the end;",
-                    fmt_secs(r.fill_starts_seconds as f64),
-                    r.fill_addresses,
-                    r.fill_ids_each,
-                    fmt_secs(r.fill_seconds as f64),
-                    r.fill_addresses * r.fill_ids_each,
-                    r.keep_full_per_second
-                );
-                let _ = writeln!(
-                    o,
-                    "          from {} {} more /56s (what the bound leaves beside that stream) mint at their ceiling's full rate{}",
-                    fmt_secs(r.sustained_starts_seconds as f64),
-                    r.sustained_addresses,
-                    match (r.ceiling_remembers, r.table_full_at_seconds) {
-                        (false, _) => String::new(),
-                        (true, None) => "; the table never fills".to_owned(),
-                        (true, Some(s)) => format!("; the table is full from {}", fmt_secs(s)),
-                    }
-                );
-                for s in &r.sites {
-                    let _ = writeln!(
-                        o,
-                        "          site {} ({} agents from {}): heartbeats refused {} of {} (admitted {}/min)  polls refused {}  marked offline {}",
-                        pad(s.name, 20),
-                        s.agents,
-                        fmt_secs(s.arrives_seconds as f64),
-                        s.heartbeats_refused,
-                        s.heartbeats,
-                        s.admitted_per_minute,
-                        s.polls_refused,
-                        s.agents_marked_offline
-                    );
-                }
-                let k = &r.known;
-                let _ = writeln!(
-                    o,
-                    "          flood admitted {} of {}; table at the end: {} first sightings, {} protected; not remembered {} (address full), {} (table full); evicted {} stale, {} for a share",
-                    r.flood_admitted,
-                    r.flood_requests,
-                    k.probation,
-                    k.protected,
-                    k.not_remembered_address,
-                    k.not_remembered_table,
-                    k.evicted_stale_probation + k.evicted_stale_protected,
-                    k.evicted_share_probation + k.evicted_share_protected
-                );
-            }
-            ScenarioReport::Rotation(r) => {
-                let _ = writeln!(
-                    o,
-                    "rotation  {} agents behind one NAT; from {} one host there sends {} requests/s, each with a fresh agent id, for {}",
-                    r.agents,
-                    fmt_secs(r.flood_starts_seconds as f64),
-                    r.flood_rate_per_second,
-                    fmt_secs((r.duration_seconds - r.flood_starts_seconds) as f64)
-                );
-                let _ = writeln!(
-                    o,
-                    "          healthy agents marked offline {}  heartbeats refused {} of {} (admitted {}/min)  polls refused {}  longest heartbeat gap {}",
-                    r.agents_marked_offline,
-                    r.heartbeats_refused,
-                    r.heartbeats,
-                    r.heartbeats_admitted_per_minute,
-                    r.polls_refused,
-                    fmt_secs(r.longest_heartbeat_gap_seconds)
-                );
-                let allows = r
-                    .ceiling_allows
-                    .map_or("no new-agents ceiling".to_owned(), |n| {
-                        format!("the ceiling allows at most {n}")
-                    });
-                let _ = writeln!(
-                    o,
-                    "          rotating client admitted {} of {} ({}/min; {allows})",
-                    r.rotating_admitted, r.rotating_requests, r.rotating_admitted_per_minute
-                );
-            }
+            ScenarioReport::Fleet(f) => fleet_block(&mut o, f),
+            ScenarioReport::NatRollout(nr) => nat_rollout_block(&mut o, nr),
+            ScenarioReport::Rollout(ro) => rollout_block(&mut o, ro),
+            ScenarioReport::Analysts(a) => analysts_block(&mut o, a),
+            ScenarioReport::AuthCeilings(a) => auth_ceilings_block(&mut o, a),
+            ScenarioReport::FailedOnly(f) => failed_only_block(&mut o, f),
+            ScenarioReport::Abuse(a) => abuse_block(&mut o, a),
+            ScenarioReport::TableFlood(r) => table_flood_block(&mut o, r),
+            ScenarioReport::Rotation(r) => rotation_block(&mut o, r),
         }
     }
     o
+}
+
+/// The `fleet` scenario's block of the table.
+fn fleet_block(o: &mut String, f: &FleetReport) {
+    let (lo, hi) = fleet_consts::RESULTS_PER_TASK;
+    let _ = writeln!(
+        o,
+        "fleet     {} agents behind one NAT for {}; {} fleet-wide tasks, {lo}-{hi} results per agent each",
+        f.agents,
+        fmt_secs(f.duration_seconds as f64),
+        fleet_consts::TASK_WAVES_SECONDS.len()
+    );
+    let _ = writeln!(
+        o,
+        "          requests {}  refused {} ({})",
+        f.requests,
+        f.refused,
+        pct(f.refused, f.requests)
+    );
+    let _ = writeln!(
+        o,
+        "          agents marked offline {}  (offline episodes {}, longest heartbeat gap {})",
+        f.agents_marked_offline,
+        f.offline_episodes,
+        fmt_secs(f.longest_heartbeat_gap_seconds)
+    );
+    let _ = writeln!(
+        o,
+        "          heartbeats {} (refused {})  results posted {} (refused {}, still queued {})",
+        f.heartbeats,
+        f.heartbeats_refused,
+        f.results_posted,
+        f.result_posts_refused,
+        f.results_backlog
+    );
+}
+
+/// The `nat-rollout` scenario's block of the table.
+fn nat_rollout_block(o: &mut String, nr: &NatRolloutReport) {
+    let _ = writeln!(
+        o,
+        "nat-rollout {} endpoints downloading and enrolling through one NAT, starting within 5m",
+        nr.endpoints
+    );
+    for (label, ro) in [
+        ("on the configured budget", &nr.default_budget),
+        ("with an override for the NAT", &nr.with_override),
+    ] {
+        let done = match ro.last_enrolled_after_seconds {
+            Some(s) => format!("all enrolled after {}", fmt_secs(s)),
+            None => format!(
+                "{} of {} enrolled when the run gave up after {}",
+                ro.enrolled,
+                ro.endpoints,
+                fmt_secs(rollout_consts::CAP_SECONDS as f64)
+            ),
+        };
+        let _ = writeln!(
+            o,
+            "          {label}: {done}  (requests {}, refused {})",
+            ro.requests, ro.refused
+        );
+    }
+    for line in &nr.overrides {
+        let _ = writeln!(o, "          override: {line}");
+    }
+}
+
+/// The `rollout` scenario's block of the table.
+fn rollout_block(o: &mut String, ro: &RolloutReport) {
+    let _ = writeln!(
+        o,
+        "rollout   {} endpoints downloading and enrolling through one NAT, starting within 5m",
+        ro.endpoints
+    );
+    let _ = writeln!(
+        o,
+        "          requests {}  refused {} ({})",
+        ro.requests,
+        ro.refused,
+        pct(ro.refused, ro.requests)
+    );
+    match ro.last_enrolled_after_seconds {
+        Some(s) => {
+            let _ = writeln!(
+                o,
+                "          last enrolled after {}  (all {} enrolled)",
+                fmt_secs(s),
+                ro.endpoints
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "          {} of {} enrolled when the run gave up after {}",
+                ro.enrolled,
+                ro.endpoints,
+                fmt_secs(rollout_consts::CAP_SECONDS as f64)
+            );
+        }
+    }
+}
+
+/// The `analysts` scenario's block of the table.
+fn analysts_block(o: &mut String, a: &AnalystsReport) {
+    let _ = writeln!(
+        o,
+        "analysts  {} dashboards behind one NAT, each sending {} requests every {}s ({}) for {}, ignoring Retry-After",
+        a.analysts,
+        a.requests_per_poll,
+        a.poll_seconds,
+        fmt_rate(super::traffic::dashboard_per_minute(a.poll_seconds)),
+        fmt_secs(a.duration_seconds as f64)
+    );
+    let _ = writeln!(
+        o,
+        "          verified tokens*:   requests {}  refused {} ({})  max refused per analyst {}",
+        a.requests,
+        a.refused,
+        pct(a.refused, a.requests),
+        a.max_refused_per_analyst
+    );
+    let w = &a.without_verified_tokens;
+    let after =
+        "          * verified by a simulator verifier that accepts the tokens the scenario issues";
+    let _ = writeln!(
+        o,
+        "          no verified tokens: requests {}  refused {} ({})  max refused per analyst {}",
+        w.requests,
+        w.refused,
+        pct(w.refused, w.requests),
+        w.max_refused_per_analyst
+    );
+    let _ = writeln!(o, "{after}");
+}
+
+/// The `auth-ceilings` scenario's block of the table.
+fn auth_ceilings_block(o: &mut String, a: &AuthCeilingsReport) {
+    let _ = writeln!(
+        o,
+        "auth-ceilings  {} clients for {}, ignoring Retry-After",
+        a.clients.len(),
+        fmt_secs(a.duration_seconds as f64)
+    );
+    for c in &a.clients {
+        let _ = writeln!(
+            o,
+            "          {} {} every {}s from {} address(es), answered {}  admitted {}  refused {} of {}  longest refused {}",
+            pad(c.name, 16),
+            pad(&c.route, 26),
+            c.every_seconds,
+            c.addresses,
+            c.status,
+            c.admitted,
+            c.refused,
+            c.requests,
+            fmt_secs(c.longest_refused_seconds as f64)
+        );
+    }
+}
+
+/// The `failed-only` scenario's block of the table.
+fn failed_only_block(o: &mut String, f: &FailedOnlyReport) {
+    let _ = writeln!(
+        o,
+        "failed-only  2 API clients for {}; api-key counts {}, budget {} over the run",
+        fmt_secs(f.duration_seconds as f64),
+        f.api_key_count.unwrap_or("(no api-key limiter)"),
+        f.api_key_budget
+            .map_or_else(|| "-".to_owned(), |b| b.to_string())
+    );
+    for c in &f.clients {
+        let _ = writeln!(
+            o,
+            "          {} {}/s answered {}  admitted {} ({}/min)  refused {} of {}",
+            pad(c.name, 17),
+            c.rate_per_second,
+            c.status,
+            c.admitted,
+            c.admitted_per_minute,
+            c.refused,
+            c.requests
+        );
+    }
+}
+
+/// The `abuse` scenario's block of the table.
+fn abuse_block(o: &mut String, a: &AbuseReport) {
+    let _ = writeln!(
+        o,
+        "abuse     {} clients at {} requests/s each for {}, ignoring Retry-After",
+        a.attackers.len(),
+        a.rate_per_second,
+        fmt_secs(a.duration_seconds as f64)
+    );
+    for at in &a.attackers {
+        let _ = writeln!(
+            o,
+            "          {} {} admitted {}/min  (refused {} of {})",
+            pad(at.name, 19),
+            pad(&at.route, 26),
+            at.admitted_per_minute,
+            at.refused,
+            at.requests
+        );
+    }
+}
+
+/// The `table-flood` scenario's block of the table.
+fn table_flood_block(o: &mut String, r: &TableFloodReport) {
+    let t = &r.table;
+    if r.ceiling_remembers {
+        let _ = writeln!(
+            o,
+            "table-flood  the known-agents table ({} ids; a new site keeps its first sightings while others hold at most {} minted within {}) filled from other addresses:",
+            t.capacity,
+            t.others_first_sightings,
+            fmt_secs(t.grace_seconds as f64)
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "table-flood  no new-agents ceiling is on, so nothing remembers agent ids; the same floods from other addresses:"
+        );
+    }
+    let _ = writeln!(
+        o,
+        "          from {} {} IPv6 /56s mint {} ids each in {} ({} ids, each seen once), then {} fresh ids a second to the end;",
+        fmt_secs(r.fill_starts_seconds as f64),
+        r.fill_addresses,
+        r.fill_ids_each,
+        fmt_secs(r.fill_seconds as f64),
+        r.fill_addresses * r.fill_ids_each,
+        r.keep_full_per_second
+    );
+    let _ = writeln!(
+        o,
+        "          from {} {} more /56s (what the bound leaves beside that stream) mint at their ceiling's full rate{}",
+        fmt_secs(r.sustained_starts_seconds as f64),
+        r.sustained_addresses,
+        match (r.ceiling_remembers, r.table_full_at_seconds) {
+            (false, _) => String::new(),
+            (true, None) => "; the table never fills".to_owned(),
+            (true, Some(s)) => format!("; the table is full from {}", fmt_secs(s)),
+        }
+    );
+    for s in &r.sites {
+        let _ = writeln!(
+            o,
+            "          site {} ({} agents from {}): heartbeats refused {} of {} (admitted {}/min)  polls refused {}  marked offline {}",
+            pad(s.name, 20),
+            s.agents,
+            fmt_secs(s.arrives_seconds as f64),
+            s.heartbeats_refused,
+            s.heartbeats,
+            s.admitted_per_minute,
+            s.polls_refused,
+            s.agents_marked_offline
+        );
+    }
+    let k = &r.known;
+    let _ = writeln!(
+        o,
+        "          flood admitted {} of {}; table at the end: {} first sightings, {} protected; not remembered {} (address full), {} (table full); evicted {} stale, {} for a share",
+        r.flood_admitted,
+        r.flood_requests,
+        k.probation,
+        k.protected,
+        k.not_remembered_address,
+        k.not_remembered_table,
+        k.evicted_stale_probation + k.evicted_stale_protected,
+        k.evicted_share_probation + k.evicted_share_protected
+    );
+}
+
+/// The `rotation` scenario's block of the table.
+fn rotation_block(o: &mut String, r: &RotationReport) {
+    let _ = writeln!(
+        o,
+        "rotation  {} agents behind one NAT; from {} one host there sends {} requests/s, each with a fresh agent id, for {}",
+        r.agents,
+        fmt_secs(r.flood_starts_seconds as f64),
+        r.flood_rate_per_second,
+        fmt_secs((r.duration_seconds - r.flood_starts_seconds) as f64)
+    );
+    let _ = writeln!(
+        o,
+        "          healthy agents marked offline {}  heartbeats refused {} of {} (admitted {}/min)  polls refused {}  longest heartbeat gap {}",
+        r.agents_marked_offline,
+        r.heartbeats_refused,
+        r.heartbeats,
+        r.heartbeats_admitted_per_minute,
+        r.polls_refused,
+        fmt_secs(r.longest_heartbeat_gap_seconds)
+    );
+    let allows = r
+        .ceiling_allows
+        .map_or("no new-agents ceiling".to_owned(), |n| {
+            format!("the ceiling allows at most {n}")
+        });
+    let _ = writeln!(
+        o,
+        "          rotating client admitted {} of {} ({}/min; {allows})",
+        r.rotating_admitted, r.rotating_requests, r.rotating_admitted_per_minute
+    );
 }
