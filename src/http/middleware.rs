@@ -200,15 +200,7 @@ where
                 match super::body_keys::read(&mut req, &settings, &fields).await {
                     Ok(values) => (path, values),
                     Err(why) => {
-                        let field = fields.first().map_or("", |f| &**f);
-                        return Ok(refuse_body(
-                            &limiter,
-                            req,
-                            field,
-                            settings.body_key_max_bytes,
-                            why,
-                        )
-                        .await);
+                        return Ok(refuse_body(&limiter, &settings, req, &fields, why).await)
                     }
                 }
             };
@@ -224,18 +216,7 @@ where
                 .decider
                 .observe(&settings, &outcome, started.elapsed());
             if outcome.refused() {
-                let mut res =
-                    response::too_many_requests(&outcome, &settings.headers, decided_wall);
-                let (http_req, mut payload) = req.into_parts();
-                if http_req.head().upgrade() {
-                    // A refused upgrade (a WebSocket handshake): nothing to drain, and what the
-                    // client sends next on this connection would not be HTTP. It closes.
-                    res.head_mut()
-                        .set_connection_type(actix_web::http::ConnectionType::Close);
-                } else {
-                    drain_small_body(&mut payload).await;
-                }
-                return Ok(ServiceResponse::new(http_req, res).map_into_right_body());
+                return Ok(answer_refusal(&outcome, &settings, req, decided_wall).await);
             }
             let shared: Arc<Outcome>;
             let outcome: &Outcome = if limiter.outcome_extension {
@@ -384,16 +365,39 @@ async fn answer_early<B>(
     ServiceResponse::new(http_req, res).map_into_right_body()
 }
 
+/// The answer to a request a limiter refused: 429 with the limit headers and `Retry-After` of
+/// the outcome. A refused upgrade (a WebSocket handshake) has nothing to drain, and what the
+/// client sends next on its connection would not be HTTP: it closes. Any other drains a small
+/// body so its connection can stay open.
+async fn answer_refusal<B>(
+    outcome: &Outcome,
+    settings: &Settings,
+    req: ServiceRequest,
+    decided_wall: Option<std::time::SystemTime>,
+) -> ServiceResponse<EitherBody<B>> {
+    let mut res = response::too_many_requests(outcome, &settings.headers, decided_wall);
+    let (http_req, mut payload) = req.into_parts();
+    if http_req.head().upgrade() {
+        res.head_mut()
+            .set_connection_type(actix_web::http::ConnectionType::Close);
+    } else {
+        drain_small_body(&mut payload).await;
+    }
+    ServiceResponse::new(http_req, res).map_into_right_body()
+}
+
 /// A request on a `body:` route whose body cannot be read with certainty: refused with the
 /// reason's status and a problem document naming it; no limiter is charged. Counted by reason
 /// and logged at debug level (the body is the client's, never logged).
 async fn refuse_body<B>(
     limiter: &FleetLimiter,
+    settings: &Settings,
     req: ServiceRequest,
-    field: &str,
-    max_bytes: usize,
+    fields: &[Arc<str>],
     why: Unreadable,
 ) -> ServiceResponse<EitherBody<B>> {
+    let field = fields.first().map_or("", |f| &**f);
+    let max_bytes = settings.body_key_max_bytes;
     limiter.decider().metrics().body_refused(why);
     tracing::debug!(
         reason = why.as_str(),
