@@ -102,3 +102,13 @@ write("config", "#\n[server]\nlisten = \"127.0.0.1:0\"\n%%\nFLEET_LIMITER_STORE_
 write("config", "!ab\tcd\n[identity]\njwt_hs256_secret = \"dup\"\n%%\nFLEET_LIMITER_JWT_HS256_SECRET=short$S\n")
 write("config", "\"\n%%\nFLEET_LIMITER_STORE=redis://$S@h:1\nFLEET_LIMITER_UPSTREAM=http://a:$S@[::1\nFLEET_LIMITER_JWKS_URL=https://h/j#$S\n")
 write("config", "0\n[limiters.api]\nroutes = [\"GET /api/*\"]\nlimit = 5\nwindow = \"1m\"\n%%\nFLEET_LIMITER_LIMITER_API_LIMIT=x\nFLEET_LIMITER_STORE_CLUSTER=redis://:$S@a:1,redis://b:2\n")
+
+# 8. Body keys: JSON ("0" in front) and form ("1") bodies, plain and hostile.
+for body in ['{"email":"victim@example.com","password":"x"}', '{"email":"decoy@x.test","email":"Victim@Example.COM"}',
+             '{"email":["victim@example.com"]}', '{"email":"\\"victim\\"@b\\u00fccher.example"}',
+             '{"email":"vic\\u200btim\\uff20example.com"}', '{"email":"a@x,b@y"}', '{"n":[[[[1]]]],"email":42}',
+             '\ufeff{"email":"bom@example.com"}']:
+    write("body_keys", "0" + body)
+for body in ["email=victim%40example.com&password=x", "email=a&email=b", "email[]=victim%40example.com",
+             "email=+Victim%2Btag%40Example.COM.+&n=%zz", "x=1&&email=%E2%80%8Bv%40x.io"]:
+    write("body_keys", "1" + body)

@@ -235,3 +235,22 @@ pub fn json(spec: &str, line: &[u8]) -> Result<Result<Line, &'static str>, Strin
         .map(|f| owned(&f))
         .map_err(Malformed::describe))
 }
+
+// ------------------------------------------------------------------------------------------
+// Body keys (src/keys/body.rs)
+// ------------------------------------------------------------------------------------------
+
+/// The key a `body:email` limiter reads from `body` as JSON (`json`) or a form: `Ok(None)` for
+/// a body that names no `email`, `Err` with the reason's name for one it refuses.
+pub fn body_email(json: bool, body: &[u8]) -> Result<Option<String>, &'static str> {
+    use crate::keys::body::{values, Format};
+    let format = if json { Format::Json } else { Format::Form };
+    values(format, body, &["email"])
+        .map(|mut v| v.pop().flatten())
+        .map_err(|r| r.as_str())
+}
+
+/// A value as its key ([`crate::keys::body::normalize`]).
+pub fn body_normalize(raw: &str) -> Option<String> {
+    crate::keys::body::normalize(raw)
+}
