@@ -223,3 +223,71 @@ allowed_origins = ["{listed_origin}"]
         "the gateway did refuse it"
     );
 }
+
+/// A page on another origin that tries what a page can do to the admin listener without
+/// asking: a `no-cors` `text/plain` POST of an override, and an auto-submitted `text/plain`
+/// form shaped to spell the same JSON. Writes `done` when both were sent.
+fn attack_page(admin: &str) -> String {
+    let body =
+        r#"{"limiter":"agent-device","match":"ip:0.0.0.0/0","limit":4294967295,"window":"1m"}"#;
+    format!(
+        r#"<!doctype html><html><body><pre id="out">pending</pre>
+<iframe name="sink" style="display:none"></iframe>
+<form id="f" method="POST" enctype="text/plain" action="{admin}/overrides" target="sink">
+<input type="hidden" name='{{"limiter":"agent-device","match":"ip:0.0.0.0/0","limit":4294967295,"window":"1m","by":"' value='x"}}'>
+</form>
+<script>
+(async () => {{
+  let fetched;
+  try {{
+    const r = await fetch("{admin}/overrides", {{ method: "POST", mode: "no-cors", headers: {{ "content-type": "text/plain" }}, body: JSON.stringify({body}) }});
+    fetched = "sent:" + r.type;
+  }} catch (e) {{
+    fetched = "error:" + e.name;
+  }}
+  document.getElementById("f").submit();
+  await new Promise(r => setTimeout(r, 1500));
+  document.getElementById("out").textContent = JSON.stringify({{ fetched, done: true }});
+}})();
+</script></body></html>"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_another_origin_cannot_create_an_override_on_the_admin_listener() {
+    let Some(bin) = chromium() else {
+        common::unavailable("no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    // No admin token, on loopback: the levers are open to whoever runs on this host, and to
+    // no web page.
+    let gw = Launch::serve()
+        .upstream("http://127.0.0.1:9")
+        .admin()
+        .log("info")
+        .spawn();
+    let admin = gw.admin("").trim_end_matches('/').to_owned();
+    let port = serve_page(bind(), attack_page(&admin));
+    let profile = tempfile::tempdir().expect("profile dir");
+    let seen = browse(bin, &format!("http://127.0.0.1:{port}/"), profile.path()).await;
+    assert_eq!(seen["done"], true, "{seen}");
+    let list: serde_json::Value = common::client()
+        .get(gw.admin("/overrides"))
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(list["overrides"], serde_json::json!([]), "{list}");
+    // The browser did send both: the listener refused them (not the browser).
+    let refused = gw
+        .stderr()
+        .matches("admin listener refused a request")
+        .count();
+    assert!(
+        refused >= 2,
+        "the listener saw and refused both: {}",
+        gw.stderr()
+    );
+}

@@ -48,7 +48,13 @@ pub struct OpsConfig {
     /// The token the admin listener's levers (`/overrides`, `/reset`, `/explain`, `/reload`)
     /// require in `Authorization: Bearer`; without one they answer only on a loopback listener.
     pub admin_token: Option<crate::identity::secret::Secret>,
+    /// Names besides IP literals and `localhost` that the admin listener answers to in `Host`
+    /// (lower case, without a trailing dot): a Kubernetes Service's, a monitoring host's.
+    pub admin_hosts: Vec<String>,
 }
+
+/// The most names `ops.admin_hosts` may list.
+pub(crate) const MAX_ADMIN_HOSTS: usize = 32;
 
 /// The shortest admin token accepted.
 pub(crate) const MIN_ADMIN_TOKEN: usize = 32;
@@ -71,6 +77,7 @@ pub(super) struct RawOps {
     near_limit_percent: Option<i64>,
     log_format: Option<LogFormat>,
     admin_token: Option<String>,
+    admin_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +149,8 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
             Some(crate::identity::secret::Secret::new(t))
         }
     };
+    let admin_hosts = admin_hosts(raw.admin_hosts.unwrap_or_default())
+        .map_err(|e| ctx.err("ops.admin_hosts", e))?;
     Ok(OpsConfig {
         admin_listen,
         shutdown_grace,
@@ -149,6 +158,7 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
         near_limit_percent: pct as u8,
         log_format: raw.log_format.unwrap_or_default(),
         admin_token,
+        admin_hosts,
     })
 }
 
@@ -178,6 +188,46 @@ pub(super) fn build_cors(raw: RawCors, ctx: &Ctx) -> Result<CorsConfig, ConfigEr
 }
 
 /// `scheme://host[:port]` with nothing after it.
+/// `ops.admin_hosts`: DNS names, each 1-253 characters of letters, digits, `-` and `.` in
+/// labels of 1-63 (no port, no wildcard, no IP: an IP literal is always answered), lower-cased,
+/// a trailing dot dropped; at most [`MAX_ADMIN_HOSTS`].
+fn admin_hosts(raw: Vec<String>) -> Result<Vec<String>, String> {
+    if raw.len() > MAX_ADMIN_HOSTS {
+        return Err(format!(
+            "{} names; list at most {MAX_ADMIN_HOSTS} (the names the admin listener is reached by)",
+            raw.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(raw.len());
+    for name in raw {
+        let n = name.trim().trim_end_matches('.').to_ascii_lowercase();
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        let shown = crate::redact::printable(&name, 64);
+        if n.is_empty() || n.len() > 253 || !n.split('.').all(label_ok) {
+            return Err(format!(
+                "`{shown}` is not a host name; list the DNS names the admin listener is reached by, without scheme, port or wildcard, e.g. [\"fleet-limiter-admin.ops.svc.cluster.local\"] (IP addresses and localhost are always answered)"
+            ));
+        }
+        if n.parse::<std::net::IpAddr>().is_ok()
+            || n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        {
+            return Err(format!(
+                "`{shown}` is an address: IP literals are always answered; list host names only"
+            ));
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
+
 fn valid_origin(o: &str) -> bool {
     let Some((scheme, rest)) = o.split_once("://") else {
         return false;

@@ -230,7 +230,26 @@ impl Admin {
         let signals = Signals::install()?;
         let data = web::Data::from(control.clone());
         let server = HttpServer::new(move || {
+            let guard = data.clone();
             App::new()
+                .wrap_fn(move |req, srv| {
+                    use actix_web::dev::Service;
+                    use futures_util::future::{ready, Either};
+                    let hosts = guard.current_config().ops.admin_hosts;
+                    match super::admin_guard::judge(req.method(), req.headers(), &hosts) {
+                        Ok(()) => Either::Right(srv.call(req)),
+                        Err(why) => {
+                            tracing::info!(
+                                reason = why.as_str(),
+                                peer = %req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default(),
+                                "admin listener refused a request: {}",
+                                why.as_str()
+                            );
+                            let res = req.into_response(super::admin_guard::answer(why));
+                            Either::Left(ready(Ok(res)))
+                        }
+                    }
+                })
                 .app_data(data.clone())
                 .route("/metrics", web::get().to(metrics_page))
                 .route("/healthz", web::get().to(healthz))

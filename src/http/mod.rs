@@ -2,6 +2,7 @@
 
 pub(crate) mod admin;
 pub(crate) mod admin_client;
+mod admin_guard;
 mod body_keys;
 pub(crate) mod control;
 pub(crate) mod cors;
