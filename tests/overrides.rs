@@ -344,6 +344,7 @@ async fn reset_unblocks_exactly_one_principal_and_explain_consumes_nothing() {
     let huge = "x".repeat(200 * 1024);
     let r = client()
         .post(gw.admin("/explain"))
+        .header("content-type", "application/json")
         .body(huge)
         .send()
         .await

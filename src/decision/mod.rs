@@ -56,13 +56,7 @@ pub struct RequestFacts<'a> {
 #[derive(Clone, Copy, Default)]
 pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>, &'a [BodyValue]);
 
-/// A body field a `body:<field>` limiter reads, and its normalised value
-/// ([`crate::keys::body::normalize`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BodyValue {
-    pub field: Arc<str>,
-    pub value: String,
-}
+pub(crate) use crate::keys::body::BodyValue;
 
 /// Header values by lower-case name (see [`KeyHeaders`]).
 pub(crate) type HeaderLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + Sync + 'a;
@@ -73,12 +67,17 @@ impl<'a> KeyHeaders<'a> {
     }
 
     /// These headers, and the body fields read for `body:<field>` limiters.
-    pub fn with_body(self, body: &'a [BodyValue]) -> Self {
+    pub(crate) fn with_body(self, body: &'a [BodyValue]) -> Self {
         Self(self.0, body)
     }
 
     pub fn get(&self, name: &str) -> Option<&'a [u8]> {
         self.0.and_then(|f| f(name))
+    }
+
+    /// Every body field read, normalised.
+    pub(crate) fn bodies(&self) -> &'a [BodyValue] {
+        self.1
     }
 
     /// The normalised value of body field `field`, when the body named it once.
@@ -451,6 +450,7 @@ impl Decider {
                 agent_id: id.agent_id,
                 user: id.user.as_deref(),
                 claims: id.claims(),
+                body: req.key_headers.bodies(),
             };
             if let Some(o) = ix.find(&spec.name, &who, self.overrides.unix_now()) {
                 buckets.push(
@@ -567,6 +567,7 @@ impl Decider {
             agent_id: id.agent_id,
             user: id.user.as_deref(),
             claims: id.claims(),
+            body: req.key_headers.bodies(),
         };
         let chosen = |l: &LimiterSpec| -> Chosen {
             if let Some(o) = index

@@ -72,6 +72,10 @@ pub struct AskedRequest {
     /// A header the request carries, `Name: value` (repeatable).
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
     pub headers: Vec<String>,
+    /// A field of its body that a `body:<field>` limiter reads, `field=value` (repeatable),
+    /// e.g. `--body email=victim@example.com`.
+    #[arg(long = "body", value_name = "FIELD=VALUE")]
+    pub body: Vec<String>,
 }
 
 fn body_of(req: &AskedRequest) -> Result<serde_json::Map<String, serde_json::Value>, String> {
@@ -88,6 +92,16 @@ fn body_of(req: &AskedRequest) -> Result<serde_json::Map<String, serde_json::Val
         body.insert("peer".into(), p.clone().into());
     }
     body.insert("headers".into(), headers.into());
+    if !req.body.is_empty() {
+        let mut fields = serde_json::Map::new();
+        for f in &req.body {
+            let Some((name, value)) = f.split_once('=') else {
+                return Err(format!("--body `{f}`: write it as `field=value`"));
+            };
+            fields.insert(name.trim().to_owned(), value.into());
+        }
+        body.insert("body".into(), fields.into());
+    }
     Ok(body)
 }
 
@@ -143,6 +157,14 @@ fn call(
                 "fleet-limiter: {} answered {status}: {why}",
                 crate::redact::url(&target.url)
             );
+            if status == reqwest::StatusCode::UNAUTHORIZED {
+                let hint = if target.token.is_some() {
+                    "the token given is not this instance's ops.admin_token"
+                } else {
+                    "this instance sets ops.admin_token: pass it with --token TOKEN or FLEET_LIMITER_ADMIN_TOKEN"
+                };
+                eprintln!("fleet-limiter: {hint}");
+            }
             ExitCode::from(1)
         }
         Err(e) => {

@@ -26,6 +26,10 @@ use std::net::IpAddr;
 pub(crate) const MAX_BODY: usize = 64 * 1024;
 /// Most headers an explained request may carry.
 const MAX_HEADERS: usize = 64;
+/// Most body fields a request to explain or reset may name.
+const MAX_BODY_FIELDS: usize = 8;
+/// The longest override id taken; ids the gateway makes are 12 hex digits.
+const MAX_ID_LEN: usize = 64;
 
 fn answer(status: StatusCode, body: &impl Serialize) -> HttpResponse {
     HttpResponse::build(status)
@@ -67,7 +71,7 @@ pub(crate) fn authorized(control: &Control, req: &HttpRequest) -> Result<(), Box
                     HttpResponse::build(StatusCode::UNAUTHORIZED)
                         .content_type("application/json")
                         .insert_header(("www-authenticate", "Bearer realm=\"fleet-limiter admin\""))
-                        .body(r#"{"error":"send Authorization: Bearer <ops.admin_token>"}"#),
+                        .body(r#"{"error":"this instance's levers need its ops.admin_token: send Authorization: Bearer <token> (the fleet-limiter command takes --token TOKEN or FLEET_LIMITER_ADMIN_TOKEN)"}"#),
                 ))
             }
         }
@@ -206,6 +210,21 @@ pub(crate) async fn remove(
         return *r;
     }
     let id = id.into_inner();
+    let well_formed = !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !well_formed {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "not an override id ({} bytes); ids are 1-{MAX_ID_LEN} letters, digits, `-` and `_`, as `fleet-limiter override list` shows them",
+                id.len()
+            ),
+            Some("id"),
+        );
+    }
     if control.decider().overrides().is_config(&id) {
         return problem(
             StatusCode::CONFLICT,
@@ -242,6 +261,10 @@ pub(crate) struct Asked {
     peer: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
+    /// The fields of its body that `body:<field>` limiters read (`{"email": "…"}`), each a
+    /// string or a whole number, normalised as the limiter normalises them.
+    #[serde(default)]
+    body: BTreeMap<String, serde_json::Value>,
     /// The limiter a reset applies to.
     #[serde(default)]
     limiter: Option<String>,
@@ -249,10 +272,52 @@ pub(crate) struct Asked {
     by: Option<String>,
 }
 
-/// The request's facts, owned: an address and a header map.
+/// The request's facts, owned: an address, a header map and the body fields named.
 struct Facts {
     peer: IpAddr,
     headers: HeaderMap,
+    body: Vec<crate::decision::BodyValue>,
+}
+
+/// The body fields of a request to explain or reset, as the limiter keys them; a 400 naming
+/// the field for one it would refuse.
+fn body_values(
+    body: &BTreeMap<String, serde_json::Value>,
+) -> Result<Vec<crate::decision::BodyValue>, String> {
+    if body.len() > MAX_BODY_FIELDS {
+        return Err(format!(
+            "{} body fields; name at most {MAX_BODY_FIELDS}",
+            body.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(body.len());
+    for (field, value) in body {
+        let shown = crate::redact::printable(field, 64);
+        if !crate::keys::body::valid_field(field) {
+            return Err(format!(
+                "`{shown}` is not a body field a limiter can read (1-64 of A-Z a-z 0-9 _ . -)"
+            ));
+        }
+        let raw = match value {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) if n.is_u64() || n.is_i64() => n.to_string(),
+            _ => {
+                return Err(format!(
+                "body.{shown}: send a string or a whole number, as the request's body carries it"
+            ))
+            }
+        };
+        let Some(value) = crate::keys::body::normalize(&raw) else {
+            return Err(format!(
+                "body.{shown}: the limiter refuses this value (empty, longer than 256 bytes, a control character, or a list of addresses), so it keys no bucket"
+            ));
+        };
+        out.push(crate::decision::BodyValue {
+            field: std::sync::Arc::from(field.as_str()),
+            value,
+        });
+    }
+    Ok(out)
 }
 
 fn facts(a: &Asked, settings: &crate::decision::Settings) -> Result<Facts, Box<HttpResponse>> {
@@ -317,7 +382,12 @@ fn facts(a: &Asked, settings: &crate::decision::Settings) -> Result<Facts, Box<H
             headers.insert(HeaderName::from_static(name), v);
         }
     }
-    Ok(Facts { peer, headers })
+    let body = body_values(&a.body).map_err(|e| bad(e, "body"))?;
+    Ok(Facts {
+        peer,
+        headers,
+        body,
+    })
 }
 
 #[derive(Serialize)]
@@ -364,7 +434,7 @@ pub(crate) async fn explain(
             return problem(
                 StatusCode::BAD_REQUEST,
                 &format!(
-                "not a request to explain: {e}; send {{\"method\", \"path\", \"ip\", \"headers\"}}"
+                "not a request to explain: {e}; send {{\"method\", \"path\", \"ip\", \"headers\", \"body\"}}"
             ),
                 None,
             )
@@ -417,7 +487,7 @@ pub(crate) async fn explain(
         agent_id: h.agent_id,
         authorization: h.authorization,
         session_token: h.session_token,
-        key_headers: KeyHeaders::new(&lookup),
+        key_headers: KeyHeaders::new(&lookup).with_body(&f.body),
     };
     let (outcome, explained) = decider.explain(&settings, &facts).await;
     let limiters = outcome
@@ -469,7 +539,7 @@ pub(crate) async fn reset(
         Err(e) => {
             return problem(
                 StatusCode::BAD_REQUEST,
-                &format!("not a reset: {e}; send {{\"limiter\", \"ip\", \"headers\"}}"),
+                &format!("not a reset: {e}; send {{\"limiter\", \"ip\", \"headers\", \"body\"}}"),
                 None,
             )
         }
@@ -504,7 +574,7 @@ pub(crate) async fn reset(
         agent_id: h.agent_id,
         authorization: h.authorization,
         session_token: h.session_token,
-        key_headers: KeyHeaders::new(&lookup),
+        key_headers: KeyHeaders::new(&lookup).with_body(&f.body),
     };
     let Some((keys, described)) = decider.bucket_of_named(&settings, &facts, &limiter).await else {
         let names: Vec<String> = settings

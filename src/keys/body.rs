@@ -30,6 +30,13 @@ pub(crate) const MAX_FIELD_LEN: usize = 64;
 /// object is depth 1); a deeper one is refused.
 pub(crate) const MAX_DEPTH: usize = 32;
 
+/// A body field a `body:<field>` limiter reads, and its normalised value ([`normalize`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BodyValue {
+    pub(crate) field: std::sync::Arc<str>,
+    pub(crate) value: String,
+}
+
 /// A body the key can be read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Format {

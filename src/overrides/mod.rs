@@ -61,6 +61,8 @@ pub(crate) enum Match {
     Agent(Pattern),
     User(Pattern),
     Claim(Box<str>, Pattern),
+    /// A `body:<field>` value, exactly, normalised as the limiter keys it (held as a digest).
+    Body(Box<str>, Pattern),
 }
 
 /// The digest an exact value is held under: SHA-256 (first 16 bytes) of `kind NUL value`.
@@ -138,7 +140,7 @@ impl std::str::FromStr for Match {
     /// `ip:<addr or CIDR>`, `agent:<id>`, `user:<subject>`, `claim:<name>=<value>`; a value may
     /// end in `*`.
     fn from_str(s: &str) -> Result<Self, String> {
-        let kinds = "use ip:<address or CIDR>, agent:<id>, user:<subject> or claim:<name>=<value> (a value may end in `*`)";
+        let kinds = "use ip:<address or CIDR>, agent:<id>, user:<subject>, claim:<name>=<value> (a value may end in `*`) or body:<field>=<value> (exact)";
         if s.len() > MAX_MATCH_LEN {
             return Err(format!(
                 "is {} bytes long; a match is at most {MAX_MATCH_LEN}",
@@ -196,7 +198,42 @@ impl std::str::FromStr for Match {
                     Pattern::parse(&kind, v.trim())?,
                 ))
             }
-            other => Err(format!("`{other}` is not a kind of match; {kinds}")),
+            "body" => {
+                let Some((field, v)) = value.split_once('=') else {
+                    return Err(format!(
+                        "`{}` names no value; write body:<field>=<value>, e.g. \"body:email=victim@example.com\"",
+                        crate::redact::printable(value, 64)
+                    ));
+                };
+                let field = field.trim();
+                if !crate::keys::body::valid_field(field) {
+                    return Err(format!(
+                        "`{}` is not a body field (1-64 characters of A-Z, a-z, 0-9, `_`, `.` and `-`)",
+                        crate::redact::printable(field, 64)
+                    ));
+                }
+                let kind = format!("body:{field}");
+                let v = v.trim();
+                let pattern = if let Some(hexed) = v.strip_prefix("sha256:") {
+                    Pattern::parse(&kind, &format!("sha256:{hexed}"))?
+                } else {
+                    if v.ends_with('*') {
+                        return Err(
+                            "a body value is matched exactly; name the whole value, no `*`"
+                                .to_owned(),
+                        );
+                    }
+                    let Some(key) = crate::keys::body::normalize(v) else {
+                        return Err("the limiter refuses this value (empty, too long, a control character, or a list of addresses); name one".to_owned());
+                    };
+                    Pattern::Exact(value_digest(&kind, &key))
+                };
+                Ok(Match::Body(Box::from(field), pattern))
+            }
+            other => Err(format!(
+                "`{}` is not a kind of match; {kinds}",
+                crate::redact::printable(other, 32)
+            )),
         }
     }
 }
@@ -218,6 +255,10 @@ impl std::fmt::Display for Match {
                 write!(f, "claim:{name}=")?;
                 p.write(f)
             }
+            Match::Body(field, p) => {
+                write!(f, "body:{field}=")?;
+                p.write(f)
+            }
         }
     }
 }
@@ -230,6 +271,7 @@ impl Match {
             Match::User(p) => (p.specificity().0, 3, p.specificity().1),
             Match::Claim(_, p) => (p.specificity().0, 2, p.specificity().1),
             Match::Ip(n) => (1, 1, usize::from(n.prefix_len())),
+            Match::Body(_, p) => (p.specificity().0, 5, p.specificity().1),
         }
     }
 }
@@ -400,6 +442,8 @@ pub(crate) struct Who<'a> {
     pub(crate) agent_id: Option<&'a str>,
     pub(crate) user: Option<&'a str>,
     pub(crate) claims: &'a TokenClaims,
+    /// The body fields the request's body was read for, normalised.
+    pub(crate) body: &'a [crate::keys::body::BodyValue],
 }
 
 /// The overrides of one limiter, most specific first.
@@ -452,6 +496,11 @@ impl Index {
                         let d: &mut Option<[u8; 16]> = claim_d.entry(name.clone()).or_default();
                         p.matches(&format!("claim:{name}"), v, d)
                     }),
+                    Match::Body(field, p) => who
+                        .body
+                        .iter()
+                        .find(|b| *b.field == **field)
+                        .is_some_and(|b| p.matches(&format!("body:{field}"), &b.value, &mut None)),
                 }
         })
     }

@@ -25,6 +25,7 @@ fn who<'a>(
         agent_id: agent,
         user,
         claims,
+        body: &[],
     }
 }
 
