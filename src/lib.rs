@@ -255,7 +255,7 @@ fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
                 Arc::new(clock::SystemClock::new()),
             );
             let known = match &cfg.store.state_file {
-                Some(path) => restore_state(&mut memory, path, cfg),
+                Some(path) => restore_state(&mut memory, path, cfg)?,
                 None => None,
             };
             let memory = Arc::new(memory);
@@ -278,12 +278,20 @@ fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
 
 /// The buckets `store.state_file` kept, if it can be used, taken by `memory`; the known agents
 /// it kept are returned, for the decider built on `memory`. What was done is logged either way.
+/// The known agents a state file kept: their table's digest key, and the ids.
+type KeptAgents = ((u64, u64), Vec<known_agents::Kept>);
+
+/// Start-up stops when another instance holds the file, or when the path is not a regular file
+/// (a symbolic link, a FIFO, a device, a directory): writing there at the end would harm it.
 fn restore_state(
     memory: &mut store::memory::MemoryStore,
     path: &std::path::Path,
     cfg: &config::Config,
-) -> Option<((u64, u64), Vec<known_agents::Kept>)> {
+) -> anyhow::Result<Option<KeptAgents>> {
     use store::state_file::{read, Bounds, Read};
+    store::state_file::lock(path).map_err(|why| {
+        anyhow::anyhow!("store.state_file: {} cannot be used: {why}", path.display())
+    })?;
     use store::Store;
     let bounds = Bounds {
         buckets: memory.capacity(),
@@ -310,12 +318,15 @@ fn restore_state(
             tracing::info!(
                 "store.state_file: {shown} does not exist yet; starting with no bucket (it is written when the gateway stops)"
             );
-            None
+            Ok(None)
         }
         Read::Ignored(why) => {
             tracing::warn!("store.state_file: {shown} is not used: {why}; starting with no bucket");
-            None
+            Ok(None)
         }
+        Read::Refused(what) => Err(anyhow::anyhow!(
+            "store.state_file: {shown} is {what}, not a regular file; point store.state_file (FLEET_LIMITER_STORE_STATE_FILE) at a regular file, or at a path that does not exist yet, in a directory only this user can write"
+        )),
         Read::Restored(r) => {
             tracing::info!(
                 buckets = r.snapshot.buckets.len(),
@@ -337,7 +348,7 @@ fn restore_state(
                 milliseconds = started.elapsed().as_secs_f64() * 1e3,
                 "store.state_file: read and restored"
             );
-            Some((snapshot.known_key, snapshot.known))
+            Ok(Some((snapshot.known_key, snapshot.known)))
         }
     }
 }

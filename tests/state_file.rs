@@ -173,13 +173,103 @@ async fn a_state_file_that_cannot_be_used_is_reported_and_the_gateway_starts() {
         assert_eq!(rotate(&gw).await.0, 200, "{what}: a fresh budget, served");
         stop(gw).await;
     }
+}
 
-    // A directory where the file should be: it cannot be written; the stop says so and exits 0.
-    let not_a_file = dir.path().join("a-directory");
-    std::fs::create_dir(&not_a_file).expect("mkdir");
-    let gw = launch(&up.uri(), &not_a_file).spawn();
-    let log = stop(gw).await;
-    assert!(log.contains("cannot write"), "{log}");
+/// What may stand at the state path or beside it and must be neither harmed nor waited for: a
+/// symbolic link (to a file of someone else's), a FIFO, a device, a directory. Each stops the
+/// start at once, naming the setting; the file a link points to is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_a_fifo_a_device_or_a_directory_at_the_path_harms_and_hangs_nothing() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"someone else's file").expect("victim");
+    let link = dir.path().join("linked.state");
+    std::os::unix::fs::symlink(&victim, &link).expect("symlink");
+    let fifo = dir.path().join("fifo.state");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let directory = dir.path().join("a-directory");
+    std::fs::create_dir(&directory).expect("mkdir");
+    for (path, what) in [
+        (link.as_path(), "a symbolic link"),
+        (fifo.as_path(), "a FIFO"),
+        (Path::new("/dev/zero"), "a device"),
+        (directory.as_path(), "a directory"),
+    ] {
+        let started = Instant::now();
+        let out = launch(&up.uri(), path).run(PATIENCE);
+        assert!(started.elapsed() < PATIENCE, "{what}: it did not hang");
+        assert_ne!(out.code, Some(0), "{what}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("store.state_file") && out.stderr.contains(what),
+            "{what}: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(
+        std::fs::read(&victim).expect("victim"),
+        b"someone else's file",
+        "the linked file is untouched"
+    );
+}
+
+/// The file is written through a temporary file created exclusively under a name no one can
+/// guess: a link planted at the name the gateway once used (`<state>.tmp.<pid>`) is never
+/// followed, and the file it points to is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_planted_beside_the_file_is_never_written_through() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("buckets.state");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"someone else's file").expect("victim");
+    let gw = launch(&up.uri(), &state).spawn();
+    rotate(&gw).await;
+    let planted = dir.path().join(format!("buckets.state.tmp.{}", gw.pid()));
+    std::os::unix::fs::symlink(&victim, &planted).expect("symlink");
+    stop(gw).await;
+    assert_eq!(
+        std::fs::read(&victim).expect("victim"),
+        b"someone else's file"
+    );
+    let state_bytes = std::fs::read(&state).expect("the state file was written");
+    assert!(
+        state_bytes.starts_with(b"FLSTATE"),
+        "a state file of its own"
+    );
+    // No temporary file is left behind.
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Two instances on one state file would each write the buckets it alone saw, the last one
+/// winning: the second is refused at start, and the first keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_on_the_same_state_file_is_refused() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("buckets.state");
+    let first = launch(&up.uri(), &state).spawn();
+    let out = launch(&up.uri(), &state).run(PATIENCE);
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("another running instance holds it"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(rotate(&first).await.0, 200, "the first keeps serving");
+    stop(first).await;
+    // Once it stopped, the file is free again.
+    let again = launch(&up.uri(), &state).spawn();
+    stop(again).await;
 }
 
 #[test]

@@ -70,6 +70,9 @@ pub(crate) enum Read {
     Restored(Restored),
     /// A file that cannot be used, and why (the store starts empty, under a new key).
     Ignored(String),
+    /// Something at the path that is not a regular file (a symbolic link, a FIFO, a device, a
+    /// directory), and what: start-up stops, since writing there at the end would harm it.
+    Refused(String),
 }
 
 #[derive(Debug)]
@@ -133,9 +136,8 @@ pub(crate) fn write(path: &Path, now: Nanos, snapshot: &Snapshot) -> io::Result<
     let sum = Sha256::digest(&buf);
     buf.extend_from_slice(&sum);
 
-    let tmp = temporary(path);
+    let (tmp, mut file) = create_temporary(path)?;
     let result = (|| {
-        let mut file = open_private(&tmp)?;
         file.write_all(&buf)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)?;
@@ -153,26 +155,148 @@ pub(crate) fn write(path: &Path, now: Nanos, snapshot: &Snapshot) -> io::Result<
     result
 }
 
-fn temporary(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".tmp.{}", std::process::id()));
-    path.with_file_name(name)
+/// A new file beside `path`, under a name no one can guess (`.<name>.<16 random hex>.tmp`),
+/// created exclusively (never an existing file, never through a symbolic link), readable and
+/// writable by its owner only. A name taken meanwhile is tried again under another.
+fn create_temporary(path: &Path) -> io::Result<(PathBuf, std::fs::File)> {
+    use rand::RngCore;
+    let base = path
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    let mut last = io::Error::other("no temporary name could be created");
+    for _ in 0..8 {
+        let tmp = path.with_file_name(format!(".{base}.{:016x}.tmp", rand::rngs::OsRng.next_u64()));
+        match create_private(&tmp) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
 }
 
 #[cfg(unix)]
-fn open_private(path: &Path) -> io::Result<std::fs::File> {
+fn create_private(path: &Path) -> io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
         .open(path)
 }
 
 #[cfg(not(unix))]
-fn open_private(path: &Path) -> io::Result<std::fs::File> {
-    std::fs::File::create(path)
+fn create_private(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// Open `path` to read it, never through a symbolic link and never waiting (a FIFO opens at
+/// once), so that what it is can be asked of the open file before a byte is read.
+#[cfg(unix)]
+fn open_to_read(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(
+            (rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::NONBLOCK
+                | rustix::fs::OFlags::CLOEXEC)
+                .bits() as i32,
+        )
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_to_read(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
+/// What a path that is not a regular file is, in words.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The lock that keeps one state file to one process: `flock` on `<path>.lock`, held until the
+/// process exits. Two instances on one state file would each write the buckets it alone saw,
+/// the last one winning; the second is refused at start instead. Taking it again in the same
+/// process (a library user building a second decider) is allowed.
+#[cfg(unix)]
+pub(crate) fn lock(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static HELD: parking_lot::Mutex<Vec<(PathBuf, std::fs::File)>> =
+        parking_lot::Mutex::new(Vec::new());
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let lock_path = path.with_file_name(name);
+    let mut held = HELD.lock();
+    if held.iter().any(|(p, _)| *p == lock_path) {
+        return Ok(());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC).bits() as i32)
+        .open(&lock_path)
+        .map_err(|e| {
+            format!(
+                "cannot open its lock {}: {e}; the directory must be writable by this user, and the lock a regular file",
+                lock_path.display()
+            )
+        })?;
+    let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if !regular {
+        return Err(format!(
+            "its lock {} is not a regular file; remove it",
+            lock_path.display()
+        ));
+    }
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(
+        |e| {
+            if e == rustix::io::Errno::WOULDBLOCK {
+                format!(
+                    "another running instance holds it (its lock {} is taken); give each instance a state file of its own",
+                    lock_path.display()
+                )
+            } else {
+                format!("cannot lock {}: {e}", lock_path.display())
+            }
+        },
+    )?;
+    held.push((lock_path, file));
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub(crate) fn lock(_path: &Path) -> Result<(), String> {
+    Ok(())
 }
 
 /// How much a file may hold, and how far ahead: what the configuration can reach.
@@ -196,25 +320,55 @@ pub(crate) fn read(path: &Path, now: Nanos, bounds: Bounds) -> Read {
         + KNOWN_HEADER
         + bounds.known.saturating_mul(KNOWN)
         + CHECKSUM;
-    let len = match std::fs::metadata(path) {
-        Ok(m) => m.len(),
+    let file = match open_to_read(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Read::Missing,
+        Err(e) if is_link_refused(&e) => return Read::Refused("a symbolic link".to_owned()),
         Err(e) => return Read::Ignored(format!("cannot read it: {e}")),
     };
+    let meta = match file.metadata() {
+        Ok(m) => m,
+        Err(e) => return Read::Ignored(format!("cannot read it: {e}")),
+    };
+    if !meta.is_file() {
+        return Read::Refused(kind_of(meta.file_type()).to_owned());
+    }
+    let len = meta.len();
     if len > largest as u64 {
         return Read::Ignored(format!(
             "it is {len} bytes, more than a store of {capacity} buckets writes ({largest})"
         ));
     }
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => return Read::Ignored(format!("cannot read it: {e}")),
-    };
+    // Never more than the largest file the store writes, whatever the file says of its size.
+    let mut bytes = Vec::with_capacity(len as usize);
+    if let Err(e) =
+        io::Read::read_to_end(&mut io::Read::take(&file, largest as u64 + 1), &mut bytes)
+    {
+        return Read::Ignored(format!("cannot read it: {e}"));
+    }
+    if bytes.len() > largest {
+        return Read::Ignored(format!(
+            "it grew past {largest} bytes, more than a store of {capacity} buckets writes"
+        ));
+    }
     let wall_now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
     parse(&bytes, now, wall_now, bounds)
+}
+
+/// Whether opening failed because the path is a symbolic link (`O_NOFOLLOW`).
+fn is_link_refused(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
 }
 
 fn parse(bytes: &[u8], now: Nanos, wall_now: u64, bounds: Bounds) -> Read {
