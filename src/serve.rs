@@ -39,8 +39,8 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
     for w in first.warnings() {
         tracing::warn!("{w}");
     }
-    if cfg.server.upstream.is_none() && cfg.decision.listen.is_none() && cfg.rls.listen.is_none() {
-        eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
+    if let Err(e) = crate::gateway::Plan::of(&cfg) {
+        eprint_line(format!("fleet-limiter: configuration error: {e}"));
         return ExitCode::from(CONFIG_ERROR);
     }
     for w in cfg.count_warnings() {
