@@ -19,6 +19,9 @@ use std::sync::Arc;
 pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), crate::Error> {
     let admitted =
         crate::config::admit::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
+    if let Some(line) = admitted.risk_summary() {
+        tracing::info!("{line}");
+    }
     for w in &admitted.warnings {
         tracing::warn!("calibration: {w}");
     }

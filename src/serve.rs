@@ -129,6 +129,11 @@ fn init_logging(format: LogFormat) {
 fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
     match admit::admit(cfg, allow_unsafe) {
         Ok(admitted) => {
+            // A calibration finding is check's to explain: one line names it. Warnings are
+            // about the operator's own limiters.
+            if let Some(line) = admitted.risk_summary() {
+                tracing::info!("{line}");
+            }
             for w in &admitted.warnings {
                 tracing::warn!("calibration: {w}");
             }
