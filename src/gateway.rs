@@ -282,3 +282,38 @@ fn websocket_caps(
     }
     caps
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every combination of the three listeners: each alone or together is served as asked,
+    /// none is the error that names all three flags.
+    #[test]
+    fn the_plan_serves_any_listener_and_names_all_three_when_none() {
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], 1).into();
+        for bits in 0..8u8 {
+            let (proxy, decision, rls) = (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+            let mut cfg = Config::default();
+            cfg.server.upstream = proxy.then(|| "http://127.0.0.1:3000".parse().unwrap());
+            cfg.decision.listen = decision.then_some(addr);
+            cfg.rls.listen = rls.then_some(addr);
+            match Plan::of(&cfg) {
+                Ok(plan) => assert_eq!(
+                    plan,
+                    Plan {
+                        proxy,
+                        decision,
+                        rls
+                    }
+                ),
+                Err(e) => {
+                    assert_eq!(bits, 0, "{e}");
+                    for flag in ["--upstream", "--decision-listen", "--rls-listen"] {
+                        assert!(e.contains(flag), "{flag}: {e}");
+                    }
+                }
+            }
+        }
+    }
+}
