@@ -361,6 +361,50 @@ fn the_kubernetes_configuration_loads_and_the_grace_covers_the_drain() {
     );
 }
 
+/// The ConfigMap's file and the Deployment's token, run by the real binary with the admin
+/// listener on a non-loopback address as in the pod: `POST /reload` answers with the Secret's
+/// token, and not without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_levers_answer_with_the_secrets_token() {
+    let Some(docs) = kubernetes_documents() else {
+        return;
+    };
+    let toml = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|d| d["data"]["fleet-limiter.toml"].as_str())
+        .expect("the ConfigMap's file");
+    let port = common::free_port();
+    let token = "5c1e0d7a9b3f48e2a6d0c4b8f1e7a3925d6b0c8e4f2a7d1b9e3c5a0f6d8b2e47";
+    let gw = Launch::serve()
+        .config_toml(toml)
+        // As in the pod: every address, the image's port replaced by a free one.
+        .env("FLEET_LIMITER_ADMIN_LISTEN", format!("0.0.0.0:{port}"))
+        .env("FLEET_LIMITER_ADMIN_TOKEN", token)
+        .spawn();
+    let url = format!("http://127.0.0.1:{port}/reload");
+    let client = common::client();
+    let reload = |auth: Option<&str>| {
+        let mut req = client.post(&url);
+        if let Some(t) = auth {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let res = reload(None).await.expect("POST /reload");
+    assert_eq!(res.status(), 401, "{}", gw.stderr());
+    let res = reload(Some(token)).await.expect("POST /reload");
+    let status = res.status();
+    let body = res.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{body}\n{}", gw.stderr());
+    let healthz = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(healthz.status(), 200, "the probes need no token");
+}
+
 /// Variables the manifest sets ahead of the release whose binary reads them (the admin
 /// listener's host names). Empty once that release is the one built here.
 const SETTINGS_LANDING: &[&str] = &["FLEET_LIMITER_ADMIN_HOSTS"];
