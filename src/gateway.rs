@@ -50,7 +50,7 @@ async fn run_gateway(
     levers.first_sync().await;
     let plan = Plan::of(cfg).map_err(anyhow::Error::msg)?;
     let decision = forward_auth::bind(cfg, decider.clone())?;
-    crate::rls::start(cfg, decider.clone())?;
+    let rls = crate::rls::start(cfg, decider.clone())?;
     let Some(base) = cfg.server.upstream.clone() else {
         // No proxy: the decision endpoint, the rate-limit service, or both answer a proxy's
         // questions. The rate-limit service runs on its own threads, so with it alone the admin
@@ -71,7 +71,7 @@ async fn run_gateway(
             rls = plan.rls,
             "fleet-limiter started without an upstream: answering a proxy's questions only"
         );
-        return admin.run(decision, cfg).await;
+        return admin.run(decision, rls, cfg).await;
     };
     let tls = if base.is_https() {
         let client = crate::tls::client_config(
@@ -193,7 +193,7 @@ async fn run_gateway(
     );
     let mut servers = vec![server.run()];
     servers.extend(decision);
-    admin.run(servers, cfg).await
+    admin.run(servers, rls, cfg).await
 }
 
 /// The traffic listeners `serve` runs for a configuration, beside the admin listener: the

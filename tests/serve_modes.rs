@@ -61,7 +61,7 @@ impl Combination {
         if self.decision && !self.decision_allow_from {
             why.push("decision.allow_from");
         }
-        if self.decision_allow_from && !self.trust_proxy {
+        if self.decision && self.decision_allow_from && !self.trust_proxy {
             why.push("client_ip.trust_proxy");
         }
         if self.rls && !self.rls_allow_from {

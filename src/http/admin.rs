@@ -289,7 +289,12 @@ impl Admin {
 
     /// Run the traffic servers (the gateway, the decision endpoint, or both) and the admin
     /// server until SIGTERM/SIGINT, reloading on SIGHUP. A signal to stop drains them all.
-    pub(crate) async fn run(self, servers: Vec<Server>, cfg: &Config) -> anyhow::Result<()> {
+    pub(crate) async fn run(
+        self,
+        servers: Vec<Server>,
+        rls: Option<crate::rls::Running>,
+        cfg: &Config,
+    ) -> anyhow::Result<()> {
         let Self {
             server: admin,
             addrs,
@@ -317,27 +322,35 @@ impl Admin {
         let tasks: Vec<_> = servers.into_iter().map(actix_web::rt::spawn).collect();
         let result = if tasks.is_empty() {
             // Only the rate-limit service, which runs on its own threads: serve until a signal
-            // (the watcher returns once it has drained), or until the admin listener fails.
-            let admin_ended = match admin_task.as_mut() {
+            // (the watcher returns once it has drained), or until the rate-limit service stops
+            // (it cannot serve, or fails) or the admin listener does.
+            let rls_ended = async {
+                match rls {
+                    Some(r) => r
+                        .ended
+                        .await
+                        .unwrap_or_else(|_| "rls.listen: the gRPC server stopped".to_owned()),
+                    None => std::future::pending().await,
+                }
+            };
+            let ended = match admin_task.as_mut() {
                 Some(task) => tokio::select! {
                     _ = &mut watcher => None,
-                    ended = task => Some(ended),
+                    why = rls_ended => Some(why),
+                    ended = task => {
+                        admin_task = None;
+                        Some(match ended {
+                            Ok(Ok(())) => "the admin listener stopped".to_owned(),
+                            Ok(Err(e)) => format!("the admin listener failed: {e}"),
+                            Err(e) => format!("the admin listener failed: {e}"),
+                        })
+                    }
                 },
                 None => None,
             };
-            match admin_ended {
+            match ended {
                 None => Ok(()),
-                Some(ended) => {
-                    admin_task = None;
-                    let why = match ended {
-                        Ok(Ok(())) => "stopped".to_owned(),
-                        Ok(Err(e)) => e.to_string(),
-                        Err(e) => e.to_string(),
-                    };
-                    Err(std::io::Error::other(format!(
-                        "the admin listener ended: {why}"
-                    )))
-                }
+                Some(why) => Err(std::io::Error::other(why)),
             }
         } else {
             let (first, _, rest) = futures_util::future::select_all(tasks).await;
