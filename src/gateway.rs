@@ -19,6 +19,9 @@ use std::sync::Arc;
 pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), crate::Error> {
     let admitted =
         crate::config::admit::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
+    if let Some(line) = admitted.risk_summary() {
+        tracing::info!("{line}");
+    }
     for w in &admitted.warnings {
         tracing::warn!("calibration: {w}");
     }
@@ -45,17 +48,14 @@ async fn run_gateway(
     // (the admin listener's levers keep reading them every half second after).
     let levers = Arc::new(crate::overrides::shared::Levers::new(decider.clone()));
     levers.first_sync().await;
+    let plan = Plan::of(cfg).map_err(anyhow::Error::msg)?;
     let decision = forward_auth::bind(cfg, decider.clone())?;
     let rls = crate::rls::start(cfg, decider.clone())?;
     let Some(base) = cfg.server.upstream.clone() else {
-        // Only the decision endpoint: the proxy in front forwards, this only decides.
-        let decision = match (decision, rls) {
-            (Some(d), _) => vec![d],
-            (None, Some(_)) => Vec::new(),
-            (None, None) => anyhow::bail!(
-                "no upstream: pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen or rls.listen)"
-            ),
-        };
+        // No proxy: the decision endpoint, the rate-limit service, or both answer a proxy's
+        // questions. The rate-limit service runs on its own threads, so with it alone the admin
+        // listener's run waits for a signal with no traffic server of its own.
+        let decision: Vec<_> = decision.into_iter().collect();
         if listeners::handed(listeners::Role::Traffic) {
             tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
         }
@@ -67,9 +67,11 @@ async fn run_gateway(
             store = %cfg.store.describe(),
             limiters = cfg.limiters.len(),
             enabled = cfg.enabled,
-            "fleet-limiter decision endpoint started (no upstream: answering a proxy's questions only)"
+            decision = plan.decision,
+            rls = plan.rls,
+            "fleet-limiter started without an upstream: answering a proxy's questions only"
         );
-        return admin.run(decision, cfg).await;
+        return admin.run(decision, rls, cfg).await;
     };
     let tls = if base.is_https() {
         let client = crate::tls::client_config(
@@ -191,8 +193,39 @@ async fn run_gateway(
     );
     let mut servers = vec![server.run()];
     servers.extend(decision);
-    admin.run(servers, cfg).await
+    admin.run(servers, rls, cfg).await
 }
+
+/// The traffic listeners `serve` runs for a configuration, beside the admin listener: the
+/// gateway (the limiter in front of `server.upstream`), the forward-auth decision endpoint
+/// (`decision.listen`), Envoy's rate-limit service (`rls.listen`), in any combination but none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) proxy: bool,
+    pub(crate) decision: bool,
+    pub(crate) rls: bool,
+}
+
+impl Plan {
+    /// What `cfg` asks to serve, or the configuration error that names what to set when it
+    /// asks for nothing. Each listener's own settings (`decision.allow_from`,
+    /// `rls.allow_from`, ...) are checked when the configuration is loaded.
+    pub(crate) fn of(cfg: &Config) -> Result<Self, String> {
+        let plan = Self {
+            proxy: cfg.server.upstream.is_some(),
+            decision: cfg.decision.listen.is_some(),
+            rls: cfg.rls.listen.is_some(),
+        };
+        if plan.proxy || plan.decision || plan.rls {
+            Ok(plan)
+        } else {
+            Err(NOTHING_TO_SERVE.to_owned())
+        }
+    }
+}
+
+/// The error of a configuration with nothing to serve.
+pub(crate) const NOTHING_TO_SERVE: &str = "server.upstream: not set, and neither decision.listen nor rls.listen is: nothing to serve; pass --upstream http://host:port (FLEET_LIMITER_UPSTREAM, or server.upstream in the config file) to run the gateway, or, to keep a proxy in front and only answer its questions, --decision-listen (FLEET_LIMITER_DECISION_LISTEN) for forward auth or --rls-listen (FLEET_LIMITER_RLS_LISTEN) for Envoy's rate-limit service";
 
 /// The caps on upgraded connections for this process, from `[websocket]` and the descriptor
 /// limit (just raised), with a log line saying what was chosen and why, and a warning when the
@@ -248,4 +281,39 @@ fn websocket_caps(
         }
     }
     caps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every combination of the three listeners: each alone or together is served as asked,
+    /// none is the error that names all three flags.
+    #[test]
+    fn the_plan_serves_any_listener_and_names_all_three_when_none() {
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], 1).into();
+        for bits in 0..8u8 {
+            let (proxy, decision, rls) = (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0);
+            let mut cfg = Config::default();
+            cfg.server.upstream = proxy.then(|| "http://127.0.0.1:3000".parse().unwrap());
+            cfg.decision.listen = decision.then_some(addr);
+            cfg.rls.listen = rls.then_some(addr);
+            match Plan::of(&cfg) {
+                Ok(plan) => assert_eq!(
+                    plan,
+                    Plan {
+                        proxy,
+                        decision,
+                        rls
+                    }
+                ),
+                Err(e) => {
+                    assert_eq!(bits, 0, "{e}");
+                    for flag in ["--upstream", "--decision-listen", "--rls-listen"] {
+                        assert!(e.contains(flag), "{flag}: {e}");
+                    }
+                }
+            }
+        }
+    }
 }

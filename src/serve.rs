@@ -39,8 +39,8 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
     for w in first.warnings() {
         tracing::warn!("{w}");
     }
-    if cfg.server.upstream.is_none() && cfg.decision.listen.is_none() && cfg.rls.listen.is_none() {
-        eprint_line("fleet-limiter: configuration error: server.upstream: not set; pass --upstream http://host:port, set FLEET_LIMITER_UPSTREAM, or set server.upstream in the config file (or, to keep the proxy in front and only answer its questions, set decision.listen: --decision-listen, FLEET_LIMITER_DECISION_LISTEN)");
+    if let Err(e) = crate::gateway::Plan::of(&cfg) {
+        eprint_line(format!("fleet-limiter: configuration error: {e}"));
         return ExitCode::from(CONFIG_ERROR);
     }
     for w in cfg.count_warnings() {
@@ -129,6 +129,11 @@ fn init_logging(format: LogFormat) {
 fn admit_at_startup(cfg: &Config, allow_unsafe: bool) -> Result<(), ExitCode> {
     match admit::admit(cfg, allow_unsafe) {
         Ok(admitted) => {
+            // A calibration finding is check's to explain: one line names it. Warnings are
+            // about the operator's own limiters.
+            if let Some(line) = admitted.risk_summary() {
+                tracing::info!("{line}");
+            }
             for w in &admitted.warnings {
                 tracing::warn!("calibration: {w}");
             }

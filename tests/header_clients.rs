@@ -133,6 +133,65 @@ fn read_right(a: &Answer, n: u32) -> bool {
     a.limit == Some(30.0) && a.remaining == Some(f64::from(remaining)) && reset_ok
 }
 
+/// What each library read of each profile: `reads` (limit, remaining and reset right on every
+/// answer), `nothing` (NaN in JavaScript, None in Python, on every answer), `Retry-After only`
+/// (nothing on allowed answers; a refusal's reset from its Retry-After), `reset as a 1970
+/// date` (a delta in seconds read as seconds since the epoch).
+const READ_TABLE: &str = "profile | ratelimit-header-parser | ratelimit-headers
+draft-10 | nothing | Retry-After only |
+draft-10+legacy(unix) | nothing | Retry-After only |
+draft-10+legacy(delta) | nothing | Retry-After only |
+draft-8 | nothing | Retry-After only |
+draft-8+legacy(unix) | nothing | Retry-After only |
+draft-8+legacy(delta) | nothing | Retry-After only |
+draft-7 | reads | Retry-After only |
+draft-7+legacy(unix) | reads | Retry-After only |
+draft-7+legacy(delta) | reads | Retry-After only |
+draft-6 | reads | reads |
+draft-6+legacy(unix) | reads | reads |
+draft-6+legacy(delta) | reads | reads |
+off | nothing | Retry-After only |
+off+legacy(unix) | reads | reads |
+off+legacy(delta) | reads | reset as a 1970 date |
+";
+
+/// How a library read a profile, as docs/configuration.md's table says it.
+fn how_read(seen: &[Answer]) -> &'static str {
+    let right = seen
+        .iter()
+        .zip(1..)
+        .filter(|(a, n)| read_right(a, *n))
+        .count();
+    if right == seen.len() {
+        return "reads";
+    }
+    if seen
+        .iter()
+        .all(|a| a.limit.is_none() && a.remaining.is_none() && a.reset.is_none())
+    {
+        // NaN in JavaScript (printed as null), None in Python: nothing read.
+        return "nothing";
+    }
+    // A reset before 2001-09-09 (1e12 ms): delta seconds read as seconds since 1970.
+    if seen
+        .iter()
+        .all(|a| a.limit == Some(30.0) && a.reset.is_some_and(|r| r < 1e12))
+    {
+        return "reset as a 1970 date";
+    }
+    // Nothing on the allowed answers; on the refusal only its reset (Retry-After's).
+    let (allowed, refused) = seen.split_at(seen.len() - 1);
+    if allowed
+        .iter()
+        .all(|a| a.limit.is_none() && a.remaining.is_none() && a.reset.is_none())
+        && refused[0].limit.is_none()
+        && refused[0].reset.is_some()
+    {
+        return "Retry-After only";
+    }
+    "wrong"
+}
+
 const PROFILES: [(&str, bool, &str); 15] = [
     ("draft-10", false, "unix"),
     ("draft-10", true, "unix"),
@@ -212,12 +271,30 @@ async fn each_library_reads_the_profiles_it_supports_allowed_and_refused() {
                     _ => pypi_reads.push(profile.clone()),
                 }
             }
-            row.push_str(if right == 31 { " reads |" } else { " wrong |" });
+            // Every refusal carries Retry-After, whatever the profile: what urllib3 and curl
+            // read.
+            assert!(
+                seen[30].headers["retry-after"]
+                    .as_str()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|v| v >= 1),
+                "{lib} {profile}: Retry-After on the refusal: {:?}",
+                seen[30].headers
+            );
+            let how = how_read(&seen);
+            row.push_str(&format!(" {how} |"));
         }
         table.push_str(&row);
         table.push('\n');
     }
     eprintln!("{table}");
+    // The table docs/configuration.md#headers gives, row for row.
+    if node.is_none() && python.is_none() {
+        assert_eq!(
+            table, READ_TABLE,
+            "docs/configuration.md's table no longer holds"
+        );
+    }
     if node.is_none() {
         assert_eq!(
             npm_reads,
@@ -279,26 +356,44 @@ async fn urllib3_retry_succeeds_after_waiting_retry_after() {
         return unavailable(&why);
     }
     let up = common::upstream().await;
-    let gw = common::Gateway::serve()
-        .upstream(&up.uri())
-        .unset("FLEET_LIMITER_HEADERS_STANDARD")
-        .spawn();
-    spend(&gw, "urllib3-agent").await;
-    let url = gw.url("/api/agent/heartbeat");
-    let out = tokio::task::spawn_blocking(move || {
-        output("python3", &["retry.py", &url, "urllib3-agent"])
-    })
-    .await
-    .expect("python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(stdout.trim()).expect("json");
-    assert_eq!(v["status"], 200, "{v}");
-    assert_eq!(v["retried_on"], serde_json::json!([429]), "{v}");
+    for profile in RETRY_PROFILES {
+        let gw = retry_gateway(profile, &up.uri());
+        spend(&gw, "urllib3-agent").await;
+        let url = gw.url("/api/agent/heartbeat");
+        let out = tokio::task::spawn_blocking(move || {
+            output("python3", &["retry.py", &url, "urllib3-agent"])
+        })
+        .await
+        .expect("python3");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{profile:?}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(stdout.trim()).expect("json");
+        assert_eq!(v["status"], 200, "{profile:?}: {v}");
+        assert_eq!(
+            v["retried_on"],
+            serde_json::json!([429]),
+            "{profile:?}: {v}"
+        );
+    }
+}
+
+/// Retry-After is on every refusal whatever the limit headers: the default profile, the
+/// newest draft alone, and no limit headers at all.
+const RETRY_PROFILES: [Option<&str>; 3] = [None, Some("draft-10"), Some("off")];
+
+fn retry_gateway(profile: Option<&str>, upstream: &str) -> common::Gateway {
+    let launch = common::Gateway::serve().upstream(upstream);
+    match profile {
+        None => launch.unset("FLEET_LIMITER_HEADERS_STANDARD"),
+        Some(p) => launch
+            .env("FLEET_LIMITER_HEADERS_STANDARD", p)
+            .env("FLEET_LIMITER_HEADERS_LEGACY", "false"),
+    }
+    .spawn()
 }
 
 /// `curl --retry 1` waits what `Retry-After` says (it says so on stderr) and its one retry is
@@ -313,42 +408,45 @@ async fn curl_retry_succeeds_after_waiting_retry_after() {
         return unavailable("curl is not installed");
     }
     let up = common::upstream().await;
-    let gw = common::Gateway::serve()
-        .upstream(&up.uri())
-        .unset("FLEET_LIMITER_HEADERS_STANDARD")
-        .spawn();
-    spend(&gw, "curl-agent").await;
-    let url = gw.url("/api/agent/heartbeat");
-    // A file, not /dev/null: before its retry curl truncates what the refusal wrote.
-    let body = tempfile::NamedTempFile::new().expect("temp file");
-    let path = body.path().to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new("curl")
-            .args([
-                "--no-progress-meter",
-                "--noproxy",
-                "*",
-                "--retry",
-                "1",
-                "-H",
-                "X-Agent-ID: curl-agent",
-                "-w",
-                "%{http_code}",
-                &url,
-            ])
-            .arg("-o")
-            .arg(&path)
-            .output()
-            .expect("curl")
-    })
-    .await
-    .expect("curl");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{stderr}");
-    // "Warning: Problem : HTTP error. Will retry in 2 seconds. 1 retries left."
-    assert!(
-        stderr.contains("Will retry in 1 second") || stderr.contains("Will retry in 2 seconds"),
-        "{stderr}"
-    );
+    for profile in RETRY_PROFILES {
+        let gw = retry_gateway(profile, &up.uri());
+        spend(&gw, "curl-agent").await;
+        let url = gw.url("/api/agent/heartbeat");
+        // A file, not /dev/null: before its retry curl truncates what the refusal wrote.
+        let body = tempfile::NamedTempFile::new().expect("temp file");
+        let path = body.path().to_owned();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("curl")
+                .args([
+                    "--no-progress-meter",
+                    "--noproxy",
+                    "*",
+                    "--retry",
+                    "1",
+                    "-H",
+                    "X-Agent-ID: curl-agent",
+                    "-w",
+                    "%{http_code}",
+                    &url,
+                ])
+                .arg("-o")
+                .arg(&path)
+                .output()
+                .expect("curl")
+        })
+        .await
+        .expect("curl");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{profile:?}: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "200",
+            "{profile:?}: {stderr}"
+        );
+        // "Warning: Problem : HTTP error. Will retry in 2 seconds. 1 retries left."
+        assert!(
+            stderr.contains("Will retry in 1 second") || stderr.contains("Will retry in 2 seconds"),
+            "{profile:?}: {stderr}"
+        );
+    }
 }

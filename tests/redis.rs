@@ -579,6 +579,48 @@ async fn refused_requests_are_answered_locally_until_the_refusal_ends() {
     assert_eq!(cached.round_trips(), trips + 1);
 }
 
+/// docs/redis.md: while Redis is down, a refusal the instance remembers still answers `429`
+/// with its exact wait, without asking Redis, until that wait ends; then the store fails and
+/// `on_store_error` answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_refusals_still_answer_while_redis_is_down() {
+    let Some(mut server) = redis_support::own_server() else {
+        return;
+    };
+    let clock = ManualClock::new(5_000_000_000_000);
+    let cached = virtual_store(RedisTarget::Standalone(server.url()), &clock, 1000, 1);
+    let memory = MemoryStore::new(1000, Arc::new(clock.clone()));
+    let lim = unique("down");
+    let c = [check(
+        &lim,
+        "x",
+        Quota::gcra(nonzero(2), Duration::from_secs(60)),
+    )];
+    for _ in 0..3 {
+        assert_eq!(
+            cached.decide(&c).await.expect("decide"),
+            memory.decide(&c).await.expect("memory")
+        );
+    }
+    server.stop();
+    for i in 0..5 {
+        clock.advance(Duration::from_secs(5));
+        let got = cached
+            .decide(&c)
+            .await
+            .unwrap_or_else(|e| panic!("request {i}: the remembered refusal answers: {e}"));
+        let want = memory.decide(&c).await.expect("memory");
+        assert!(!got[0].allowed, "request {i}");
+        assert_eq!(
+            got[0], want[0],
+            "request {i}: the refusal and its wait are exact"
+        );
+    }
+    // The wait ends: the store is asked, and fails.
+    clock.advance(Duration::from_secs(30));
+    assert!(cached.decide(&c).await.is_err(), "Redis is down");
+}
+
 fn probe_config(store: &str, a: &str, b: &str) -> String {
     format!(
         r#"

@@ -315,7 +315,8 @@ fn refusal_runs_log() -> Vec<String> {
             ev.push((at, line(at, ip, req, Some(agent))));
         }
     };
-    // Refused from 100 s, admitted again at 400 s: a lockout of 300 s.
+    // Refused from 100 s, admitted again at 130 s, still asking within the limiter's minute:
+    // a lockout of 30 s.
     burst(100, "10.0.0.3", "GET /api/agent/tasks", "locked");
     // Refused at 120 s and never seen again.
     burst(120, "10.0.0.1", "GET /api/agent/tasks", "gone");
@@ -325,8 +326,8 @@ fn refusal_runs_log() -> Vec<String> {
     burst(310, "10.0.0.4", "POST /api/agent/heartbeat", "hb-gone");
     let mut ev2 = ev;
     ev2.push((
-        400,
-        line(400, "10.0.0.3", "GET /api/agent/tasks", Some("locked")),
+        130,
+        line(130, "10.0.0.3", "GET /api/agent/tasks", Some("locked")),
     ));
     for t in (0..=300).step_by(60) {
         ev2.push((
@@ -358,7 +359,7 @@ fn refusal_runs_no_admitted_request_ended_are_not_lockouts() {
         .unwrap_or_else(|| panic!("agent-device in {r}"));
     // The lockout is the one an admitted request ended, not a run counted to the log's end
     // (780 s for `gone`, which the report used to give).
-    assert_eq!(device["longest_refusal_run_seconds"], 300.0, "{r}");
+    assert_eq!(device["longest_refusal_run_seconds"], 30.0, "{r}");
     assert_eq!(
         device["longest_refusal_run_principal"], "10.0.0.3 agent locked",
         "{r}"
@@ -374,11 +375,94 @@ fn refusal_runs_no_admitted_request_ended_are_not_lockouts() {
     let out = replay(&["--log-format", &fmt], &[&log]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
-        table.contains("longest lockout 300 s (10.0.0.3 agent locked)"),
+        table.contains("longest lockout 30 s (10.0.0.3 agent locked)"),
         "{table}"
     );
     assert!(
-        table.contains("unfinished refusal runs (not lockouts): 1 still refused at the end of the log, 2 last request refused, never seen again"),
+        table.contains("unfinished refusal runs (not lockouts): 1 still refused at the end of the log, 2 last request refused, never seen again, 0 left refused, admitted when it came back after the window"),
+        "{table}"
+    );
+}
+
+/// An agent refused in a burst that comes back the next day and is admitted: no lockout
+/// happened (it stopped asking), so the longest lockout is 0 s and the run is reported as one
+/// that ended on its return; with a second agent that keeps asking through its refusals and
+/// is admitted within the limiter's minute, that one is the lockout.
+#[test]
+fn a_principal_that_returns_a_day_later_was_not_locked_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let fmt = agent_format();
+    let day = 86_400;
+    let mut returns: Vec<(u64, String)> = (0..100)
+        .map(|_| {
+            (
+                100,
+                line(100, "10.0.0.5", "GET /api/agent/tasks", Some("returns")),
+            )
+        })
+        .collect();
+    returns.push((
+        100 + day,
+        line(
+            100 + day,
+            "10.0.0.5",
+            "GET /api/agent/tasks",
+            Some("returns"),
+        ),
+    ));
+    let device = |lines: &[(u64, String)], name: &str| {
+        let mut lines = lines.to_vec();
+        lines.sort_by_key(|(t, _)| *t);
+        let lines: Vec<String> = lines.into_iter().map(|(_, l)| l).collect();
+        let log = write(dir.path(), name, &lines);
+        let out = replay(&["--format", "json", "--log-format", &fmt], &[&log]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let r = report(&out);
+        let device = r["limiters"]
+            .as_array()
+            .and_then(|ls| ls.iter().find(|l| l["name"] == "agent-device"))
+            .cloned()
+            .unwrap_or_else(|| panic!("agent-device in {r}"));
+        let table =
+            String::from_utf8_lossy(&replay(&["--log-format", &fmt], &[&log]).stdout).into_owned();
+        (device, table)
+    };
+
+    // Without a lockout: 0 s, and the run ended on the return a day later.
+    let (d, table) = device(&returns, "returns.log");
+    assert!(d["refused"].as_u64() > Some(0), "{d}");
+    assert_eq!(d["longest_refusal_run_seconds"], 0.0, "{d}");
+    assert_eq!(d["longest_refusal_run_principal"], Value::Null, "{d}");
+    let u = &d["unfinished_refusal_runs"];
+    assert_eq!(u["returned_later"], 1, "{d}");
+    assert_eq!(
+        u["longest"]["ends"], "left refused, admitted when it came back after the window",
+        "{d}"
+    );
+    assert_eq!(u["longest"]["principal"], "10.0.0.5 agent returns", "{d}");
+    assert!(table.contains("longest lockout 0 s"), "{table}");
+
+    // With one: an agent refused from 200 s that asks again at 230 s and is admitted.
+    let mut both = returns.clone();
+    both.extend((0..100).map(|_| {
+        (
+            200,
+            line(200, "10.0.0.6", "GET /api/agent/tasks", Some("kept")),
+        )
+    }));
+    both.push((
+        230,
+        line(230, "10.0.0.6", "GET /api/agent/tasks", Some("kept")),
+    ));
+    let (d, table) = device(&both, "both.log");
+    assert_eq!(d["longest_refusal_run_seconds"], 30.0, "{d}");
+    assert_eq!(
+        d["longest_refusal_run_principal"], "10.0.0.6 agent kept",
+        "{d}"
+    );
+    assert_eq!(d["unfinished_refusal_runs"]["returned_later"], 1, "{d}");
+    assert!(
+        table.contains("longest lockout 30 s (10.0.0.6 agent kept)"),
         "{table}"
     );
 }
@@ -506,7 +590,8 @@ fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
             assert_eq!(
                 numbers(parts[2]),
                 [(u["still_refused_at_end"].as_u64().unwrap()
-                    + u["never_seen_again"].as_u64().unwrap()) as f64],
+                    + u["never_seen_again"].as_u64().unwrap()
+                    + u["returned_later"].as_u64().unwrap()) as f64],
                 "{headline}"
             );
             let sum = |series: &str| -> u64 {

@@ -726,3 +726,46 @@ async fn a_reload_reads_the_yaml_again() {
     let kept = ask1(&rls, req("api", &[&[("path", "/new")]]));
     assert_eq!(status(&kept, 0)["limit_remaining"], 5, "{kept}");
 }
+
+/// Started as docs/envoy-rls.md's first step does: no upstream and no traffic listener, the
+/// shipped docs/envoy-rls/ratelimit.yaml, the Envoy hosts in `FLEET_LIMITER_RLS_ALLOW_FROM`.
+/// It answers (the per-user export budget of 5 an hour, then over the limit) and stops cleanly.
+#[test]
+fn with_no_upstream_it_serves_the_rate_limit_service_as_documented() {
+    if !client_available() {
+        return;
+    }
+    let addr: SocketAddr = ([127, 0, 0, 1], common::free_port()).into();
+    let yaml = common::manifest_dir().join("docs/envoy-rls/ratelimit.yaml");
+    let gw = Launch::serve_waiting_on(addr)
+        .unset("FLEET_LIMITER_ALLOW_UNSAFE_CALIBRATION")
+        .env("FLEET_LIMITER_RLS_ALLOW_FROM", "127.0.0.1")
+        .args(["--rls-listen", &addr.to_string()])
+        .args(["--rls-config", &yaml.display().to_string()])
+        .spawn();
+    let mut rls = Rls {
+        gw,
+        addr,
+        _dir: tempfile::tempdir().expect("tempdir"),
+    };
+    let export = req("api", &[&[("path", "/v1/export"), ("user", "u1")]]);
+    let answers = ask(&rls, &vec![export; 6]);
+    for a in &answers[..5] {
+        assert_eq!(ok(a)["overall_code"], "OK", "{a}");
+    }
+    assert_eq!(
+        ok(&answers[5])["overall_code"],
+        "OVER_LIMIT",
+        "{}",
+        answers[5]
+    );
+    rls.gw.signal("TERM");
+    let code = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(rls.gw.wait_exit())
+        .code();
+    assert_eq!(code, Some(0), "{}", rls.gw.stderr());
+    assert!(!rls.gw.stderr().contains("panicked"), "{}", rls.gw.stderr());
+}

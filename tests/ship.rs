@@ -333,16 +333,161 @@ fn the_kubernetes_configuration_loads_and_the_grace_covers_the_drain() {
     };
     assert!(setting("admin_listen").contains(&format!(":{}", port("admin"))));
     assert!(toml.contains(&format!("listen = \"0.0.0.0:{}\"", port("traffic"))));
-    let service = kind("Service")["spec"]["ports"].to_string();
+    // The traffic Service carries no admin port; the admin Service only the admin port, and
+    // only inside the cluster.
+    let services: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Service").collect();
+    let named = |n: &str| {
+        services
+            .iter()
+            .find(|d| d["metadata"]["name"] == n)
+            .unwrap_or_else(|| panic!("no Service {n}"))
+    };
+    let traffic = named("fleet-limiter")["spec"]["ports"].to_string();
     assert!(
-        !service.contains("admin") && !service.contains("7391"),
-        "{service}"
+        !traffic.contains("admin") && !traffic.contains("7391"),
+        "{traffic}"
+    );
+    let admin = &named("fleet-limiter-admin")["spec"];
+    assert_eq!(admin["type"], "ClusterIP", "{admin}");
+    let admin_ports = admin["ports"].as_array().expect("ports");
+    assert!(
+        admin_ports.len() == 1 && admin_ports[0]["targetPort"] == "admin",
+        "{admin}"
     );
     assert_eq!(
         kind("PodDisruptionBudget")["spec"]["maxUnavailable"],
         1,
         "one replica at a time"
     );
+}
+
+/// The ConfigMap's file and the Deployment's token, run by the real binary with the admin
+/// listener on a non-loopback address as in the pod: `POST /reload` answers with the Secret's
+/// token, and not without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubernetes_levers_answer_with_the_secrets_token() {
+    let Some(docs) = kubernetes_documents() else {
+        return;
+    };
+    let toml = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|d| d["data"]["fleet-limiter.toml"].as_str())
+        .expect("the ConfigMap's file");
+    let port = common::free_port();
+    let token = "5c1e0d7a9b3f48e2a6d0c4b8f1e7a3925d6b0c8e4f2a7d1b9e3c5a0f6d8b2e47";
+    let gw = Launch::serve()
+        .config_toml(toml)
+        // As in the pod: every address, the image's port replaced by a free one.
+        .env("FLEET_LIMITER_ADMIN_LISTEN", format!("0.0.0.0:{port}"))
+        .env("FLEET_LIMITER_ADMIN_TOKEN", token)
+        .spawn();
+    let url = format!("http://127.0.0.1:{port}/reload");
+    let client = common::client();
+    let reload = |auth: Option<&str>| {
+        let mut req = client.post(&url);
+        if let Some(t) = auth {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let res = reload(None).await.expect("POST /reload");
+    assert_eq!(res.status(), 401, "{}", gw.stderr());
+    let res = reload(Some(token)).await.expect("POST /reload");
+    let status = res.status();
+    let body = res.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{body}\n{}", gw.stderr());
+    let healthz = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .expect("GET /healthz");
+    assert_eq!(healthz.status(), 200, "the probes need no token");
+}
+
+/// Variables the manifest sets ahead of the release whose binary reads them (the admin
+/// listener's host names). Empty once that release is the one built here.
+const SETTINGS_LANDING: &[&str] = &["FLEET_LIMITER_ADMIN_HOSTS"];
+
+#[test]
+fn the_kubernetes_env_names_are_settings_and_the_admin_token_comes_from_a_secret() {
+    let Some(docs) = kubernetes_documents() else {
+        return;
+    };
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("the container's env");
+    let var = |name: &str| env.iter().find(|e| e["name"] == name);
+
+    // The token: from a Secret, never a literal, and nowhere in the ConfigMap or a Secret of
+    // this file (one token per installation, made by its operator).
+    let token = var("FLEET_LIMITER_ADMIN_TOKEN").expect("FLEET_LIMITER_ADMIN_TOKEN in the env");
+    assert!(token.get("value").is_none(), "a literal token: {token}");
+    let secret = &token["valueFrom"]["secretKeyRef"];
+    assert!(
+        secret["name"].is_string() && secret["key"].is_string(),
+        "the token from a Secret: {token}"
+    );
+    assert!(
+        docs.iter().all(|d| d["kind"] != "Secret"),
+        "a Secret shipped with a token in it"
+    );
+    let config = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .and_then(|d| d["data"]["fleet-limiter.toml"].as_str())
+        .expect("the ConfigMap's file");
+    assert!(
+        !config
+            .lines()
+            .any(|l| l.trim_start().starts_with("admin_token")),
+        "a token in the ConfigMap"
+    );
+    // A trusted proxy is set: behind an ingress, clients are told apart.
+    assert!(
+        config.contains("trust_proxy = ["),
+        "no trust_proxy:\n{config}"
+    );
+
+    // Every FLEET_LIMITER_* name is one the binary reads: `check` warns about any other. The
+    // values are the manifest's (the Secret's token stands for one made by openssl rand).
+    let vars: Vec<(String, String)> =
+        env.iter()
+            .filter_map(|e| {
+                let name = e["name"].as_str().expect("a name");
+                let value = match e["value"].as_str() {
+                    Some(v) => v.replace("$(POD_NAMESPACE)", "default"),
+                    None => "5c1e0d7a9b3f48e2a6d0c4b8f1e7a3925d6b0c8e4f2a7d1b9e3c5a0f6d8b2e47"
+                        .to_owned(),
+                };
+                name.starts_with("FLEET_LIMITER_")
+                    .then(|| (name.to_owned(), value))
+            })
+            .collect();
+    assert!(vars.len() >= 3, "{vars:?}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("fleet-limiter.toml");
+    std::fs::write(&file, config).expect("write");
+    let launch = Launch::command(["check", "--config"])
+        .arg(file.to_str().expect("utf-8"))
+        .envs(vars);
+    let out = launch.run(common::PATIENCE);
+    let unknown: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("is not a setting"))
+        .filter(|l| {
+            !SETTINGS_LANDING
+                .iter()
+                .any(|n| l.contains(&format!(" {n} ")))
+        })
+        .collect();
+    assert!(unknown.is_empty(), "{unknown:?}\n{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -308,7 +308,12 @@ impl Admin {
 
     /// Run the traffic servers (the gateway, the decision endpoint, or both) and the admin
     /// server until SIGTERM/SIGINT, reloading on SIGHUP. A signal to stop drains them all.
-    pub(crate) async fn run(self, servers: Vec<Server>, cfg: &Config) -> anyhow::Result<()> {
+    pub(crate) async fn run(
+        self,
+        servers: Vec<Server>,
+        rls: Option<crate::rls::Running>,
+        cfg: &Config,
+    ) -> anyhow::Result<()> {
         let Self {
             server: admin,
             addrs,
@@ -319,7 +324,7 @@ impl Admin {
             tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /healthz/store /reload /overrides /reset /explain");
         }
         let admin_handle = admin.handle();
-        let admin_task = actix_web::rt::spawn(admin);
+        let mut admin_task = Some(actix_web::rt::spawn(admin));
         // Run-time overrides and resets other instances made: read now and every half second.
         let sync = actix_web::rt::spawn(control.levers().clone().run_sync());
         // A key set not fetched at start is fetched in the background until it is.
@@ -330,23 +335,59 @@ impl Admin {
             .map(actix_web::rt::spawn);
         let handles: Vec<ServerHandle> = servers.iter().map(Server::handle).collect();
         let grace = cfg.ops.shutdown_grace;
-        let watcher = actix_web::rt::spawn(signals.watch(control, handles.clone(), grace));
+        let mut watcher = actix_web::rt::spawn(signals.watch(control, handles.clone(), grace));
         // Each server runs as its own task, so one can be told to stop while another is
         // awaited. The first to end (stopped by a signal, or failed) ends them all.
         let tasks: Vec<_> = servers.into_iter().map(actix_web::rt::spawn).collect();
-        let (first, _, rest) = futures_util::future::select_all(tasks).await;
-        futures_util::future::join_all(handles.iter().map(|h| h.stop(true))).await;
-        for t in rest {
-            let _ = t.await;
-        }
-        let result = first.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        let result = if tasks.is_empty() {
+            // Only the rate-limit service, which runs on its own threads: serve until a signal
+            // (the watcher returns once it has drained), or until the rate-limit service stops
+            // (it cannot serve, or fails) or the admin listener does.
+            let rls_ended = async {
+                match rls {
+                    Some(r) => r
+                        .ended
+                        .await
+                        .unwrap_or_else(|_| "rls.listen: the gRPC server stopped".to_owned()),
+                    None => std::future::pending().await,
+                }
+            };
+            let ended = match admin_task.as_mut() {
+                Some(task) => tokio::select! {
+                    _ = &mut watcher => None,
+                    why = rls_ended => Some(why),
+                    ended = task => {
+                        admin_task = None;
+                        Some(match ended {
+                            Ok(Ok(())) => "the admin listener stopped".to_owned(),
+                            Ok(Err(e)) => format!("the admin listener failed: {e}"),
+                            Err(e) => format!("the admin listener failed: {e}"),
+                        })
+                    }
+                },
+                None => None,
+            };
+            match ended {
+                None => Ok(()),
+                Some(why) => Err(std::io::Error::other(why)),
+            }
+        } else {
+            let (first, _, rest) = futures_util::future::select_all(tasks).await;
+            futures_util::future::join_all(handles.iter().map(|h| h.stop(true))).await;
+            for t in rest {
+                let _ = t.await;
+            }
+            first.unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+        };
         watcher.abort();
         sync.abort();
         if let Some(r) = recovery {
             r.abort();
         }
         admin_handle.stop(false).await;
-        let _ = admin_task.await;
+        if let Some(task) = admin_task {
+            let _ = task.await;
+        }
         tracing::info!("fleet-limiter stopped");
         result.map_err(Into::into)
     }

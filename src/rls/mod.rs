@@ -595,7 +595,7 @@ impl tonic::server::UnaryService<RateLimitRequest> for Unary {
 
 /// Start the gRPC listener on `rls.listen`, if set: bound here (an address that cannot be
 /// bound is an error now), served on its own runtime threads. Returns the bound address.
-pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<SocketAddr>> {
+pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<Running>> {
     let Some(listen) = cfg.rls.listen else {
         return Ok(None);
     };
@@ -612,10 +612,11 @@ pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Optio
         .thread_name("rls")
         .enable_all()
         .build()?;
+    let (ended_tx, ended) = tokio::sync::oneshot::channel::<String>();
     std::thread::Builder::new()
         .name("rls-listener".to_owned())
         .spawn(move || {
-            runtime.block_on(async move {
+            let why = runtime.block_on(async move {
                 let incoming = tokio::net::TcpListener::from_std(listener)
                     .map_err(|e| e.to_string())
                     .and_then(|l| {
@@ -626,7 +627,7 @@ pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Optio
                     Ok(i) => i,
                     Err(e) => {
                         tracing::error!("rls.listen: cannot serve {addr}: {e}");
-                        return;
+                        return format!("rls.listen: cannot serve {addr}: {e}");
                     }
                 };
                 // Bounds a client cannot raise: a header list past 16 KiB is refused before it
@@ -640,11 +641,21 @@ pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Optio
                     .await
                 {
                     tracing::error!("rls.listen: the gRPC server on {addr} stopped: {e}");
+                    return format!("rls.listen: the gRPC server on {addr} stopped: {e}");
                 }
+                format!("rls.listen: the gRPC server on {addr} stopped")
             });
+            // Nobody listening any more is a process already stopping.
+            let _ = ended_tx.send(why);
         })?;
     tracing::info!(rls_listen = %addr, "Envoy rate-limit service listener started: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
-    Ok(Some(addr))
+    Ok(Some(Running { ended }))
+}
+
+/// The rate-limit service, serving on its own threads.
+pub(crate) struct Running {
+    /// Why it stopped, once it has (it serves until the process ends otherwise).
+    pub(crate) ended: tokio::sync::oneshot::Receiver<String>,
 }
 
 #[cfg(test)]

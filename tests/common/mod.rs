@@ -111,6 +111,9 @@ pub struct Launch {
     nofile: Option<(u64, u64)>,
     /// `--listen` on this address instead of a free port (a second process beside a first).
     listen_at: Option<SocketAddr>,
+    /// `serve` as written, with no `--listen` added: wait for this address instead (a listener
+    /// the arguments name, e.g. `--rls-listen`).
+    wait_on: Option<SocketAddr>,
 }
 
 /// Where the process's stdout and stderr go.
@@ -132,6 +135,18 @@ impl Launch {
         Self {
             args: vec!["serve".into()],
             serve: true,
+            ..Self::default()
+        }
+    }
+
+    /// `fleet-limiter serve` with no `--listen` added (a gateway with no upstream binds none):
+    /// [`Launch::spawn`] waits until `addr`, a listener the arguments name (`--rls-listen`,
+    /// `--decision-listen`), accepts connections.
+    pub fn serve_waiting_on(addr: SocketAddr) -> Self {
+        Self {
+            args: vec!["serve".into()],
+            serve: true,
+            wait_on: Some(addr),
             ..Self::default()
         }
     }
@@ -341,14 +356,14 @@ impl Launch {
             let addr = self.listen_at.unwrap_or_else(free_addr);
             let admin = self.admin.then(free_addr);
             let decision = self.decision.map(|_| free_addr());
-            let listen = (self.decision != Some(true)).then_some(addr);
+            let listen = (self.decision != Some(true) && self.wait_on.is_none()).then_some(addr);
             let (mut cmd, config) = self.command_for(dir.path(), listen, admin, decision);
             let child = cmd
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
             let mut gw = Gateway {
                 child,
-                addr: listen.or(decision).unwrap_or(addr),
+                addr: self.wait_on.or(listen).or(decision).unwrap_or(addr),
                 decision_addr: decision,
                 admin_addr: admin,
                 config,
@@ -372,11 +387,47 @@ impl Launch {
         panic!("the gateway did not start: {last_err}");
     }
 
+    /// Start a `serve` that may serve or may refuse to start: the running gateway once it
+    /// listens, or how it exited before it did (one attempt, no retry on a taken port).
+    /// Panics when it neither listens nor exits within [`PATIENCE`].
+    pub fn try_spawn(self) -> Result<Gateway, Exited> {
+        assert!(self.serve, "try_spawn() is for `serve`");
+        let dir = temp_dir();
+        let addr = self.listen_at.unwrap_or_else(free_addr);
+        let admin = self.admin.then(free_addr);
+        let decision = self.decision.map(|_| free_addr());
+        let listen = (self.decision != Some(true) && self.wait_on.is_none()).then_some(addr);
+        let (mut cmd, config) = self.command_for(dir.path(), listen, admin, decision);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+        let mut gw = Gateway {
+            child,
+            addr: self.wait_on.or(listen).or(decision).unwrap_or(addr),
+            decision_addr: decision,
+            admin_addr: admin,
+            config,
+            dir,
+        };
+        match gw.wait_ready() {
+            Ok(()) => Ok(gw),
+            Err(e) => match gw.child.try_wait() {
+                Ok(Some(status)) => Err(Exited {
+                    code: status.code(),
+                    stdout: gw.stdout(),
+                    stderr: gw.stderr(),
+                }),
+                _ => panic!("the gateway neither started nor exited: {e}"),
+            },
+        }
+    }
+
     /// Run a command that is expected to exit (e.g. a start-up failure), within `limit`.
     /// Panics if it is still running then.
     pub fn run(self, limit: Duration) -> Exited {
         let dir = temp_dir();
-        let listen = self.serve.then(|| self.listen_at.unwrap_or_else(free_addr));
+        let listen = (self.serve && self.wait_on.is_none())
+            .then(|| self.listen_at.unwrap_or_else(free_addr));
         let (mut cmd, _config) = self.command_for(dir.path(), listen, None, None);
         let mut child = cmd
             .spawn()

@@ -63,7 +63,7 @@ pub(crate) fn headline(l: &LimiterReport) -> String {
         l.metered,
         l.refused,
         l.shadow_refused,
-        u.still_refused_at_end + u.never_seen_again
+        u.total()
     )
 }
 
@@ -225,7 +225,7 @@ pub(crate) fn replay_svg(reports: &[&ReplayReport]) -> String {
                 l.refused,
                 l.shadow_refused,
                 l.longest_refusal_run_seconds,
-                u.still_refused_at_end + u.never_seen_again
+                u.total()
             );
             // The title stops short of the legend on its line.
             let title = format!(

@@ -121,10 +121,14 @@ impl Replayer {
             record_bounded(series, (at - first).max(0) as Nanos, r.verdict.allowed);
             let who = principal(outcome.client_ip.unwrap_or(p.peer), p, &r.spec.key);
             if r.verdict.allowed {
-                if let Some((start, _)) = t.open_runs.remove(&who) {
-                    let run = at - start;
-                    if run > t.longest.0 {
-                        t.longest = (run, Some(who));
+                if let Some(open) = t.open_runs.remove(&who) {
+                    if open.ended_by(at, t.window) {
+                        let run = at - open.start;
+                        if run > t.longest.0 {
+                            t.longest = (run, Some(who));
+                        }
+                    } else {
+                        t.returned_later.push((who, open.last - open.start));
                     }
                 }
                 continue;
@@ -135,7 +139,14 @@ impl Replayer {
                 t.shadow_refused += 1;
             }
             *t.by_principal.entry(who.clone()).or_default() += 1;
-            t.open_runs.entry(who).or_insert((at, at)).1 = at;
+            let retry_after = i64::try_from(r.verdict.retry_after_ns).unwrap_or(i64::MAX);
+            let open = t.open_runs.entry(who).or_insert(OpenRun {
+                start: at,
+                last: at,
+                retry_after,
+            });
+            open.last = at;
+            open.retry_after = retry_after;
         }
         let is_heartbeat = (&*p.method, path_only) == (traffic::HEARTBEAT.0, traffic::HEARTBEAT.1);
         if let (true, Some(agent)) = (is_heartbeat, &p.agent_id) {
@@ -217,15 +228,24 @@ impl Replayer {
         for (name, t) in self.limiters {
             let mut unfinished = UnfinishedRuns::default();
             let mut longest: Option<(i64, Box<str>, &'static str)> = None;
-            for (who, (start, last)) in t.open_runs {
-                let ends = if end - last < t.window {
-                    unfinished.still_refused_at_end += 1;
+            let open = t.open_runs.into_iter().map(|(who, run)| {
+                let ends = if end - run.last < t.window {
                     STILL_REFUSED
                 } else {
-                    unfinished.never_seen_again += 1;
                     NEVER_SEEN_AGAIN
                 };
-                let run = last - start;
+                (who, run.last - run.start, ends)
+            });
+            let returned = t
+                .returned_later
+                .into_iter()
+                .map(|(who, run)| (who, run, RETURNED_LATER));
+            for (who, run, ends) in open.chain(returned) {
+                match ends {
+                    STILL_REFUSED => unfinished.still_refused_at_end += 1,
+                    NEVER_SEEN_AGAIN => unfinished.never_seen_again += 1,
+                    _ => unfinished.returned_later += 1,
+                }
                 let longer = longest
                     .as_ref()
                     .is_none_or(|(l, w, _)| run > *l || (run == *l && who < *w));

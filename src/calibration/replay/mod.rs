@@ -228,7 +228,10 @@ pub(crate) struct LimiterReport {
     /// Principals refused most (enforced or shadow), as the logs name them.
     pub top_refused: Vec<(String, u64)>,
     /// The longest lockout: the time one principal went from a refusal to its next admitted
-    /// request. Runs no admitted request ended are in `unfinished_refusal_runs`, not here.
+    /// request, when that request came within the limiter's window (or the last refusal's
+    /// Retry-After, when longer) of the run's last refusal: the principal was still asking.
+    /// Runs no admitted request ended, or ended only when the principal came back later, are in
+    /// `unfinished_refusal_runs`, not here.
     pub longest_refusal_run_seconds: f64,
     pub longest_refusal_run_principal: Option<String>,
     /// Refusal runs still open when the logs end: the principal's last request was refused.
@@ -246,8 +249,18 @@ pub(crate) struct UnfinishedRuns {
     /// Last refused longer than the limiter's window before the logs' end: the client never
     /// came back, so whether it would have been locked out is unknown.
     pub never_seen_again: u64,
+    /// Left while refused and admitted on its return, more than the limiter's window (or the
+    /// last refusal's Retry-After) after its last refusal: nothing shows it was kept out.
+    pub returned_later: u64,
     /// The one refused longest, from its first refusal to its last refused request.
     pub longest: Option<UnfinishedRun>,
+}
+
+impl UnfinishedRuns {
+    /// How many runs, of every kind.
+    pub(crate) fn total(&self) -> u64 {
+        self.still_refused_at_end + self.never_seen_again + self.returned_later
+    }
 }
 
 /// One refusal run no admitted request ended.
@@ -262,6 +275,7 @@ pub(crate) struct UnfinishedRun {
 
 pub(crate) const STILL_REFUSED: &str = "still refused at the end of the log";
 pub(crate) const NEVER_SEEN_AGAIN: &str = "last request refused, never seen again";
+pub(crate) const RETURNED_LATER: &str = "left refused, admitted when it came back after the window";
 
 /// An agent whose heartbeats would have gone unanswered past the offline threshold.
 #[derive(Debug, Clone, Serialize)]
@@ -328,14 +342,36 @@ struct LimiterTally {
     refused: u64,
     shadow_refused: u64,
     by_principal: HashMap<Box<str>, u64>,
-    /// Principals refused since their last admitted request: when the run started, and the
-    /// last refusal.
-    open_runs: HashMap<Box<str>, (UnixNanos, UnixNanos)>,
+    /// Principals refused since their last admitted request.
+    open_runs: HashMap<Box<str>, OpenRun>,
+    /// Runs an admitted request ended only after the principal stayed away (not lockouts):
+    /// their principal and length, first refusal to last.
+    returned_later: Vec<(Box<str>, i64)>,
     /// The limiter's window: a run last refused within it of the logs' end is still refused.
     window: i64,
     longest: (i64, Option<Box<str>>),
     /// Admitted and refused (enforced or shadow) per minute of the logs, for `--plot`.
     series: Option<Series>,
+}
+
+/// A principal's refusals since its last admitted request.
+#[derive(Clone, Copy)]
+struct OpenRun {
+    /// The run's first refusal.
+    start: UnixNanos,
+    /// Its last refusal.
+    last: UnixNanos,
+    /// The wait the last refusal announced (nanoseconds).
+    retry_after: i64,
+}
+
+impl OpenRun {
+    /// Whether an admitted request at `at` ends this run as a lockout: it came within the
+    /// limiter's `window`, or the last refusal's Retry-After when longer, of the last refusal,
+    /// so the principal was still asking. Later, it had stopped asking and came back.
+    fn ended_by(&self, at: UnixNanos, window: i64) -> bool {
+        at - self.last <= window.max(self.retry_after)
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -85,11 +85,13 @@ fn limiter(out: &mut String, l: &LimiterReport) {
     if let Some(longest) = &u.longest {
         let _ = writeln!(
             out,
-            "      unfinished refusal runs (not lockouts): {} {}, {} {}; longest refused for {} s ({}, {})",
+            "      unfinished refusal runs (not lockouts): {} {}, {} {}, {} {}; longest refused for {} s ({}, {})",
             u.still_refused_at_end,
             super::STILL_REFUSED,
             u.never_seen_again,
             super::NEVER_SEEN_AGAIN,
+            u.returned_later,
+            super::RETURNED_LATER,
             longest.refused_for_seconds,
             longest.principal,
             longest.ends

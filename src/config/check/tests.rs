@@ -124,8 +124,17 @@ fn without_a_verifier_the_analysts_share_one_ip_bucket_at_risk() {
         assert!(risks[0].contains(needle), "{needle}: {}", risks[0]);
     }
     let admitted = admit(&cfg, false).unwrap();
-    assert_eq!(admitted.warnings, risks);
+    // A calibration finding, not a warning: a start names it in one INFO line.
+    assert_eq!(admitted.risks, risks);
+    assert!(admitted.warnings.is_empty(), "{:?}", admitted.warnings);
     assert!(admitted.overridden.is_empty());
+    let summary = admitted.risk_summary().unwrap();
+    assert!(
+        summary.contains("ui: keyed on the IP: no token verifier is configured")
+            && summary.contains("run `fleet-limiter check`")
+            && !summary.contains("analysts"),
+        "{summary}"
+    );
     // JSON: the verdict and the flag are additions beside the existing fields.
     let v: serde_json::Value = serde_json::from_str(&crate::calibration::report::json(&r)).unwrap();
     assert_eq!(v["at_risk"], 1);
