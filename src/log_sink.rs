@@ -97,3 +97,95 @@ mod tests {
         assert_eq!(kept, b"kept\n");
     }
 }
+
+/// What actix-web's HTTP/1 dispatcher logs at ERROR when a *client* sent something it could not
+/// serve: a request it could not parse, headers that never finished, a connection reset or
+/// never closed, a body left unread after a refusal. None is a fault of the gateway or of its
+/// upstream, and an operator's ERROR log must mean one: [`ClientFaults`] turns them into DEBUG
+/// lines (target `fleet_limiter::client`). Everything else the dispatcher says (a handler or
+/// body error, an upstream answer cut mid-stream) stays at ERROR.
+const CLIENT_FAULTS: [&str; 5] = [
+    "stream error: request parse error",
+    "stream error: request did not complete within the specified timeout",
+    "stream error: I/O error",
+    "stream error: connection shutdown timeout",
+    "stream error: handler dropped payload before reading EOF",
+];
+
+/// Whether an ERROR line of actix-web's dispatcher is about a client's request (see
+/// [`CLIENT_FAULTS`]).
+pub(crate) fn is_client_fault(target: &str, message: &str) -> bool {
+    target.starts_with("actix_http::h1") && CLIENT_FAULTS.iter().any(|p| message.starts_with(p))
+}
+
+/// A tracing layer that logs a client's malformed request at DEBUG instead of ERROR (see
+/// [`CLIENT_FAULTS`]).
+pub(crate) struct ClientFaults;
+
+/// An event's `message` field, as text.
+struct Message(String);
+
+impl tracing::field::Visit for Message {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            value.clone_into(&mut self.0);
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ClientFaults {
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        let meta = event.metadata();
+        if *meta.level() != tracing::Level::ERROR || !meta.target().starts_with("actix_http") {
+            return true;
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if !is_client_fault(meta.target(), &message.0) {
+            return true;
+        }
+        tracing::debug!(target: "fleet_limiter::client", "a client's request could not be served: {}", message.0);
+        false
+    }
+}
+
+#[cfg(test)]
+mod client_fault_tests {
+    use super::is_client_fault;
+
+    #[test]
+    fn a_clients_malformed_request_is_its_own_and_an_upstream_cut_is_not() {
+        let d = "actix_http::h1::dispatcher";
+        for client in [
+            "stream error: request parse error: invalid Header provided",
+            "stream error: request parse error: URI error: invalid uri character",
+            "stream error: request did not complete within the specified timeout",
+            "stream error: I/O error: Connection reset by peer (os error 104)",
+            "stream error: handler dropped payload before reading EOF",
+        ] {
+            assert!(is_client_fault(d, client), "{client}");
+        }
+        for ours in [
+            "Response payload stream error: upstream answer timed out",
+            "stream error: service error",
+            "stream error: body error: x",
+            "Internal server error: unexpected eof",
+        ] {
+            assert!(!is_client_fault(d, ours), "{ours}");
+        }
+        assert!(!is_client_fault(
+            "fleet_limiter::http",
+            "stream error: request parse error: x"
+        ));
+    }
+}

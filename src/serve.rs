@@ -105,6 +105,8 @@ fn save_state(decider: &crate::decision::Decider, path: &std::path::Path) {
 }
 
 fn init_logging(format: LogFormat) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("FLEET_LIMITER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt()
@@ -114,12 +116,16 @@ fn init_logging(format: LogFormat) {
         // never panics the thread that logged it.
         .with_writer(crate::log_sink::Stderr)
         .log_internal_errors(false);
+    // A client's malformed request is the client's: DEBUG, never ERROR.
+    let faults = crate::log_sink::ClientFaults;
     let _ = match format {
-        LogFormat::Text => fmt.try_init(),
+        LogFormat::Text => fmt.finish().with(faults).try_init(),
         LogFormat::Json => fmt
             .json()
             .flatten_event(true)
             .with_current_span(false)
+            .finish()
+            .with(faults)
             .try_init(),
     };
 }
