@@ -223,7 +223,7 @@ fn a_descriptor_is_allowed_then_over_limit_with_the_wait_until_it_fits() {
 }
 
 #[test]
-fn hits_addend_is_the_cost_and_zero_counts_one() {
+fn hits_addend_is_the_cost_and_zero_counts_one_but_a_descriptors_zero_only_checks() {
     if !client_available() {
         return;
     }
@@ -274,6 +274,71 @@ fn hits_addend_is_the_cost_and_zero_counts_one() {
     );
     assert_eq!(status(&two, 0)["limit_remaining"], 1, "{two}");
     assert_eq!(status(&two, 1)["limit_remaining"], 1, "{two}");
+    // A descriptor's own hits_addend of 0 checks without charging, as the reference does:
+    // answered as one more request would be, and nothing is counted.
+    let check_only = |client: &str| {
+        let mut r = req("api", &[&[("client", client), ("path", "/slow")]]);
+        r["descriptors"][0]["hits_addend"] = json!(0);
+        r
+    };
+    let charge = |client: &str| req("api", &[&[("client", client), ("path", "/slow")]]);
+    let answers = ask(
+        &rls,
+        &[
+            check_only("c11"),
+            check_only("c11"),
+            charge("c11"),
+            charge("c11"),
+            charge("c11"),
+            check_only("c11"),
+        ],
+    );
+    let codes: Vec<&serde_json::Value> = answers.iter().map(|a| &status(a, 0)["code"]).collect();
+    assert_eq!(
+        codes,
+        ["OK", "OK", "OK", "OK", "OK", "OVER_LIMIT"],
+        "two checks charged nothing, three requests spent the 3: {answers:?}"
+    );
+    // A check-only descriptor over its limit refuses the request, and its other descriptor is
+    // charged nothing.
+    let mut both = req(
+        "api",
+        &[
+            &[("client", "c11"), ("path", "/slow")],
+            &[("client", "c12"), ("path", "/slow")],
+        ],
+    );
+    both["descriptors"][0]["hits_addend"] = json!(0);
+    let a = ask1(&rls, both);
+    assert_eq!(ok(&a)["overall_code"], "OVER_LIMIT", "{a}");
+    let fresh = ask1(&rls, charge("c12"));
+    assert_eq!(
+        status(&fresh, 0)["limit_remaining"],
+        2,
+        "c12 was not charged: {fresh}"
+    );
+}
+
+#[test]
+fn a_message_that_is_not_a_rate_limit_request_is_invalid_argument() {
+    if !client_available() {
+        return;
+    }
+    let rls = start(YAML, &[], &[]);
+    let answers = ask(
+        &rls,
+        &[
+            json!({"raw_hex": "ffffffffffffffffff"}),
+            json!({"raw_hex": "0a"}),
+            json!({"raw_hex": "12ff01"}),
+        ],
+    );
+    for a in &answers {
+        assert_eq!(a["error"], "INVALID_ARGUMENT", "{answers:?}");
+    }
+    // And the service still answers.
+    let after = ask1(&rls, req("api", &[&[("path", "/cost")]]));
+    assert_eq!(ok(&after)["overall_code"], "OK", "{after}");
 }
 
 #[test]

@@ -704,6 +704,20 @@ impl Decider {
     /// limiter's `on_store_error` answer when it fails, and, when an enforcing check refuses,
     /// the other buckets reported as they stand (nothing was charged). `true` beside the
     /// verdicts: the store failed.
+    /// Each of `checks` judged against its units now, charging nothing (Envoy's per-descriptor
+    /// `hits_addend` of 0, as `explain` judges); when the store fails, each limiter's
+    /// `on_store_error` answer.
+    pub(crate) async fn peek_checks(
+        &self,
+        checks: &[Check],
+        limiters: &[Arc<LimiterSpec>],
+    ) -> Vec<Verdict> {
+        match self.store.peek(checks).await {
+            Ok(v) if v.len() == checks.len() => v,
+            Ok(_) | Err(_) => fallback_verdicts(limiters, checks),
+        }
+    }
+
     pub(crate) async fn decide_checks(
         &self,
         checks: &[Check],

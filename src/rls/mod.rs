@@ -216,6 +216,11 @@ impl Service {
         let mut checks: Vec<Check> = Vec::new();
         let mut specs: Vec<Arc<LimiterSpec>> = Vec::new();
         let mut check_of: Vec<Option<usize>> = Vec::with_capacity(n);
+        // Descriptors whose own `hits_addend` is 0: checked, never charged (as the reference
+        // does), each against one request's worth; their index among `peeks`.
+        let mut peeks: Vec<Check> = Vec::new();
+        let mut peek_specs: Vec<Arc<LimiterSpec>> = Vec::new();
+        let mut peek_of: Vec<(usize, usize)> = Vec::new();
         for (d, m) in req.descriptors.iter().zip(&matched) {
             let (spec, mapped, yaml_shadow) = match m {
                 Matched::Mapped { rule, spec } => (spec, true, rule.shadow),
@@ -232,10 +237,11 @@ impl Service {
                     continue;
                 }
             };
-            let units = d
-                .hits_addend
-                .as_ref()
-                .map_or(u64::from(request_units), |h| h.value.max(1));
+            // The reference: a descriptor's own hits_addend as it is (0: check only), else the
+            // request's, where 0 (unset) counts one.
+            let own = d.hits_addend.as_ref().map(|h| h.value);
+            let check_only = own == Some(0);
+            let units = own.map_or(u64::from(request_units), |v| v.max(1));
             let units = NonZeroU32::new(u32::try_from(units).unwrap_or(u32::MAX))
                 .unwrap_or(NonZeroU32::MIN);
             let key = if mapped {
@@ -248,6 +254,18 @@ impl Service {
                 };
                 digest.bucket_of(spec.name.clone(), &spec.key, &p)
             };
+            if check_only {
+                peek_of.push((check_of.len(), peeks.len()));
+                check_of.push(None);
+                peeks.push(Check {
+                    key,
+                    quota: spec.quota,
+                    shadow: yaml_shadow || spec.mode != Mode::Enforce,
+                    units,
+                });
+                peek_specs.push(spec.clone());
+                continue;
+            }
             if let Some(i) = checks.iter().position(|c| c.key == key) {
                 if let Some(c) = checks.get_mut(i) {
                     c.units = c.units.saturating_add(units.get());
@@ -264,11 +282,33 @@ impl Service {
             });
             specs.push(spec.clone());
         }
-        let (verdicts, errored, local) = if checks.is_empty() {
+        let peeked = if peeks.is_empty() {
+            Vec::new()
+        } else {
+            self.decider.peek_checks(&peeks, &peek_specs).await
+        };
+        // A check-only descriptor over its limit refuses the request: then nothing is charged.
+        let refused_by_peek = peeked
+            .iter()
+            .zip(&peeks)
+            .any(|(v, c)| !v.allowed && !c.shadow);
+        let (mut verdicts, errored, local) = if checks.is_empty() {
             (Vec::new(), false, Default::default())
+        } else if refused_by_peek {
+            let v = self.decider.peek_checks(&checks, &specs).await;
+            (v, false, Default::default())
         } else {
             self.decider.decide_checks(&checks, &specs).await
         };
+        // The check-only verdicts follow the charged ones.
+        let charged = checks.len();
+        for (descriptor, j) in peek_of {
+            if let Some(slot) = check_of.get_mut(descriptor) {
+                *slot = Some(charged + j);
+            }
+        }
+        checks.extend(peeks);
+        verdicts.extend(peeked);
         // The statuses, one per descriptor, in order.
         let mut statuses = Vec::with_capacity(n);
         let mut over = false;
@@ -563,7 +603,7 @@ where
         let service = self.0.clone();
         if req.uri().path() == METHOD {
             Box::pin(async move {
-                let mut grpc = tonic::server::Grpc::new(tonic::codec::ProstCodec::default());
+                let mut grpc = tonic::server::Grpc::new(Codec::default());
                 Ok(grpc.unary(Unary(service), req).await)
             })
         } else {
@@ -574,6 +614,48 @@ where
                 .into_http())
             })
         }
+    }
+}
+
+/// Prost's codec, with a message that does not decode answered `INVALID_ARGUMENT` (the
+/// caller's fault), not `INTERNAL` as tonic's own says.
+#[derive(Default)]
+struct Codec(tonic::codec::ProstCodec<RateLimitResponse, RateLimitRequest>);
+
+impl tonic::codec::Codec for Codec {
+    type Encode = RateLimitResponse;
+    type Decode = RateLimitRequest;
+    type Encoder =
+        <tonic::codec::ProstCodec<RateLimitResponse, RateLimitRequest> as tonic::codec::Codec>::Encoder;
+    type Decoder = Decoder;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        self.0.encoder()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        Decoder
+    }
+}
+
+/// Decodes a `RateLimitRequest`; bytes that are not one are `INVALID_ARGUMENT`.
+struct Decoder;
+
+impl tonic::codec::Decoder for Decoder {
+    type Item = RateLimitRequest;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Self::Item>, Self::Error> {
+        <RateLimitRequest as prost::Message>::decode(buf)
+            .map(Some)
+            .map_err(|e| {
+                tonic::Status::invalid_argument(format!(
+                    "not a RateLimitRequest (envoy.service.ratelimit.v3): {e}"
+                ))
+            })
     }
 }
 

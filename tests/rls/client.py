@@ -5,6 +5,7 @@ Usage: client.py HOST:PORT < requests.json
 
 stdin: a JSON list of RateLimitRequest messages in protobuf's JSON mapping
 (`{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}], "hits_addend": 2}`).
+An item {"raw_hex": "<bytes>"} is sent as those bytes, undecoded: a message that is not one.
 stdout: a JSON list, one item per request: {"ok": <RateLimitResponse as JSON, field names as in
 the .proto, defaults included>} or {"error": "<grpc status code name>", "detail": "..."}.
 """
@@ -34,10 +35,19 @@ def main():
     with grpc.insecure_channel(addr, options=options) as channel:
         grpc.channel_ready_future(channel).result(timeout=30)
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        raw = channel.unary_unary(
+            "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         out = []
         for r in requests:
-            msg = ParseDict(r, rls_pb2.RateLimitRequest())
             try:
+                if "raw_hex" in r:
+                    raw(bytes.fromhex(r["raw_hex"]), timeout=30)
+                    out.append({"ok": "raw"})
+                    continue
+                msg = ParseDict(r, rls_pb2.RateLimitRequest())
                 out.append({"ok": as_dict(stub.ShouldRateLimit(msg, timeout=30))})
             except grpc.RpcError as e:
                 out.append({"error": e.code().name, "detail": e.details()})
