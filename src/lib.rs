@@ -220,6 +220,7 @@ pub use http::admin_client::{
     run_explain, run_override, run_reset, AdminTarget, AskedRequest, OverrideCommand,
 };
 pub use http::cors::Cors;
+pub use http::demo_upstream::{run_demo_upstream, DEMO_UPSTREAM_LISTEN};
 #[cfg(feature = "actix-governor")]
 pub use http::governor::{AgentDeviceKey, ClientAddress, MaskedIpKey, VerifiedUserKey};
 pub use http::middleware::{Decided, FleetLimiter};

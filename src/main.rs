@@ -38,6 +38,13 @@ enum Command {
         after_help = "Exit status: 0 when every file was read to its end and no more than --max-skipped of the lines went unreplayed; 1 when a file could not be read to its end or more lines than --max-skipped allows were late, outliers or malformed (the report and a summary of what was skipped, with the option that fixes each, are printed first); 2 when an option, a configuration or --log-format cannot be used."
     )]
     Replay(ReplayArgs),
+    /// A stand-in API for trying the gateway without one: answers every request 200 with the
+    /// method and path it served.
+    DemoUpstream {
+        /// Where it listens.
+        #[arg(long, default_value = fleet_limiter::DEMO_UPSTREAM_LISTEN, value_name = "ADDR")]
+        listen: String,
+    },
     /// A running instance's overrides: list, add (at once, on every instance), remove.
     Override {
         #[command(flatten)]
@@ -195,6 +202,7 @@ fn main() -> ExitCode {
             args.emit_log.as_deref(),
         ),
         Command::Override { target, command } => fleet_limiter::run_override(&target, &command),
+        Command::DemoUpstream { listen } => fleet_limiter::run_demo_upstream(&listen),
         Command::Reset {
             target,
             limiter,

@@ -1,5 +1,5 @@
 //! The README's quick start, run as written: the block between `<!-- quickstart -->` and
-//! `<!-- /quickstart -->`, by bash, against the binaries this test build made (the `cargo build`
+//! `<!-- /quickstart -->`, by bash, against the binary this test build made (the `cargo build`
 //! line dropped, `target/release/` read as this build's directory, and the three ports moved to
 //! free ones so that the test never meets another listener). It must print `200 200 200 429`
 //! and a `429` with `Retry-After`.
@@ -31,13 +31,6 @@ fn quickstart_block() -> String {
 #[test]
 fn the_readme_quick_start_reaches_a_429() {
     let gateway = PathBuf::from(env!("CARGO_BIN_EXE_fleet-limiter"));
-    let dir = gateway.parent().expect("the build directory");
-    let stand_in = dir.join("examples").join("stand_in_upstream");
-    assert!(
-        stand_in.is_file(),
-        "{} is missing: `cargo test` builds it with the other examples (alone: `cargo build --example stand_in_upstream`)",
-        stand_in.display()
-    );
     let (up, listen, admin) = (
         common::free_port(),
         common::free_port(),
@@ -48,8 +41,8 @@ fn the_readme_quick_start_reaches_a_429() {
         .filter(|l| !l.starts_with("cargo build"))
         .map(|l| {
             l.replace(
-                "target/release/examples/stand_in_upstream &",
-                &format!("{} 127.0.0.1:{up} &", stand_in.display()),
+                "demo-upstream &",
+                &format!("demo-upstream --listen 127.0.0.1:{up} &"),
             )
             .replace(
                 "target/release/fleet-limiter",
@@ -94,4 +87,59 @@ fn the_readme_quick_start_reaches_a_429() {
     let lower = stdout.to_ascii_lowercase();
     assert!(lower.contains("http/1.1 429"), "{stdout}");
     assert!(lower.contains("retry-after: "), "{stdout}");
+}
+
+/// `demo-upstream` on its own: every request answered 200 with what it served, a long path cut
+/// at 256 bytes in the answer, and an address it cannot use refused with exit status 2.
+#[tokio::test]
+async fn the_demo_upstream_answers_everything_and_refuses_a_bad_address() {
+    let port = common::free_port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleet-limiter"))
+        .args(["demo-upstream", "--listen", &format!("127.0.0.1:{port}")])
+        .kill_on_drop(true)
+        .spawn()
+        .expect("demo-upstream starts");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        match common::client()
+            .post(format!("{base}/api/agent/heartbeat?x=1"))
+            .body("{}")
+            .send()
+            .await
+        {
+            Ok(r) => break r,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("demo-upstream never answered: {e}"),
+        }
+    };
+    assert_eq!(first.status(), 200);
+    let body: serde_json::Value = first.json().await.expect("json");
+    assert_eq!(body["served"], "/api/agent/heartbeat?x=1");
+    assert_eq!(body["method"], "POST");
+    let long = format!("{base}/{}", "a".repeat(5000));
+    let body: serde_json::Value = common::client()
+        .get(long)
+        .send()
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["served"].as_str().map(str::len), Some(256));
+    let _ = child.kill().await;
+    for bad in ["nowhere", "127.0.0.1:99999", "[::1"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fleet-limiter"))
+            .args(["demo-upstream", "--listen", bad])
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("not an address"),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -6,6 +6,7 @@ mod admin_guard;
 mod body_keys;
 pub(crate) mod control;
 pub(crate) mod cors;
+pub(crate) mod demo_upstream;
 pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
 pub(crate) mod governor;
