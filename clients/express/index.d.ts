@@ -15,10 +15,23 @@ export interface Options {
    * -Proto, X-Original-Method/-URI, Host) throws a TypeError.
    */
   overrideHeaders?: string[];
+  /**
+   * When the limiter cannot be reached, at most one warning per this many milliseconds (default
+   * 60000), with how many requests were let through (or refused) since the last one; 0 warns
+   * every time.
+   */
+  warnIntervalMs?: number;
+  /** Where the warning goes (default: console.warn). */
+  warn?: (line: string) => void;
+  /**
+   * Called for every request let through unchecked because the limiter could not be reached
+   * (onError "allow"): count them, page someone. A hook that throws is ignored.
+   */
+  onFailOpen?: (error: Error, request: Question) => void;
 }
 
 export interface MiddlewareOptions extends Options {
-  /** Told when the limiter cannot be reached (default: a console warning). */
+  /** Told each time the limiter cannot be reached (default: nothing; the warning says it). */
   onLimiterError?: (error: Error) => void;
 }
 

@@ -86,7 +86,58 @@ function options(opts) {
     throw new TypeError(`fleet-limiter: \`overrideHeaders\` cannot name ${reserved}: the client sets it from the request Express parsed (the address from req.ip, the method and path it routes on); a copy from the caller would let it choose them`);
   }
   const passed = [...new Set([...PASSED, ...OVERRIDE_HEADERS, ...extra.map((h) => h.trim().toLowerCase())])];
-  return { url, timeoutMs, onError, passed, fetch: opts.fetch ?? globalThis.fetch };
+  const warnIntervalMs = opts.warnIntervalMs ?? 60_000;
+  if (!Number.isFinite(warnIntervalMs) || warnIntervalMs < 0) {
+    throw new TypeError('fleet-limiter: `warnIntervalMs` must be a number of milliseconds, 0 or more');
+  }
+  if (opts.onFailOpen !== undefined && typeof opts.onFailOpen !== 'function') {
+    throw new TypeError('fleet-limiter: `onFailOpen` must be a function (error, request) => void');
+  }
+  const warn = opts.warn ?? ((line) => console.warn(line));
+  if (typeof warn !== 'function') {
+    throw new TypeError('fleet-limiter: `warn` must be a function (line) => void');
+  }
+  return {
+    url, timeoutMs, onError, passed, fetch: opts.fetch ?? globalThis.fetch,
+    warnIntervalMs, onFailOpen: opts.onFailOpen, warn,
+  };
+}
+
+/**
+ * What has gone unsaid about one decision endpoint being unreachable: one warning per
+ * `warnIntervalMs` at most, with how many requests went through (or were refused) meanwhile.
+ * Kept per endpoint URL, so `check()` called afresh for every request warns as seldom as one
+ * middleware does.
+ */
+const unreachable = new Map();
+
+/** Record that the limiter at `o.url` could not be reached, and warn when it is time. */
+function failed(o, error, req) {
+  const allowed = o.onError === 'allow';
+  let s = unreachable.get(o.url);
+  if (!s) {
+    s = { last: -Infinity, let: 0, refused: 0 };
+    unreachable.set(o.url, s);
+  }
+  if (allowed) s.let += 1;
+  else s.refused += 1;
+  const now = Date.now();
+  if (now - s.last >= o.warnIntervalMs) {
+    const what = allowed
+      ? `${s.let} request(s) let through unchecked (onError: "allow")`
+      : `${s.refused} request(s) answered 503 (onError: "deny")`;
+    try {
+      o.warn(`fleet-limiter: the limiter at ${o.url} cannot be reached (${error.message}); ${what} since the last warning`);
+    } catch { /* a logger that throws must not decide the request */ }
+    s.last = now;
+    s.let = 0;
+    s.refused = 0;
+  }
+  if (allowed && o.onFailOpen) {
+    try {
+      o.onFailOpen(error, req);
+    } catch { /* a hook that throws must not decide the request */ }
+  }
 }
 
 /**
@@ -146,6 +197,7 @@ async function ask(o, req) {
     return { allowed, status: res.status, headers: out, body };
   } catch (error) {
     const allowed = o.onError === 'allow';
+    failed(o, error, req);
     return {
       allowed,
       status: allowed ? 200 : 503,
@@ -186,7 +238,8 @@ function routedTarget(req) {
  */
 function fleetLimiter(opts) {
   const o = options(opts);
-  const onLimiterError = opts.onLimiterError ?? ((error) => console.warn(`fleet-limiter: ${error.message}`));
+  // The rate-limited warning (and onFailOpen) already said it; this is for callers of their own.
+  const onLimiterError = opts.onLimiterError ?? (() => {});
   return async function fleetLimiterMiddleware(req, res, next) {
     let answer;
     try {

@@ -153,9 +153,13 @@ test('installed from this repository as README.md says, it runs as CommonJS and 
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fl-express-install-'));
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   const [packed] = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: PKG }));
-  // The package holds the client and its types, both entries, nothing of the tests.
+  // The package holds the client and its types, both entries, its licences, README and
+  // examples, nothing of the tests.
   const files = packed.files.map((f) => f.path).sort();
-  assert.deepEqual(files, ['README.md', 'index.d.mts', 'index.d.ts', 'index.js', 'index.mjs', 'package.json']);
+  assert.deepEqual(files, [
+    'LICENSE-APACHE', 'LICENSE-MIT', 'README.md', 'examples/serverless.cjs', 'examples/serverless.mjs',
+    'index.d.mts', 'index.d.ts', 'index.js', 'index.mjs', 'package.json',
+  ]);
   const tarball = path.join(dir, packed.filename);
   const quiet = ['--no-audit', '--no-fund', '--prefer-offline'];
   for (const [how, args] of [['tarball', [tarball]], ['install-links', ['--install-links', PKG]]]) {
