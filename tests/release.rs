@@ -154,3 +154,51 @@ fn check_dry_run(tree: &Path, version: &str, out: &Path) {
     let junk = run(&["--dry-run", "1.2"]);
     assert!(text(&junk.stderr).contains("1.2 is not a version"));
 }
+
+/// What `cargo package` puts in the crate: the library and binary sources, the middleware
+/// example, the licences, README and changelog; never the tests, benchmarks, fuzz targets,
+/// snapshots, proptest regressions or deployment files (once half the package).
+#[test]
+fn the_crate_package_carries_the_sources_and_nothing_of_the_repository_s_tooling() {
+    let out = Command::new(env!("CARGO"))
+        .args(["package", "--list", "--allow-dirty", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo package --list");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    let files: Vec<&str> = listed.lines().collect();
+    for needed in [
+        "src/lib.rs",
+        "src/main.rs",
+        "src/store/redis/gcra.lua",
+        "examples/embedded.rs",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "README.md",
+        "CHANGELOG.md",
+        "Cargo.lock",
+    ] {
+        assert!(files.contains(&needed), "{needed} missing from:\n{listed}");
+    }
+    for f in &files {
+        for tooling in [
+            "tests/",
+            "bench/",
+            "benches/",
+            "fuzz/",
+            "snapshots/",
+            "proptest-regressions/",
+            "deploy/",
+            "clients/",
+            ".ci/",
+            "docs/",
+            "scripts/",
+        ] {
+            assert!(
+                !f.starts_with(tooling),
+                "{f} is the repository's, not the crate's"
+            );
+        }
+    }
+}
