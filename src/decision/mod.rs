@@ -49,10 +49,10 @@ pub struct RequestFacts<'a> {
 /// a client cannot add its own beside the proxy's, nor dodge a cost by repeating the header.
 /// `KeyHeaders::default()` has none: every `header:<name>` limiter keys on the IP.
 ///
-/// It also carries the normalised values of the body fields `body:<field>` limiters read
-/// ([`KeyHeaders::with_body`]), when the request's body was read for them; without them (the
-/// decision endpoint, which has no body; a body that could not be read) those limiters key on
-/// the IP.
+/// Inside the crate it also carries the normalised values of the body fields `body:<field>`
+/// limiters read, when the request's body was read for them; without them (the decision
+/// endpoint, which has no body) those limiters key on the IP. A body that cannot be read with
+/// certainty never gets this far: the request is refused.
 #[derive(Clone, Copy, Default)]
 pub struct KeyHeaders<'a>(Option<&'a HeaderLookup<'a>>, &'a [BodyValue]);
 
