@@ -252,7 +252,10 @@ fn healthy(admin: SocketAddr) -> bool {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    // The admin listener answers a Host that is its address (never a name it was not given).
+    let _ = s.write_all(
+        format!("GET /healthz HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
     let mut first = String::new();
     let _ = BufReader::new(s).read_line(&mut first);
     first.contains(" 200 ")

@@ -29,6 +29,16 @@ async fn login_upstream() -> MockServer {
     upstream
 }
 
+/// The gateway in front of `upstream` with the login ceilings and the admin token.
+fn login_gateway(upstream: &MockServer) -> Gateway {
+    Launch::serve()
+        .config_toml(LOGIN)
+        .upstream(&upstream.uri())
+        .env("FLEET_LIMITER_ADMIN_TOKEN", TOKEN)
+        .admin()
+        .spawn()
+}
+
 async fn guess(gw: &Gateway, from: &str, email: &str) -> u16 {
     common::client()
         .post(gw.url("/auth/login"))
@@ -66,12 +76,7 @@ async fn lever(gw: &Gateway, p: &str, body: serde_json::Value) -> (u16, serde_js
 #[tokio::test]
 async fn explain_shows_and_reset_lifts_a_lock_on_an_account_for_one_address() {
     let upstream = login_upstream().await;
-    let gw = Launch::serve()
-        .config_toml(LOGIN)
-        .upstream(&upstream.uri())
-        .env("FLEET_LIMITER_ADMIN_TOKEN", TOKEN)
-        .admin()
-        .spawn();
+    let gw = login_gateway(&upstream);
     let stranger = "203.0.113.66";
     for _ in 0..5 {
         assert_eq!(guess(&gw, stranger, "ceo@example.com").await, 401);
@@ -159,12 +164,7 @@ async fn explain_shows_and_reset_lifts_a_lock_on_an_account_for_one_address() {
 #[tokio::test]
 async fn an_override_matches_a_body_value_exactly_and_ids_are_not_echoed() {
     let upstream = login_upstream().await;
-    let gw = Launch::serve()
-        .config_toml(LOGIN)
-        .upstream(&upstream.uri())
-        .env("FLEET_LIMITER_ADMIN_TOKEN", TOKEN)
-        .admin()
-        .spawn();
+    let gw = login_gateway(&upstream);
     // One account gets a larger lock budget: 8 wrong answers, from any one address.
     let out = cli(
         &gw,

@@ -254,19 +254,20 @@ impl Service {
                 };
                 digest.bucket_of(spec.name.clone(), &spec.key, &p)
             };
+            let check = Check {
+                key,
+                quota: spec.quota,
+                shadow: yaml_shadow || spec.mode != Mode::Enforce,
+                units,
+            };
             if check_only {
                 peek_of.push((check_of.len(), peeks.len()));
                 check_of.push(None);
-                peeks.push(Check {
-                    key,
-                    quota: spec.quota,
-                    shadow: yaml_shadow || spec.mode != Mode::Enforce,
-                    units,
-                });
+                peeks.push(check);
                 peek_specs.push(spec.clone());
                 continue;
             }
-            if let Some(i) = checks.iter().position(|c| c.key == key) {
+            if let Some(i) = checks.iter().position(|c| c.key == check.key) {
                 if let Some(c) = checks.get_mut(i) {
                     c.units = c.units.saturating_add(units.get());
                 }
@@ -274,12 +275,7 @@ impl Service {
                 continue;
             }
             check_of.push(Some(checks.len()));
-            checks.push(Check {
-                key,
-                quota: spec.quota,
-                shadow: yaml_shadow || spec.mode != Mode::Enforce,
-                units,
-            });
+            checks.push(check);
             specs.push(spec.clone());
         }
         let peeked = if peeks.is_empty() {

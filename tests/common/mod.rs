@@ -342,6 +342,27 @@ impl Launch {
         (cmd, config)
     }
 
+    /// Start the `serve` once on free addresses, without waiting for it.
+    fn start_once(&self) -> Gateway {
+        let dir = temp_dir();
+        let addr = self.listen_at.unwrap_or_else(free_addr);
+        let admin = self.admin.then(free_addr);
+        let decision = self.decision.map(|_| free_addr());
+        let listen = (self.decision != Some(true) && self.wait_on.is_none()).then_some(addr);
+        let (mut cmd, config) = self.command_for(dir.path(), listen, admin, decision);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+        Gateway {
+            child,
+            addr: self.wait_on.or(listen).or(decision).unwrap_or(addr),
+            decision_addr: decision,
+            admin_addr: admin,
+            config,
+            dir,
+        }
+    }
+
     /// Start a `serve` and wait until it accepts connections (and its admin listener answers,
     /// with [`Launch::admin`]). Panics (with the binary's stderr) when it exits or never
     /// listens.
@@ -352,23 +373,7 @@ impl Launch {
         );
         let mut last_err = String::new();
         for _ in 0..PORT_RETRIES {
-            let dir = temp_dir();
-            let addr = self.listen_at.unwrap_or_else(free_addr);
-            let admin = self.admin.then(free_addr);
-            let decision = self.decision.map(|_| free_addr());
-            let listen = (self.decision != Some(true) && self.wait_on.is_none()).then_some(addr);
-            let (mut cmd, config) = self.command_for(dir.path(), listen, admin, decision);
-            let child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-            let mut gw = Gateway {
-                child,
-                addr: self.wait_on.or(listen).or(decision).unwrap_or(addr),
-                decision_addr: decision,
-                admin_addr: admin,
-                config,
-                dir,
-            };
+            let mut gw = self.start_once();
             if self.output == Output::Closed {
                 gw.close_output();
             }
@@ -392,23 +397,7 @@ impl Launch {
     /// Panics when it neither listens nor exits within [`PATIENCE`].
     pub fn try_spawn(self) -> Result<Gateway, Exited> {
         assert!(self.serve, "try_spawn() is for `serve`");
-        let dir = temp_dir();
-        let addr = self.listen_at.unwrap_or_else(free_addr);
-        let admin = self.admin.then(free_addr);
-        let decision = self.decision.map(|_| free_addr());
-        let listen = (self.decision != Some(true) && self.wait_on.is_none()).then_some(addr);
-        let (mut cmd, config) = self.command_for(dir.path(), listen, admin, decision);
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-        let mut gw = Gateway {
-            child,
-            addr: self.wait_on.or(listen).or(decision).unwrap_or(addr),
-            decision_addr: decision,
-            admin_addr: admin,
-            config,
-            dir,
-        };
+        let mut gw = self.start_once();
         match gw.wait_ready() {
             Ok(()) => Ok(gw),
             Err(e) => match gw.child.try_wait() {
