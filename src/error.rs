@@ -4,7 +4,7 @@
 use crate::config::admit::Refusal;
 use crate::http::{ListenError, TlsSetupError};
 
-/// What stopped [`build_decider`](crate::build_decider), the middleware's
+/// What stopped [`build_decider`](crate::wiring::build_decider), the middleware's
 /// [`from_config`](crate::http::middleware::FleetLimiter::from_config) or
 /// [`serve_gateway`](crate::serve_gateway). Every message names the setting and the fix;
 /// none carries a secret.

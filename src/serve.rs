@@ -49,7 +49,7 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
     if let Err(code) = admit_at_startup(&cfg, allow_unsafe) {
         return code;
     }
-    let decider = match crate::build_decider(&cfg) {
+    let decider = match crate::wiring::build_decider(&cfg) {
         Ok(d) => Arc::new(d),
         Err(e) => {
             eprint_line(format!("fleet-limiter: {e}"));

@@ -84,7 +84,7 @@ impl FleetLimiter {
     /// A limiter on the configuration's store (memory; Redis where built with it) with the
     /// system clock.
     pub fn from_config(cfg: &Config) -> Result<Self, crate::Error> {
-        let limiter = Self::new(Arc::new(crate::build_decider(cfg)?));
+        let limiter = Self::new(Arc::new(crate::wiring::build_decider(cfg)?));
         Ok(limiter.with_session_cookie(cfg.identity.session_cookie.clone()))
     }
 

@@ -17,6 +17,10 @@ mod striped;
 mod tests;
 
 use crate::keys::body::Unreadable;
+
+/// An allowed decision counts as near the limit when less than this share of the budget
+/// remains, in percent, unless `ops.near_limit_percent` says otherwise.
+pub(crate) const NEAR_LIMIT_PERCENT: u8 = 20;
 pub(crate) use histogram::Histogram;
 use histogram::RetryAfterBuckets;
 

@@ -216,9 +216,7 @@ impl Collector for Process {
         let settings = self.settings.0.read();
         let percent = settings
             .as_ref()
-            .map_or(crate::config::ops::NEAR_LIMIT_PERCENT, |s| {
-                s.near_limit_percent
-            });
+            .map_or(super::NEAR_LIMIT_PERCENT, |s| s.near_limit_percent);
         one(
             &mut encoder,
             "fleet_limiter_near_limit_ratio",
