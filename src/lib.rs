@@ -77,7 +77,8 @@
 //!     limit_headers, CanonicalPath, Config, Decider, HeaderProfile, KeyHeaders, ManualClock,
 //!     MemoryStore, NoVerifier, RequestFacts,
 //! };
-//! //!
+//! use std::sync::Arc;
+//!
 //! # actix_rt::System::new().block_on(async {
 //! let clock = Arc::new(ManualClock::new(1));
 //! let store = Arc::new(MemoryStore::new(10_000, clock.clone()));
