@@ -88,10 +88,7 @@ pub(super) async fn read(
     let values = if whole.is_empty() {
         Vec::new()
     } else {
-        let format = body::format_of(
-            only_value(req.headers(), "content-type"),
-            only_value(req.headers(), "content-encoding"),
-        )?;
+        let format = format?;
         let names: SmallVec<[&str; 2]> = fields.iter().map(|f| &**f).collect();
         fields
             .iter()
