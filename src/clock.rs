@@ -13,16 +13,25 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Nanos;
 }
 
-/// The process's monotonic clock. Starts at one hour so that "zero" never means "now".
+/// The process's monotonic clock, on the Unix epoch's time line: the wall clock read once at
+/// start, advanced by the monotonic clock from then on (so a wall clock set back or forward
+/// while the process runs moves no bucket). Calendar windows read their boundaries from it.
+/// Never below one hour, so that "zero" never means "now".
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     origin: Instant,
+    /// The wall clock at `origin`, in ns since the Unix epoch (at least [`ORIGIN_OFFSET`]).
+    wall_at_origin: Nanos,
 }
 
 impl SystemClock {
     pub fn new() -> Self {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX / 2)) as Nanos);
         Self {
             origin: Instant::now(),
+            wall_at_origin: wall.max(ORIGIN_OFFSET),
         }
     }
 }
@@ -37,7 +46,8 @@ const ORIGIN_OFFSET: Nanos = 3_600_000_000_000;
 
 impl Clock for SystemClock {
     fn now(&self) -> Nanos {
-        ORIGIN_OFFSET + self.origin.elapsed().as_nanos() as Nanos
+        self.wall_at_origin
+            .saturating_add(self.origin.elapsed().as_nanos() as Nanos)
     }
 }
 

@@ -33,6 +33,10 @@ pub enum KeyKind {
     /// `hdr:<value>` of the named header, which a trusted proxy sets (`key = "header:<name>"`;
     /// the name lower-case), else `ip:<ip>`.
     Header(Arc<str>),
+    /// `key:<value>` of the named header as any client sends it (`key = "client-header:<name>"`:
+    /// an API key in `X-API-Key`), else `ip:<ip>`. Like every key it is stored only as a digest,
+    /// and `explain` shows a digest of it, never the value.
+    ClientHeader(Arc<str>),
     /// `body:<value>` of a top-level field of the request's JSON or form body, normalised
     /// (see `keys::body`), else `ip:<ip>` (`key = "body:<field>"`).
     Body(Arc<str>),
@@ -95,6 +99,7 @@ impl KeyKind {
             KeyKind::UserOrIp => "user-or-ip",
             KeyKind::Credential => "credential",
             KeyKind::Header(_) => "header",
+            KeyKind::ClientHeader(_) => "client-header",
             KeyKind::Body(_) => "body",
             KeyKind::BodyIp(_) => "body+ip",
             KeyKind::Claim(_) => "claim",
@@ -128,12 +133,19 @@ impl KeyKind {
         }
     }
 
-    /// The header a `header:<name>` key reads (lower-case), if it is one.
+    /// The header a `header:<name>` or `client-header:<name>` key reads (lower-case), if it is
+    /// one.
     pub fn header(&self) -> Option<&str> {
         match self {
-            KeyKind::Header(name) => Some(name),
+            KeyKind::Header(name) | KeyKind::ClientHeader(name) => Some(name),
             _ => None,
         }
+    }
+
+    /// Whether the key's header is read from any client (`client-header:<name>`), not only from a
+    /// trusted proxy.
+    pub fn header_from_any_client(&self) -> bool {
+        matches!(self, KeyKind::ClientHeader(_))
     }
 }
 
@@ -142,6 +154,7 @@ impl std::fmt::Display for KeyKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             KeyKind::Header(name) => write!(f, "header:{name}"),
+            KeyKind::ClientHeader(name) => write!(f, "client-header:{name}"),
             KeyKind::Body(field) => write!(f, "body:{field}"),
             KeyKind::BodyIp(field) => write!(f, "body:{field}+ip"),
             KeyKind::Claim(name) => write!(f, "claim:{name}"),
@@ -243,6 +256,13 @@ pub(crate) fn describe(kind: &KeyKind, p: &Principal<'_>) -> String {
         KeyKind::Header(name) => match p.header {
             Some(v) => format!("header {name}: {v}"),
             None => format!("{} (no {name} from a trusted proxy)", ip()),
+        },
+        KeyKind::ClientHeader(name) => match p.header {
+            Some(v) => {
+                let d = credential_digest(v);
+                format!("{name} sha256:{}…", d.get(..12).unwrap_or(&d))
+            }
+            None => format!("{} (no {name})", ip()),
         },
         KeyKind::Body(field) => match p.body {
             Some(v) => format!("body {field}: {v}"),
@@ -369,6 +389,10 @@ fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 4], usiz
         },
         KeyKind::Header(_) => match p.header {
             Some(h) => (["hdr:", h, "", ""], 2),
+            None => (["ip:", ip, "", ""], 2),
+        },
+        KeyKind::ClientHeader(_) => match p.header {
+            Some(h) => (["key:", h, "", ""], 2),
             None => (["ip:", ip, "", ""], 2),
         },
         KeyKind::Body(_) => match p.body {

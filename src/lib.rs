@@ -228,6 +228,7 @@ pub use http::middleware::{Decided, FleetLimiter};
 pub use http::response::{apply_headers, limit_header_names, limit_headers, too_many_requests};
 pub use identity::{bearer_token, Credential, NoVerifier, TokenClaims, TokenVerifier, Verified};
 pub use keys::{digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind};
+pub use limiter::calendar::{Calendar, CalendarUnit, Zone};
 pub use limiter::{nonzero, Algorithm, Quota, Verdict};
 pub use metrics::{LimiterFate, Metrics, CONTENT_TYPE as METRICS_CONTENT_TYPE};
 pub use path::{CanonicalPath, PathRules};

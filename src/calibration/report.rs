@@ -146,13 +146,18 @@ pub(crate) fn check_table(r: &CheckReport) -> String {
     };
     o.push_str(&row(head));
     for l in &r.limiters {
-        let budget = format!(
-            "{} / {} {}",
-            l.limit,
-            fmt_secs(l.window_seconds),
-            l.algorithm
-        );
-        let refill = fmt_secs(l.refill_interval_seconds);
+        let (budget, refill) = match &l.calendar {
+            Some(c) => (format!("{} / {c}", l.limit), "boundary".to_owned()),
+            None => (
+                format!(
+                    "{} / {} {}",
+                    l.limit,
+                    fmt_secs(l.window_seconds),
+                    l.algorithm
+                ),
+                fmt_secs(l.refill_interval_seconds),
+            ),
+        };
         let status = l.status.as_str();
         let count = match &l.failed_statuses {
             Some(s) if s != DEFAULT_FAILED => format!("{} {s}", l.count),

@@ -407,14 +407,13 @@ pub(super) fn build(
     let mut limiters = build_limiters(raw.limiters, &fleet, ctx)?;
     ceiling::derive_agent_ip(&mut limiters, explicit, &fleet, ctx)?;
     if client_ip.trusted.ranges.is_empty() {
-        if let Some(l) = limiters
-            .iter()
-            .find(|l| l.key.header().is_some() && l.mode != Mode::Off)
-        {
+        if let Some(l) = limiters.iter().find(|l| {
+            l.key.header().is_some() && !l.key.header_from_any_client() && l.mode != Mode::Off
+        }) {
             return Err(ctx.err(
                 &format!("limiters.{}.key", l.name),
                 format!(
-                    "`{}` is read only from a trusted proxy, and client_ip.trust_proxy lists none, so every request would key on its IP; set client_ip.trust_proxy (--trust-proxy) to the proxy that sets the header, or use key = \"ip\"",
+                    "`{}` is read only from a trusted proxy, and client_ip.trust_proxy lists none, so every request would key on its IP; set client_ip.trust_proxy (--trust-proxy) to the proxy that sets the header, use key = \"client-header:<name>\" for a header clients send themselves (an API key), or key = \"ip\"",
                     l.key
                 ),
             ));

@@ -10,6 +10,8 @@ use std::num::NonZeroU32;
 pub(super) struct RawLimiter {
     pub(super) limit: Option<i64>,
     pub(super) window: Option<DurationValue>,
+    /// The IANA time zone a calendar window's boundaries are in (default UTC).
+    pub(super) time_zone: Option<String>,
     pub(super) key: Option<String>,
     pub(super) routes: Option<Vec<String>>,
     pub(super) except: Option<Vec<String>>,
@@ -53,6 +55,7 @@ pub(super) fn builtin_raw(b: &defaults::BuiltIn) -> RawLimiter {
     RawLimiter {
         limit: Some(b.limit as i64),
         window: Some(DurationValue::Text(b.window.to_owned())),
+        time_zone: None,
         key: Some(b.key.as_str().to_owned()),
         routes: Some(owned(b.routes)),
         except: Some(owned(b.except)),
@@ -80,6 +83,7 @@ pub(super) fn overlay(base: RawLimiter, over: RawLimiter) -> RawLimiter {
     RawLimiter {
         limit: over.limit.or(base.limit),
         window: over.window.or(base.window),
+        time_zone: over.time_zone.or(base.time_zone),
         key: over.key.or(base.key),
         routes: over.routes.or(base.routes),
         except: over.except.or(base.except),
@@ -178,7 +182,17 @@ pub(super) fn build_limiters(
             ));
         };
         let cost = build_cost(&r, limit, &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
-        let window = duration(ctx, &at("window"), r.window, "1m")?;
+        let calendar = calendar_window(ctx, &at, r.window.as_ref(), r.time_zone.as_deref())?;
+        if calendar.is_some() && r.algorithm == Some(Algorithm::Gcra) {
+            return Err(ctx.err(
+                &at("algorithm"),
+                "is \"gcra\", which refills continuously, but the window is a calendar period, which comes back whole at its boundary; remove algorithm (a calendar window counts as a fixed window) or give the window as a duration (e.g. \"1d\")",
+            ));
+        }
+        let window = match calendar {
+            Some(c) => c.unit.longest(),
+            None => duration(ctx, &at("window"), r.window, "1m")?,
+        };
         let lockout = match r.lockout {
             None => None,
             Some(v) => {
@@ -192,10 +206,10 @@ pub(super) fn build_limiters(
                 Some(d)
             }
         };
-        if window > Duration::from_secs(7 * 86_400) {
+        if calendar.is_none() && window > Duration::from_secs(7 * 86_400) {
             return Err(ctx.err(
                 &at("window"),
-                "is longer than 7 days; use a window from 1s to 7d",
+                "is longer than 7 days; use a window from 1s to 7d, or a calendar period: \"day\", \"week\" or \"month\"",
             ));
         }
         let parse_routes =
@@ -288,8 +302,11 @@ pub(super) fn build_limiters(
                 })
             }
         };
-        let quota =
-            Quota::new(limit, window, r.algorithm.unwrap_or_default()).with_lockout(lockout);
+        let quota = match calendar {
+            Some(c) => Quota::calendar(limit, c),
+            None => Quota::new(limit, window, r.algorithm.unwrap_or_default()),
+        }
+        .with_lockout(lockout);
         let plans = build_plans(r.plan_claim, r.plans, &quota, &cost, ctx, &at)?;
         out.push(LimiterSpec {
             name: Arc::from(name.as_str()),
@@ -311,6 +328,36 @@ pub(super) fn build_limiters(
     }
     check_precedence(&out, ctx)?;
     Ok(out)
+}
+
+/// A calendar window (`window = "day"`, `"week"` or `"month"`, with `time_zone`), `None` for a
+/// window given as a duration. A time zone without a calendar window is refused: a duration's
+/// window has no boundary for it to place.
+fn calendar_window(
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+    window: Option<&DurationValue>,
+    time_zone: Option<&str>,
+) -> Result<Option<crate::limiter::calendar::Calendar>, ConfigError> {
+    use crate::limiter::calendar::{Calendar, CalendarUnit, Zone};
+    let unit = match window {
+        Some(DurationValue::Text(t)) => CalendarUnit::parse(t),
+        _ => None,
+    };
+    match (unit, time_zone) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ctx.err(
+            &at("time_zone"),
+            "applies only to a calendar window; set window = \"day\", \"week\" or \"month\", or remove time_zone",
+        )),
+        (Some(unit), tz) => {
+            let zone = match tz {
+                None => Zone::utc(),
+                Some(name) => Zone::named(name).map_err(|e| ctx.err(&at("time_zone"), e))?,
+            };
+            Ok(Some(Calendar::new(unit, zone)))
+        }
+    }
 }
 
 /// Most plans one limiter lists.
@@ -373,11 +420,26 @@ fn build_plans(
                 format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
             ));
         };
-        let window = match raw.window {
-            Some(w) => duration(ctx, &at(&format!("{field}.window")), Some(w), "1m")?,
-            None => base.window(),
+        let plan_calendar = calendar_window(
+            ctx,
+            &|f: &str| at(&format!("{field}.{f}")),
+            raw.window.as_ref(),
+            None,
+        )?
+        .map(|c| match base.calendar_window() {
+            // A plan's calendar period is in the limiter's time zone.
+            Some(b) => crate::limiter::calendar::Calendar::new(c.unit, b.zone),
+            None => c,
+        });
+        let window = match (&raw.window, plan_calendar) {
+            (_, Some(c)) => c.unit.longest(),
+            (Some(w), None) => {
+                duration(ctx, &at(&format!("{field}.window")), Some(w.clone()), "1m")?
+            }
+            (None, None) => base.window(),
         };
-        if window.is_zero() || window > Duration::from_secs(7 * 86_400) {
+        if plan_calendar.is_none() && (window.is_zero() || window > Duration::from_secs(7 * 86_400))
+        {
             return Err(ctx.err(
                 &at(&format!("{field}.window")),
                 "use a window from 1s to 7d",
@@ -393,10 +455,11 @@ fn build_plans(
                 format!("{limit} is less than one request's cost ({most}), so no request on this plan could pass; raise it to at least {most}"),
             ));
         }
-        quotas.push((
-            plan.into_boxed_str(),
-            Quota::new(limit, window, base.algorithm).with_lockout(base.lockout()),
-        ));
+        let quota = match (raw.window.is_some(), plan_calendar, base.calendar_window()) {
+            (_, Some(c), _) | (false, None, Some(c)) => Quota::calendar(limit, c),
+            _ => Quota::new(limit, window, base.algorithm),
+        };
+        quotas.push((plan.into_boxed_str(), quota.with_lockout(base.lockout())));
     }
     Ok(Some(Arc::new(Plans {
         claim: Arc::from(claim),
@@ -504,7 +567,7 @@ const RESERVED_KEY_HEADERS: &[&str] = &[
 /// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>` (the name
 /// lower-cased), or `body:<field>` (the field as written).
 pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
-    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\"), body:<field> (e.g. \"body:email\"), body:<field>+ip (e.g. \"body:email+ip\") or claim:<name> (e.g. \"claim:org_id\")";
+    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\"), client-header:<name> (e.g. \"client-header:x-api-key\"), body:<field> (e.g. \"body:email\"), body:<field>+ip (e.g. \"body:email+ip\") or claim:<name> (e.g. \"claim:org_id\")";
     if let Some(name) = s.strip_prefix("claim:") {
         let name = name.trim();
         if !crate::identity::valid_claim_name(name) {
@@ -538,7 +601,11 @@ pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
         }
         return Ok(KeyKind::Body(Arc::from(field)));
     }
-    if let Some(name) = s.strip_prefix("header:") {
+    let (client, header) = match (s.strip_prefix("client-header:"), s.strip_prefix("header:")) {
+        (Some(n), _) => (true, Some(n)),
+        (None, n) => (false, n),
+    };
+    if let Some(name) = header {
         let name = name.trim().to_ascii_lowercase();
         let token = !name.is_empty()
             && name.len() <= MAX_KEY_HEADER_NAME
@@ -555,7 +622,11 @@ pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
                 "`{s}`: `{name}` cannot key a limiter (the client or the gateway sets it); name the header your trusted proxy sets, e.g. \"header:x-tenant-id\", or use the key kind made for it"
             ));
         }
-        return Ok(KeyKind::Header(Arc::from(name.as_str())));
+        return Ok(if client {
+            KeyKind::ClientHeader(Arc::from(name.as_str()))
+        } else {
+            KeyKind::Header(Arc::from(name.as_str()))
+        });
     }
     let kind =
         match s {
@@ -598,6 +669,7 @@ pub(crate) fn unguarded_client_chosen_key(
             KeyKind::IpAgent
                 | KeyKind::Credential
                 | KeyKind::Header(_)
+                | KeyKind::ClientHeader(_)
                 | KeyKind::Body(_)
                 | KeyKind::BodyIp(_)
         )

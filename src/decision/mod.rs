@@ -544,7 +544,7 @@ impl Decider {
             agent_id: id.agent_id,
             user: id.user.as_deref(),
             credential: credential.as_deref(),
-            header: match (l.key.header(), from_proxy) {
+            header: match (l.key.header(), from_proxy || l.key.header_from_any_client()) {
                 (Some(name), true) => req.key_headers.get(name).and_then(keys::valid_key_header),
                 _ => None,
             },
@@ -585,15 +585,19 @@ impl Decider {
             }
         };
         // The budget and the bucket's name: an override keeps its principals' buckets apart.
+        // A calendar budget as it stands now: its window the period's own length.
+        let now = self.clock.now();
         let budget = |l: &LimiterSpec| -> (crate::limiter::Quota, Arc<str>) {
-            if index.is_none() && l.plans.is_none() {
-                return (l.quota, l.name.clone());
-            }
-            match chosen(l) {
-                Chosen::Override(o) => (o.quota(&l.quota), o.bucket.clone()),
-                Chosen::Plan(_, q) => (q, l.name.clone()),
-                Chosen::Own => (l.quota, l.name.clone()),
-            }
+            let (q, bucket) = if index.is_none() && l.plans.is_none() {
+                (l.quota, l.name.clone())
+            } else {
+                match chosen(l) {
+                    Chosen::Override(o) => (o.quota(&l.quota), o.bucket.clone()),
+                    Chosen::Plan(_, q) => (q, l.name.clone()),
+                    Chosen::Own => (l.quota, l.name.clone()),
+                }
+            };
+            (q.at(now), bucket)
         };
         let checks = build_checks(&self.digest, &limiters, principal, units, budget);
         if let Some(list) = explain.as_deref_mut() {

@@ -21,11 +21,10 @@ pub(crate) fn decide_units(
     units: NonZeroU32,
 ) -> (Verdict, Option<State>) {
     let units = units.get();
-    let window = quota.window_ns();
     let limit = quota.limit();
     let (end, count) = match state {
         Some(State::FixedWindow { ends_at, count }) if now < ends_at => (ends_at, count),
-        _ => (now.saturating_add(window), 0),
+        _ => (quota.window_end(now), 0),
     };
     let ends_in = end - now;
     if u64::from(count) + u64::from(units) > u64::from(limit) {

@@ -2,6 +2,7 @@
 //!
 //! Both stores call [`decide`]; the Redis Lua script mirrors it line for line.
 
+pub(crate) mod calendar;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 
@@ -49,6 +50,9 @@ pub struct Quota {
     pub algorithm: Algorithm,
     /// `Some`: once the bucket refuses, its key is refused for this long (see [`State::Locked`]).
     lockout: Option<Duration>,
+    /// `Some`: a fixed window that ends at the calendar's next boundary, not a window after it
+    /// opened ([`Quota::calendar`]).
+    calendar: Option<calendar::Calendar>,
 }
 
 /// `n` as a [`NonZeroU32`], for budgets written in code; in a `const` it fails to compile for
@@ -71,6 +75,47 @@ impl Quota {
             window,
             algorithm,
             lockout: None,
+            calendar: None,
+        }
+    }
+
+    /// `limit` requests per calendar period: a fixed window that opens at the period's start
+    /// and ends at its boundary, whenever the first request came. Its [`Quota::window`] is the
+    /// longest such period (what `check` judges with); [`Quota::at`] gives the period's own.
+    pub fn calendar(limit: NonZeroU32, calendar: calendar::Calendar) -> Self {
+        Self {
+            calendar: Some(calendar),
+            ..Self::new(limit, calendar.unit.longest(), Algorithm::FixedWindow)
+        }
+    }
+
+    /// The calendar window, if the budget is one.
+    pub fn calendar_window(&self) -> Option<calendar::Calendar> {
+        self.calendar
+    }
+
+    /// The budget as it stands at `now` (ns since the Unix epoch): a calendar window's
+    /// [`Quota::window`] becomes the length of the period holding `now` (a 28-day February, a
+    /// 23-hour day), what `RateLimit-Policy` states; any other budget is itself.
+    pub fn at(self, now: Nanos) -> Self {
+        match self.calendar {
+            Some(c) => {
+                let (start, end) = c.period(now);
+                Self {
+                    window: Duration::from_nanos((end - start).max(1)),
+                    ..self
+                }
+            }
+            None => self,
+        }
+    }
+
+    /// When a fixed window opened at `now` ends: the calendar's next boundary, or a window
+    /// later.
+    pub fn window_end(&self, now: Nanos) -> Nanos {
+        match self.calendar {
+            Some(c) => c.next_boundary(now),
+            None => now.saturating_add(self.window_ns()),
         }
     }
 
@@ -104,6 +149,11 @@ impl Quota {
     /// The same budget over another window (never zero; see [`Quota::new`]).
     pub fn with_window(self, window: Duration) -> Self {
         Self::new(self.limit, window, self.algorithm).with_lockout(self.lockout)
+    }
+
+    /// The same budget over a calendar window instead of its own.
+    pub fn with_calendar(self, calendar: calendar::Calendar) -> Self {
+        Self::calendar(self.limit, calendar).with_lockout(self.lockout)
     }
 
     pub fn gcra(limit: NonZeroU32, window: Duration) -> Self {

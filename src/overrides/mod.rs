@@ -296,6 +296,9 @@ pub(crate) struct Override {
     pub(crate) matcher: Match,
     pub(crate) limit: NonZeroU32,
     pub(crate) window: Duration,
+    /// `Some`: the window is this calendar period (in the limiter's time zone; UTC when the
+    /// limiter's own window is not a calendar one), `window` its longest length.
+    pub(crate) calendar: Option<crate::limiter::calendar::CalendarUnit>,
     /// Unix seconds from which it no longer applies.
     pub(crate) expires: Option<u64>,
     pub(crate) source: Source,
@@ -315,7 +318,8 @@ pub(crate) struct Wire {
     #[serde(rename = "match")]
     pub(crate) matcher: String,
     pub(crate) limit: u64,
-    /// `"15m"`, `"1h"`, or whole seconds as a string.
+    /// `"15m"`, `"1h"`, whole seconds as a string, or a calendar period: `"day"`, `"week"`,
+    /// `"month"`.
     pub(crate) window: String,
     /// RFC 3339.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -349,11 +353,20 @@ impl Override {
                     ),
                 )
             })?;
-        let window = crate::duration::parse_duration(&w.window).map_err(|e| err("window", e))?;
-        if window < Duration::from_secs(1) || window > Duration::from_secs(7 * 86_400) {
+        let calendar = crate::limiter::calendar::CalendarUnit::parse(&w.window);
+        let window = match calendar {
+            Some(unit) => unit.longest(),
+            None => crate::duration::parse_duration(&w.window).map_err(|e| err("window", e))?,
+        };
+        if calendar.is_none()
+            && (window < Duration::from_secs(1) || window > Duration::from_secs(7 * 86_400))
+        {
             return Err(err(
                 "window",
-                format!("`{}`: use a window from 1s to 7d", w.window),
+                format!(
+                    "`{}`: use a window from 1s to 7d, or a calendar period: day, week or month",
+                    w.window
+                ),
             ));
         }
         let expires = match &w.expires {
@@ -387,6 +400,7 @@ impl Override {
             matcher,
             limit,
             window,
+            calendar,
             expires,
             source,
             by,
@@ -400,7 +414,10 @@ impl Override {
             limiter: self.limiter.to_string(),
             matcher: self.matcher.to_string(),
             limit: u64::from(self.limit.get()),
-            window: crate::duration::format_duration(self.window),
+            window: match self.calendar {
+                Some(unit) => unit.as_str().to_owned(),
+                None => crate::duration::format_duration(self.window),
+            },
             expires: self.expires.map(format_rfc3339),
             source: Some(self.source),
             by: self.by.clone(),
@@ -411,7 +428,16 @@ impl Override {
     /// The quota the override judges the limiter's bucket by: its limit and window, the
     /// limiter's algorithm and lockout.
     pub(crate) fn quota(&self, base: &Quota) -> Quota {
-        Quota::new(self.limit, self.window, base.algorithm).with_lockout(base.lockout())
+        use crate::limiter::calendar::{Calendar, Zone};
+        match self.calendar {
+            Some(unit) => {
+                let zone = base.calendar_window().map_or(Zone::utc(), |c| c.zone);
+                Quota::calendar(self.limit, Calendar::new(unit, zone))
+            }
+            // A duration over a calendar limiter counts as the fixed window it is.
+            None => Quota::new(self.limit, self.window, base.algorithm),
+        }
+        .with_lockout(base.lockout())
     }
 
     pub(crate) fn live(&self, now: u64) -> bool {

@@ -150,7 +150,7 @@ impl Service {
                             || format!("rls:{}:override", domain.name),
                             |r| format!("{}:override", r.path),
                         );
-                        let quota = crate::limiter::Quota::gcra(rpu, unit.window());
+                        let quota = unit.quota(rpu, false);
                         Matched::Own {
                             spec: Arc::new(rules::rls_spec(
                                 &base,
@@ -477,6 +477,9 @@ fn allows(allow_from: &[IpNet], peer: Option<SocketAddr>) -> bool {
 /// when the window is one unit; else its refill rate per the longest unit not longer than the
 /// window, rounded up (at least 1).
 fn rate_of(quota: &crate::limiter::Quota) -> (u32, Unit) {
+    if let Some(c) = quota.calendar_window() {
+        return (quota.limit(), Unit::of_calendar(c.unit));
+    }
     let window = quota.window();
     let unit = rules::unit_of_window(window);
     if window.as_secs() == unit.seconds() && window.subsec_nanos() == 0 {

@@ -61,6 +61,8 @@ pub enum Unit {
     Hour,
     Day,
     Week,
+    /// A calendar month (UTC): always counted as a calendar window, having no fixed length.
+    Month,
 }
 
 impl Unit {
@@ -71,17 +73,19 @@ impl Unit {
             "hour" => Unit::Hour,
             "day" => Unit::Day,
             "week" => Unit::Week,
+            "month" => Unit::Month,
             _ => return None,
         })
     }
 
-    /// From Envoy's `RateLimitUnit`/`RateLimit.Unit` number (month and year are not offered).
+    /// From Envoy's `RateLimitUnit`/`RateLimit.Unit` number (year is not offered).
     pub fn from_proto(n: i32) -> Option<Self> {
         Some(match n {
             1 => Unit::Second,
             2 => Unit::Minute,
             3 => Unit::Hour,
             4 => Unit::Day,
+            5 => Unit::Month,
             7 => Unit::Week,
             _ => return None,
         })
@@ -94,6 +98,7 @@ impl Unit {
             Unit::Minute => 2,
             Unit::Hour => 3,
             Unit::Day => 4,
+            Unit::Month => 5,
             Unit::Week => 7,
         }
     }
@@ -105,6 +110,39 @@ impl Unit {
             Unit::Hour => 3600,
             Unit::Day => 86_400,
             Unit::Week => 7 * 86_400,
+            Unit::Month => 31 * 86_400,
+        }
+    }
+
+    /// The calendar period of the same name (a month is always one).
+    pub fn calendar(self) -> Option<crate::limiter::calendar::CalendarUnit> {
+        use crate::limiter::calendar::CalendarUnit;
+        match self {
+            Unit::Day => Some(CalendarUnit::Day),
+            Unit::Week => Some(CalendarUnit::Week),
+            Unit::Month => Some(CalendarUnit::Month),
+            _ => None,
+        }
+    }
+
+    /// The budget of `n` a unit: a continuous bucket over one unit, or, with `calendar` (and
+    /// always for a month), a fixed window that ends at the UTC calendar's next boundary.
+    pub fn quota(self, n: NonZeroU32, calendar: bool) -> Quota {
+        match self.calendar() {
+            Some(c) if calendar || self == Unit::Month => {
+                Quota::calendar(n, crate::limiter::calendar::Calendar::utc(c))
+            }
+            _ => Quota::gcra(n, self.window()),
+        }
+    }
+
+    /// The unit a calendar period is spoken of in.
+    pub fn of_calendar(c: crate::limiter::calendar::CalendarUnit) -> Self {
+        use crate::limiter::calendar::CalendarUnit;
+        match c {
+            CalendarUnit::Day => Unit::Day,
+            CalendarUnit::Week => Unit::Week,
+            CalendarUnit::Month => Unit::Month,
         }
     }
 
@@ -121,6 +159,7 @@ impl Unit {
             Unit::Hour => "hour",
             Unit::Day => "day",
             Unit::Week => "week",
+            Unit::Month => "month",
         }
     }
 }
@@ -267,6 +306,10 @@ struct RawRateLimit {
     requests_per_unit: Option<i64>,
     #[serde(default)]
     unlimited: bool,
+    /// `day` and `week` as calendar windows (UTC midnight, Monday's midnight), as the
+    /// reference's fixed windows count them, rather than continuous buckets.
+    #[serde(default)]
+    calendar: bool,
     name: Option<String>,
     #[serde(default)]
     replaces: Vec<RawReplace>,
@@ -492,7 +535,10 @@ fn build_rule(
         if needs_address && !path_has_key(path, "remote_address") {
             return Err(ctx.err(&format!("{here}.fleet_limiter"), format!("limiter `{name}` is keyed on `{}`, which this descriptor cannot name: its path `{path}` has no `remote_address` entry; add a remote_address level above it (Envoy's remote_address action) or name a `global` limiter", spec.key)));
         }
-        let unit = unit_of_window(spec.quota.window());
+        let unit = spec.quota.calendar_window().map_or_else(
+            || unit_of_window(spec.quota.window()),
+            |c| Unit::of_calendar(c.unit),
+        );
         return Ok(Some(Arc::new(Rule {
             path: Arc::from(path),
             shadow: d.shadow_mode,
@@ -533,11 +579,11 @@ fn build_rule(
     let Some(unit_s) = rl.unit.as_deref() else {
         return Err(ctx.err(
             &at("unit"),
-            "is missing; use second, minute, hour, day or week (or `unlimited: true`)",
+            "is missing; use second, minute, hour, day, week or month (or `unlimited: true`)",
         ));
     };
     let Some(unit) = Unit::parse(unit_s) else {
-        return Err(ctx.err(&at("unit"), format!("`{unit_s}` is not a unit read here; use second, minute, hour, day or week (month and year have no fixed length for a continuous bucket)")));
+        return Err(ctx.err(&at("unit"), format!("`{unit_s}` is not a unit read here; use second, minute, hour, day, week or month (a year is longer than a bucket is kept)")));
     };
     let Some(rpu) = rl.requests_per_unit else {
         return Err(ctx.err(
@@ -557,7 +603,7 @@ fn build_rule(
     let limit = match NonZeroU32::new(rpu) {
         None => Limit::Nothing(unit),
         Some(n) => Limit::Limiter {
-            spec: Arc::new(rls_spec(path, Quota::gcra(n, unit.window()), d.shadow_mode)),
+            spec: Arc::new(rls_spec(path, unit.quota(n, rl.calendar), d.shadow_mode)),
             unit,
             mapped: false,
         },

@@ -76,7 +76,9 @@ impl Replayer {
     pub(super) async fn decide(&mut self, at: UnixNanos, p: &Pending) {
         let first = *self.first.get_or_insert(at);
         self.last_decided = at;
-        self.clock.set(ORIGIN + (at - first).max(0) as Nanos);
+        // A line dated before the first decides at the first's time: the clock never goes back.
+        self.clock
+            .set(Nanos::try_from(at.max(first)).map_or(ORIGIN, |t| t.max(ORIGIN)));
         let path_only = p.target.split(['?', '#']).next().unwrap_or("/");
         let rules = self.decider.settings().paths;
         let Ok(path) = CanonicalPath::parse(path_only, rules) else {

@@ -68,7 +68,9 @@ use time::UnixNanos;
 const NS: i64 = 1_000_000_000;
 /// The bins `--plot` counts requests in, before it merges them to fit the page.
 const PLOT_BIN_SECONDS: std::num::NonZeroU64 = std::num::NonZeroU64::new(60).unwrap();
-/// Virtual time starts an hour after the clock's zero, as in `simulate`.
+/// Virtual time before the first line: an hour after the clock's zero. From the first line on
+/// it is the lines' own time (ns since the Unix epoch), so calendar windows fall on the days
+/// the log was written.
 const ORIGIN: Nanos = 3_600 * NS as Nanos;
 /// Malformed lines shown in the report, first come first shown.
 pub(crate) const SHOWN_MALFORMED: usize = 5;

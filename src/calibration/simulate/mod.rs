@@ -45,8 +45,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub(crate) const NS: Nanos = 1_000_000_000;
-/// Virtual time starts an hour after the clock's zero, like the system clock.
-const ORIGIN: Nanos = 3_600 * NS;
+/// Virtual time starts at [`SIM_EPOCH_UNIX`], on the Unix epoch's time line like the system
+/// clock, so calendar windows fall on the calendar's days.
+const ORIGIN: Nanos = SIM_EPOCH_UNIX * NS;
 /// The wall-clock instant virtual time starts at (2026-12-01T12:00:00Z), for overrides that
 /// expire.
 pub(crate) const SIM_EPOCH_UNIX: u64 = 1_796_126_400;

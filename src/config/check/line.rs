@@ -61,6 +61,10 @@ pub(super) fn line(l: &LimiterSpec, model: &Model, table: &KnownTable) -> Limite
         requests_per_window: limit,
         window_seconds: window,
         algorithm: l.quota.algorithm.as_str(),
+        calendar: l
+            .quota
+            .calendar_window()
+            .map(|c| format!("{} {}", c.unit.as_str(), c.zone.name())),
         refill_interval_seconds: if fixed { window } else { window / limit as f64 },
         key: super::suggest::key_text(l),
         meter: if l.new_agents.is_some() {

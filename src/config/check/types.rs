@@ -93,6 +93,10 @@ pub(crate) struct LimiterCheck {
     pub requests_per_window: u32,
     pub window_seconds: f64,
     pub algorithm: &'static str,
+    /// A calendar window: `day`, `week` or `month` and its time zone (`window_seconds` is then
+    /// the longest such period).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
     /// Time for one request's worth of budget to return (a fixed window returns it all at its end).
     pub refill_interval_seconds: f64,
     /// As configured: `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>`.

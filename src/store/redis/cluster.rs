@@ -93,13 +93,20 @@ impl Inner {
         group: &[usize],
         now: &[String; 2],
     ) -> RedisResult<GroupAnswer> {
+        let wall = self.opts.clock.now();
         let args = |cmd: &mut Cmd| {
             for &i in group {
                 cmd.arg(&keys[i]);
             }
             self.push_clock(cmd, now);
             for &i in group {
-                push_check(cmd, &checks[i].quota, checks[i].shadow, checks[i].units);
+                push_check(
+                    cmd,
+                    &checks[i].quota,
+                    checks[i].shadow,
+                    checks[i].units,
+                    wall,
+                );
             }
         };
         let value = self.slot.run(conn, group.len(), args).await?;

@@ -60,6 +60,7 @@ impl Inner {
     pub(super) async fn peek(&self, checks: &[Check]) -> Result<Vec<Verdict>, StoreError> {
         let conn = self.connected()?;
         let now = self.now_args();
+        let wall = self.opts.clock.now();
         let mut out = Vec::with_capacity(checks.len());
         for c in checks {
             let key = key_name(&c.key);
@@ -69,7 +70,7 @@ impl Inner {
                     self.peek_script.run(&conn, 1, |cmd| {
                         cmd.arg(&key);
                         self.push_clock(cmd, &now);
-                        push_check(cmd, &c.quota, c.shadow, c.units);
+                        push_check(cmd, &c.quota, c.shadow, c.units, wall);
                     }),
                 )
                 .await?;

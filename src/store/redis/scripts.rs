@@ -3,6 +3,7 @@
 
 use super::conn::Conn;
 use super::Inner;
+use crate::clock::Nanos;
 use crate::keys::BucketKey;
 use crate::limiter::{Algorithm, Quota, Verdict};
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, Value};
@@ -94,15 +95,16 @@ pub(super) struct GroupAnswer {
     pub(super) written: Vec<String>,
 }
 
-/// The seven script arguments of one check (see `gcra.lua`).
-pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: NonZeroU32) {
+/// The seven script arguments of one check (see `gcra.lua`). `now` (ns since the Unix epoch)
+/// places a calendar window's boundary: its window is the time left until then.
+pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: NonZeroU32, now: Nanos) {
     let limit = u64::from(q.limit());
     let (algo, p, burst) = match q.algorithm {
         Algorithm::Gcra => {
             let t = q.emission_interval_ns();
             ("g", t, t.saturating_mul(limit))
         }
-        Algorithm::FixedWindow => ("f", q.window_ns(), 0),
+        Algorithm::FixedWindow => ("f", q.window_end(now).saturating_sub(now).max(1), 0),
     };
     cmd.arg(algo)
         .arg(limit)

@@ -77,6 +77,7 @@ impl Inner {
         };
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let now = self.now_args();
+        let wall = self.opts.clock.now();
         let nkeys = jobs.iter().map(|j| j.keys.len()).sum();
         let args = |cmd: &mut Cmd| {
             for job in &jobs {
@@ -86,7 +87,7 @@ impl Inner {
             for job in &jobs {
                 cmd.arg(job.checks.len());
                 for (quota, shadow, units) in &job.checks {
-                    push_check(cmd, quota, *shadow, *units);
+                    push_check(cmd, quota, *shadow, *units, wall);
                 }
             }
         };
