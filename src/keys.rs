@@ -412,6 +412,63 @@ fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 4], usiz
     }
 }
 
+/// The first 12 hex digits of SHA-256 of a secret or attacker-chosen value, for a label.
+fn short_digest(v: &str) -> String {
+    let d = credential_digest(v);
+    format!("sha256:{}…", d.get(..12).unwrap_or(&d))
+}
+
+/// Who a bucket of `kind` belongs to, for the top-talkers lists: the principal as an operator
+/// reads it, with no secret (agent ids, tokens, a client's key header and body values as a
+/// short digest), and the address when the bucket is keyed on it. `p.credential` is already a
+/// digest.
+pub(crate) fn label(kind: &KeyKind, p: &Principal<'_>) -> (String, Option<String>) {
+    let addr = || Some(p.ip.to_owned());
+    match kind {
+        KeyKind::Ip => (p.ip.to_owned(), addr()),
+        KeyKind::IpAgent => match p.agent_id {
+            Some(a) => (format!("agent {} at {}", short_digest(a), p.ip), None),
+            None => (format!("{} (no agent id)", p.ip), None),
+        },
+        KeyKind::UserOrIp => match p.user {
+            Some(u) => (format!("user {u}"), None),
+            None => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::Credential => match p.credential {
+            Some(c) => (
+                format!("credential sha256:{}…", c.get(..12).unwrap_or(c)),
+                None,
+            ),
+            None => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::Header(name) => match p.header {
+            Some(v) => (format!("{name}: {v}"), None),
+            None => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::ClientHeader(name) => match p.header {
+            Some(v) => (format!("{name} {}", short_digest(v)), None),
+            None => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::Body(field) => match p.body {
+            Some(v) => (format!("body {field} {}", short_digest(v)), None),
+            None => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::BodyIp(field) => match p.body {
+            Some(v) => (
+                format!("body {field} {} at {}", short_digest(v), p.ip),
+                None,
+            ),
+            None => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::Claim(name) => match (p.claim, p.user) {
+            (Some(v), _) => (format!("{name} {v}"), None),
+            (None, Some(u)) => (format!("user {u}"), None),
+            (None, None) => (p.ip.to_owned(), addr()),
+        },
+        KeyKind::Global => ("everyone".to_owned(), None),
+    }
+}
+
 /// Where one limiter keeps one principal's bucket.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BucketKey {

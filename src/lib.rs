@@ -198,6 +198,7 @@ mod rls;
 mod serve;
 mod store;
 mod tls;
+mod top;
 mod wiring;
 
 #[cfg(test)]
@@ -218,7 +219,8 @@ pub use decision::{Decider, KeyHeaders, LimitResult, Outcome, RequestFacts};
 pub use error::Error;
 pub use gateway::serve_gateway;
 pub use http::admin_client::{
-    run_explain, run_override, run_reset, AdminTarget, AskedRequest, OverrideCommand,
+    run_explain, run_override, run_reset, run_top, AdminTarget, AskedRequest, OverrideCommand,
+    TopArgs,
 };
 pub use http::cors::Cors;
 pub use http::demo_upstream::{run_demo_upstream, DEMO_UPSTREAM_LISTEN};

@@ -65,6 +65,14 @@ enum Command {
         #[arg(long)]
         by: Option<String>,
     },
+    /// Who each limiter of a running instance refused and metered most in the last minutes
+    /// (every instance on its Redis store together), refreshed like `top`.
+    Top {
+        #[command(flatten)]
+        target: fleet_limiter::AdminTarget,
+        #[command(flatten)]
+        args: fleet_limiter::TopArgs,
+    },
     /// What a request would meet on a running instance now, consuming nothing: the limiters,
     /// their keys described, their buckets, and whether it would be allowed.
     Explain {
@@ -209,6 +217,7 @@ fn main() -> ExitCode {
             request,
             by,
         } => fleet_limiter::run_reset(&target, &limiter, &request, by.as_deref()),
+        Command::Top { target, args } => fleet_limiter::run_top(&target, &args),
         Command::Explain {
             target,
             method,

@@ -129,6 +129,8 @@ pub struct Decider {
     clock: Arc<dyn Clock>,
     /// Other limits for chosen principals: the configuration's and the run-time ones.
     overrides: Arc<crate::overrides::Overrides>,
+    /// The principals each limiter refused and metered most, minute by minute (`GET /top`).
+    top: Arc<crate::top::TopTalkers>,
 }
 
 /// The parts of the configuration a decision reads; swapped whole on reload.
@@ -209,7 +211,18 @@ impl Decider {
             store,
             verifier,
             metrics,
+            top: Arc::default(),
         }
+    }
+
+    /// The principals each limiter refused and metered most.
+    pub(crate) fn top(&self) -> &crate::top::TopTalkers {
+        &self.top
+    }
+
+    /// The time its buckets are decided on (ns since the Unix epoch; virtual in tests).
+    pub(crate) fn now(&self) -> crate::clock::Nanos {
+        self.clock.now()
     }
 
     /// The agent ids its `new-agents` limiters know.
@@ -671,6 +684,13 @@ impl Decider {
             .map(|(i, (((spec, slot), check), verdict))| {
                 let mut partition = [0u8; 8];
                 partition.copy_from_slice(&check.key.digest[..8]);
+                if explain.is_none() && counted(i) {
+                    let refused = !verdict.allowed && spec.mode == Mode::Enforce;
+                    self.top.record(&spec.name, &check.key, refused, now, || {
+                        let (who, address) = keys::label(&spec.key, &principal(&spec));
+                        crate::top::Label::new(who, address)
+                    });
+                }
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {
                     check.key
                 } else {

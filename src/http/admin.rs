@@ -272,6 +272,7 @@ impl Admin {
                 )
                 .route("/reset", web::post().to(crate::http::levers::reset))
                 .route("/explain", web::post().to(crate::http::levers::explain))
+                .route("/top", web::get().to(crate::http::top::top))
         })
         .workers(1)
         .disable_signals()

@@ -1,5 +1,5 @@
-//! `fleet-limiter override …`, `reset …` and `explain …`: the admin listener's levers from a
-//! shell, against a running instance. Each prints the listener's JSON answer; the exit status is
+//! `fleet-limiter override …`, `reset …`, `explain …` and `top`: the admin listener's levers and
+//! lists from a shell, against a running instance. Each prints the listener's JSON answer; the exit status is
 //! 0 for a 2xx answer, 1 for a refusal (its error on stderr), 2 when the instance cannot be
 //! reached or an argument cannot be used.
 
@@ -105,25 +105,19 @@ fn body_of(req: &AskedRequest) -> Result<serde_json::Map<String, serde_json::Val
     Ok(body)
 }
 
-/// Send one lever request and print its answer.
-fn call(
+/// Send one request to the admin listener: its status and body, or why it could not be sent.
+fn fetch(
     target: &AdminTarget,
     method: reqwest::Method,
     path: &str,
     body: Option<serde_json::Value>,
-) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+) -> Result<(reqwest::StatusCode, String), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("fleet-limiter: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
+        .map_err(|e| format!("cannot start: {e}"))?;
     let url = format!("{}{path}", target.url.trim_end_matches('/'));
-    let answer = runtime.block_on(async {
+    runtime.block_on(async {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
             .build()
@@ -139,7 +133,12 @@ fn call(
         let status = res.status();
         let text = res.text().await.map_err(|e| e.to_string())?;
         Ok::<_, String>((status, text))
-    });
+    })
+}
+
+/// Print an answer: a 2xx's JSON on stdout (exit 0), a refusal's error on stderr (exit 1), or
+/// why the listener could not be reached (exit 2).
+fn report(target: &AdminTarget, answer: Result<(reqwest::StatusCode, String), String>) -> ExitCode {
     match answer {
         Ok((status, text)) if status.is_success() => {
             match serde_json::from_str::<serde_json::Value>(&text) {
@@ -176,6 +175,16 @@ fn call(
             ExitCode::from(2)
         }
     }
+}
+
+/// Send one lever request and print its answer.
+fn call(
+    target: &AdminTarget,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> ExitCode {
+    report(target, fetch(target, method, path, body))
 }
 
 /// `fleet-limiter override …`.
@@ -250,4 +259,124 @@ pub fn run_explain(target: &AdminTarget, method: &str, path: &str, req: &AskedRe
     body.insert("method".into(), method.into());
     body.insert("path".into(), path.into());
     call(target, reqwest::Method::POST, "/explain", Some(body.into()))
+}
+
+/// `fleet-limiter top`: what the instance's `GET /top` lists, as a table.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TopArgs {
+    /// The window: 1m, 5m or 15m.
+    #[arg(long, default_value = "5m")]
+    pub window: String,
+    /// Rows per list.
+    #[arg(short = 'n', long = "rows", default_value_t = 10)]
+    pub rows: usize,
+    /// One limiter only.
+    #[arg(long)]
+    pub limiter: Option<String>,
+    /// Print once and exit (the default when the output is not a terminal).
+    #[arg(long)]
+    pub once: bool,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 2)]
+    pub every: u64,
+}
+
+/// The table of one `/top` answer.
+fn top_table(v: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let num = |x: &serde_json::Value, k: &str| x.get(k).and_then(|n| n.as_u64()).unwrap_or(0);
+    let text = |x: &serde_json::Value, k: &str| {
+        x.get(k)
+            .and_then(|n| n.as_str())
+            .map(|s| crate::redact::printable(s, 64))
+            .unwrap_or_default()
+    };
+    let _ = writeln!(
+        o,
+        "fleet-limiter top: last {} min, {} instance(s), at {}",
+        num(v, "window_seconds") / 60,
+        num(v, "instances"),
+        text(v, "generated_at")
+    );
+    let _ = writeln!(
+        o,
+        "{:<20} {:<8} {:>8} {:>6}  {:<44} ADDRESS",
+        "LIMITER", "LIST", "COUNT", "±", "PRINCIPAL"
+    );
+    let mut any = false;
+    for l in v
+        .get("limiters")
+        .and_then(|l| l.as_array())
+        .into_iter()
+        .flatten()
+    {
+        for (list, name) in [("refused", "refused"), ("requests", "asked")] {
+            for r in l.get(list).and_then(|r| r.as_array()).into_iter().flatten() {
+                any = true;
+                let err = num(r, "error");
+                let _ = writeln!(
+                    o,
+                    "{:<20} {:<8} {:>8} {:>6}  {:<44} {}",
+                    text(l, "limiter"),
+                    name,
+                    num(r, "count"),
+                    if err > 0 {
+                        err.to_string()
+                    } else {
+                        String::new()
+                    },
+                    text(r, "principal"),
+                    text(r, "address")
+                );
+            }
+        }
+    }
+    if !any {
+        let _ = writeln!(o, "(no request metered in this window)");
+    }
+    o
+}
+
+/// `fleet-limiter top [--window 5m] [-n 10] [--limiter L] [--once]`.
+pub fn run_top(target: &AdminTarget, args: &TopArgs) -> ExitCode {
+    use std::io::IsTerminal;
+    let mut path = format!(
+        "/top?format=json&window={}&n={}",
+        urlencode(&args.window),
+        args.rows
+    );
+    if let Some(l) = &args.limiter {
+        path.push_str(&format!("&limiter={}", urlencode(l)));
+    }
+    let once = args.once || !std::io::stdout().is_terminal();
+    loop {
+        let answer = fetch(target, reqwest::Method::GET, &path, None);
+        match answer {
+            Ok((status, text)) if status.is_success() => {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                if !once {
+                    print!("\x1b[H\x1b[2J");
+                }
+                print!("{}", top_table(&v));
+            }
+            other => return report(target, other),
+        }
+        if once {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(Duration::from_secs(args.every.max(1)));
+    }
+}
+
+/// A query value, percent-encoded.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

@@ -16,6 +16,7 @@ pub(crate) mod middleware;
 pub(crate) mod proxy;
 pub(crate) mod request;
 pub(crate) mod response;
+mod top;
 
 use crate::config::Config;
 

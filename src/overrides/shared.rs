@@ -131,7 +131,18 @@ impl Levers {
             return;
         }
         let mut failing = false;
+        let mut since_published = std::time::Duration::MAX;
         loop {
+            if since_published >= crate::top::PUBLISH_EVERY {
+                since_published = std::time::Duration::ZERO;
+                if let Some(table) = self.shared() {
+                    let (now, unix) = (self.decider.now(), self.decider.overrides().unix_now());
+                    if let Err(e) = self.decider.top().publish(table, now, unix).await {
+                        tracing::debug!(error = %e, "top talkers: cannot publish to the shared table");
+                    }
+                }
+            }
+            since_published = since_published.saturating_add(SYNC_EVERY);
             match self.sync().await {
                 Ok(()) if failing => {
                     failing = false;

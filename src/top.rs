@@ -1,0 +1,487 @@
+//! Top talkers: per limiter, the principals refused most and the ones that asked most, over the
+//! last 1, 5 and 15 minutes.
+//!
+//! Each limiter keeps a ring of [`MINUTES`] one-minute slots; each slot holds two space-saving
+//! sketches (Metwally, Agrawal and El Abbadi, 2005) of at most [`CAPACITY`] buckets: one counting
+//! requests, one counting refusals. A sketch counts exactly until it is full; from then on a new
+//! bucket takes the place of the smallest, inheriting its count as its possible error, so a
+//! count is never under the truth and over it by at most its `error`. Any bucket with more than
+//! a slot's total over [`CAPACITY`] is always in it. Merged over minutes (and instances), a
+//! row's `error` also adds, for each slot (or instance) that does not hold it, that sketch's
+//! smallest count when it was full: the truth is within `error` of `count`, and `error` is 0
+//! while no sketch overflowed.
+//!
+//! Memory is bounded whatever the traffic: limiters × [`MINUTES`] × 2 × [`CAPACITY`] rows, each
+//! the bucket's 16-byte digest and a label under [`MAX_LABEL`] bytes (about 13 MB for 20
+//! limiters at the worst). A label says who it is without a secret: the address (an IPv6 /56),
+//! a user's subject, a proxy-set header's value, and for an agent id, a token, a client's key
+//! header or a body's value, the first 12 hex digits of its SHA-256.
+
+use crate::keys::BucketKey;
+use crate::store::{SharedTable, StoreError};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One-minute slots each limiter keeps: the longest window asked about.
+pub(crate) const MINUTES: usize = 15;
+/// Buckets each sketch holds.
+pub(crate) const CAPACITY: usize = 128;
+/// The longest label kept (longer ones are cut).
+pub(crate) const MAX_LABEL: usize = 160;
+/// Rows a query answers at most per list.
+pub(crate) const MAX_ROWS: usize = 100;
+/// The windows a query may ask for, in minutes.
+pub(crate) const WINDOWS: [u64; 3] = [1, 5, 15];
+
+const MINUTE_NS: u64 = 60_000_000_000;
+
+/// Who a bucket belongs to, as an operator reads it; what a row offers to act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Label {
+    /// `203.0.113.7`, `agent sha256:1f2e3d4c5b6a… at 203.0.113.7`, `user alice`.
+    pub principal: String,
+    /// The address (or IPv6 /56) the bucket is keyed on, when it is keyed on one: a reset or
+    /// an override (`ip:<address>`) can name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+impl Label {
+    /// A label, cut to [`MAX_LABEL`] bytes on a character boundary.
+    pub(crate) fn new(principal: String, address: Option<String>) -> Self {
+        let cut = |mut s: String| {
+            if s.len() > MAX_LABEL {
+                let mut at = MAX_LABEL;
+                while !s.is_char_boundary(at) {
+                    at -= 1;
+                }
+                s.truncate(at);
+            }
+            s
+        };
+        Self {
+            principal: cut(principal),
+            address: address.map(cut),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Counted {
+    count: u64,
+    error: u64,
+    label: Arc<Label>,
+}
+
+/// A space-saving sketch of at most [`CAPACITY`] buckets.
+#[derive(Debug, Default)]
+struct Sketch {
+    rows: HashMap<BucketKey, Counted, foldhash::fast::RandomState>,
+    /// The smallest count evicted so far (0: nothing was evicted; the sketch is exact).
+    floor: u64,
+}
+
+impl Sketch {
+    fn add(&mut self, key: &BucketKey, label: &mut dyn FnMut() -> Arc<Label>) {
+        if let Some(c) = self.rows.get_mut(key) {
+            c.count += 1;
+            return;
+        }
+        if self.rows.len() < CAPACITY {
+            self.rows.insert(
+                key.clone(),
+                Counted {
+                    count: 1,
+                    error: 0,
+                    label: label(),
+                },
+            );
+            return;
+        }
+        // Full: the smallest gives way, and the newcomer may have had as many uncounted.
+        let Some((smallest, min)) = self
+            .rows
+            .iter()
+            .min_by_key(|(_, c)| c.count)
+            .map(|(k, c)| (k.clone(), c.count))
+        else {
+            return;
+        };
+        self.rows.remove(&smallest);
+        self.floor = self.floor.max(min);
+        self.rows.insert(
+            key.clone(),
+            Counted {
+                count: min + 1,
+                error: min,
+                label: label(),
+            },
+        );
+    }
+
+    /// What a bucket the sketch does not hold may have had uncounted: its smallest count once
+    /// it has evicted, else 0.
+    fn absent_bound(&self) -> u64 {
+        if self.floor == 0 {
+            0
+        } else {
+            self.rows.values().map(|c| c.count).min().unwrap_or(0)
+        }
+    }
+
+    fn clear(&mut self) {
+        self.rows.clear();
+        self.floor = 0;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    /// Minutes since the epoch this slot counts (`u64::MAX`: none yet).
+    minute: u64,
+    requests: Sketch,
+    refusals: Sketch,
+}
+
+/// One limiter's ring of minutes.
+#[derive(Debug)]
+struct Ring {
+    slots: Mutex<Vec<Slot>>,
+}
+
+impl Ring {
+    fn new() -> Self {
+        Self {
+            slots: Mutex::new(
+                (0..MINUTES)
+                    .map(|_| Slot {
+                        minute: u64::MAX,
+                        ..Slot::default()
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// The top talkers of every limiter.
+#[derive(Debug)]
+pub(crate) struct TopTalkers {
+    limiters: RwLock<HashMap<Arc<str>, Arc<Ring>>>,
+    /// This process's name in the shared table: random, never reused.
+    instance: String,
+}
+
+impl Default for TopTalkers {
+    fn default() -> Self {
+        Self {
+            limiters: RwLock::default(),
+            instance: format!("{:016x}", rand::random::<u64>()),
+        }
+    }
+}
+
+/// One row of a list: a bucket, who it is, and its count within `error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Row {
+    /// The bucket's stored name, `<limiter>:<hex digest>`: the same on every instance of one
+    /// Redis store.
+    pub bucket: String,
+    #[serde(flatten)]
+    pub label: Label,
+    pub count: u64,
+    /// The count is within this of the truth (0: exact).
+    pub error: u64,
+}
+
+/// One limiter's lists over one window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LimiterTop {
+    pub limiter: String,
+    /// Refusals in the window, every limiter's own and the requests of every other limiter's
+    /// principals it refused.
+    pub refused: Vec<Row>,
+    pub requests: Vec<Row>,
+    /// What a bucket missing from `refused` or `requests` may have had uncounted.
+    pub refused_absent_bound: u64,
+    pub requests_absent_bound: u64,
+}
+
+impl TopTalkers {
+    /// Count one request of `key` on `limiter` at `now` (ns since the Unix epoch), and a refusal
+    /// when `refused`. `label` runs only for a bucket new to a sketch.
+    pub(crate) fn record(
+        &self,
+        limiter: &Arc<str>,
+        key: &BucketKey,
+        refused: bool,
+        now: u64,
+        label: impl FnOnce() -> Label,
+    ) {
+        let ring = self.ring(limiter);
+        let minute = now / MINUTE_NS;
+        let mut slots = ring.slots.lock();
+        let Some(slot) = slots.get_mut((minute % MINUTES as u64) as usize) else {
+            return;
+        };
+        if slot.minute != minute {
+            slot.minute = minute;
+            slot.requests.clear();
+            slot.refusals.clear();
+        }
+        let mut label = Some(label);
+        let mut made: Option<Arc<Label>> = None;
+        let mut get = || {
+            if let Some(l) = &made {
+                return l.clone();
+            }
+            let l = Arc::new(
+                label
+                    .take()
+                    .map_or_else(|| Label::new(String::new(), None), |f| f()),
+            );
+            made = Some(l.clone());
+            l
+        };
+        slot.requests.add(key, &mut get);
+        if refused {
+            slot.refusals.add(key, &mut get);
+        }
+    }
+
+    fn ring(&self, limiter: &Arc<str>) -> Arc<Ring> {
+        if let Some(r) = self.limiters.read().get(limiter) {
+            return r.clone();
+        }
+        self.limiters
+            .write()
+            .entry(limiter.clone())
+            .or_insert_with(|| Arc::new(Ring::new()))
+            .clone()
+    }
+
+    /// Each limiter's top `n` over the last `minutes` minutes up to `now`, by refusals and by
+    /// requests, largest first.
+    pub(crate) fn top(&self, now: u64, minutes: u64, n: usize) -> Vec<LimiterTop> {
+        let current = now / MINUTE_NS;
+        let minutes = minutes.clamp(1, MINUTES as u64);
+        let first = current.saturating_sub(minutes - 1);
+        let rings: Vec<(Arc<str>, Arc<Ring>)> = self
+            .limiters
+            .read()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut out: Vec<LimiterTop> = rings
+            .into_iter()
+            .map(|(name, ring)| {
+                let slots = ring.slots.lock();
+                let live: Vec<&Slot> = slots
+                    .iter()
+                    .filter(|s| s.minute != u64::MAX && s.minute >= first && s.minute <= current)
+                    .collect();
+                let (refused, refused_absent_bound) = merge(live.iter().map(|s| &s.refusals), n);
+                let (requests, requests_absent_bound) = merge(live.iter().map(|s| &s.requests), n);
+                LimiterTop {
+                    limiter: name.to_string(),
+                    refused,
+                    requests,
+                    refused_absent_bound,
+                    requests_absent_bound,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.limiter.cmp(&b.limiter));
+        out
+    }
+}
+
+/// The sketches' rows summed by bucket, each row's error with the bound of every sketch that
+/// lacks it; the top `n` by count, and the bound of a bucket none of them holds.
+fn merge<'a>(sketches: impl Iterator<Item = &'a Sketch>, n: usize) -> (Vec<Row>, u64) {
+    let sketches: Vec<&Sketch> = sketches.collect();
+    let mut sum: HashMap<&BucketKey, (u64, u64, &Arc<Label>)> = HashMap::new();
+    for s in &sketches {
+        for (k, c) in &s.rows {
+            let e = sum.entry(k).or_insert((0, 0, &c.label));
+            e.0 += c.count;
+            e.1 += c.error;
+        }
+    }
+    let bounds: Vec<u64> = sketches.iter().map(|s| s.absent_bound()).collect();
+    let absent: u64 = bounds.iter().sum();
+    let mut rows: Vec<Row> = sum
+        .into_iter()
+        .map(|(k, (count, error, label))| {
+            let missing: u64 = sketches
+                .iter()
+                .zip(&bounds)
+                .filter(|(s, b)| **b > 0 && !s.rows.contains_key(k))
+                .map(|(_, b)| *b)
+                .sum();
+            Row {
+                bucket: k.to_string(),
+                label: (**label).clone(),
+                count,
+                error: error + missing,
+            }
+        })
+        .collect();
+    sort_rows(&mut rows);
+    let absent = truncate(&mut rows, n, absent);
+    (rows, absent)
+}
+
+/// Keep the first `n` rows (at most [`MAX_ROWS`]); a bucket cut from the list may have had as
+/// many as the first one cut, so the absent bound grows to it.
+fn truncate(rows: &mut Vec<Row>, n: usize, absent: u64) -> u64 {
+    let n = n.min(MAX_ROWS);
+    let cut = rows.get(n).map_or(0, |r| r.count + r.error);
+    rows.truncate(n);
+    absent.max(cut)
+}
+
+/// Largest count first; ties by bucket, so every instance lists them alike.
+pub(crate) fn sort_rows(rows: &mut [Row]) {
+    rows.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.bucket.cmp(&b.bucket)));
+}
+
+/// What one instance publishes for others on a shared store: its lists per window.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct Published {
+    /// Unix seconds when it was written.
+    pub at: u64,
+    /// Per window (minutes, as in [`WINDOWS`]), the lists.
+    pub windows: Vec<(u64, Vec<LimiterTop>)>,
+}
+
+/// Lists of several instances summed by limiter and bucket. A row one instance lacks adds that
+/// instance's absent bound to its error.
+pub(crate) fn merge_instances(all: &[Vec<LimiterTop>], n: usize) -> Vec<LimiterTop> {
+    let mut names: Vec<String> = all
+        .iter()
+        .flat_map(|tops| tops.iter().map(|t| t.limiter.clone()))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let of: Vec<Option<&LimiterTop>> = all
+                .iter()
+                .map(|tops| tops.iter().find(|t| t.limiter == name))
+                .collect();
+            let pick = |refused: bool| {
+                let lists: Vec<(&[Row], u64)> = of
+                    .iter()
+                    .map(|t| match t {
+                        Some(t) if refused => (t.refused.as_slice(), t.refused_absent_bound),
+                        Some(t) => (t.requests.as_slice(), t.requests_absent_bound),
+                        None => (&[][..], 0),
+                    })
+                    .collect();
+                sum_lists(&lists, n)
+            };
+            let (refused, refused_absent_bound) = pick(true);
+            let (requests, requests_absent_bound) = pick(false);
+            LimiterTop {
+                limiter: name,
+                refused,
+                requests,
+                refused_absent_bound,
+                requests_absent_bound,
+            }
+        })
+        .collect()
+}
+
+fn sum_lists(lists: &[(&[Row], u64)], n: usize) -> (Vec<Row>, u64) {
+    let mut sum: HashMap<&str, Row> = HashMap::new();
+    for (rows, _) in lists {
+        for r in *rows {
+            sum.entry(r.bucket.as_str())
+                .and_modify(|s| {
+                    s.count += r.count;
+                    s.error += r.error;
+                })
+                .or_insert_with(|| r.clone());
+        }
+    }
+    let mut rows: Vec<Row> = sum
+        .into_values()
+        .map(|mut row| {
+            for (list, bound) in lists {
+                if !list.iter().any(|r| r.bucket == row.bucket) {
+                    row.error += bound;
+                }
+            }
+            row
+        })
+        .collect();
+    sort_rows(&mut rows);
+    let absent = truncate(&mut rows, n, lists.iter().map(|(_, b)| b).sum());
+    (rows, absent)
+}
+
+/// The shared table every instance on one Redis store publishes its lists in.
+const TABLE: &str = "top";
+/// How often an instance publishes its lists.
+pub(crate) const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// Rows per list an instance publishes (a bucket below them counts in the absent bound).
+pub(crate) const PUBLISHED_ROWS: usize = 20;
+/// An instance that has not published for this long has stopped: its lists are dropped.
+const STALE_SECS: u64 = 30;
+
+impl TopTalkers {
+    /// Write this instance's lists of every window to the shared table, at `now` (ns on the
+    /// decider's clock) and `unix` (seconds).
+    pub(crate) async fn publish(
+        &self,
+        table: &dyn SharedTable,
+        now: u64,
+        unix: u64,
+    ) -> Result<(), StoreError> {
+        let windows = WINDOWS
+            .iter()
+            .map(|w| (*w, self.top(now, *w, PUBLISHED_ROWS)))
+            .filter(|(_, tops)| tops.iter().any(|t| !t.requests.is_empty()))
+            .collect::<Vec<_>>();
+        let value = (!windows.is_empty())
+            .then(|| serde_json::to_string(&Published { at: unix, windows }).ok())
+            .flatten();
+        table.write(TABLE, &self.instance, value.as_deref()).await
+    }
+
+    /// The lists other live instances published for a window of `minutes`; the lists of
+    /// instances silent for [`STALE_SECS`] are removed from the table.
+    pub(crate) async fn others(
+        &self,
+        table: &dyn SharedTable,
+        minutes: u64,
+        unix: u64,
+    ) -> Result<Vec<Vec<LimiterTop>>, StoreError> {
+        let (_, entries) = table.read(TABLE, u64::MAX).await?;
+        let mut out = Vec::new();
+        for (id, json) in entries.unwrap_or_default() {
+            if id == self.instance {
+                continue;
+            }
+            let Ok(p) = serde_json::from_str::<Published>(&json) else {
+                continue;
+            };
+            if p.at.saturating_add(STALE_SECS) < unix {
+                table.write(TABLE, &id, None).await?;
+                continue;
+            }
+            if let Some((_, tops)) = p.windows.into_iter().find(|(w, _)| *w == minutes) {
+                out.push(tops);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

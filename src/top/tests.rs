@@ -1,0 +1,149 @@
+use super::*;
+
+const MIN: u64 = MINUTE_NS;
+
+fn key(limiter: &str, who: &str) -> BucketKey {
+    BucketKey::new(Arc::from(limiter), who)
+}
+
+fn label(who: &str) -> Label {
+    Label::new(who.to_owned(), Some(who.to_owned()))
+}
+
+fn hit(t: &TopTalkers, limiter: &str, who: &str, refused: bool, now: u64) {
+    t.record(
+        &Arc::from(limiter),
+        &key(limiter, who),
+        refused,
+        now,
+        || label(who),
+    );
+}
+
+#[test]
+fn counts_are_exact_until_a_sketch_is_full() {
+    let t = TopTalkers::default();
+    let now = 1_000 * MIN + 5;
+    for _ in 0..37 {
+        hit(&t, "api-key", "203.0.113.7", true, now);
+    }
+    for _ in 0..5 {
+        hit(&t, "api-key", "198.51.100.9", true, now);
+    }
+    for _ in 0..3 {
+        hit(&t, "api-key", "192.0.2.1", false, now);
+    }
+    let top = t.top(now, 5, 10);
+    assert_eq!(top.len(), 1);
+    let r = &top[0].refused;
+    assert_eq!(r.len(), 2);
+    assert_eq!(
+        (r[0].label.principal.as_str(), r[0].count, r[0].error),
+        ("203.0.113.7", 37, 0)
+    );
+    assert_eq!(
+        (r[1].label.principal.as_str(), r[1].count, r[1].error),
+        ("198.51.100.9", 5, 0)
+    );
+    let q = &top[0].requests;
+    assert_eq!(
+        q.iter().map(|r| r.count).collect::<Vec<_>>(),
+        vec![37, 5, 3]
+    );
+    assert_eq!(top[0].refused_absent_bound, 0);
+}
+
+#[test]
+fn windows_take_only_their_minutes_and_old_minutes_are_dropped() {
+    let t = TopTalkers::default();
+    let start = 2_000 * MIN;
+    for m in 0..20u64 {
+        hit(&t, "ui", "a", true, start + m * MIN);
+    }
+    let now = start + 19 * MIN;
+    let count = |w| t.top(now, w, 5)[0].refused[0].count;
+    assert_eq!(count(1), 1);
+    assert_eq!(count(5), 5);
+    assert_eq!(count(15), 15, "the ring holds 15 minutes, not 20");
+    // A quarter of an hour later nothing is left.
+    assert!(t.top(now + 15 * MIN, 15, 5)[0].refused.is_empty());
+}
+
+#[test]
+fn a_flood_of_fresh_buckets_keeps_memory_bounded_and_the_heavy_hitter_on_top() {
+    let t = TopTalkers::default();
+    let now = 3_000 * MIN;
+    for i in 0..20_000u32 {
+        hit(
+            &t,
+            "agent-ip",
+            &format!("10.0.{}.{}", i / 256, i % 256),
+            true,
+            now,
+        );
+        if i % 10 == 0 {
+            hit(&t, "agent-ip", "203.0.113.66", true, now);
+        }
+    }
+    let top = t.top(now, 1, 3);
+    let first = &top[0].refused[0];
+    assert_eq!(first.label.principal, "203.0.113.66");
+    // 2 000 true refusals; the sketch may overcount by its error, never undercount.
+    assert!(
+        first.count >= 2_000 && first.count - first.error <= 2_000,
+        "{first:?}"
+    );
+    assert!(first.error <= 22_000 / CAPACITY as u64 + 1, "{first:?}");
+    let ring = t.ring(&Arc::from("agent-ip"));
+    let slots = ring.slots.lock();
+    assert!(slots.iter().all(|s| s.refusals.rows.len() <= CAPACITY));
+    assert!(
+        top[0].refused_absent_bound > 0,
+        "the sketch says it overflowed"
+    );
+}
+
+#[test]
+fn labels_are_cut_to_their_cap_on_a_character_boundary() {
+    let l = Label::new("é".repeat(200), None);
+    assert!(l.principal.len() <= MAX_LABEL);
+    assert!(l.principal.chars().all(|c| c == 'é'));
+}
+
+#[test]
+fn instances_sum_by_bucket_and_a_missing_row_adds_the_absent_bound() {
+    let row = |b: &str, c: u64| Row {
+        bucket: format!("api-key:{b}"),
+        label: label(b),
+        count: c,
+        error: 0,
+    };
+    let one = vec![LimiterTop {
+        limiter: "api-key".into(),
+        refused: vec![row("a", 30), row("b", 4)],
+        requests: vec![],
+        refused_absent_bound: 0,
+        requests_absent_bound: 0,
+    }];
+    let two = vec![LimiterTop {
+        limiter: "api-key".into(),
+        refused: vec![row("a", 7), row("c", 3)],
+        requests: vec![],
+        refused_absent_bound: 2,
+        requests_absent_bound: 0,
+    }];
+    let merged = merge_instances(&[one, two], 10);
+    let r = &merged[0].refused;
+    assert_eq!(
+        (r[0].bucket.as_str(), r[0].count, r[0].error),
+        ("api-key:a", 37, 0)
+    );
+    assert_eq!(
+        (r[1].bucket.as_str(), r[1].count, r[1].error),
+        ("api-key:b", 4, 2)
+    );
+    assert_eq!(
+        (r[2].bucket.as_str(), r[2].count, r[2].error),
+        ("api-key:c", 3, 0)
+    );
+}
