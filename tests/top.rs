@@ -354,3 +354,196 @@ async fn two_instances_on_one_redis_are_summed() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// A page in a real Chromium, driven over the DevTools protocol: `eval` runs a script in it and
+/// returns its value.
+struct Browser {
+    _child: tokio::process::Child,
+    _profile: tempfile::TempDir,
+    ws: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    id: u64,
+}
+
+impl Browser {
+    async fn open(bin: &str, url: &str) -> Browser {
+        use futures_util::StreamExt as _;
+        let profile = tempfile::tempdir().expect("profile");
+        let port = common::free_port();
+        let child = tokio::process::Command::new(bin)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+            ])
+            .arg(format!("--remote-debugging-port={port}"))
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(url)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromium");
+        let start = Instant::now();
+        let ws_url = loop {
+            let list = common::client()
+                .get(format!("http://127.0.0.1:{port}/json/list"))
+                .send()
+                .await;
+            if let Ok(r) = list {
+                let targets: serde_json::Value = r.json().await.unwrap_or_default();
+                let page = targets.as_array().and_then(|t| {
+                    t.iter().find(|t| {
+                        t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.contains("/top"))
+                    })
+                });
+                if let Some(u) = page.and_then(|p| p["webSocketDebuggerUrl"].as_str()) {
+                    break u.to_owned();
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "chromium's DevTools"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let (ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
+            .await
+            .expect("devtools websocket");
+        let _ = ws.get_ref();
+        let mut b = Browser {
+            _child: child,
+            _profile: profile,
+            ws,
+            id: 0,
+        };
+        // Drain nothing yet; `eval` reads until its own answer.
+        let _ = b.ws.next();
+        b
+    }
+
+    async fn eval(&mut self, expression: &str) -> serde_json::Value {
+        use futures_util::{SinkExt as _, StreamExt as _};
+        self.id += 1;
+        let msg = serde_json::json!({
+            "id": self.id,
+            "method": "Runtime.evaluate",
+            "params": { "expression": expression, "returnByValue": true, "awaitPromise": true },
+        });
+        self.ws
+            .send(tokio_tungstenite::tungstenite::Message::Text(
+                msg.to_string().into(),
+            ))
+            .await
+            .expect("send");
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .expect("devtools answered")
+                .expect("open")
+                .expect("message");
+            let Ok(text) = m.into_text() else { continue };
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if v["id"] == self.id {
+                return v["result"]["result"]["value"].clone();
+            }
+        }
+    }
+
+    /// `eval` until it answers `true`.
+    async fn until(&mut self, expression: &str, what: &str) {
+        let start = Instant::now();
+        while self.eval(expression).await != serde_json::Value::Bool(true) {
+            assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_resets_and_overrides_a_row_from_the_page_with_the_token() {
+    let Some(bin) = chromium() else {
+        common::unavailable("no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let upstream = common::upstream().await;
+    let gw = Launch::serve()
+        .config_toml(CONFIG)
+        .upstream(&upstream.uri())
+        .env("FLEET_LIMITER_ADMIN_TOKEN", TOKEN)
+        .admin()
+        .spawn();
+    refuse_a_37_and_b_5(&gw).await;
+    let mut page = Browser::open(bin, &gw.admin("/top")).await;
+    // Without the token the page asks for it and shows no row.
+    page.until(
+        "!document.getElementById('login').hidden",
+        "the page asks for the token",
+    )
+    .await;
+    assert_eq!(
+        page.eval("document.querySelectorAll('tr[data-bucket]').length")
+            .await,
+        0
+    );
+    page.eval(&format!(
+        "document.getElementById('token').value = '{TOKEN}'; document.getElementById('use-token').click(); true"
+    ))
+    .await;
+    let row_a = format!(
+        "[...document.querySelectorAll('section[data-limiter=\"probe\"] tr[data-bucket]')].find(r => r.querySelector('.principal').textContent === '{A}')"
+    );
+    page.until(&format!("!!{row_a}"), "the page lists A").await;
+    assert_eq!(
+        hit(&gw, "/probe", A, 1).await,
+        vec![429],
+        "A is refused before the reset"
+    );
+    page.eval(&format!("{row_a}.querySelector('button').click(); true"))
+        .await;
+    page.until(
+        "document.getElementById('acted').textContent.includes('done')",
+        "the reset is done",
+    )
+    .await;
+    assert_eq!(
+        hit(&gw, "/probe", A, 1).await,
+        vec![200],
+        "A's bucket was reset from the page"
+    );
+
+    // An override for B's address: 50 an hour.
+    let row_b = row_a.replace(A, B);
+    page.until(&format!("!!{row_b}"), "the page lists B").await;
+    page.eval(&format!(
+        "const r = {row_b}; r.querySelector('input[type=number]').value = '50'; r.querySelectorAll('button')[1].click(); true"
+    ))
+    .await;
+    page.until(
+        &format!("document.getElementById('acted').textContent === 'override {B} on probe: done'"),
+        "the override is done",
+    )
+    .await;
+    let list: serde_json::Value = common::client()
+        .get(gw.admin("/overrides"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("overrides")
+        .json()
+        .await
+        .expect("json");
+    let text = list.to_string();
+    assert!(
+        text.contains(&format!("ip:{B}")) && text.contains("\"limit\":50"),
+        "{text}"
+    );
+    let b = hit(&gw, "/probe", B, 3).await;
+    assert_eq!(b, vec![200, 200, 200], "B's override is in force");
+}
