@@ -84,10 +84,11 @@ struct Sketch {
 }
 
 impl Sketch {
-    fn add(&mut self, key: &BucketKey, label: &mut dyn FnMut() -> Arc<Label>) {
+    /// Count one for `key`; `true` when another bucket gave way for it.
+    fn add(&mut self, key: &BucketKey, label: &mut dyn FnMut() -> Arc<Label>) -> bool {
         if let Some(c) = self.rows.get_mut(key) {
             c.count += 1;
-            return;
+            return false;
         }
         if self.rows.len() < CAPACITY {
             self.rows.insert(
@@ -98,7 +99,7 @@ impl Sketch {
                     label: label(),
                 },
             );
-            return;
+            return false;
         }
         // Full: the smallest gives way, and the newcomer may have had as many uncounted.
         let Some((smallest, min)) = self
@@ -107,7 +108,7 @@ impl Sketch {
             .min_by_key(|(_, c)| c.count)
             .map(|(k, c)| (k.clone(), c.count))
         else {
-            return;
+            return false;
         };
         self.rows.remove(&smallest);
         self.floor = self.floor.max(min);
@@ -119,6 +120,7 @@ impl Sketch {
                 label: label(),
             },
         );
+        true
     }
 
     /// What a bucket the sketch does not hold may have had uncounted: its smallest count once
@@ -149,6 +151,8 @@ struct Slot {
 #[derive(Debug)]
 struct Ring {
     slots: Mutex<Vec<Slot>>,
+    /// Buckets its sketches let go to make room.
+    evictions: std::sync::atomic::AtomicU64,
 }
 
 impl Ring {
@@ -162,6 +166,7 @@ impl Ring {
                     })
                     .collect(),
             ),
+            evictions: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -245,10 +250,35 @@ impl TopTalkers {
             made = Some(l.clone());
             l
         };
-        slot.requests.add(key, &mut get);
+        let mut evicted = u64::from(slot.requests.add(key, &mut get));
         if refused {
-            slot.refusals.add(key, &mut get);
+            evicted += u64::from(slot.refusals.add(key, &mut get));
         }
+        if evicted > 0 {
+            ring.evictions
+                .fetch_add(evicted, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Per limiter: the buckets its lists hold now, and how many they let go so far.
+    pub(crate) fn counts(&self) -> Vec<(Arc<str>, u64, u64)> {
+        let mut out: Vec<(Arc<str>, u64, u64)> = self
+            .limiters
+            .read()
+            .iter()
+            .map(|(name, ring)| {
+                let rows = ring
+                    .slots
+                    .lock()
+                    .iter()
+                    .map(|s| (s.requests.rows.len() + s.refusals.rows.len()) as u64)
+                    .sum();
+                let evictions = ring.evictions.load(std::sync::atomic::Ordering::Relaxed);
+                (name.clone(), rows, evictions)
+            })
+            .collect();
+        out.sort();
+        out
     }
 
     fn ring(&self, limiter: &Arc<str>) -> Arc<Ring> {

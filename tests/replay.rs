@@ -733,3 +733,33 @@ fn a_log_whose_lines_are_mostly_late_exits_1_and_says_so() {
         "{r}"
     );
 }
+
+/// A calendar day counts by the log's own dates: two reports a day, the third at 23:59:50 UTC
+/// refused, the fourth at 00:00:01 allowed (a new day); the same budget over `window = "1d"`
+/// refuses both: a bucket of two a day has not refilled a minute later.
+#[test]
+fn a_calendar_day_turns_at_the_logs_midnight() {
+    let dir = tempfile::tempdir().unwrap();
+    // T0 is 12:00:00 UTC: 43 140 s later is 23:59:00.
+    let lines: Vec<String> = [43_140, 43_170, 43_190, 43_201]
+        .iter()
+        .map(|t| line(*t, "203.0.113.9", "GET /api/reports/daily", None))
+        .collect();
+    let log = write(dir.path(), "reports.log", &lines);
+    let refused = |window: &str| {
+        let cfg = dir.path().join(format!("reports-{window}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("[limiters.reports]\nlimit = 2\nwindow = \"{window}\"\nkey = \"ip\"\nroutes = [\"GET /api/reports/**\"]\n"),
+        )
+        .unwrap();
+        let r = json(&["--config", cfg.to_str().unwrap()], &[&log]);
+        limiter(&r, "reports")["refused"].as_u64().unwrap()
+    };
+    assert_eq!(refused("day"), 1, "the fourth report is on a new day");
+    assert_eq!(
+        refused("1d"),
+        2,
+        "a day-long bucket does not turn at midnight"
+    );
+}

@@ -536,7 +536,7 @@ fn a_configuration_error_names_the_file_the_field_and_the_fix() {
     assert!(
         out.stderr
             .contains("bad.yaml: descriptors[0].rate_limit.unit: `fortnight`")
-            && out.stderr.contains("use second, minute, hour, day or week"),
+            && out.stderr.contains("use second, minute, hour, day, week or month"),
         "{}",
         out.stderr
     );
@@ -833,4 +833,75 @@ fn with_no_upstream_it_serves_the_rate_limit_service_as_documented() {
         .code();
     assert_eq!(code, Some(0), "{}", rls.gw.stderr());
     assert!(!rls.gw.stderr().contains("panicked"), "{}", rls.gw.stderr());
+}
+
+/// `unit: month` is a calendar month and `calendar: true` makes a day one: over the limit, the
+/// wait runs to the next UTC midnight (or the 1st's), and the policy states the period.
+#[test]
+fn calendar_units_wait_for_the_calendars_boundary() {
+    if !client_available() {
+        return;
+    }
+    let yaml = r#"
+domain: quota
+descriptors:
+  - key: report
+    value: daily
+    rate_limit: { unit: day, requests_per_unit: 1, calendar: true }
+  - key: report
+    value: monthly
+    rate_limit: { unit: month, requests_per_unit: 1 }
+  - key: report
+    value: rolling
+    rate_limit: { unit: day, requests_per_unit: 1 }
+"#;
+    let rls = start(yaml, &[], &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let to_midnight = 86_400 - now % 86_400;
+    if to_midnight < 30 {
+        std::thread::sleep(std::time::Duration::from_secs(to_midnight + 2));
+    }
+    let day = req("quota", &[&[("report", "daily")]]);
+    let answers = ask(&rls, &[day.clone(), day]);
+    assert_eq!(status(&answers[0], 0)["code"], "OK", "{}", answers[0]);
+    assert_eq!(status(&answers[0], 0)["current_limit"]["unit"], "DAY");
+    let s = status(&answers[1], 0);
+    assert_eq!(s["code"], "OVER_LIMIT", "{s}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let to_midnight = (86_400 - now % 86_400) as f64;
+    let wait = seconds(&s["duration_until_reset"]);
+    assert!(
+        (wait - to_midnight).abs() <= 2.0,
+        "waits {wait} s for midnight, {to_midnight} s away"
+    );
+
+    let month = req("quota", &[&[("report", "monthly")]]);
+    let answers = ask(&rls, &[month.clone(), month]);
+    assert_eq!(
+        status(&answers[0], 0)["current_limit"]["unit"],
+        "MONTH",
+        "{}",
+        answers[0]
+    );
+    let s = status(&answers[1], 0);
+    assert_eq!(s["code"], "OVER_LIMIT", "{s}");
+    let wait = seconds(&s["duration_until_reset"]);
+    assert!(wait > to_midnight - 2.0 && wait <= 31.0 * 86_400.0, "{s}");
+    let off = (wait - to_midnight).rem_euclid(86_400.0);
+    assert!(
+        off.min(86_400.0 - off) <= 2.0,
+        "a month ends at a midnight: {wait}"
+    );
+
+    // Without `calendar`, a day is a continuous bucket: one request's worth back in a day.
+    let rolling = req("quota", &[&[("report", "rolling")]]);
+    let answers = ask(&rls, &[rolling.clone(), rolling]);
+    let wait = seconds(&status(&answers[1], 0)["duration_until_reset"]);
+    assert!((wait - 86_400.0).abs() <= 2.0, "{wait}");
 }

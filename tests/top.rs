@@ -368,7 +368,6 @@ struct Browser {
 
 impl Browser {
     async fn open(bin: &str, url: &str) -> Browser {
-        use futures_util::StreamExt as _;
         let profile = tempfile::tempdir().expect("profile");
         let port = common::free_port();
         let child = tokio::process::Command::new(bin)
@@ -416,16 +415,12 @@ impl Browser {
         let (ws, _) = tokio_tungstenite::connect_async(ws_url.as_str())
             .await
             .expect("devtools websocket");
-        let _ = ws.get_ref();
-        let mut b = Browser {
+        Browser {
             _child: child,
             _profile: profile,
             ws,
             id: 0,
-        };
-        // Drain nothing yet; `eval` reads until its own answer.
-        let _ = b.ws.next();
-        b
+        }
     }
 
     async fn eval(&mut self, expression: &str) -> serde_json::Value {

@@ -194,7 +194,12 @@ impl Decider {
             cfg.store.max_keys,
             crate::known_agents::grace(cfg.fleet.longest_gap_seconds()),
         ));
-        let metrics = Arc::new(Metrics::for_decider(store.clone(), known.clone()));
+        let top = Arc::new(crate::top::TopTalkers::default());
+        let metrics = Arc::new(Metrics::for_decider(
+            store.clone(),
+            known.clone(),
+            top.clone(),
+        ));
         let clock = store
             .clock()
             .unwrap_or_else(|| Arc::new(SystemClock::new()));
@@ -211,7 +216,7 @@ impl Decider {
             store,
             verifier,
             metrics,
-            top: Arc::default(),
+            top,
         }
     }
 

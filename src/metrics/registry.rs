@@ -60,10 +60,16 @@ impl Metrics {
 
     /// Metrics for a decider over `store` with its known-agents table: the store's key gauges
     /// and the table's counts are read at scrape time.
-    pub fn for_decider(store: Arc<dyn Store>, known: Arc<KnownAgents>) -> Self {
+    pub(crate) fn for_decider(
+        store: Arc<dyn Store>,
+        known: Arc<KnownAgents>,
+        top: Arc<crate::top::TopTalkers>,
+    ) -> Self {
         let mut m = Self::build(Some(store), crate::log_sink::lines_dropped);
         m.registry
             .register_collector(Box::new(scrape::KnownAgentsGauges::new(known)));
+        m.registry
+            .register_collector(Box::new(scrape::TopGauges::new(top)));
         m
     }
 

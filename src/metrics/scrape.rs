@@ -106,6 +106,48 @@ impl std::fmt::Debug for KnownAgentsGauges {
     }
 }
 
+/// The top-talker sketches' size and evictions, read at scrape time.
+pub(super) struct TopGauges(Arc<crate::top::TopTalkers>);
+
+impl TopGauges {
+    pub(super) fn new(top: Arc<crate::top::TopTalkers>) -> Self {
+        Self(top)
+    }
+}
+
+impl std::fmt::Debug for TopGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TopGauges").finish_non_exhaustive()
+    }
+}
+
+impl Collector for TopGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counts = self.0.counts();
+        let mut m = encoder.encode_descriptor(
+            "fleet_limiter_top_buckets",
+            "Buckets the top-talker lists (GET /top) hold now, by limiter: at most 15 minutes x 2 lists x 128.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (limiter, rows, _) in &counts {
+            ConstGauge::new(i64::try_from(*rows).unwrap_or(i64::MAX))
+                .encode(m.encode_family(&[("limiter", limiter.as_ref())])?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "fleet_limiter_top_evictions",
+            "Buckets the top-talker lists let go to make room, by limiter: while it rises, /top's counts carry an error (stated per row).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (limiter, _, evictions) in &counts {
+            ConstCounter::new(*evictions)
+                .encode(m.encode_family(&[("limiter", limiter.as_ref())])?)?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for KnownAgentsGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = self.0.counts();
@@ -166,6 +208,8 @@ struct LimiterInfo {
     mode: &'static str,
     limit: String,
     window_seconds: String,
+    /// `day UTC`, `month Europe/Berlin` for a calendar window; empty otherwise.
+    calendar: String,
 }
 
 /// The settings in force, as last configured: plain facts, copied at configure time.
@@ -192,6 +236,11 @@ impl SettingsView {
                 },
                 limit: l.quota.limit().to_string(),
                 window_seconds: l.quota.window().as_secs().to_string(),
+                calendar: l
+                    .quota
+                    .calendar_window()
+                    .map(|c| format!("{} {}", c.unit.as_str(), c.zone.name()))
+                    .unwrap_or_default(),
             })
             .collect();
         *self.0.write() = Some(Settings {
@@ -238,7 +287,7 @@ impl Collector for Process {
             )?;
             let mut m = encoder.encode_descriptor(
                 "fleet_limiter_limiter_info",
-                "Each configured limiter: its mode, budget and window.",
+                "Each configured limiter: its mode, budget and window (a calendar window: its period and time zone, window_seconds the longest such period).",
                 None,
                 MetricType::Gauge,
             )?;
@@ -248,6 +297,7 @@ impl Collector for Process {
                     ("mode", l.mode),
                     ("limit", l.limit.as_str()),
                     ("window_seconds", l.window_seconds.as_str()),
+                    ("calendar", l.calendar.as_str()),
                 ];
                 ConstGauge::new(1).encode(m.encode_family(&labels)?)?;
             }

@@ -212,10 +212,13 @@ impl Service {
         }
         // One check per bucket: descriptors naming the same bucket add their costs.
         let digest = self.decider.key_digest();
+        let now = self.decider.now();
         let request_units = req.hits_addend.max(1);
         let mut checks: Vec<Check> = Vec::new();
         let mut specs: Vec<Arc<LimiterSpec>> = Vec::new();
         let mut check_of: Vec<Option<usize>> = Vec::with_capacity(n);
+        // The descriptor each check came from (its label in the top-talker lists).
+        let mut descriptor_of: Vec<&proto::RateLimitDescriptor> = Vec::new();
         // Descriptors whose own `hits_addend` is 0: checked, never charged (as the reference
         // does), each against one request's worth; their index among `peeks`.
         let mut peeks: Vec<Check> = Vec::new();
@@ -256,7 +259,8 @@ impl Service {
             };
             let check = Check {
                 key,
-                quota: spec.quota,
+                // A calendar budget as it stands now: its window the period's own length.
+                quota: spec.quota.at(now),
                 shadow: yaml_shadow || spec.mode != Mode::Enforce,
                 units,
             };
@@ -276,6 +280,7 @@ impl Service {
             }
             check_of.push(Some(checks.len()));
             checks.push(check);
+            descriptor_of.push(d);
             specs.push(spec.clone());
         }
         let peeked = if peeks.is_empty() {
@@ -428,6 +433,14 @@ impl Service {
                 partition.copy_from_slice(&check.key.digest[..8]);
                 // A `local` limiter counted on this instance's bucket while the store failed.
                 let local = local.get(i).copied().unwrap_or(false);
+                if !errored || local {
+                    let refused = !verdict.allowed && !check.shadow;
+                    self.decider
+                        .top()
+                        .record(&spec.name, &check.key, refused, now, || {
+                            descriptor_label(descriptor_of.get(i).copied(), settings.ipv6_prefix)
+                        });
+                }
                 LimitResult {
                     quota: check.quota,
                     spec,
@@ -527,6 +540,31 @@ fn entry_value(key: &str, value: &str, v6_prefix: u8) -> String {
 
 /// A descriptor's entries as one unambiguous string (each part length-prefixed), which the
 /// bucket's name digests: the raw values go no further.
+/// A descriptor as the top-talker lists name it: its entries, each value but an address's as
+/// the first digits of its SHA-256 (a descriptor value may be a key or a token).
+fn descriptor_label(d: Option<&proto::RateLimitDescriptor>, v6_prefix: u8) -> crate::top::Label {
+    let mut who = String::new();
+    let mut address = None;
+    for e in d.map(|d| d.entries.as_slice()).unwrap_or_default() {
+        if !who.is_empty() {
+            who.push(' ');
+        }
+        let v = entry_value(&e.key, &e.value, v6_prefix);
+        if e.key == "remote_address" {
+            who.push_str(&format!("remote_address={v}"));
+            address = Some(v);
+        } else {
+            let d = keys::credential_digest(&v);
+            who.push_str(&format!(
+                "{}=sha256:{}…",
+                crate::redact::printable(&e.key, 32),
+                d.get(..12).unwrap_or(&d)
+            ));
+        }
+    }
+    crate::top::Label::new(who, address)
+}
+
 fn joined_entries(d: &proto::RateLimitDescriptor, v6_prefix: u8) -> String {
     let mut s = String::new();
     for e in &d.entries {
