@@ -1,6 +1,7 @@
 //! One request through the whole actix-web middleware, in process (no sockets): the same
 //! trivial handler bare, behind `FleetLimiter` with budgets nothing exhausts, and behind it
-//! with every request refused. The difference is the limiter's cost per request.
+//! with every request refused, and allowed with the top-talker lists off (`ops.top_talkers`).
+//! The difference is the limiter's cost per request.
 
 use actix_web::dev::Service;
 use actix_web::{test, web, App};
@@ -13,13 +14,23 @@ use std::time::Instant;
 /// `agent-device` at `limit` per `window`; the `agent-ip` ceiling above it raised as far, as
 /// `bench/run.sh` does, so that only `agent-device` can refuse.
 fn config(limit: &str, window: &str) -> Config {
-    let vars = [
+    config_with(limit, window, true)
+}
+
+/// [`config`], with the top-talker lists on or off (`ops.top_talkers`).
+fn config_with(limit: &str, window: &str, top_talkers: bool) -> Config {
+    let mut vars: Vec<(String, String)> = [
         ("AGENT_DEVICE_LIMIT", limit),
         ("AGENT_DEVICE_WINDOW", window),
         ("AGENT_IP_LIMIT", "1000000000"),
         ("AGENT_IP_WINDOW", "1m"),
     ]
-    .map(|(k, v)| (format!("FLEET_LIMITER_LIMITER_{k}"), v.to_owned()));
+    .map(|(k, v)| (format!("FLEET_LIMITER_LIMITER_{k}"), v.to_owned()))
+    .to_vec();
+    vars.push((
+        "FLEET_LIMITER_TOP_TALKERS".to_owned(),
+        top_talkers.to_string(),
+    ));
     match Loader::new().env(vars).load() {
         Ok(c) => c,
         Err(e) => panic!("benchmark configuration: {e}"),
@@ -74,6 +85,22 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("fleet_limiter_allowed", |b| {
         b.iter_custom(|n| sys.block_on(async { run!(allowed, n, &ids) }))
+    });
+
+    let untracked = sys.block_on(async {
+        let limiter = match FleetLimiter::from_config(&config_with("1000000000", "1m", false)) {
+            Ok(l) => l,
+            Err(e) => panic!("limiter: {e}"),
+        };
+        test::init_service(
+            App::new()
+                .wrap(limiter)
+                .route("/api/agent/heartbeat", web::post().to(|| async { "ok" })),
+        )
+        .await
+    });
+    g.bench_function("fleet_limiter_allowed_top_talkers_off", |b| {
+        b.iter_custom(|n| sys.block_on(async { run!(untracked, n, &ids) }))
     });
 
     let refused = sys.block_on(async {

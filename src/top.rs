@@ -14,10 +14,11 @@
 //! Memory is bounded whatever the traffic: limiters × [`MINUTES`] × 2 × [`CAPACITY`] rows, each
 //! the bucket's 16-byte digest and a label under [`MAX_LABEL`] bytes (about 13 MB for 20
 //! limiters at the worst). A label says who it is without a secret: the address (an IPv6 /56),
-//! a user's subject, a proxy-set header's value, and for an agent id, a token, a client's key
-//! header or a body's value, the first 12 hex digits of its SHA-256.
+//! a user's subject, a proxy-set header's value; an agent id, a token, a client's key header or
+//! a body's value is never kept, only named by the bucket's digest (`agent #1f2e3d4c5b6a at
+//! 203.0.113.7`). What is kept per bucket is a [`Seed`], made into the label when asked.
 
-use crate::keys::BucketKey;
+use crate::keys::{BucketKey, Seed};
 use crate::store::{SharedTable, StoreError};
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
@@ -40,7 +41,7 @@ const MINUTE_NS: u64 = 60_000_000_000;
 /// Who a bucket belongs to, as an operator reads it; what a row offers to act on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Label {
-    /// `203.0.113.7`, `agent sha256:1f2e3d4c5b6a… at 203.0.113.7`, `user alice`.
+    /// `203.0.113.7`, `agent #1f2e3d4c5b6a at 203.0.113.7`, `user alice`.
     pub principal: String,
     /// The address (or IPv6 /56) the bucket is keyed on, when it is keyed on one: a reset or
     /// an override (`ip:<address>`) can name it.
@@ -72,7 +73,7 @@ impl Label {
 struct Counted {
     count: u64,
     error: u64,
-    label: Arc<Label>,
+    seed: Seed,
 }
 
 /// A space-saving sketch of at most [`CAPACITY`] buckets.
@@ -81,11 +82,17 @@ struct Sketch {
     rows: HashMap<BucketKey, Counted, foldhash::fast::RandomState>,
     /// The smallest count evicted so far (0: nothing was evicted; the sketch is exact).
     floor: u64,
+    /// Buckets that held the smallest count when last looked for, the next to give way: the
+    /// smallest count never goes down, so one scan finds every bucket at it, and a flood of new
+    /// buckets costs one scan per [`CAPACITY`] arrivals rather than one each.
+    smallest: Vec<BucketKey>,
+    /// The count the buckets of `smallest` held.
+    smallest_count: u64,
 }
 
 impl Sketch {
     /// Count one for `key`; `true` when another bucket gave way for it.
-    fn add(&mut self, key: &BucketKey, label: &mut dyn FnMut() -> Arc<Label>) -> bool {
+    fn add(&mut self, key: &BucketKey, seed: &mut dyn FnMut() -> Seed) -> bool {
         if let Some(c) = self.rows.get_mut(key) {
             c.count += 1;
             return false;
@@ -96,18 +103,13 @@ impl Sketch {
                 Counted {
                     count: 1,
                     error: 0,
-                    label: label(),
+                    seed: seed(),
                 },
             );
             return false;
         }
         // Full: the smallest gives way, and the newcomer may have had as many uncounted.
-        let Some((smallest, min)) = self
-            .rows
-            .iter()
-            .min_by_key(|(_, c)| c.count)
-            .map(|(k, c)| (k.clone(), c.count))
-        else {
+        let Some((smallest, min)) = self.take_smallest() else {
             return false;
         };
         self.rows.remove(&smallest);
@@ -117,10 +119,33 @@ impl Sketch {
             Counted {
                 count: min + 1,
                 error: min,
-                label: label(),
+                seed: seed(),
             },
         );
         true
+    }
+
+    /// A bucket holding the smallest count, and that count.
+    fn take_smallest(&mut self) -> Option<(BucketKey, u64)> {
+        // A bucket counted since it was found no longer holds the smallest count: skip it.
+        while let Some(k) = self.smallest.pop() {
+            if self
+                .rows
+                .get(&k)
+                .is_some_and(|c| c.count == self.smallest_count)
+            {
+                return Some((k, self.smallest_count));
+            }
+        }
+        let min = self.rows.values().map(|c| c.count).min()?;
+        self.smallest = self
+            .rows
+            .iter()
+            .filter(|(_, c)| c.count == min)
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.smallest_count = min;
+        self.smallest.pop().map(|k| (k, min))
     }
 
     /// What a bucket the sketch does not hold may have had uncounted: its smallest count once
@@ -136,6 +161,8 @@ impl Sketch {
     fn clear(&mut self) {
         self.rows.clear();
         self.floor = 0;
+        self.smallest.clear();
+        self.smallest_count = 0;
     }
 }
 
@@ -216,14 +243,14 @@ pub(crate) struct LimiterTop {
 
 impl TopTalkers {
     /// Count one request of `key` on `limiter` at `now` (ns since the Unix epoch), and a refusal
-    /// when `refused`. `label` runs only for a bucket new to a sketch.
+    /// when `refused`. `seed` runs only for a bucket new to a sketch.
     pub(crate) fn record(
         &self,
         limiter: &Arc<str>,
         key: &BucketKey,
         refused: bool,
         now: u64,
-        label: impl FnOnce() -> Label,
+        seed: impl FnOnce() -> Seed,
     ) {
         let ring = self.ring(limiter);
         let minute = now / MINUTE_NS;
@@ -236,19 +263,17 @@ impl TopTalkers {
             slot.requests.clear();
             slot.refusals.clear();
         }
-        let mut label = Some(label);
-        let mut made: Option<Arc<Label>> = None;
+        let mut seed = Some(seed);
+        let mut made: Option<Seed> = None;
         let mut get = || {
-            if let Some(l) = &made {
-                return l.clone();
+            if let Some(s) = &made {
+                return s.clone();
             }
-            let l = Arc::new(
-                label
-                    .take()
-                    .map_or_else(|| Label::new(String::new(), None), |f| f()),
-            );
-            made = Some(l.clone());
-            l
+            let s = seed
+                .take()
+                .map_or_else(|| Seed::Text(Arc::from(""), None), |f| f());
+            made = Some(s.clone());
+            s
         };
         let mut evicted = u64::from(slot.requests.add(key, &mut get));
         if refused {
@@ -332,10 +357,10 @@ impl TopTalkers {
 /// lacks it; the top `n` by count, and the bound of a bucket none of them holds.
 fn merge<'a>(sketches: impl Iterator<Item = &'a Sketch>, n: usize) -> (Vec<Row>, u64) {
     let sketches: Vec<&Sketch> = sketches.collect();
-    let mut sum: HashMap<&BucketKey, (u64, u64, &Arc<Label>)> = HashMap::new();
+    let mut sum: HashMap<&BucketKey, (u64, u64, &Seed)> = HashMap::new();
     for s in &sketches {
         for (k, c) in &s.rows {
-            let e = sum.entry(k).or_insert((0, 0, &c.label));
+            let e = sum.entry(k).or_insert((0, 0, &c.seed));
             e.0 += c.count;
             e.1 += c.error;
         }
@@ -344,16 +369,17 @@ fn merge<'a>(sketches: impl Iterator<Item = &'a Sketch>, n: usize) -> (Vec<Row>,
     let absent: u64 = bounds.iter().sum();
     let mut rows: Vec<Row> = sum
         .into_iter()
-        .map(|(k, (count, error, label))| {
+        .map(|(k, (count, error, seed))| {
             let missing: u64 = sketches
                 .iter()
                 .zip(&bounds)
                 .filter(|(s, b)| **b > 0 && !s.rows.contains_key(k))
                 .map(|(_, b)| *b)
                 .sum();
+            let (who, address) = seed.label(&hex::encode(&k.digest[..6]));
             Row {
                 bucket: k.to_string(),
-                label: (**label).clone(),
+                label: Label::new(who, address),
                 count,
                 error: error + missing,
             }

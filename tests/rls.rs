@@ -536,7 +536,9 @@ fn a_configuration_error_names_the_file_the_field_and_the_fix() {
     assert!(
         out.stderr
             .contains("bad.yaml: descriptors[0].rate_limit.unit: `fortnight`")
-            && out.stderr.contains("use second, minute, hour, day, week or month"),
+            && out
+                .stderr
+                .contains("use second, minute, hour, day, week or month"),
         "{}",
         out.stderr
     );

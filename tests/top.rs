@@ -542,3 +542,43 @@ async fn an_operator_resets_and_overrides_a_row_from_the_page_with_the_token() {
     let b = hit(&gw, "/probe", B, 3).await;
     assert_eq!(b, vec![200, 200, 200], "B's override is in force");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_top_talkers_off_nothing_is_kept_and_top_says_so() {
+    let upstream = common::upstream().await;
+    let gw = Launch::serve()
+        .config_toml(CONFIG)
+        .upstream(&upstream.uri())
+        .env("FLEET_LIMITER_TOP_TALKERS", "false")
+        .admin()
+        .spawn();
+    hit(&gw, "/probe", A, 3).await;
+    let (status, v) = top_json(&gw, "", None).await;
+    assert_eq!(status, 404, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ops.top_talkers = false"),
+        "{v}"
+    );
+    assert_eq!(
+        gw.metric(r#"fleet_limiter_top_buckets{limiter="probe"}"#)
+            .await,
+        None,
+        "no list was kept"
+    );
+    // Switched on, the same gateway's lists count (the metric shows it).
+    let on = Launch::serve()
+        .config_toml(CONFIG)
+        .upstream(&upstream.uri())
+        .admin()
+        .spawn();
+    hit(&on, "/probe", A, 3).await;
+    assert_eq!(
+        on.metric(r#"fleet_limiter_top_buckets{limiter="probe"}"#)
+            .await,
+        Some(2.0),
+        "one bucket asked, one refused"
+    );
+}

@@ -51,6 +51,8 @@ pub struct OpsConfig {
     /// Names besides IP literals and `localhost` that the admin listener answers to in `Host`
     /// (lower case, without a trailing dot): a Kubernetes Service's, a monitoring host's.
     pub admin_hosts: Vec<String>,
+    /// Whether each decision feeds the top-talker lists (`GET /top`).
+    pub top_talkers: bool,
 }
 
 /// The most names `ops.admin_hosts` may list.
@@ -78,6 +80,7 @@ pub(super) struct RawOps {
     log_format: Option<LogFormat>,
     admin_token: Option<String>,
     admin_hosts: Option<Vec<String>>,
+    top_talkers: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +162,7 @@ pub(super) fn build_ops(raw: RawOps, ctx: &Ctx) -> Result<OpsConfig, ConfigError
         log_format: raw.log_format.unwrap_or_default(),
         admin_token,
         admin_hosts,
+        top_talkers: raw.top_talkers.unwrap_or(true),
     })
 }
 

@@ -293,6 +293,8 @@ pub const SETTINGS: &[Setting] = &[
         "Bearer token the admin listener's levers (/overrides, /reset, /explain, /reload) require; without one they answer on a loopback admin listener only"),
     row("ops.admin_hosts", "FLEET_LIMITER_ADMIN_HOSTS", List, Unset, Live,
         "Host names the admin listener answers to besides IP addresses and localhost (a request with another Host is refused: DNS rebinding)"),
+    row("ops.top_talkers", "FLEET_LIMITER_TOP_TALKERS", Bool, Is("true"), Live,
+        "Count each decision into the top-talker lists the admin listener serves at /top"),
     row("ops.log_format", "FLEET_LIMITER_LOG_FORMAT", Choice(&["text", "json"]), Is("text"), restart!(ops.log_format),
         "Log lines as `text` or `json`").flag("log-format", "FORMAT"),
     row("cors.allowed_origins", "FLEET_LIMITER_CORS_ALLOWED_ORIGINS", List, Unset, Live,

@@ -156,6 +156,8 @@ pub struct Settings {
     /// The least average bytes per second of such a body after the first 5 s of waiting
     /// (`server.body_min_rate`; 0: none).
     pub body_key_min_rate: u64,
+    /// Whether decisions feed the top-talker lists (`ops.top_talkers`).
+    pub top_talkers: bool,
     /// The domains of Envoy's rate-limit service (`rls.config`), read again on every reload.
     pub rls_domains: Arc<crate::rls::rules::Domains>,
     /// The proxies the rate-limit service answers (`rls.allow_from`).
@@ -181,6 +183,7 @@ impl Settings {
             body_key_max_bytes: cfg.server.body_key_max_bytes,
             body_key_timeout: cfg.server.body_timeout,
             body_key_min_rate: cfg.server.body_min_rate,
+            top_talkers: cfg.ops.top_talkers,
             rls_domains: cfg.rls.domains.clone(),
             rls_allow_from: cfg.rls.allow_from.clone().into(),
             rls_descriptor_limit: cfg.rls.descriptor_limit,
@@ -689,11 +692,10 @@ impl Decider {
             .map(|(i, (((spec, slot), check), verdict))| {
                 let mut partition = [0u8; 8];
                 partition.copy_from_slice(&check.key.digest[..8]);
-                if explain.is_none() && counted(i) {
+                if settings.top_talkers && explain.is_none() && counted(i) {
                     let refused = !verdict.allowed && spec.mode == Mode::Enforce;
                     self.top.record(&spec.name, &check.key, refused, now, || {
-                        let (who, address) = keys::label(&spec.key, &principal(&spec));
-                        crate::top::Label::new(who, address)
+                        keys::Seed::of(&spec.key, &principal(&spec), ip, settings.ipv6_prefix)
                     });
                 }
                 let key = if verdict.allowed || self.digest == KeyDigest::Shared {

@@ -129,6 +129,12 @@ pub(crate) async fn top(control: web::Data<Control>, req: HttpRequest) -> HttpRe
     }
     let decider = control.decider();
     let settings = decider.settings();
+    if !settings.top_talkers {
+        return problem(
+            StatusCode::NOT_FOUND,
+            "this instance keeps no top-talker lists (ops.top_talkers = false); set it to true (FLEET_LIMITER_TOP_TALKERS=true) and reload",
+        );
+    }
     let configured: Vec<String> = settings
         .policy
         .limiters()

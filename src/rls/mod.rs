@@ -433,7 +433,7 @@ impl Service {
                 partition.copy_from_slice(&check.key.digest[..8]);
                 // A `local` limiter counted on this instance's bucket while the store failed.
                 let local = local.get(i).copied().unwrap_or(false);
-                if !errored || local {
+                if settings.top_talkers && (!errored || local) {
                     let refused = !verdict.allowed && !check.shadow;
                     self.decider
                         .top()
@@ -542,7 +542,7 @@ fn entry_value(key: &str, value: &str, v6_prefix: u8) -> String {
 /// bucket's name digests: the raw values go no further.
 /// A descriptor as the top-talker lists name it: its entries, each value but an address's as
 /// the first digits of its SHA-256 (a descriptor value may be a key or a token).
-fn descriptor_label(d: Option<&proto::RateLimitDescriptor>, v6_prefix: u8) -> crate::top::Label {
+fn descriptor_label(d: Option<&proto::RateLimitDescriptor>, v6_prefix: u8) -> keys::Seed {
     let mut who = String::new();
     let mut address = None;
     for e in d.map(|d| d.entries.as_slice()).unwrap_or_default() {
@@ -562,7 +562,7 @@ fn descriptor_label(d: Option<&proto::RateLimitDescriptor>, v6_prefix: u8) -> cr
             ));
         }
     }
-    crate::top::Label::new(who, address)
+    keys::Seed::Text(Arc::from(who), address.map(Arc::from))
 }
 
 fn joined_entries(d: &proto::RateLimitDescriptor, v6_prefix: u8) -> String {

@@ -16,7 +16,7 @@ fn hit(t: &TopTalkers, limiter: &str, who: &str, refused: bool, now: u64) {
         &key(limiter, who),
         refused,
         now,
-        || label(who),
+        || Seed::Text(Arc::from(who), Some(Arc::from(who))),
     );
 }
 
@@ -145,5 +145,40 @@ fn instances_sum_by_bucket_and_a_missing_row_adds_the_absent_bound() {
     assert_eq!(
         (r[2].bucket.as_str(), r[2].count, r[2].error),
         ("api-key:c", 3, 0)
+    );
+}
+
+#[test]
+fn a_seed_names_a_secret_by_the_bucket_and_keeps_no_value() {
+    use crate::keys::{KeyKind, Principal};
+    let p = Principal {
+        ip: "203.0.113.7",
+        agent_id: Some("host-secret-17"),
+        credential: Some("c0ffee"),
+        ..Principal::default()
+    };
+    let ip: std::net::IpAddr = "203.0.113.7".parse().unwrap();
+    let s = Seed::of(&KeyKind::IpAgent, &p, ip, 56);
+    assert!(!format!("{s:?}").contains("host-secret"), "{s:?}");
+    assert_eq!(
+        s.label("1f2e3d4c5b6a"),
+        ("agent #1f2e3d4c5b6a at 203.0.113.7".to_owned(), None)
+    );
+    let s = Seed::of(&KeyKind::Credential, &p, ip, 56);
+    assert_eq!(s.label("ab").0, "credential #ab");
+    // An address-keyed bucket names its address (an IPv6 client by its /56).
+    let v6: std::net::IpAddr = "2001:db8:abcd:12ff::1".parse().unwrap();
+    let s = Seed::of(&KeyKind::Ip, &Principal::default(), v6, 56);
+    let (who, address) = s.label("00");
+    assert_eq!(who, "2001:db8:abcd:1200::/56");
+    assert_eq!(address.as_deref(), Some("2001:db8:abcd:1200::/56"));
+    // A verified user is no secret: named as such.
+    let u = Principal {
+        user: Some("alice"),
+        ..Principal::default()
+    };
+    assert_eq!(
+        Seed::of(&KeyKind::UserOrIp, &u, ip, 56).label("00").0,
+        "user alice"
     );
 }
