@@ -85,7 +85,7 @@ impl Decider {
     /// The store's verdicts on `checks`, timed into the metrics; when it fails (or answers the
     /// wrong number of verdicts) each limiter's `on_store_error` answer, with which of them
     /// counted a local bucket, and the error.
-    async fn decide_on_store(
+    pub(super) async fn decide_on_store(
         &self,
         limiters: &[Arc<LimiterSpec>],
         checks: &[Check],

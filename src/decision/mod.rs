@@ -7,9 +7,9 @@ mod checks;
 mod observe;
 mod outcome;
 
-pub use outcome::{LimitResult, Outcome};
 pub(crate) use checks::build_checks;
 use checks::fallback_verdicts;
+pub use outcome::{LimitResult, Outcome};
 
 use crate::client_ip::{self, TrustedProxies};
 use crate::clock::{Clock, SystemClock};
