@@ -292,13 +292,16 @@ impl Collector for Process {
                 MetricType::Gauge,
             )?;
             for l in &s.limiters {
-                let labels = [
+                let mut labels = vec![
                     ("limiter", l.name.as_str()),
                     ("mode", l.mode),
                     ("limit", l.limit.as_str()),
                     ("window_seconds", l.window_seconds.as_str()),
-                    ("calendar", l.calendar.as_str()),
                 ];
+                // Only a calendar window carries the label: the other series stay as they were.
+                if !l.calendar.is_empty() {
+                    labels.push(("calendar", l.calendar.as_str()));
+                }
                 ConstGauge::new(1).encode(m.encode_family(&labels)?)?;
             }
         }

@@ -72,7 +72,8 @@ pub(super) async fn masters(inner: &Inner, conn: &Conn) -> Option<Vec<(String, u
     Some(nodes)
 }
 
-/// Bucket keys on one node (`None`: the standalone server), by `SCAN ... MATCH fl:{*`.
+/// Bucket keys on one node (`None`: the standalone server), by `SCAN ... MATCH fl:{*`, the
+/// shared tables' keys left out.
 pub(super) async fn scan_node(
     inner: &Inner,
     conn: &Conn,
@@ -105,7 +106,15 @@ pub(super) async fn scan_node(
             .ok()?
             .ok()?;
         let (next, keys): (u64, Vec<Value>) = redis::from_redis_value(&v).ok()?;
-        found += keys.len() as u64;
+        // The shared tables (`fl:{levers}:…`: overrides, resets, the top-talker lists) share
+        // the prefix and are not buckets.
+        found += keys
+            .iter()
+            .filter(|k| match k {
+                Value::BulkString(b) => !b.starts_with(b"fl:{levers}"),
+                _ => true,
+            })
+            .count() as u64;
         cursor = next;
         if cursor == 0 {
             break;
