@@ -16,17 +16,6 @@ use std::time::Duration;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-}
-
 /// Serve `html` to every GET on `listener`, from a background thread.
 fn serve_page(listener: TcpListener, html: String) -> u16 {
     let port = listener.local_addr().expect("addr").port();
@@ -82,17 +71,8 @@ async function call() {{
 /// Load `url` in headless Chromium and return what the page wrote into `#out`.
 async fn browse(bin: &str, url: &str, profile: &Path) -> serde_json::Value {
     let run = tokio::process::Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=20000",
-        ])
+        .args(common::CHROMIUM_FLAGS)
+        .arg("--virtual-time-budget=20000")
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--dump-dom")
         .arg(url)
@@ -123,7 +103,7 @@ async fn browse(bin: &str, url: &str, profile: &Path) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_on_another_origin_reads_retry_after_from_a_429() {
-    let Some(bin) = chromium() else {
+    let Some(bin) = common::chromium() else {
         common::unavailable("no chromium on PATH (apt-get install chromium)");
         return;
     };
@@ -255,7 +235,7 @@ fn attack_page(admin: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_on_another_origin_cannot_create_an_override_on_the_admin_listener() {
-    let Some(bin) = chromium() else {
+    let Some(bin) = common::chromium() else {
         common::unavailable("no chromium on PATH (apt-get install chromium)");
         return;
     };

@@ -22,6 +22,14 @@ const CONFIG: &str = "[client_ip]\ntrust_proxy = [\"127.0.0.1/32\"]\n\
 const A: &str = "203.0.113.37";
 const B: &str = "198.51.100.5";
 
+/// The gateway with [`CONFIG`] in front of `upstream`, its admin listener on.
+fn launch(upstream: &wiremock::MockServer) -> Launch {
+    Launch::serve()
+        .config_toml(CONFIG)
+        .upstream(&upstream.uri())
+        .admin()
+}
+
 async fn hit(gw: &Gateway, path: &str, from: &str, n: usize) -> Vec<u16> {
     let client = common::client();
     let mut out = Vec::new();
@@ -91,11 +99,7 @@ fn assert_a_then_b(v: &serde_json::Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_lists_the_address_refused_37_times_before_the_one_refused_5() {
     let upstream = common::upstream().await;
-    let gw = Launch::serve()
-        .config_toml(CONFIG)
-        .upstream(&upstream.uri())
-        .admin()
-        .spawn();
+    let gw = launch(&upstream).spawn();
     refuse_a_37_and_b_5(&gw).await;
     for window in ["1m", "5m", "15m"] {
         let (status, v) = top_json(&gw, &format!("?window={window}"), None).await;
@@ -142,11 +146,8 @@ async fn top_lists_the_address_refused_37_times_before_the_one_refused_5() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_query_the_token_and_cross_site_callers_are_refused() {
     let upstream = common::upstream().await;
-    let gw = Launch::serve()
-        .config_toml(CONFIG)
-        .upstream(&upstream.uri())
+    let gw = launch(&upstream)
         .env("FLEET_LIMITER_ADMIN_TOKEN", TOKEN)
-        .admin()
         .spawn();
     hit(&gw, "/probe", A, 3).await;
     // The lists need the token; the page holds no data and asks for it.
@@ -207,32 +208,12 @@ async fn the_query_the_token_and_cross_site_callers_are_refused() {
     assert_eq!(r.status(), 421);
 }
 
-fn chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-}
-
 /// The DOM of `url` after its scripts ran for a while.
 async fn dom(bin: &str, url: &str) -> String {
     let profile = tempfile::tempdir().expect("profile");
     let run = tokio::process::Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--virtual-time-budget=5000",
-        ])
+        .args(common::CHROMIUM_FLAGS)
+        .arg("--virtual-time-budget=5000")
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("--dump-dom")
         .arg(url)
@@ -272,16 +253,12 @@ fn rendered(dom: &str, limiter: &str, list: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_renders_the_lists_in_chromium_and_a_hostile_label_as_text() {
-    let Some(bin) = chromium() else {
+    let Some(bin) = common::chromium() else {
         common::unavailable("no chromium on PATH (apt-get install chromium)");
         return;
     };
     let upstream = common::upstream().await;
-    let gw = Launch::serve()
-        .config_toml(CONFIG)
-        .upstream(&upstream.uri())
-        .admin()
-        .spawn();
+    let gw = launch(&upstream).spawn();
     refuse_a_37_and_b_5(&gw).await;
     // A tenant a proxy passed on from a client: markup in a key's value.
     let hostile = "<img/src=x/onerror=document.title='owned'>";
@@ -371,16 +348,7 @@ impl Browser {
         let profile = tempfile::tempdir().expect("profile");
         let port = common::free_port();
         let child = tokio::process::Command::new(bin)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--disable-dev-shm-usage",
-            ])
+            .args(common::CHROMIUM_FLAGS)
             .arg(format!("--remote-debugging-port={port}"))
             .arg(format!("--user-data-dir={}", profile.path().display()))
             .arg(url)
@@ -463,16 +431,13 @@ impl Browser {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_resets_and_overrides_a_row_from_the_page_with_the_token() {
-    let Some(bin) = chromium() else {
+    let Some(bin) = common::chromium() else {
         common::unavailable("no chromium on PATH (apt-get install chromium)");
         return;
     };
     let upstream = common::upstream().await;
-    let gw = Launch::serve()
-        .config_toml(CONFIG)
-        .upstream(&upstream.uri())
+    let gw = launch(&upstream)
         .env("FLEET_LIMITER_ADMIN_TOKEN", TOKEN)
-        .admin()
         .spawn();
     refuse_a_37_and_b_5(&gw).await;
     let mut page = Browser::open(bin, &gw.admin("/top")).await;
@@ -546,11 +511,8 @@ async fn an_operator_resets_and_overrides_a_row_from_the_page_with_the_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_top_talkers_off_nothing_is_kept_and_top_says_so() {
     let upstream = common::upstream().await;
-    let gw = Launch::serve()
-        .config_toml(CONFIG)
-        .upstream(&upstream.uri())
+    let gw = launch(&upstream)
         .env("FLEET_LIMITER_TOP_TALKERS", "false")
-        .admin()
         .spawn();
     hit(&gw, "/probe", A, 3).await;
     let (status, v) = top_json(&gw, "", None).await;
@@ -569,11 +531,7 @@ async fn with_top_talkers_off_nothing_is_kept_and_top_says_so() {
         "no list was kept"
     );
     // Switched on, the same gateway's lists count (the metric shows it).
-    let on = Launch::serve()
-        .config_toml(CONFIG)
-        .upstream(&upstream.uri())
-        .admin()
-        .spawn();
+    let on = launch(&upstream).spawn();
     hit(&on, "/probe", A, 3).await;
     assert_eq!(
         on.metric(r#"fleet_limiter_top_buckets{limiter="probe"}"#)

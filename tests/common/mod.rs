@@ -821,3 +821,29 @@ fn parse_items(value: &str, first: &str, second: &str) -> Vec<(String, u64, u64)
         })
         .collect()
 }
+
+/// A headless Chromium on `PATH` (Debian's `chromium`; `.ci/run` installs it), or `None`.
+#[allow(dead_code)]
+pub fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// The flags every browser test starts Chromium with: headless, in a container, and quiet.
+#[allow(dead_code)]
+pub const CHROMIUM_FLAGS: [&str; 8] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+];
