@@ -610,7 +610,6 @@ impl Decider {
         };
         // The budget and the bucket's name: an override keeps its principals' buckets apart.
         // A calendar budget as it stands now: its window the period's own length.
-        let now = self.clock.now();
         let budget = |l: &LimiterSpec| -> (crate::limiter::Quota, Arc<str>) {
             let (q, bucket) = if index.is_none() && l.plans.is_none() {
                 (l.quota, l.name.clone())

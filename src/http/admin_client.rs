@@ -341,14 +341,22 @@ fn top_table(v: &serde_json::Value) -> String {
 /// `fleet-limiter top [--window 5m] [-n 10] [--limiter L] [--once]`.
 pub fn run_top(target: &AdminTarget, args: &TopArgs) -> ExitCode {
     use std::io::IsTerminal;
-    let mut path = format!(
-        "/top?format=json&window={}&n={}",
-        urlencode(&args.window),
-        args.rows
-    );
+    let rows = args.rows.to_string();
+    let mut pairs = vec![
+        ("format", "json"),
+        ("window", args.window.as_str()),
+        ("n", rows.as_str()),
+    ];
     if let Some(l) = &args.limiter {
-        path.push_str(&format!("&limiter={}", urlencode(l)));
+        pairs.push(("limiter", l.as_str()));
     }
+    let path = match reqwest::Url::parse_with_params("http://admin/top", &pairs) {
+        Ok(u) => format!("/top?{}", u.query().unwrap_or_default()),
+        Err(e) => {
+            eprintln!("fleet-limiter: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let once = args.once || !std::io::stdout().is_terminal();
     loop {
         let answer = fetch(target, reqwest::Method::GET, &path, None);
@@ -367,16 +375,4 @@ pub fn run_top(target: &AdminTarget, args: &TopArgs) -> ExitCode {
         }
         std::thread::sleep(Duration::from_secs(args.every.max(1)));
     }
-}
-
-/// A query value, percent-encoded.
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -45,7 +45,7 @@ struct Problem<'a> {
     field: Option<&'a str>,
 }
 
-fn problem(status: StatusCode, error: &str, field: Option<&str>) -> HttpResponse {
+pub(crate) fn problem(status: StatusCode, error: &str, field: Option<&str>) -> HttpResponse {
     answer(status, &Problem { error, field })
 }
 

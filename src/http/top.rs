@@ -12,7 +12,7 @@
 //! given twice, or a query over 512 bytes is refused `400` saying what works.
 
 use super::control::Control;
-use super::levers::authorized;
+use super::levers::{authorized, problem};
 use crate::top::{LimiterTop, MAX_ROWS};
 use actix_web::http::header::{ACCEPT, CACHE_CONTROL};
 use actix_web::http::StatusCode;
@@ -88,12 +88,6 @@ fn parse_query(q: &str) -> Result<Asked, String> {
     Ok(asked)
 }
 
-fn problem(status: StatusCode, error: &str) -> HttpResponse {
-    HttpResponse::build(status)
-        .insert_header((CACHE_CONTROL, "no-store"))
-        .json(serde_json::json!({ "error": error }))
-}
-
 /// The answer's JSON.
 #[derive(Debug, Serialize)]
 struct Answer {
@@ -119,7 +113,7 @@ fn wants_html(req: &HttpRequest) -> bool {
 pub(crate) async fn top(control: web::Data<Control>, req: HttpRequest) -> HttpResponse {
     let asked = match parse_query(req.query_string()) {
         Ok(a) => a,
-        Err(e) => return problem(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return problem(StatusCode::BAD_REQUEST, &e, None),
     };
     if asked.html.unwrap_or_else(|| wants_html(&req)) {
         return page();
@@ -133,6 +127,7 @@ pub(crate) async fn top(control: web::Data<Control>, req: HttpRequest) -> HttpRe
         return problem(
             StatusCode::NOT_FOUND,
             "this instance keeps no top-talker lists (ops.top_talkers = false); set it to true (FLEET_LIMITER_TOP_TALKERS=true) and reload",
+            None,
         );
     }
     let configured: Vec<String> = settings
@@ -150,6 +145,7 @@ pub(crate) async fn top(control: web::Data<Control>, req: HttpRequest) -> HttpRe
                     crate::redact::printable(l, 64),
                     configured.join(", ")
                 ),
+                Some("limiter"),
             );
         }
     }
