@@ -322,7 +322,7 @@ impl Admin {
             control,
         } = self;
         for addr in addrs {
-            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /healthz/store /reload /overrides /reset /explain");
+            tracing::info!(admin_listen = %addr, "admin listener started: /metrics /healthz /readyz /healthz/store /reload /overrides /reset /explain /top");
         }
         let admin_handle = admin.handle();
         let mut admin_task = Some(actix_web::rt::spawn(admin));
