@@ -2,27 +2,32 @@
 //! running, and the exit code `fleet-limiter serve` gives it.
 
 use crate::config::admit::Refusal;
-use crate::http::{ListenError, TlsSetupError};
+use crate::config::Config;
 
 /// What stopped [`build_decider`](crate::wiring::build_decider), the middleware's
 /// [`from_config`](crate::http::middleware::FleetLimiter::from_config) or
-/// [`serve_gateway`](crate::serve_gateway). Every message names the setting and the fix;
-/// none carries a secret.
-#[derive(Debug)]
+/// [`serve_gateway`](crate::gateway::serve_gateway). Every message names the setting and the
+/// fix; none carries a secret.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A configuration that cannot be used: a store, a key set, a certificate, a missing
     /// upstream.
+    #[error("{0}")]
     Config(String),
     /// The calibration could lock healthy agents out of the declared fleet, and nobody allowed
     /// it.
-    UnsafeCalibration(Refusal),
+    #[error("{0}")]
+    UnsafeCalibration(#[from] Refusal),
     /// A listener's address cannot be taken.
-    Listen(ListenError),
+    #[error("{0}")]
+    Listen(#[from] ListenError),
     /// TLS cannot be set up: a CA bundle or certificate that cannot be read, or an upstream
     /// whose certificate does not verify.
-    Tls(TlsSetupError),
+    #[error("{0}")]
+    Tls(#[from] TlsSetupError),
     /// Something failed while the gateway was serving.
+    #[error("{0}")]
     Serve(String),
 }
 
@@ -41,55 +46,65 @@ impl Error {
         self.exit_code() == 2
     }
 
-    /// A failure while building the gateway: the configuration's, unless it is one of the
-    /// kinds above.
-    pub(crate) fn building(e: anyhow::Error) -> Self {
-        Self::classify(e, Error::Config)
+    /// A configuration that cannot be used, said by `why` (any URL in it without its password).
+    pub(crate) fn config(why: impl std::fmt::Display) -> Self {
+        Error::Config(crate::redact::urls_in(&why.to_string()).into_owned())
     }
 
-    /// A failure while serving: a listener or TLS set-up, a refused calibration, or else the
-    /// run's own.
-    pub(crate) fn serving(e: anyhow::Error) -> Self {
-        Self::classify(e, Error::Serve)
+    /// A failure while serving, said by `why` (any URL in it without its password).
+    pub(crate) fn serve(why: impl std::fmt::Display) -> Self {
+        Error::Serve(crate::redact::urls_in(&why.to_string()).into_owned())
     }
+}
 
-    fn classify(e: anyhow::Error, otherwise: impl FnOnce(String) -> Self) -> Self {
-        let e = match e.downcast::<Refusal>() {
-            Ok(r) => return Error::UnsafeCalibration(r),
-            Err(e) => e,
+impl From<crate::store::StoreError> for Error {
+    fn from(e: crate::store::StoreError) -> Self {
+        Error::config(e)
+    }
+}
+
+impl From<crate::identity::IdentityError> for Error {
+    fn from(e: crate::identity::IdentityError) -> Self {
+        Error::config(e)
+    }
+}
+
+/// A listener whose address cannot be taken (in use, not an address of this host, not
+/// permitted): a configuration error, naming the setting, where its value came from and how
+/// to choose another. `serve` exits with code 2 on it, as on any configuration error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ListenError(pub String);
+
+impl ListenError {
+    /// `setting` (`server.listen` or `ops.admin_listen`), set with `flag`, could not listen on
+    /// `addr`.
+    pub fn new(
+        cfg: &Config,
+        setting: &str,
+        flag: &str,
+        addr: std::net::SocketAddr,
+        e: &std::io::Error,
+    ) -> Self {
+        let why = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "another process listens there; stop it, or ",
+            std::io::ErrorKind::AddrNotAvailable => "this host has no such address; ",
+            _ => "",
         };
-        let e = match e.downcast::<ListenError>() {
-            Ok(l) => return Error::Listen(l),
-            Err(e) => e,
-        };
-        match e.downcast::<TlsSetupError>() {
-            Ok(t) => Error::Tls(t),
-            Err(e) => otherwise(crate::redact::urls_in(&format!("{e:#}")).into_owned()),
-        }
+        let variable = crate::config::variable_of(setting).unwrap_or("its variable");
+        Self(format!(
+            "{}: {setting}: cannot listen on {addr}: {e}; {why}choose another address with {flag}, {variable} or {setting} in the config file (port 0 picks a free one and logs it)",
+            cfg.origin(setting)
+        ))
     }
 }
 
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Config(m) | Error::Serve(m) => f.write_str(m),
-            Error::UnsafeCalibration(r) => r.fmt(f),
-            Error::Listen(l) => l.fmt(f),
-            Error::Tls(t) => t.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::UnsafeCalibration(r) => Some(r),
-            Error::Listen(l) => Some(l),
-            Error::Tls(t) => Some(t),
-            Error::Config(_) | Error::Serve(_) => None,
-        }
-    }
-}
+/// TLS that cannot be set up at start: a CA bundle or listener certificate that cannot be read,
+/// or an upstream whose certificate does not verify. A configuration error (exit code 2); the
+/// message names the origin, the setting and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TlsSetupError(pub String);
 
 #[cfg(test)]
 mod tests {
@@ -97,28 +112,25 @@ mod tests {
 
     #[test]
     fn each_kind_has_its_exit_code_and_a_url_never_carries_its_password() {
-        let listen = Error::serving(anyhow::Error::new(ListenError("in use".into())));
+        let listen = Error::from(ListenError("in use".into()));
         assert!(matches!(listen, Error::Listen(_)));
         assert_eq!(
             (listen.exit_code(), listen.to_string().as_str()),
             (2, "in use")
         );
-        let tls = Error::serving(anyhow::Error::new(TlsSetupError("no CA".into())));
+        let tls = Error::from(TlsSetupError("no CA".into()));
         assert!(matches!(tls, Error::Tls(_)) && tls.is_config());
-        let refused = Error::serving(anyhow::Error::new(Refusal {
+        let refused = Error::from(Refusal {
             problems: vec!["agent-device: too small".into()],
             warnings: Vec::new(),
-        }));
+        });
         assert!(matches!(refused, Error::UnsafeCalibration(_)) && refused.is_config());
-        let running = Error::serving(
-            anyhow::anyhow!("redis://default:hunter2hunter2@10.0.0.1:6379 went away")
-                .context("the store"),
-        );
+        let running = Error::serve("the store: redis://default:hunter2hunter2@10.0.0.1:6379 went away");
         assert_eq!(running.exit_code(), 1);
         let text = running.to_string();
         assert!(text.starts_with("the store: "), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
-        let building = Error::building(anyhow::anyhow!("store.url: not a URL"));
+        let building = Error::config("store.url: not a URL");
         assert!(matches!(building, Error::Config(_)) && building.is_config());
         assert!(std::error::Error::source(&listen).is_some());
     }

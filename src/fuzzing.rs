@@ -40,16 +40,16 @@ pub fn path_full(path: &str, rules: PathRules) -> Result<String, Refused> {
     crate::path::full_parse(path, rules).map_err(refused)
 }
 
-/// [`crate::CanonicalPath::parse`], owned.
+/// [`crate::path::CanonicalPath::parse`], owned.
 pub fn path_parse(path: &str, rules: PathRules) -> Result<String, Refused> {
-    crate::CanonicalPath::parse(path, rules)
+    crate::path::CanonicalPath::parse(path, rules)
         .map(|p| p.as_str().to_owned())
         .map_err(refused)
 }
 
-/// [`crate::CanonicalPath::exact`], owned.
+/// [`crate::path::CanonicalPath::exact`], owned.
 pub fn path_exact(path: &str, rules: PathRules) -> Result<String, Refused> {
-    crate::CanonicalPath::exact(path, rules)
+    crate::path::CanonicalPath::exact(path, rules)
         .map(|p| p.as_str().to_owned())
         .map_err(refused)
 }

@@ -7,18 +7,18 @@ use crate::decision::Decider;
 use crate::http::control::{file_reloader, Control, Reloader};
 use crate::http::middleware::FleetLimiter;
 use crate::http::proxy::{self, Upstream};
-use crate::http::{admin, cors, forward_auth, listeners, ListenError, TlsSetupError};
+use crate::tls::CertStore;
+use crate::error::{Error, ListenError, TlsSetupError};
+use crate::http::{admin, cors, forward_auth, listeners};
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
 
 /// Run the gateway until it is stopped: limiter in front, streaming proxy behind.
 ///
 /// A calibration that could lock healthy agents out of the declared fleet is refused before
-/// anything listens ([`Error::UnsafeCalibration`](crate::Error::UnsafeCalibration)), as are
-/// reloads that bring one.
-pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), crate::Error> {
-    let admitted =
-        crate::config::admit::admit(cfg, false).map_err(crate::Error::UnsafeCalibration)?;
+/// anything listens ([`Error::UnsafeCalibration`]), as are reloads that bring one.
+pub async fn serve_gateway(cfg: &Config, decider: Arc<Decider>) -> Result<(), Error> {
+    let admitted = crate::config::admit::admit(cfg, false)?;
     if let Some(line) = admitted.risk_summary() {
         tracing::info!("{line}");
     }
@@ -33,67 +33,119 @@ pub(crate) async fn serve_gateway_with(
     cfg: &Config,
     decider: Arc<Decider>,
     reloader: Reloader,
-) -> Result<(), crate::Error> {
-    run_gateway(cfg, decider, reloader)
-        .await
-        .map_err(crate::Error::serving)
-}
-
-async fn run_gateway(
-    cfg: &Config,
-    decider: Arc<Decider>,
-    reloader: Reloader,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     // The overrides other instances put in force at run time, read before any listener serves
     // (the admin listener's levers keep reading them every half second after).
-    let levers = Arc::new(crate::overrides::shared::Levers::new(decider.clone()));
+    let levers = Arc::new(decider.levers());
     levers.first_sync().await;
-    let plan = Plan::of(cfg).map_err(anyhow::Error::msg)?;
+    let plan = Plan::of(cfg).map_err(Error::serve)?;
     let decision = forward_auth::bind(cfg, decider.clone())?;
-    let rls = crate::rls::start(cfg, decider.clone())?;
+    let rls = crate::rls::start(cfg, decider.clone())?.map(|running| running.ended);
     let Some(base) = cfg.server.upstream.clone() else {
-        // No proxy: the decision endpoint, the rate-limit service, or both answer a proxy's
-        // questions. The rate-limit service runs on its own threads, so with it alone the admin
-        // listener's run waits for a signal with no traffic server of its own.
-        let decision: Vec<_> = decision.into_iter().collect();
-        if listeners::handed(listeners::Role::Traffic) {
-            tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
+        let control = Arc::new(Control::new(
+            cfg,
+            decider,
+            levers,
+            cors::Cors::new(&cfg.cors),
+            reloader,
+        ));
+        return answer_only(cfg, &plan, control, decision, rls).await;
+    };
+    let upstream = upstream_of(cfg, base, &decider).await?;
+    let certs = listener_certificates(cfg)?;
+    let cors = cors::Cors::new(&cfg.cors);
+    let control = Arc::new(
+        Control::new(cfg, decider.clone(), levers, cors.clone(), reloader)
+            .with_certificates(certs.clone()),
+    );
+    let (server, listening) = traffic_server(cfg, &decider, &upstream, cors, certs.as_ref())?;
+    let admin = admin::Admin::bind(control, cfg)?;
+    if cfg.server.reuse_port {
+        if let Some(w) = listeners::reuse_port_warning() {
+            tracing::warn!("{w}");
         }
-        let cors = cors::Cors::new(&cfg.cors);
-        let control = Arc::new(Control::new(cfg, decider, levers, cors, reloader));
-        let admin = admin::Admin::bind(control, cfg)?;
-        tracing::info!(
-            admin_listen = %admin.addrs(),
-            store = %cfg.store.describe(),
-            limiters = cfg.limiters.len(),
-            enabled = cfg.enabled,
-            decision = plan.decision,
-            rls = plan.rls,
-            "fleet-limiter started without an upstream: answering a proxy's questions only"
-        );
-        return admin.run(decision, rls, cfg).await;
-    };
-    let tls = if base.is_https() {
-        let client = crate::tls::client_config(
-            "upstream",
-            cfg.server.upstream_ca_file.as_deref(),
-            cfg.server.upstream_insecure_skip_verify,
-        )
-        .map_err(|e| {
-            TlsSetupError(format!(
-                "{}: server.upstream_ca_file: {e:#}; point it (FLEET_LIMITER_UPSTREAM_CA_FILE) at a PEM file of the CA certificates that sign the upstream's certificate",
-                cfg.origin("server.upstream_ca_file")
-            ))
-        })?;
-        Some(proxy::UpstreamTls::new(&base, &client).map_err(|e| {
-            TlsSetupError(format!(
-                "{}: server.upstream: {e}",
-                cfg.origin("server.upstream")
-            ))
-        })?)
-    } else {
-        None
-    };
+    }
+    tracing::info!(
+        listen = %listening,
+        reuse_port = cfg.server.reuse_port,
+        tls = certs.is_some(),
+        admin_listen = %admin.addrs(),
+        upstream = %crate::redact::url(upstream.base.as_str()),
+        store = %cfg.store.describe(),
+        limiters = cfg.limiters.len(),
+        enabled = cfg.enabled,
+        "fleet-limiter gateway started"
+    );
+    let mut servers = vec![server];
+    servers.extend(decision);
+    admin.run(servers, rls, cfg).await
+}
+
+/// No proxy: the decision endpoint, the rate-limit service, or both answer a proxy's questions.
+/// The rate-limit service runs on its own threads, so with it alone the admin listener's run
+/// waits for a signal with no traffic server of its own.
+async fn answer_only(
+    cfg: &Config,
+    plan: &Plan,
+    control: Arc<Control>,
+    decision: Option<actix_web::dev::Server>,
+    rls: Option<tokio::sync::oneshot::Receiver<String>>,
+) -> Result<(), Error> {
+    let decision: Vec<_> = decision.into_iter().collect();
+    if listeners::handed(listeners::Role::Traffic) {
+        tracing::warn!("a traffic socket was handed over but server.upstream is not set: it is not served (connections to it wait unanswered); set server.upstream or drop the socket from the .socket unit");
+    }
+    let admin = admin::Admin::bind(control, cfg)?;
+    tracing::info!(
+        admin_listen = %admin.addrs(),
+        store = %cfg.store.describe(),
+        limiters = cfg.limiters.len(),
+        enabled = cfg.enabled,
+        decision = plan.decision,
+        rls = plan.rls,
+        "fleet-limiter started without an upstream: answering a proxy's questions only"
+    );
+    admin.run(decision, rls, cfg).await
+}
+
+/// TLS toward an `https://` upstream (`server.upstream_ca_file`,
+/// `server.upstream_insecure_skip_verify`); `None` for a plain one.
+fn upstream_tls(
+    cfg: &Config,
+    base: &crate::config::UpstreamUrl,
+) -> Result<Option<proxy::UpstreamTls>, TlsSetupError> {
+    if !base.is_https() {
+        return Ok(None);
+    }
+    let client = crate::tls::client_config(
+        "upstream",
+        cfg.server.upstream_ca_file.as_deref(),
+        cfg.server.upstream_insecure_skip_verify,
+    )
+    .map_err(|e| {
+        TlsSetupError(format!(
+            "{}: server.upstream_ca_file: {e:#}; point it (FLEET_LIMITER_UPSTREAM_CA_FILE) at a PEM file of the CA certificates that sign the upstream's certificate",
+            cfg.origin("server.upstream_ca_file")
+        ))
+    })?;
+    let tls = proxy::UpstreamTls::new(base, &client).map_err(|e| {
+        TlsSetupError(format!(
+            "{}: server.upstream: {e}",
+            cfg.origin("server.upstream")
+        ))
+    })?;
+    Ok(Some(tls))
+}
+
+/// The upstream the proxy streams to, counting into `decider`'s metrics. An `https://` upstream
+/// whose certificate does not verify would fail every request: it refuses the start. One that
+/// cannot be reached starts anyway, as a plain one does.
+async fn upstream_of(
+    cfg: &Config,
+    base: crate::config::UpstreamUrl,
+    decider: &Arc<Decider>,
+) -> Result<Upstream, TlsSetupError> {
+    let tls = upstream_tls(cfg, &base)?;
     let upgrades = proxy::upgrade::Upgrades::new(
         websocket_caps(cfg, &crate::descriptors::raise()),
         cfg.websocket.idle_timeout,
@@ -116,37 +168,46 @@ async fn run_gateway(
         upgrades,
         clients: proxy::ClientAddresses::new(decider.clone()),
     };
-    // An https:// upstream whose certificate does not verify would fail every request: refuse
-    // to start. One that cannot be reached starts anyway, as a plain one does.
     if let Err(why) = upstream.client().check_certificate().await {
         return Err(TlsSetupError(format!(
             "{}: server.upstream: {}: the upstream's TLS certificate does not verify: {why}; trust the CA that signed it with server.upstream_ca_file (FLEET_LIMITER_UPSTREAM_CA_FILE), or give the upstream a certificate valid for this host name",
             cfg.origin("server.upstream"),
             crate::redact::url(upstream.base.as_str())
-        ))
-        .into());
+        )));
     }
-    // TLS on the traffic listener: the certificate is read now, and again on every reload.
-    let certs = match (&cfg.server.tls_cert_file, &cfg.server.tls_key_file) {
-        (Some(cert), Some(key)) => Some(crate::tls::CertStore::load(cert, key).map_err(|e| {
-            TlsSetupError(format!(
-                "{}: server.tls_cert_file: {e:#}; fix the files, or point server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE) and server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE) at a PEM certificate chain and its private key",
-                cfg.origin("server.tls_cert_file")
-            ))
-        })?),
-        _ => None,
+    Ok(upstream)
+}
+
+/// TLS on the traffic listener (`server.tls_cert_file`, `server.tls_key_file`): the certificate
+/// is read now, and again on every reload.
+fn listener_certificates(cfg: &Config) -> Result<Option<Arc<CertStore>>, TlsSetupError> {
+    let (Some(cert), Some(key)) = (&cfg.server.tls_cert_file, &cfg.server.tls_key_file) else {
+        return Ok(None);
     };
+    let certs = CertStore::load(cert, key).map_err(|e| {
+        TlsSetupError(format!(
+            "{}: server.tls_cert_file: {e:#}; fix the files, or point server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE) and server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE) at a PEM certificate chain and its private key",
+            cfg.origin("server.tls_cert_file")
+        ))
+    })?;
+    Ok(Some(certs))
+}
+
+/// The traffic listener: the limiter in front of the streaming proxy, bound (on TLS when
+/// `certs` is given). Bound before anything says the gateway started: an address that cannot
+/// be taken is a configuration error (exit code 2), not a start followed by a stop.
+fn traffic_server(
+    cfg: &Config,
+    decider: &Arc<Decider>,
+    upstream: &Upstream,
+    cors: cors::Cors,
+    certs: Option<&Arc<CertStore>>,
+) -> Result<(actix_web::dev::Server, String), Error> {
     // The proxy reads nothing from the outcome: no extension to allocate per request.
     let limiter = FleetLimiter::new(decider.clone())
         .with_session_cookie(cfg.identity.session_cookie.clone())
         .with_outcome_extension(false);
-    let cors = cors::Cors::new(&cfg.cors);
-    let control = Arc::new(
-        Control::new(cfg, decider, levers, cors.clone(), reloader).with_certificates(certs.clone()),
-    );
     let up = upstream.clone();
-    // Both listeners are bound before anything says the gateway started: an address that
-    // cannot be taken is a configuration error (exit code 2), not a start followed by a stop.
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(up.client()))
@@ -159,7 +220,7 @@ async fn run_gateway(
     .disable_signals()
     .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64);
     let socket = listeners::listener(cfg, listeners::Role::Traffic, cfg.server.listen);
-    let server = match &certs {
+    let server = match certs {
         Some(store) => {
             let tls = crate::tls::server_config(store.clone())
                 .map_err(|e| TlsSetupError(format!("server.tls_cert_file: {e:#}")))?;
@@ -174,26 +235,8 @@ async fn run_gateway(
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let admin = admin::Admin::bind(control, cfg)?;
-    if cfg.server.reuse_port {
-        if let Some(w) = listeners::reuse_port_warning() {
-            tracing::warn!("{w}");
-        }
-    }
-    tracing::info!(
-        listen = %listening,
-        reuse_port = cfg.server.reuse_port,
-        tls = certs.is_some(),
-        admin_listen = %admin.addrs(),
-        upstream = %crate::redact::url(upstream.base.as_str()),
-        store = %cfg.store.describe(),
-        limiters = cfg.limiters.len(),
-        enabled = cfg.enabled,
-        "fleet-limiter gateway started"
-    );
-    let mut servers = vec![server.run()];
-    servers.extend(decision);
-    admin.run(servers, rls, cfg).await
+    // A server runs once it is awaited: until then it only holds its bound sockets.
+    Ok((server.run(), listening))
 }
 
 /// The traffic listeners `serve` runs for a configuration, beside the admin listener: the

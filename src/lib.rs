@@ -54,7 +54,7 @@
 //! use actix_web::{web, App, HttpResponse, HttpServer};
 //! use fleet_limiter::{FleetLimiter, Loader};
 //!
-//! # async fn run() -> anyhow::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let cfg = Loader::new().process_env().load()?;
 //! let limiter = FleetLimiter::from_config(&cfg)?;
 //! HttpServer::new(move || {
@@ -195,6 +195,7 @@ mod path;
 mod policy;
 mod redact;
 mod rls;
+mod rls_rules;
 mod serve;
 mod store;
 mod tls;

@@ -17,28 +17,20 @@
 //! - **Crypto.** rustls with the `ring` provider, installed as the process default once
 //!   ([`install_provider`]).
 
-use anyhow::{anyhow, Context as _};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Why a TLS client configuration could not be built; the message names the service.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why TLS could not be set up: a client configuration (the message names the service), or a
+/// listener's certificate and key (the message names the file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub(crate) struct TlsError(pub String);
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TlsError {}
 
 /// Install rustls's `ring` provider as the process default (once; later calls, and a provider
 /// installed by the embedding application, are left alone).
@@ -271,15 +263,13 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// Every certificate in a PEM file; none is an error.
-fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    pem_certificates(path).map_err(|e| match e {
-        PemError::Read(e) => {
-            anyhow::Error::new(e).context(format!("{}: cannot read", path.display()))
-        }
-        PemError::Parse(e) => {
-            anyhow::Error::new(e).context(format!("{}: not a PEM file", path.display()))
-        }
-        PemError::Empty => anyhow!("{}: holds no PEM CERTIFICATE block", path.display()),
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    pem_certificates(path).map_err(|e| {
+        TlsError(match e {
+            PemError::Read(e) => format!("{}: cannot read: {e}", path.display()),
+            PemError::Parse(e) => format!("{}: not a PEM file: {e}", path.display()),
+            PemError::Empty => format!("{}: holds no PEM CERTIFICATE block", path.display()),
+        })
     })
 }
 
@@ -293,7 +283,7 @@ pub(crate) struct CertStore {
 
 impl CertStore {
     /// Read `cert_file` (the chain, leaf first) and `key_file` (its private key), both PEM.
-    pub(crate) fn load(cert_file: &Path, key_file: &Path) -> anyhow::Result<Arc<Self>> {
+    pub(crate) fn load(cert_file: &Path, key_file: &Path) -> Result<Arc<Self>, TlsError> {
         let key = read_certified_key(cert_file, key_file)?;
         Ok(Arc::new(Self {
             current: parking_lot::RwLock::new(key),
@@ -321,42 +311,42 @@ impl ResolvesServerCert for CertStore {
 pub(crate) fn read_certified_key(
     cert_file: &Path,
     key_file: &Path,
-) -> anyhow::Result<Arc<CertifiedKey>> {
+) -> Result<Arc<CertifiedKey>, TlsError> {
     install_provider();
     let certs = read_certs(cert_file)?;
-    let pem =
-        std::fs::read(key_file).with_context(|| format!("{}: cannot read", key_file.display()))?;
+    let pem = std::fs::read(key_file)
+        .map_err(|e| TlsError(format!("{}: cannot read: {e}", key_file.display())))?;
     let key = rustls_pemfile::private_key(&mut pem.as_slice())
-        .with_context(|| format!("{}: not a PEM file", key_file.display()))?
+        .map_err(|e| TlsError(format!("{}: not a PEM file: {e}", key_file.display())))?
         .ok_or_else(|| {
-            anyhow!(
+            TlsError(format!(
                 "{}: holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
                 key_file.display()
-            )
+            ))
         })?;
     let signing = provider().key_provider.load_private_key(key).map_err(|e| {
-        anyhow!(
+        TlsError(format!(
             "{}: the private key cannot be used: {e}",
             key_file.display()
-        )
+        ))
     })?;
     let pair = CertifiedKey::new(certs, signing);
     pair.keys_match().map_err(|e| {
-        anyhow!(
+        TlsError(format!(
             "{} does not belong to the certificate in {} ({e})",
             key_file.display(),
             cert_file.display()
-        )
+        ))
     })?;
     Ok(Arc::new(pair))
 }
 
 /// The listener's TLS configuration: certificates from `certs`, ALPN `http/1.1`.
-pub(crate) fn server_config(certs: Arc<CertStore>) -> anyhow::Result<rustls::ServerConfig> {
+pub(crate) fn server_config(certs: Arc<CertStore>) -> Result<rustls::ServerConfig, TlsError> {
     install_provider();
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .context("the TLS provider offers no protocol version")?
+        .map_err(|e| TlsError(format!("the TLS provider offers no protocol version: {e}")))?
         .with_no_client_auth()
         .with_cert_resolver(certs);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];

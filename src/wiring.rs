@@ -3,15 +3,12 @@
 //! over both. The entry points (`serve`, the middleware, the library's users) call this; it
 //! calls down into the modules and nothing calls back up into it.
 
-use crate::{clock, config, decision, identity, known_agents, store, Error};
+use crate::error::Error;
+use crate::{clock, config, decision, identity, known_agents, store};
 use std::sync::Arc;
 
 /// The decider a configuration describes: its store, the system clock, its token verifier.
 pub fn build_decider(cfg: &config::Config) -> Result<decision::Decider, Error> {
-    decider_of(cfg).map_err(Error::building)
-}
-
-fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
     if let Some(what) = config::covers_everything(&cfg.client_ip.trusted.ranges) {
         // Only reachable with client_ip.trust_all_addresses; the configuration refuses it otherwise.
         tracing::warn!(
@@ -29,7 +26,7 @@ fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
                 None => None,
             };
             let memory = Arc::new(memory);
-            let decider = decision::Decider::new(cfg, memory.clone(), verifier_of(cfg)?);
+            let decider = decision::Decider::new(cfg, memory.clone(), build_verifier(cfg)?);
             if let Some((key, kept)) = known {
                 let now = store::Store::clock(&*memory)
                     .map(|c| c.now())
@@ -43,7 +40,7 @@ fn decider_of(cfg: &config::Config) -> anyhow::Result<decision::Decider> {
             Arc::new(store::redis::RedisStore::start(target, opts)?)
         }
     };
-    Ok(decision::Decider::new(cfg, store, verifier_of(cfg)?))
+    Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
 }
 
 /// The buckets `store.state_file` kept, if it can be used, taken by `memory`; the known agents
@@ -57,10 +54,13 @@ fn restore_state(
     memory: &mut store::memory::MemoryStore,
     path: &std::path::Path,
     cfg: &config::Config,
-) -> anyhow::Result<Option<KeptAgents>> {
+) -> Result<Option<KeptAgents>, Error> {
     use store::state_file::{read, Bounds, Read};
     store::state_file::lock(path).map_err(|why| {
-        anyhow::anyhow!("store.state_file: {} cannot be used: {why}", path.display())
+        Error::config(format!(
+            "store.state_file: {} cannot be used: {why}",
+            path.display()
+        ))
     })?;
     use store::Store;
     let bounds = Bounds {
@@ -94,9 +94,9 @@ fn restore_state(
             tracing::warn!("store.state_file: {shown} is not used: {why}; starting with no bucket");
             Ok(None)
         }
-        Read::Refused(what) => Err(anyhow::anyhow!(
+        Read::Refused(what) => Err(Error::config(format!(
             "store.state_file: {shown} is {what}, not a regular file; point store.state_file (FLEET_LIMITER_STORE_STATE_FILE) at a regular file, or at a path that does not exist yet, in a directory only this user can write"
-        )),
+        ))),
         Read::Restored(r) => {
             tracing::info!(
                 buckets = r.snapshot.buckets.len(),
@@ -159,10 +159,6 @@ pub fn redis_settings(
 
 /// The token verifier `[identity]` describes; with no key source no token verifies.
 pub fn build_verifier(cfg: &config::Config) -> Result<Arc<dyn identity::TokenVerifier>, Error> {
-    verifier_of(cfg).map_err(Error::building)
-}
-
-fn verifier_of(cfg: &config::Config) -> anyhow::Result<Arc<dyn identity::TokenVerifier>> {
     if let Some(why) = cfg.identity.weak_secret() {
         // Only reachable with identity.allow_weak_secret; the configuration refuses it otherwise.
         tracing::warn!(

@@ -5,7 +5,7 @@
 
 use super::{ConfigError, Ctx};
 use crate::policy::LimiterSpec;
-use crate::rls::rules::Domains;
+use crate::rls_rules::Domains;
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -73,7 +73,7 @@ pub(super) fn build_rls(
         .map(PathBuf::from);
     let domains = match &config {
         Some(path) => {
-            crate::rls::rules::load(path, limiters).map_err(|e| ctx.err("rls.config", e))?
+            crate::rls_rules::load(path, limiters).map_err(|e| ctx.err("rls.config", e))?
         }
         None => Domains::default(),
     };

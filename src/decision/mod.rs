@@ -162,7 +162,7 @@ pub struct Settings {
     /// Whether decisions feed the top-talker lists (`ops.top_talkers`).
     pub top_talkers: bool,
     /// The domains of Envoy's rate-limit service (`rls.config`), read again on every reload.
-    pub rls_domains: Arc<crate::rls::rules::Domains>,
+    pub rls_domains: Arc<crate::rls_rules::Domains>,
     /// The proxies the rate-limit service answers (`rls.allow_from`).
     pub rls_allow_from: Arc<[ipnet::IpNet]>,
     /// Whether a descriptor's own `limit` counts (`rls.descriptor_limit`).
@@ -224,6 +224,16 @@ impl Decider {
             metrics,
             top,
         }
+    }
+
+    /// The run-time levers over this decider's store, overrides and top-talker lists.
+    pub(crate) fn levers(&self) -> crate::overrides::shared::Levers {
+        crate::overrides::shared::Levers::new(
+            self.store.clone(),
+            self.overrides.clone(),
+            self.clock.clone(),
+            self.top.clone(),
+        )
     }
 
     /// The principals each limiter refused and metered most.

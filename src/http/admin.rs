@@ -14,6 +14,7 @@
 //!   requests finish within `ops.shutdown_grace`; then return so the process exits 0. `SIGINT`
 //!   (and a second `SIGTERM` during the delay) closes the listeners at once.
 
+use crate::error::Error;
 use crate::config::Config;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::header::ContentType;
@@ -223,8 +224,8 @@ pub(crate) struct Admin {
 
 impl Admin {
     /// Install the signal handlers, then bind the admin listener (`ops.admin_listen`). An
-    /// address that cannot be taken is a [`ListenError`](crate::http::ListenError).
-    pub(crate) fn bind(control: Arc<Control>, cfg: &Config) -> anyhow::Result<Self> {
+    /// address that cannot be taken is a [`ListenError`](crate::error::ListenError).
+    pub(crate) fn bind(control: Arc<Control>, cfg: &Config) -> Result<Self, Error> {
         // Handlers go in before either listener answers, so a SIGHUP sent once the process
         // looks ready reloads instead of ending it.
         let signals = Signals::install()?;
@@ -284,7 +285,7 @@ impl Admin {
         )
         .and_then(|l| server.listen(l))
         .map_err(|e| {
-            crate::http::ListenError::new(
+            crate::error::ListenError::new(
                 cfg,
                 "ops.admin_listen",
                 "--admin-listen",
@@ -312,9 +313,9 @@ impl Admin {
     pub(crate) async fn run(
         self,
         servers: Vec<Server>,
-        rls: Option<crate::rls::Running>,
+        rls_ended: Option<tokio::sync::oneshot::Receiver<String>>,
         cfg: &Config,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), Error> {
         let Self {
             server: admin,
             addrs,
@@ -345,9 +346,8 @@ impl Admin {
             // (the watcher returns once it has drained), or until the rate-limit service stops
             // (it cannot serve, or fails) or the admin listener does.
             let rls_ended = async {
-                match rls {
-                    Some(r) => r
-                        .ended
+                match rls_ended {
+                    Some(ended) => ended
                         .await
                         .unwrap_or_else(|_| "rls.listen: the gRPC server stopped".to_owned()),
                     None => std::future::pending().await,
@@ -390,7 +390,7 @@ impl Admin {
             let _ = task.await;
         }
         tracing::info!("fleet-limiter stopped");
-        result.map_err(Into::into)
+        result.map_err(Error::serve)
     }
 }
 
@@ -403,9 +403,9 @@ struct Signals {
 
 #[cfg(unix)]
 impl Signals {
-    fn install() -> anyhow::Result<Self> {
+    fn install() -> Result<Self, Error> {
         use tokio::signal::unix::{signal, SignalKind};
-        let cannot = |e: std::io::Error| anyhow::anyhow!("cannot install signal handlers: {e}");
+        let cannot = |e: std::io::Error| Error::serve(format!("cannot install signal handlers: {e}"));
         Ok(Self {
             hup: signal(SignalKind::hangup()).map_err(cannot)?,
             term: signal(SignalKind::terminate()).map_err(cannot)?,
@@ -477,7 +477,7 @@ struct Signals;
 
 #[cfg(not(unix))]
 impl Signals {
-    fn install() -> anyhow::Result<Self> {
+    fn install() -> Result<Self, Error> {
         Ok(Self)
     }
 

@@ -90,11 +90,11 @@ impl Endpoint {
 pub(crate) fn bind(
     cfg: &Config,
     decider: Arc<Decider>,
-) -> anyhow::Result<Option<actix_web::dev::Server>> {
+) -> Result<Option<actix_web::dev::Server>, crate::error::Error> {
     use crate::http::listeners::{self, Role};
     let Some(listen) = cfg.decision.listen else {
         if listeners::handed(Role::Decision) {
-            anyhow::bail!("LISTEN_FDS: a decision socket was handed over but decision.listen is not set; set decision.listen (FLEET_LIMITER_DECISION_LISTEN, the socket's address) to turn the decision endpoint on, or drop the socket from the .socket unit");
+            return Err(crate::error::Error::serve("LISTEN_FDS: a decision socket was handed over but decision.listen is not set; set decision.listen (FLEET_LIMITER_DECISION_LISTEN, the socket's address) to turn the decision endpoint on, or drop the socket from the .socket unit"));
         }
         return Ok(None);
     };
@@ -109,7 +109,7 @@ pub(crate) fn bind(
     let server = listeners::listener(cfg, Role::Decision, listen)
         .and_then(|l| server.listen(l))
         .map_err(|e| {
-            crate::http::ListenError::new(cfg, "decision.listen", "--decision-listen", listen, &e)
+            crate::error::ListenError::new(cfg, "decision.listen", "--decision-listen", listen, &e)
         })?;
     for addr in server.addrs() {
         tracing::info!(decision_listen = %addr, "decision listener started: /nginx /caddy /traefik /forward /envoy/<path>");

@@ -5,7 +5,7 @@
 //! use actix_web::{web, App, HttpServer};
 //! use fleet_limiter::{Config, FleetLimiter};
 //!
-//! # async fn run() -> anyhow::Result<()> {
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let limiter = FleetLimiter::from_config(&Config::default())?;
 //! HttpServer::new(move || {
 //!     App::new()
@@ -83,7 +83,7 @@ impl FleetLimiter {
 
     /// A limiter on the configuration's store (memory; Redis where built with it) with the
     /// system clock.
-    pub fn from_config(cfg: &Config) -> Result<Self, crate::Error> {
+    pub fn from_config(cfg: &Config) -> Result<Self, crate::error::Error> {
         let limiter = Self::new(Arc::new(crate::wiring::build_decider(cfg)?));
         Ok(limiter.with_session_cookie(cfg.identity.session_cookie.clone()))
     }

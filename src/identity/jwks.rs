@@ -204,7 +204,7 @@ impl Jwks {
         max_age: Duration,
         clock: Arc<dyn Clock>,
         tls: Option<Arc<rustls::ClientConfig>>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, super::IdentityError> {
         let url = url.into();
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
@@ -221,7 +221,9 @@ impl Jwks {
         }
         let client = builder
             .build()
-            .map_err(|e| anyhow::anyhow!("cannot build the JWKS HTTP client: {e}"))?;
+            .map_err(|e| {
+                super::IdentityError::Setting(format!("cannot build the JWKS HTTP client: {e}"))
+            })?;
         Ok(Self {
             url,
             client,
@@ -356,7 +358,7 @@ impl Jwks {
     /// runtime): the start-up fetch. A certificate that does not verify is an error naming the
     /// setting; any other failure is logged at error level (verified identity is unavailable
     /// until a fetch succeeds: [`Jwks::fetch_until_held`], or a token that needs the keys).
-    pub(crate) fn check_at_start(&self) -> anyhow::Result<()> {
+    pub(crate) fn check_at_start(&self) -> Result<(), super::IdentityError> {
         let result = std::thread::scope(|s| {
             s.spawn(|| {
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -386,11 +388,11 @@ impl Jwks {
                 self.last_attempt.store(now, Ordering::Relaxed);
                 Ok(())
             }
-            Err(e) if e.tls => Err(anyhow::anyhow!(
+            Err(e) if e.tls => Err(super::IdentityError::KeySet(format!(
                 "{SERVICE}: `{}`: {}; trust the issuer's CA with identity.jwks_ca_file (FLEET_LIMITER_JWKS_CA_FILE), or fix the URL's host",
                 crate::redact::url(&self.url),
                 crate::redact::urls_in(&e.msg)
-            )),
+            ))),
             Err(e) => {
                 let why = crate::redact::urls_in(&e.msg).into_owned();
                 tracing::error!(url = %crate::redact::url(&self.url), error = %why, "{SERVICE}: the key set could not be fetched at start: verified identity is unavailable (no dashboard token verifies; their requests are keyed on the client IP) until a fetch succeeds (tried again when a token needs the keys and, under `serve`, every identity.jwks_refresh_interval); /readyz says \"identity\":\"unavailable\"");

@@ -135,7 +135,7 @@ impl JwtVerifier {
         cfg: &IdentityConfig,
         clock: Arc<dyn Clock>,
         wall: Arc<dyn WallClock>,
-    ) -> anyhow::Result<Option<Self>> {
+    ) -> Result<Option<Self>, super::IdentityError> {
         if !cfg.verifies() {
             return Ok(None);
         }
@@ -163,8 +163,8 @@ impl JwtVerifier {
         };
         let pem = match &cfg.jwt_public_key_pem {
             Some(p) => Some(Arc::new(VerifyKey::from_pem(p).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "identity.jwt_public_key_pem: not an RSA, EC (P-256/P-384) or Ed25519 public key in PEM form"
+                super::IdentityError::Setting(
+                    "identity.jwt_public_key_pem: not an RSA, EC (P-256/P-384) or Ed25519 public key in PEM form".to_owned()
                 )
             })?)),
             None => None,

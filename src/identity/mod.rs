@@ -14,6 +14,20 @@ use crate::keys;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 
+/// Why `[identity]` cannot give a token verifier: each message names the setting and the fix.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IdentityError {
+    /// TLS toward the key set's host cannot be set up (a CA file that cannot be read).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    /// A setting that cannot be used as it is (a key that is not a public key in PEM form).
+    #[error("{0}")]
+    Setting(String),
+    /// The key set's host answered with a certificate that does not verify.
+    #[error("{0}")]
+    KeySet(String),
+}
+
 /// A token that verified: its subject and the claims a limiter may key on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {

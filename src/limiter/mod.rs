@@ -286,7 +286,7 @@ impl State {
 
 /// The state after giving back `units` that an allowed request consumed, when a later request
 /// may have built on its write: GCRA moves the arrival time back by `units` emission intervals;
-/// a fixed window counts them back (never below zero). The Redis store's `refund.lua` does the
+/// a fixed window counts them back (never below zero). The Redis store's refund script does the
 /// same on its stored form.
 pub(crate) fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State {
     let units = units.get();
@@ -316,7 +316,7 @@ pub(crate) fn give_back(quota: &Quota, state: State, units: NonZeroU32) -> State
 /// still outstanding, so a request whose charge has already refilled gives nothing back twice. A
 /// fixed window counts the units back only in the window that counted them (its end within half
 /// a window of where the decision put it); a window that has closed since gives nothing back.
-/// The Redis store's `refund.lua` does the same.
+/// The Redis store's refund script does the same.
 pub(crate) fn give_back_answered(
     quota: &Quota,
     state: State,

@@ -5,7 +5,7 @@
 //! the memory store they live in this process alone.
 
 use super::{Override, Source, Wire};
-use crate::decision::Decider;
+use crate::clock::Clock;
 use crate::keys::BucketKey;
 use crate::store::StoreError;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,25 +45,36 @@ impl std::fmt::Display for LeverError {
     }
 }
 
-/// One decider's levers.
+/// One decider's levers: its store, its overrides, its clock and its top-talker lists.
 pub(crate) struct Levers {
-    decider: Arc<Decider>,
+    store: Arc<dyn crate::store::Store>,
+    overrides: Arc<super::Overrides>,
+    clock: Arc<dyn Clock>,
+    top: Arc<crate::top::TopTalkers>,
     /// The versions of the shared tables last read (`u64::MAX`: never read).
     overrides_version: AtomicU64,
     resets_version: AtomicU64,
 }
 
 impl Levers {
-    pub(crate) fn new(decider: Arc<Decider>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn crate::store::Store>,
+        overrides: Arc<super::Overrides>,
+        clock: Arc<dyn Clock>,
+        top: Arc<crate::top::TopTalkers>,
+    ) -> Self {
         Self {
-            decider,
+            store,
+            overrides,
+            clock,
+            top,
             overrides_version: AtomicU64::new(u64::MAX),
             resets_version: AtomicU64::new(u64::MAX),
         }
     }
 
     fn shared(&self) -> Option<&dyn crate::store::SharedTable> {
-        self.decider.store().shared_table()
+        self.store.shared_table()
     }
 
     /// Read the shared tables when they changed: take their overrides, and drop what this
@@ -76,7 +87,7 @@ impl Levers {
         let known = self.overrides_version.load(Ordering::Acquire);
         let (version, entries) = table.read(OVERRIDES, known).await?;
         if let Some(entries) = entries {
-            let now = self.decider.overrides().unix_now();
+            let now = self.overrides.unix_now();
             let list: Vec<Override> = entries
                 .iter()
                 .filter_map(|(id, json)| {
@@ -89,7 +100,7 @@ impl Levers {
                 })
                 .take(super::MAX_OVERRIDES)
                 .collect();
-            self.decider.overrides().set_runtime(list);
+            self.overrides.set_runtime(list);
             self.overrides_version.store(version, Ordering::Release);
         }
         let known = self.resets_version.load(Ordering::Acquire);
@@ -99,7 +110,7 @@ impl Levers {
             if known != u64::MAX {
                 for (_, value) in &entries {
                     if let Some(key) = parse_reset(value) {
-                        self.decider.store().forget_cached(&key);
+                        self.store.forget_cached(&key);
                     }
                 }
             }
@@ -136,8 +147,8 @@ impl Levers {
             if since_published >= crate::top::PUBLISH_EVERY {
                 since_published = std::time::Duration::ZERO;
                 if let Some(table) = self.shared() {
-                    let (now, unix) = (self.decider.now(), self.decider.overrides().unix_now());
-                    if let Err(e) = self.decider.top().publish(table, now, unix).await {
+                    let (now, unix) = (self.clock.now(), self.overrides.unix_now());
+                    if let Err(e) = self.top.publish(table, now, unix).await {
                         tracing::debug!(error = %e, "top talkers: cannot publish to the shared table");
                     }
                 }
@@ -163,11 +174,11 @@ impl Levers {
     /// second), or in this process.
     pub(crate) async fn add(&self, o: Override) -> Result<(), LeverError> {
         let Some(table) = self.shared() else {
-            return self.decider.overrides().add(o).map_err(LeverError::Full);
+            return self.overrides.add(o).map_err(LeverError::Full);
         };
-        let now = self.decider.overrides().unix_now();
+        let now = self.overrides.unix_now();
         // Expired overrides leave the shared table as new ones come.
-        for old in self.decider.overrides().list_all_runtime() {
+        for old in self.overrides.list_all_runtime() {
             if old
                 .expires
                 .is_some_and(|e| e.saturating_add(EXPIRED_KEPT_SECS) < now)
@@ -178,7 +189,7 @@ impl Levers {
                     .map_err(LeverError::Store)?;
             }
         }
-        if self.decider.overrides().list().len() >= super::MAX_OVERRIDES {
+        if self.overrides.list().len() >= super::MAX_OVERRIDES {
             return Err(LeverError::Full(format!(
                 "{} overrides are in force already; remove some first",
                 super::MAX_OVERRIDES
@@ -196,11 +207,9 @@ impl Levers {
     /// Remove a run-time override: whether it was in force.
     pub(crate) async fn remove(&self, id: &str) -> Result<bool, LeverError> {
         let Some(table) = self.shared() else {
-            return Ok(self.decider.overrides().remove(id));
+            return Ok(self.overrides.remove(id));
         };
-        let held = self
-            .decider
-            .overrides()
+        let held = self.overrides
             .list_all_runtime()
             .iter()
             .any(|o| o.id == id);
@@ -215,14 +224,12 @@ impl Levers {
     /// Forget `keys` in the store and tell the other instances to drop what they cache of them:
     /// how many buckets were held.
     pub(crate) async fn reset(&self, keys: &[BucketKey]) -> Result<u64, LeverError> {
-        let held = self
-            .decider
-            .store()
+        let held = self.store
             .reset(keys)
             .await
             .map_err(LeverError::Store)?;
         if let Some(table) = self.shared() {
-            let now = self.decider.overrides().unix_now();
+            let now = self.overrides.unix_now();
             let (_, entries) = table
                 .read(RESETS, u64::MAX)
                 .await

@@ -2,7 +2,7 @@
 //! `rls.listen`: a drop-in for envoyproxy/ratelimit, answering `ShouldRateLimit` from the same
 //! decider, store and buckets as the gateway and the decision endpoint.
 //!
-//! Each descriptor of a request is looked up in the domain's YAML tree ([`rules`]); those that
+//! Each descriptor of a request is looked up in the domain's YAML tree ([`crate::rls_rules`]); those that
 //! reach a rule are decided together in one all-or-nothing store call (a request one of them
 //! refuses charges none), each bucket named by its limiter and a digest of the descriptor's
 //! entries (or, for a `fleet_limiter` rule, of the key the gateway computes for that limiter).
@@ -11,7 +11,7 @@
 //! descriptor is `INVALID_ARGUMENT`. See docs/envoy-rls.md.
 
 pub(crate) mod proto;
-pub(crate) mod rules;
+
 
 use crate::config::Config;
 use crate::decision::{Decider, LimitResult, Outcome};
@@ -20,7 +20,7 @@ use crate::policy::{LimiterSpec, Mode};
 use crate::store::Check;
 use ipnet::IpNet;
 use proto::{Code, DescriptorStatus, RateLimit, RateLimitRequest, RateLimitResponse};
-use rules::{Limit, Rule, Unit};
+use crate::rls_rules::{self as rules, Limit, Rule, Unit};
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -714,23 +714,28 @@ impl tonic::server::UnaryService<RateLimitRequest> for Unary {
 
 /// Start the gRPC listener on `rls.listen`, if set: bound here (an address that cannot be
 /// bound is an error now), served on its own runtime threads. Returns the bound address.
-pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Option<Running>> {
+pub(crate) fn start(
+    cfg: &Config,
+    decider: Arc<Decider>,
+) -> Result<Option<Running>, crate::error::Error> {
     let Some(listen) = cfg.rls.listen else {
         return Ok(None);
     };
     let listener = std::net::TcpListener::bind(listen)
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| {
-            crate::http::ListenError::new(cfg, "rls.listen", "--rls-listen", listen, &e)
+            crate::error::ListenError::new(cfg, "rls.listen", "--rls-listen", listen, &e)
         })?;
-    let addr = listener.local_addr()?;
+    let cannot = |e: std::io::Error| crate::error::Error::serve(format!("rls.listen: {e}"));
+    let addr = listener.local_addr().map_err(cannot)?;
     let service = Arc::new(Service::new(decider));
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("rls")
         .enable_all()
-        .build()?;
+        .build()
+        .map_err(cannot)?;
     let (ended_tx, ended) = tokio::sync::oneshot::channel::<String>();
     std::thread::Builder::new()
         .name("rls-listener".to_owned())
@@ -766,7 +771,8 @@ pub(crate) fn start(cfg: &Config, decider: Arc<Decider>) -> anyhow::Result<Optio
             });
             // Nobody listening any more is a process already stopping.
             let _ = ended_tx.send(why);
-        })?;
+        })
+        .map_err(cannot)?;
     tracing::info!(rls_listen = %addr, "Envoy rate-limit service listener started: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit");
     Ok(Some(Running { ended }))
 }

@@ -180,7 +180,7 @@ pub(crate) fn check(cfg: &Config) -> CheckReport {
 /// the table like any; a rule of the YAML's own meters Envoy's descriptors, which no declared
 /// workload of the fleet reaches, so there is nothing to judge it against.
 fn rls_rules(cfg: &Config) -> Vec<types::RlsRuleCheck> {
-    use crate::rls::rules::Limit;
+    use crate::rls_rules::Limit;
     cfg.rls
         .domains
         .rules()
