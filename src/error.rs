@@ -125,7 +125,8 @@ mod tests {
             warnings: Vec::new(),
         });
         assert!(matches!(refused, Error::UnsafeCalibration(_)) && refused.is_config());
-        let running = Error::serve("the store: redis://default:hunter2hunter2@10.0.0.1:6379 went away");
+        let running =
+            Error::serve("the store: redis://default:hunter2hunter2@10.0.0.1:6379 went away");
         assert_eq!(running.exit_code(), 1);
         let text = running.to_string();
         assert!(text.starts_with("the store: "), "{text}");

@@ -4,12 +4,12 @@
 
 use crate::config::Config;
 use crate::decision::Decider;
+use crate::error::{Error, ListenError, TlsSetupError};
 use crate::http::control::{file_reloader, Control, Reloader};
 use crate::http::middleware::FleetLimiter;
 use crate::http::proxy::{self, Upstream};
-use crate::tls::CertStore;
-use crate::error::{Error, ListenError, TlsSetupError};
 use crate::http::{admin, cors, forward_auth, listeners};
+use crate::tls::CertStore;
 use actix_web::{web, App, HttpServer};
 use std::sync::Arc;
 

@@ -10,11 +10,6 @@ impl Decider {
         &self.digest
     }
 
-    /// Ask the store about `checks` (one per limiter in `limiters`) in one all-or-nothing
-    /// decision, as [`Decider::decide_overridden`] does: the store's round trip counted, each
-    /// limiter's `on_store_error` answer when it fails, and, when an enforcing check refuses,
-    /// the other buckets reported as they stand (nothing was charged). `true` beside the
-    /// verdicts: the store failed.
     /// Each of `checks` judged against its units now, charging nothing (Envoy's per-descriptor
     /// `hits_addend` of 0, as `explain` judges); when the store fails, each limiter's
     /// `on_store_error` answer.
@@ -29,6 +24,49 @@ impl Decider {
         }
     }
 
+    /// `checks` charged and `probes` only judged (one limiter each in `specs` and
+    /// `probe_specs`), all or nothing: when an enforcing probe is over its limit, the request is
+    /// refused and `checks` are judged without a charge, as a refusal charges nothing.
+    pub(crate) async fn decide_with_probes(
+        &self,
+        checks: &[Check],
+        specs: &[Arc<LimiterSpec>],
+        probes: &[Check],
+        probe_specs: &[Arc<LimiterSpec>],
+    ) -> Probed {
+        let probed = if probes.is_empty() {
+            Vec::new()
+        } else {
+            self.peek_checks(probes, probe_specs).await
+        };
+        let refused_by_probe = probed
+            .iter()
+            .zip(probes)
+            .any(|(v, c)| !v.allowed && !c.shadow);
+        let (verdicts, errored, local) = if checks.is_empty() {
+            (Vec::new(), false, SmallVec::new())
+        } else if refused_by_probe {
+            (
+                self.peek_checks(checks, specs).await,
+                false,
+                SmallVec::new(),
+            )
+        } else {
+            self.decide_checks(checks, specs).await
+        };
+        Probed {
+            verdicts,
+            probed,
+            errored,
+            local,
+        }
+    }
+
+    /// Ask the store about `checks` (one per limiter in `limiters`) in one all-or-nothing
+    /// decision, as [`Decider::decide_overridden`] does: the store's round trip counted, each
+    /// limiter's `on_store_error` answer when it fails, and, when an enforcing check refuses,
+    /// the other buckets reported as they stand (nothing was charged). `true` beside the
+    /// verdicts: the store failed.
     pub(crate) async fn decide_checks(
         &self,
         checks: &[Check],
@@ -39,22 +77,22 @@ impl Decider {
             tracing::warn!(error = %e, "rls: the store could not decide; each limiter's on_store_error answers");
         }
         let errored = store_error.is_some();
-        let refused = !errored
-            && verdicts
-                .iter()
-                .zip(checks)
-                .any(|(v, c)| !v.allowed && !c.shadow);
-        let verdicts = if refused {
-            verdicts
-                .into_iter()
-                .zip(checks)
-                .map(|(v, c)| crate::limiter::unconsumed_units(&c.quota, v, c.units))
-                .collect()
-        } else {
-            verdicts
-        };
+        let (verdicts, _) = super::charge_nothing_if_refused(verdicts, checks, |_| !errored);
         (verdicts, errored, local)
     }
+}
+
+/// What [`Decider::decide_with_probes`] found.
+pub(crate) struct Probed {
+    /// One per charged check, in order.
+    pub(crate) verdicts: Vec<Verdict>,
+    /// One per probe, in order.
+    pub(crate) probed: Vec<Verdict>,
+    /// The store failed: each limiter's `on_store_error` answered.
+    pub(crate) errored: bool,
+    /// Per charged check: a `local` limiter counted on this instance's bucket while the store
+    /// failed.
+    pub(crate) local: SmallVec<[bool; 4]>,
 }
 
 /// One check per limiter, keyed on the principal that limiter meters (on the stack for the

@@ -3,10 +3,12 @@
 //! This is the whole limiter with no HTTP in it: the actix middleware feeds it request facts,
 //! the simulator feeds it scripted ones.
 
+mod asked;
 mod checks;
 mod observe;
 mod outcome;
 
+use asked::{charge_nothing_if_refused, Asked};
 pub(crate) use checks::build_checks;
 use checks::fallback_verdicts;
 pub use outcome::{LimitResult, Outcome};
@@ -528,136 +530,41 @@ impl Decider {
             };
         }
         let ip_key = keys::normalize_ip(ip, settings.ipv6_prefix);
-        // A `new-agents` limiter meters only agent ids it does not know at this IP.
         let now = self.clock.now();
-        let mut remember: SmallVec<[(AgentAt, Remember); 1]> = SmallVec::new();
-        let mut limiters: SmallVec<[Arc<LimiterSpec>; 4]> = SmallVec::new();
-        let mut kept: SmallVec<[usize; 4]> = SmallVec::new();
-        // The table's address: the key's, or its /56 when the key is a longer IPv6 prefix.
-        let mut wider: Option<String> = None;
-        for &i in &slots {
-            let Some(spec) = settings.policy.limiters().get(i) else {
-                continue;
-            };
-            if let (Some(r), Some(agent)) = (spec.new_agents, id.agent_id) {
-                let at = if settings.ipv6_prefix > ADDRESS_V6_PREFIX && ip.to_canonical().is_ipv6()
-                {
-                    let address =
-                        wider.get_or_insert_with(|| keys::normalize_ip(ip, ADDRESS_V6_PREFIX));
-                    self.known.at(&spec.name, address, Some(&ip_key), agent)
-                } else {
-                    self.known.at(&spec.name, &ip_key, None, agent)
-                };
-                remember.push((at, r));
-                if self.known.seen(at, now) == Seen::Known {
-                    continue;
-                }
-            }
-            limiters.push(spec.clone());
-            kept.push(i);
-        }
-        let slots = kept;
+        let (limiters, slots, remember) =
+            self.metering(settings, &slots, ip, &ip_key, id.agent_id, now);
         if limiters.is_empty() {
             return Outcome {
                 client_ip: Some(ip),
                 ..Outcome::default()
             };
         }
-        // A credential key digests the token once; the raw value goes no further.
-        let credential = limiters
-            .iter()
-            .any(|l| l.key == keys::KeyKind::Credential)
-            .then(|| req.authorization.and_then(identity::bearer_token))
-            .flatten()
-            .map(keys::credential_digest);
-        // A header key is read only when the peer is a trusted proxy.
-        let from_proxy = limiters.iter().any(|l| l.key.header().is_some())
-            && settings.trusted.contains(req.peer);
-        let principal = |l: &LimiterSpec| keys::Principal {
-            ip: &ip_key,
-            agent_id: id.agent_id,
-            user: id.user.as_deref(),
-            credential: credential.as_deref(),
-            header: match (l.key.header(), from_proxy || l.key.header_from_any_client()) {
-                (Some(name), true) => req.key_headers.get(name).and_then(keys::valid_key_header),
-                _ => None,
-            },
-            body: l.key.body_field().and_then(|f| req.key_headers.body(f)),
-            claim: l.key.claim().and_then(|c| id.claims().get(c)),
-        };
-        let units = |l: &LimiterSpec| {
-            l.cost
-                .of(l.cost.header().and_then(|h| req.key_headers.get(h)))
-        };
-        // An override for the principal, else the verified token's plan, else the limiter's own.
         let index = self.overrides.index_if_any();
         let unix_now = if index.is_some() {
             self.overrides.unix_now()
         } else {
             0
         };
-        let who = crate::overrides::Who {
-            ip,
-            agent_id: id.agent_id,
-            user: id.user.as_deref(),
-            claims: id.claims(),
-            body: req.key_headers.bodies(),
-        };
-        let chosen = |l: &LimiterSpec| -> Chosen {
-            if let Some(o) = index
-                .as_ref()
-                .and_then(|ix| ix.find(&l.name, &who, unix_now))
-            {
-                return Chosen::Override(o.clone());
-            }
-            match l.plans.as_ref().and_then(|p| {
-                let plan = id.claims().get(&p.claim)?;
-                p.quota(id.claims()).map(|q| (plan, *q))
-            }) {
-                Some((plan, q)) => Chosen::Plan(plan.to_owned(), q),
-                None => Chosen::Own,
-            }
-        };
-        // The budget and the bucket's name: an override keeps its principals' buckets apart.
-        // A calendar budget as it stands now: its window the period's own length.
-        let budget = |l: &LimiterSpec| -> (crate::limiter::Quota, Arc<str>) {
-            let (q, bucket) = if index.is_none() && l.plans.is_none() {
-                (l.quota, l.name.clone())
-            } else {
-                match chosen(l) {
-                    Chosen::Override(o) => (o.quota(&l.quota), o.bucket.clone()),
-                    Chosen::Plan(_, q) => (q, l.name.clone()),
-                    Chosen::Own => (l.quota, l.name.clone()),
-                }
-            };
-            (q.at(now), bucket)
-        };
-        let checks = build_checks(&self.digest, &limiters, principal, units, budget);
+        let asked = Asked::new(
+            settings, req, &id, ip, &ip_key, &limiters, index, unix_now, now,
+        );
+        let checks = build_checks(
+            &self.digest,
+            &limiters,
+            |l| asked.principal(l),
+            |l| asked.units(l),
+            |l| asked.budget(l),
+        );
         if let Some(list) = explain.as_deref_mut() {
             for l in &limiters {
                 list.push(Explained {
-                    key: keys::describe(&l.key, &principal(l)),
-                    chosen: chosen(l),
+                    key: keys::describe(&l.key, &asked.principal(l)),
+                    chosen: asked.chosen(l),
                 });
             }
         }
         let (verdicts, local, store_error) = if explain.is_some() {
-            match self.store.peek(&checks).await {
-                Ok(v) if v.len() == checks.len() => (v, SmallVec::new(), None),
-                Ok(_) => (
-                    fallback_verdicts(&limiters, &checks),
-                    SmallVec::new(),
-                    Some(StoreError::new(
-                        crate::store::StoreErrorKind::Script,
-                        "the store answered the wrong number of verdicts",
-                    )),
-                ),
-                Err(e) => (
-                    fallback_verdicts(&limiters, &checks),
-                    SmallVec::new(),
-                    Some(e),
-                ),
-            }
+            self.peek_on_store(&limiters, &checks).await
         } else {
             self.decide_on_store(&limiters, &checks).await
         };
@@ -665,29 +572,7 @@ impl Decider {
         // Whether the i-th verdict counts a bucket: the store's, or the local one of an
         // `on_store_error = "local"` limiter while the store failed.
         let counted = |i: usize| !errored || local.get(i).copied().unwrap_or(false);
-        // A refused request consumed nothing: the limiters that allowed it report their
-        // buckets as they stand, not as they would after a charge that never happened.
-        let refused = verdicts
-            .iter()
-            .zip(&checks)
-            .enumerate()
-            .any(|(i, (v, c))| counted(i) && !v.allowed && !c.shadow);
-        let verdicts: Vec<Verdict> = if refused {
-            verdicts
-                .into_iter()
-                .zip(&checks)
-                .enumerate()
-                .map(|(i, (v, c))| {
-                    if counted(i) {
-                        crate::limiter::unconsumed_units(&c.quota, v, c.units)
-                    } else {
-                        v
-                    }
-                })
-                .collect()
-        } else {
-            verdicts
-        };
+        let (verdicts, refused) = charge_nothing_if_refused(verdicts, &checks, counted);
         if !refused && !errored && explain.is_none() {
             for (at, r) in &remember {
                 let known_for = u64::try_from(r.known_for.as_nanos()).unwrap_or(u64::MAX);
@@ -702,36 +587,124 @@ impl Decider {
             .zip(verdicts)
             .enumerate()
             .map(|(i, (((spec, slot), check), verdict))| {
-                let mut partition = [0u8; 8];
-                partition.copy_from_slice(&check.key.digest[..8]);
                 if settings.top_talkers && explain.is_none() && counted(i) {
                     let refused = !verdict.allowed && spec.mode == Mode::Enforce;
                     self.top.record(&spec.name, &check.key, refused, now, || {
-                        keys::Seed::of(&spec.key, &principal(&spec), ip, settings.ipv6_prefix)
+                        keys::Seed::of(&spec.key, &asked.principal(&spec), ip, settings.ipv6_prefix)
                     });
                 }
-                let key = if verdict.allowed || self.digest == KeyDigest::Shared {
-                    check.key
-                } else {
-                    KeyDigest::Shared.bucket_of(check.key.limiter, &spec.key, &principal(&spec))
-                };
-                LimitResult {
-                    quota: check.quota,
-                    spec,
-                    slot,
-                    key,
-                    verdict,
-                    store_error: !counted(i),
-                    local: errored && counted(i),
-                    units: check.units,
-                    partition,
-                }
+                self.result_of(&asked, spec, slot, check, verdict, errored, counted(i))
             })
             .collect();
         Outcome {
             client_ip: Some(ip),
             results,
             store_error,
+        }
+    }
+
+    /// The limiters among `slots` that meter this request, their slots, and the agents to
+    /// remember once it is allowed: a `new-agents` limiter meters only agent ids it does not
+    /// know at this address.
+    #[allow(clippy::type_complexity)]
+    fn metering(
+        &self,
+        settings: &Settings,
+        slots: &[usize],
+        ip: IpAddr,
+        ip_key: &str,
+        agent_id: Option<&str>,
+        now: crate::clock::Nanos,
+    ) -> (
+        SmallVec<[Arc<LimiterSpec>; 4]>,
+        SmallVec<[usize; 4]>,
+        SmallVec<[(AgentAt, Remember); 1]>,
+    ) {
+        let mut remember: SmallVec<[(AgentAt, Remember); 1]> = SmallVec::new();
+        let mut limiters: SmallVec<[Arc<LimiterSpec>; 4]> = SmallVec::new();
+        let mut kept: SmallVec<[usize; 4]> = SmallVec::new();
+        // The table's address: the key's, or its /56 when the key is a longer IPv6 prefix.
+        let mut wider: Option<String> = None;
+        for &i in slots {
+            let Some(spec) = settings.policy.limiters().get(i) else {
+                continue;
+            };
+            if let (Some(r), Some(agent)) = (spec.new_agents, agent_id) {
+                let at = if settings.ipv6_prefix > ADDRESS_V6_PREFIX && ip.to_canonical().is_ipv6()
+                {
+                    let address =
+                        wider.get_or_insert_with(|| keys::normalize_ip(ip, ADDRESS_V6_PREFIX));
+                    self.known.at(&spec.name, address, Some(ip_key), agent)
+                } else {
+                    self.known.at(&spec.name, ip_key, None, agent)
+                };
+                remember.push((at, r));
+                if self.known.seen(at, now) == Seen::Known {
+                    continue;
+                }
+            }
+            limiters.push(spec.clone());
+            kept.push(i);
+        }
+        (limiters, kept, remember)
+    }
+
+    /// `checks` judged without a charge (`explain`): the store's verdicts, or each limiter's
+    /// `on_store_error` answer when it fails.
+    async fn peek_on_store(
+        &self,
+        limiters: &[Arc<LimiterSpec>],
+        checks: &[Check],
+    ) -> (Vec<Verdict>, SmallVec<[bool; 4]>, Option<StoreError>) {
+        match self.store.peek(checks).await {
+            Ok(v) if v.len() == checks.len() => (v, SmallVec::new(), None),
+            Ok(_) => (
+                fallback_verdicts(limiters, checks),
+                SmallVec::new(),
+                Some(StoreError::new(
+                    crate::store::StoreErrorKind::Script,
+                    "the store answered the wrong number of verdicts",
+                )),
+            ),
+            Err(e) => (
+                fallback_verdicts(limiters, checks),
+                SmallVec::new(),
+                Some(e),
+            ),
+        }
+    }
+
+    /// One limiter's result. A refused bucket is named by its shared digest (the name `reset`
+    /// and `explain` use) whatever the store digests; `counted`: its verdict counts a bucket
+    /// (the store's, or a `local` one while the store failed).
+    #[allow(clippy::too_many_arguments)]
+    fn result_of(
+        &self,
+        asked: &Asked<'_, '_>,
+        spec: Arc<LimiterSpec>,
+        slot: usize,
+        check: Check,
+        verdict: Verdict,
+        errored: bool,
+        counted: bool,
+    ) -> LimitResult {
+        let mut partition = [0u8; 8];
+        partition.copy_from_slice(&check.key.digest[..8]);
+        let key = if verdict.allowed || self.digest == KeyDigest::Shared {
+            check.key
+        } else {
+            KeyDigest::Shared.bucket_of(check.key.limiter, &spec.key, &asked.principal(&spec))
+        };
+        LimitResult {
+            quota: check.quota,
+            spec,
+            slot,
+            key,
+            verdict,
+            store_error: !counted,
+            local: errored && counted,
+            units: check.units,
+            partition,
         }
     }
 }

@@ -14,8 +14,8 @@
 //!   requests finish within `ops.shutdown_grace`; then return so the process exits 0. `SIGINT`
 //!   (and a second `SIGTERM` during the delay) closes the listeners at once.
 
-use crate::error::Error;
 use crate::config::Config;
+use crate::error::Error;
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::http::header::ContentType;
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -405,7 +405,8 @@ struct Signals {
 impl Signals {
     fn install() -> Result<Self, Error> {
         use tokio::signal::unix::{signal, SignalKind};
-        let cannot = |e: std::io::Error| Error::serve(format!("cannot install signal handlers: {e}"));
+        let cannot =
+            |e: std::io::Error| Error::serve(format!("cannot install signal handlers: {e}"));
         Ok(Self {
             hup: signal(SignalKind::hangup()).map_err(cannot)?,
             term: signal(SignalKind::terminate()).map_err(cannot)?,

@@ -17,5 +17,3 @@ pub(crate) mod proxy;
 pub(crate) mod request;
 pub(crate) mod response;
 mod top;
-
-

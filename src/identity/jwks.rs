@@ -219,11 +219,9 @@ impl Jwks {
             };
             builder = builder.use_preconfigured_tls((*tls).clone());
         }
-        let client = builder
-            .build()
-            .map_err(|e| {
-                super::IdentityError::Setting(format!("cannot build the JWKS HTTP client: {e}"))
-            })?;
+        let client = builder.build().map_err(|e| {
+            super::IdentityError::Setting(format!("cannot build the JWKS HTTP client: {e}"))
+        })?;
         Ok(Self {
             url,
             client,

@@ -209,10 +209,7 @@ impl Levers {
         let Some(table) = self.shared() else {
             return Ok(self.overrides.remove(id));
         };
-        let held = self.overrides
-            .list_all_runtime()
-            .iter()
-            .any(|o| o.id == id);
+        let held = self.overrides.list_all_runtime().iter().any(|o| o.id == id);
         table
             .write(OVERRIDES, id, None)
             .await
@@ -224,10 +221,7 @@ impl Levers {
     /// Forget `keys` in the store and tell the other instances to drop what they cache of them:
     /// how many buckets were held.
     pub(crate) async fn reset(&self, keys: &[BucketKey]) -> Result<u64, LeverError> {
-        let held = self.store
-            .reset(keys)
-            .await
-            .map_err(LeverError::Store)?;
+        let held = self.store.reset(keys).await.map_err(LeverError::Store)?;
         if let Some(table) = self.shared() {
             let now = self.overrides.unix_now();
             let (_, entries) = table
