@@ -197,8 +197,23 @@ pub struct SimulationReport {
 /// The largest population a scenario simulates (`max_site_endpoints`, `analysts_per_nat`).
 pub(crate) const MAX_POPULATION: u64 = 10_000;
 
+/// Why `simulate` could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A population setting is larger than the simulator runs.
+    #[error("{name} = {n} is more than the simulator runs; simulate at most {MAX_POPULATION}")]
+    TooLarge { name: &'static str, n: u64 },
+    /// The runtime the scenarios run on could not be built.
+    #[error(transparent)]
+    Runtime(#[from] std::io::Error),
+}
+
 /// Run the scenarios against a configuration.
-pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<SimulationReport> {
+pub fn run(
+    cfg: &Config,
+    scenarios: &[Scenario],
+    seed: u64,
+) -> Result<SimulationReport, SimulateError> {
     for (name, n) in [
         (
             "fleet.max_site_endpoints",
@@ -207,9 +222,7 @@ pub fn run(cfg: &Config, scenarios: &[Scenario], seed: u64) -> anyhow::Result<Si
         ("fleet.analysts_per_nat", cfg.fleet.analysts_per_nat.get()),
     ] {
         if n > MAX_POPULATION {
-            anyhow::bail!(
-                "{name} = {n} is more than the simulator runs; simulate at most {MAX_POPULATION}"
-            );
+            return Err(SimulateError::TooLarge { name, n });
         }
     }
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
@@ -393,7 +406,7 @@ pub(crate) fn run_emitting(
     scenarios: &[Scenario],
     seed: u64,
     emit: Emitter,
-) -> anyhow::Result<SimulationReport> {
+) -> Result<SimulationReport, SimulateError> {
     EMITTER.with_borrow_mut(|e| *e = Some(emit));
     let r = run(cfg, scenarios, seed);
     EMITTER.with_borrow_mut(|e| *e = None);
