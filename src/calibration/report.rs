@@ -39,8 +39,31 @@ fn pad(s: &str, w: usize) -> String {
 
 /// The check as a table, its findings, and a one-line verdict.
 pub(crate) fn check_table(r: &CheckReport) -> String {
-    let f = &r.fleet;
     let mut o = String::new();
+    store_lines(&mut o, r);
+    fleet_lines(&mut o, r);
+    known_agents_lines(&mut o, r);
+    if !r.enabled {
+        let _ = writeln!(
+            o,
+            "Limiting is switched off (enabled = false): nothing is enforced; the figures show what enforcing would do."
+        );
+    }
+    let _ = writeln!(o);
+    o.push_str(&table_row(HEAD));
+    for l in &r.limiters {
+        o.push_str(&limiter_rows(l));
+    }
+    findings_lines(&mut o, r);
+    fixes_lines(&mut o, r);
+    rls_lines(&mut o, r);
+    verdict_lines(&mut o, r);
+    o
+}
+
+/// The header: where the calibration comes from, the store, and what each limiter answers
+/// while Redis does not.
+fn store_lines(o: &mut String, r: &CheckReport) {
     let _ = writeln!(o, "Calibration check: {}", source(&r.config));
     let shared = if r.store == "memory" {
         " (each instance counts on its own)"
@@ -65,6 +88,11 @@ pub(crate) fn check_table(r: &CheckReport) -> String {
     if !said.is_empty() {
         let _ = writeln!(o, "While Redis does not answer: {}.", said.join("; "));
     }
+}
+
+/// The fleet's cadences and what the dashboards send, and how their analysts are keyed.
+fn fleet_lines(o: &mut String, r: &CheckReport) {
+    let f = &r.fleet;
     let _ = writeln!(
         o,
         "Fleet: heartbeat every {}s (offline after {}s without one), task poll every {}s, {} endpoints per site,",
@@ -97,147 +125,172 @@ pub(crate) fn check_table(r: &CheckReport) -> String {
             f.analysts_per_nat
         );
     }
-    if let Some(k) = &r.known_agents {
-        let _ = writeln!(
-            o,
-            "Known agents: {} ids (store.max_keys): {} for agents seen twice (fleet.max_agents = {}), {} for first sightings;",
-            k.capacity, k.protected, k.max_agents, k.probation
-        );
-        let grace = fmt_secs(k.grace_seconds as f64);
-        let _ = writeln!(
-            o,
-            "              a new site of {} keeps all its first sightings while other addresses hold at most {} minted within {grace}",
-            k.site, k.others_first_sightings
-        );
-        let _ = writeln!(
-            o,
-            "              (each counted up to {}: a flood from up to {} addresses at any rate); an id unseen for {grace} gives way first.",
-            k.site, k.flooding_addresses
-        );
-    }
-    if !r.enabled {
-        let _ = writeln!(
-            o,
-            "Limiting is switched off (enabled = false): nothing is enforced; the figures show what enforcing would do."
-        );
-    }
-    let _ = writeln!(o);
-    let cols = [16, 24, 11, 10, 9, 5, 7, 42, 9, 10, 6];
-    let head = [
-        "LIMITER",
-        "BUDGET",
-        "KEY",
-        "METER",
-        "COUNT",
-        "COST",
-        "REFILL",
-        "MUST CARRY",
-        "HEADROOM",
-        "WORST RUN",
-        "STATUS",
-    ];
-    let row = |cells: [&str; 11]| -> String {
-        let mut line = String::new();
-        for (c, w) in cells.iter().zip(cols) {
-            line.push_str(&pad(c, w));
-            line.push(' ');
-        }
-        line.trim_end().to_owned() + "\n"
+}
+
+/// The known-agents table's split and the flood it holds against, when it is in use.
+fn known_agents_lines(o: &mut String, r: &CheckReport) {
+    let Some(k) = &r.known_agents else {
+        return;
     };
-    o.push_str(&row(head));
-    for l in &r.limiters {
-        let (budget, refill) = match &l.calendar {
-            Some(c) => (format!("{} / {c}", l.limit), "boundary".to_owned()),
-            None => (
-                format!(
-                    "{} / {} {}",
-                    l.limit,
-                    fmt_secs(l.window_seconds),
-                    l.algorithm
-                ),
-                fmt_secs(l.refill_interval_seconds),
-            ),
-        };
-        let status = l.status.as_str();
-        let count = match &l.failed_statuses {
-            Some(s) if s != DEFAULT_FAILED => format!("{} {s}", l.count),
-            _ => l.count.to_owned(),
-        };
-        let cost = l.cost.to_string();
-        let first = [
-            l.name.as_str(),
-            &budget,
-            &l.key,
-            l.meter,
-            &count,
-            &cost,
-            &refill,
-        ];
-        if l.loads.is_empty() {
-            let carries = if l.status == Status::Off {
-                "mode = off: never consulted"
-            } else {
-                "no declared cadence (abuse guard)"
-            };
-            o.push_str(&row(cells(first, [carries, "-", "-", status])));
-            continue;
-        }
-        for (i, load) in l.loads.iter().enumerate() {
-            let headroom = fmt_headroom(load.headroom);
-            let worst = fmt_secs(load.worst_refused_seconds.unwrap_or(f64::INFINITY));
-            let lead = if i == 0 { first } else { [""; 7] };
-            let status = if i == 0 { status } else { "" };
-            o.push_str(&row(cells(
-                lead,
-                [&load.describe, &headroom, &worst, status],
-            )));
-        }
+    let _ = writeln!(
+        o,
+        "Known agents: {} ids (store.max_keys): {} for agents seen twice (fleet.max_agents = {}), {} for first sightings;",
+        k.capacity, k.protected, k.max_agents, k.probation
+    );
+    let grace = fmt_secs(k.grace_seconds as f64);
+    let _ = writeln!(
+        o,
+        "              a new site of {} keeps all its first sightings while other addresses hold at most {} minted within {grace}",
+        k.site, k.others_first_sightings
+    );
+    let _ = writeln!(
+        o,
+        "              (each counted up to {}: a flood from up to {} addresses at any rate); an id unseen for {grace} gives way first.",
+        k.site, k.flooding_addresses
+    );
+}
+
+/// The limiters table's column widths.
+const COLS: [usize; 11] = [16, 24, 11, 10, 9, 5, 7, 42, 9, 10, 6];
+
+/// The limiters table's header.
+const HEAD: [&str; 11] = [
+    "LIMITER",
+    "BUDGET",
+    "KEY",
+    "METER",
+    "COUNT",
+    "COST",
+    "REFILL",
+    "MUST CARRY",
+    "HEADROOM",
+    "WORST RUN",
+    "STATUS",
+];
+
+/// One line of the limiters table: each cell padded to its column, trailing blanks trimmed.
+fn table_row(cells: [&str; 11]) -> String {
+    let mut line = String::new();
+    for (c, w) in cells.iter().zip(COLS) {
+        line.push_str(&pad(c, w));
+        line.push(' ');
     }
+    line.trim_end().to_owned() + "\n"
+}
+
+/// One limiter's rows: its own cells on the first, then one row per load it must carry.
+fn limiter_rows(l: &LimiterCheck) -> String {
+    let (budget, refill) = match &l.calendar {
+        Some(c) => (format!("{} / {c}", l.limit), "boundary".to_owned()),
+        None => (
+            format!(
+                "{} / {} {}",
+                l.limit,
+                fmt_secs(l.window_seconds),
+                l.algorithm
+            ),
+            fmt_secs(l.refill_interval_seconds),
+        ),
+    };
+    let status = l.status.as_str();
+    let count = match &l.failed_statuses {
+        Some(s) if s != DEFAULT_FAILED => format!("{} {s}", l.count),
+        _ => l.count.to_owned(),
+    };
+    let cost = l.cost.to_string();
+    let first = [
+        l.name.as_str(),
+        &budget,
+        &l.key,
+        l.meter,
+        &count,
+        &cost,
+        &refill,
+    ];
+    if l.loads.is_empty() {
+        let carries = if l.status == Status::Off {
+            "mode = off: never consulted"
+        } else {
+            "no declared cadence (abuse guard)"
+        };
+        return table_row(cells(first, [carries, "-", "-", status]));
+    }
+    let mut o = String::new();
+    for (i, load) in l.loads.iter().enumerate() {
+        let headroom = fmt_headroom(load.headroom);
+        let worst = fmt_secs(load.worst_refused_seconds.unwrap_or(f64::INFINITY));
+        let lead = if i == 0 { first } else { [""; 7] };
+        let status = if i == 0 { status } else { "" };
+        o.push_str(&table_row(cells(
+            lead,
+            [&load.describe, &headroom, &worst, status],
+        )));
+    }
+    o
+}
+
+/// Each limiter's reasons, tagged with how serious each is.
+fn findings_lines(o: &mut String, r: &CheckReport) {
     let findings: Vec<&LimiterCheck> = r
         .limiters
         .iter()
         .filter(|l| !l.reasons.is_empty())
         .collect();
-    if !findings.is_empty() {
-        let _ = writeln!(o);
-        for l in findings {
-            for (reason, status) in l.reasons.iter().zip(&l.reason_status) {
-                let tag = match status {
-                    Status::Unsafe => "unsafe",
-                    Status::AtRisk => "at risk",
-                    _ => "warning",
-                };
-                let _ = writeln!(o, "{tag}: {}: {reason}", l.name);
-            }
+    if findings.is_empty() {
+        return;
+    }
+    let _ = writeln!(o);
+    for l in findings {
+        for (reason, status) in l.reasons.iter().zip(&l.reason_status) {
+            let tag = match status {
+                Status::Unsafe => "unsafe",
+                Status::AtRisk => "at risk",
+                _ => "warning",
+            };
+            let _ = writeln!(o, "{tag}: {}: {reason}", l.name);
         }
     }
+}
+
+/// The fixes of every limiter that has one, or why it has none.
+fn fixes_lines(o: &mut String, r: &CheckReport) {
     let fixes: Vec<&LimiterCheck> = r
         .limiters
         .iter()
         .filter(|l| l.suggestion.is_some() || l.no_fix.is_some())
         .collect();
-    if !fixes.is_empty() {
-        let _ = writeln!(o);
-        for l in fixes {
-            o.push_str(&fix_lines(l));
-        }
+    if fixes.is_empty() {
+        return;
     }
-    if !r.rls.is_empty() {
-        let _ = writeln!(o);
+    let _ = writeln!(o);
+    for l in fixes {
+        o.push_str(&fix_lines(l));
+    }
+}
+
+/// The Envoy rate-limit service's rules, judged, when there are any.
+fn rls_lines(o: &mut String, r: &CheckReport) {
+    if r.rls.is_empty() {
+        return;
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Envoy rate-limit service (rls.config): {} rule(s)",
+        r.rls.len()
+    );
+    for rule in &r.rls {
+        let shadow = if rule.shadow { ", shadow_mode" } else { "" };
         let _ = writeln!(
             o,
-            "Envoy rate-limit service (rls.config): {} rule(s)",
-            r.rls.len()
+            "  {}: {}, keyed on {}{shadow}: {}",
+            rule.rule, rule.budget, rule.key, rule.judged
         );
-        for rule in &r.rls {
-            let shadow = if rule.shadow { ", shadow_mode" } else { "" };
-            let _ = writeln!(
-                o,
-                "  {}: {}, keyed on {}{shadow}: {}",
-                rule.rule, rule.budget, rule.key, rule.judged
-            );
-        }
     }
+}
+
+/// The one-line verdict with its counts, and what WORST RUN means.
+fn verdict_lines(o: &mut String, r: &CheckReport) {
     let verdict = if !r.is_safe() {
         "UNSAFE"
     } else if r.is_at_risk() {
@@ -253,7 +306,6 @@ pub(crate) fn check_table(r: &CheckReport) -> String {
         r.at_risk,
         r.warnings
     );
-    o
 }
 
 /// A table row: the limiter's own cells, then one load's.
