@@ -147,151 +147,219 @@ struct Agent {
     uploading: bool,
 }
 
+/// The fleet's cadences, read once from the configuration.
+#[derive(Clone, Copy)]
+struct Cadence {
+    hb: Nanos,
+    poll: Nanos,
+    timeout: Nanos,
+}
+
+/// A fleet run in progress: the site's agents, the queue of their next requests, the tallies.
+struct FleetRun {
+    cadence: Cadence,
+    nat: std::net::IpAddr,
+    rng: Rng,
+    sim: Sim,
+    q: Queue<Ev>,
+    agents: Vec<Agent>,
+    admitted_heartbeats: Vec<Vec<Nanos>>,
+    heartbeat_series: Series,
+    wave: u32,
+    heartbeats: u64,
+    heartbeats_refused: u64,
+    posted: u64,
+    posts_refused: u64,
+    longest_gap: Nanos,
+}
+
+/// An agent's id, made when it sends, like any request header: the simulator keeps none.
+fn agent_id(i: usize) -> String {
+    format!("agent-{:04}", i + 1)
+}
+
+impl FleetRun {
+    /// The site's agents idle, each loop's first request at a random phase, and the task waves
+    /// are scheduled.
+    fn new(cfg: &Config, seed: u64, cadence: Cadence, n: usize) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut q = Queue::default();
+        for i in 0..n {
+            q.push(rng.within(secs(cadence.hb)), Ev::Heartbeat(i));
+            q.push(rng.within(secs(cadence.poll)), Ev::Poll(i));
+        }
+        for (k, w) in TASK_WAVES_SECONDS.iter().enumerate() {
+            q.push(w * NS, Ev::Wave(k as u32 + 1));
+        }
+        Self {
+            cadence,
+            nat: ip(SITE_NAT),
+            rng,
+            sim: Sim::new(cfg),
+            q,
+            agents: vec![Agent::default(); n],
+            admitted_heartbeats: vec![Vec::new(); n],
+            heartbeat_series: Series {
+                bin_seconds: super::BIN_SECONDS,
+                ..Series::default()
+            },
+            wave: 0,
+            heartbeats: 0,
+            heartbeats_refused: 0,
+            posted: 0,
+            posts_refused: 0,
+            longest_gap: 0,
+        }
+    }
+
+    /// Agent `i`'s request on `route` at `t`, as the limiter answers it.
+    async fn send(&mut self, t: Nanos, i: usize, route: (&'static str, &'static str)) -> Answer {
+        let agent_id = agent_id(i);
+        let req = Req {
+            peer: self.nat,
+            route,
+            agent_id: Some(&agent_id),
+            bearer: None,
+        };
+        self.sim.send(t, &req).await
+    }
+
+    /// Every event due before `end`, in order.
+    async fn run_until(&mut self, end: Nanos) {
+        while let Some((t, ev)) = self.q.pop_until(end) {
+            match ev {
+                Ev::Wave(k) => self.wave = k,
+                Ev::Heartbeat(i) => self.heartbeat(t, i).await,
+                Ev::Poll(i) => self.poll(t, i).await,
+                Ev::Upload(i) => self.upload(t, i).await,
+            }
+        }
+    }
+
+    /// Agent `i`'s heartbeat: its gap since the last admitted one, or a retry after a refusal.
+    async fn heartbeat(&mut self, t: Nanos, i: usize) {
+        self.heartbeats += 1;
+        let answer = self.send(t, i, traffic::HEARTBEAT).await;
+        self.heartbeat_series.record(t, answer == Answer::Admitted);
+        match answer {
+            Answer::Admitted => {
+                self.admitted_heartbeats[i].push(t);
+                let a = &mut self.agents[i];
+                let gap = t - a.last_heartbeat;
+                self.longest_gap = self.longest_gap.max(gap);
+                if gap >= self.cadence.timeout {
+                    a.offline = true;
+                    a.episodes += 1;
+                }
+                a.last_heartbeat = t;
+                self.q.push(t + self.cadence.hb, Ev::Heartbeat(i));
+            }
+            Answer::Refused { retry_after_secs } => {
+                self.heartbeats_refused += 1;
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Heartbeat(i));
+            }
+        }
+    }
+
+    /// Agent `i`'s task poll: an admitted one picks up the latest wave's task, if new to it.
+    async fn poll(&mut self, t: Nanos, i: usize) {
+        match self.send(t, i, traffic::POLL).await {
+            Answer::Admitted => {
+                let a = &mut self.agents[i];
+                if a.wave_taken < self.wave {
+                    a.wave_taken = self.wave;
+                    a.pending += self.rng.range(RESULTS_PER_TASK.0, RESULTS_PER_TASK.1);
+                    if !a.uploading {
+                        a.uploading = true;
+                        self.q
+                            .push(t + 5 * NS + self.rng.within(55.0), Ev::Upload(i));
+                    }
+                }
+                self.q.push(t + self.cadence.poll, Ev::Poll(i));
+            }
+            Answer::Refused { retry_after_secs } => {
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Poll(i));
+            }
+        }
+    }
+
+    /// Agent `i`'s next result post: the uploader carries on until nothing is pending.
+    async fn upload(&mut self, t: Nanos, i: usize) {
+        match self.send(t, i, traffic::RESULT).await {
+            Answer::Admitted => {
+                self.posted += 1;
+                let a = &mut self.agents[i];
+                a.pending -= 1;
+                if a.pending > 0 {
+                    self.q.push(t + UPLOAD_GAP, Ev::Upload(i));
+                } else {
+                    a.uploading = false;
+                }
+            }
+            Answer::Refused { retry_after_secs } => {
+                self.posts_refused += 1;
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Upload(i));
+            }
+        }
+    }
+
+    /// The report at `end`: each agent's gap since its last admitted heartbeat counts too.
+    fn report(mut self, end: Nanos) -> FleetReport {
+        let timeout = self.cadence.timeout;
+        for a in &mut self.agents {
+            let gap = end - a.last_heartbeat;
+            self.longest_gap = self.longest_gap.max(gap);
+            if gap >= timeout {
+                a.offline = true;
+                a.episodes += 1;
+            }
+        }
+        self.sim.series.pad_to(DURATION_SECONDS);
+        self.heartbeat_series.pad_to(DURATION_SECONDS);
+        let heartbeat_ages = HeartbeatAges::from_heartbeats(
+            &self.admitted_heartbeats,
+            end,
+            super::BIN_SECONDS,
+            timeout,
+        );
+        let agents = &self.agents;
+        FleetReport {
+            scenario: "fleet",
+            agents: agents.len() as u64,
+            duration_seconds: DURATION_SECONDS,
+            requests: self.sim.requests,
+            refused: self.sim.refused,
+            agents_marked_offline: agents.iter().filter(|a| a.offline).count() as u64,
+            offline_episodes: agents.iter().map(|a| a.episodes).sum(),
+            longest_heartbeat_gap_seconds: (secs(self.longest_gap) * 10.0).round() / 10.0,
+            heartbeats: self.heartbeats,
+            heartbeats_refused: self.heartbeats_refused,
+            results_posted: self.posted,
+            result_posts_refused: self.posts_refused,
+            results_backlog: agents.iter().map(|a| a.pending).sum(),
+            series: self.sim.series,
+            heartbeat_series: self.heartbeat_series,
+            heartbeat_ages,
+        }
+    }
+}
+
+/// Run the `fleet` scenario.
 pub(crate) async fn run(cfg: &Config, seed: u64) -> FleetReport {
     let f = &cfg.fleet;
     let n = f.max_site_endpoints.get() as usize;
-    let hb = super::ns(f.heartbeat_interval_seconds.get());
-    let poll = super::ns(f.poll_interval_seconds.get());
-    let timeout = super::ns(f.heartbeat_timeout_seconds.get());
-    let end = DURATION_SECONDS * NS;
-    let nat = ip(SITE_NAT);
-    let mut rng = Rng::new(seed);
-    let mut sim = Sim::new(cfg);
-    let mut q = Queue::default();
-    let mut agents: Vec<Agent> = vec![Agent::default(); n];
-    let mut admitted_heartbeats: Vec<Vec<Nanos>> = vec![Vec::new(); n];
-    let mut heartbeat_series = Series {
-        bin_seconds: super::BIN_SECONDS,
-        ..Series::default()
+    let cadence = Cadence {
+        hb: super::ns(f.heartbeat_interval_seconds.get()),
+        poll: super::ns(f.poll_interval_seconds.get()),
+        timeout: super::ns(f.heartbeat_timeout_seconds.get()),
     };
-    // An agent's id is made when it sends, like any request header: the simulator keeps none.
-    let id = |i: usize| format!("agent-{:04}", i + 1);
-    for i in 0..n {
-        q.push(rng.within(secs(hb)), Ev::Heartbeat(i));
-        q.push(rng.within(secs(poll)), Ev::Poll(i));
-    }
-    for (k, w) in TASK_WAVES_SECONDS.iter().enumerate() {
-        q.push(w * NS, Ev::Wave(k as u32 + 1));
-    }
-    let mut wave = 0u32;
-    let (mut heartbeats, mut heartbeats_refused, mut posted, mut posts_refused) = (0, 0, 0, 0);
-    let mut longest_gap: Nanos = 0;
-    while let Some((t, ev)) = q.pop_until(end) {
-        match ev {
-            Ev::Wave(k) => wave = k,
-            Ev::Heartbeat(i) => {
-                let agent_id = id(i);
-                let req = Req {
-                    peer: nat,
-                    route: traffic::HEARTBEAT,
-                    agent_id: Some(&agent_id),
-                    bearer: None,
-                };
-                heartbeats += 1;
-                let answer = sim.send(t, &req).await;
-                heartbeat_series.record(t, answer == Answer::Admitted);
-                match answer {
-                    Answer::Admitted => {
-                        admitted_heartbeats[i].push(t);
-                        let a = &mut agents[i];
-                        let gap = t - a.last_heartbeat;
-                        longest_gap = longest_gap.max(gap);
-                        if gap >= timeout {
-                            a.offline = true;
-                            a.episodes += 1;
-                        }
-                        a.last_heartbeat = t;
-                        q.push(t + hb, Ev::Heartbeat(i));
-                    }
-                    Answer::Refused { retry_after_secs } => {
-                        heartbeats_refused += 1;
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Heartbeat(i));
-                    }
-                }
-            }
-            Ev::Poll(i) => {
-                let agent_id = id(i);
-                let req = Req {
-                    peer: nat,
-                    route: traffic::POLL,
-                    agent_id: Some(&agent_id),
-                    bearer: None,
-                };
-                match sim.send(t, &req).await {
-                    Answer::Admitted => {
-                        let a = &mut agents[i];
-                        if a.wave_taken < wave {
-                            a.wave_taken = wave;
-                            a.pending += rng.range(RESULTS_PER_TASK.0, RESULTS_PER_TASK.1);
-                            if !a.uploading {
-                                a.uploading = true;
-                                q.push(t + 5 * NS + rng.within(55.0), Ev::Upload(i));
-                            }
-                        }
-                        q.push(t + poll, Ev::Poll(i));
-                    }
-                    Answer::Refused { retry_after_secs } => {
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Poll(i));
-                    }
-                }
-            }
-            Ev::Upload(i) => {
-                let agent_id = id(i);
-                let req = Req {
-                    peer: nat,
-                    route: traffic::RESULT,
-                    agent_id: Some(&agent_id),
-                    bearer: None,
-                };
-                match sim.send(t, &req).await {
-                    Answer::Admitted => {
-                        posted += 1;
-                        let a = &mut agents[i];
-                        a.pending -= 1;
-                        if a.pending > 0 {
-                            q.push(t + UPLOAD_GAP, Ev::Upload(i));
-                        } else {
-                            a.uploading = false;
-                        }
-                    }
-                    Answer::Refused { retry_after_secs } => {
-                        posts_refused += 1;
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Upload(i));
-                    }
-                }
-            }
-        }
-    }
-    for a in &mut agents {
-        let gap = end - a.last_heartbeat;
-        longest_gap = longest_gap.max(gap);
-        if gap >= timeout {
-            a.offline = true;
-            a.episodes += 1;
-        }
-    }
-    sim.series.pad_to(DURATION_SECONDS);
-    heartbeat_series.pad_to(DURATION_SECONDS);
-    let heartbeat_ages =
-        HeartbeatAges::from_heartbeats(&admitted_heartbeats, end, super::BIN_SECONDS, timeout);
-    FleetReport {
-        scenario: "fleet",
-        agents: n as u64,
-        duration_seconds: DURATION_SECONDS,
-        requests: sim.requests,
-        refused: sim.refused,
-        agents_marked_offline: agents.iter().filter(|a| a.offline).count() as u64,
-        offline_episodes: agents.iter().map(|a| a.episodes).sum(),
-        longest_heartbeat_gap_seconds: (secs(longest_gap) * 10.0).round() / 10.0,
-        heartbeats,
-        heartbeats_refused,
-        results_posted: posted,
-        result_posts_refused: posts_refused,
-        results_backlog: agents.iter().map(|a| a.pending).sum(),
-        series: sim.series,
-        heartbeat_series,
-        heartbeat_ages,
-    }
+    let end = DURATION_SECONDS * NS;
+    let mut fleet = FleetRun::new(cfg, seed, cadence, n);
+    fleet.run_until(end).await;
+    fleet.report(end)
 }
 
 #[cfg(test)]
