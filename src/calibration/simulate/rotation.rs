@@ -75,148 +75,220 @@ fn ceiling_allows(cfg: &Config, flood_ns: Nanos) -> Option<u64> {
     Some(limit + (u128::from(limit) * u128::from(flood_ns) / u128::from(window)) as u64)
 }
 
-pub(crate) async fn run(cfg: &Config, seed: u64) -> RotationReport {
-    let f = &cfg.fleet;
-    let n = f.max_site_endpoints.get() as usize;
-    let hb = super::ns(f.heartbeat_interval_seconds.get());
-    let poll = super::ns(f.poll_interval_seconds.get());
-    let timeout = super::ns(f.heartbeat_timeout_seconds.get());
-    let end = DURATION_SECONDS * NS;
-    let flood_start = FLOOD_STARTS_SECONDS * NS;
-    let gap = NS / FLOOD_RATE_PER_SECOND;
-    let nat = ip(SITE_NAT);
-    let mut rng = Rng::new(seed);
-    let mut sim = Sim::new(cfg);
-    let mut q = Queue::default();
-    let bin = |_: ()| Series {
+/// The site's cadences, read once from the configuration.
+#[derive(Clone, Copy)]
+struct Cadence {
+    hb: Nanos,
+    poll: Nanos,
+    timeout: Nanos,
+}
+
+/// A series in bins of [`super::BIN_SECONDS`], empty.
+fn binned() -> Series {
+    Series {
         bin_seconds: super::BIN_SECONDS,
         ..Series::default()
-    };
-    let (mut site, mut rotating) = (bin(()), bin(()));
-    let id = |i: usize| format!("agent-{:04}", i + 1);
-    for i in 0..n {
-        q.push(rng.within(secs(hb)), Ev::Heartbeat(i));
-        q.push(rng.within(secs(poll)), Ev::Poll(i));
     }
-    q.push(flood_start, Ev::Rotate);
-    let mut last_heartbeat: Vec<Nanos> = vec![0; n];
-    let mut offline = vec![false; n];
-    let mut longest: Nanos = 0;
-    let (mut heartbeats, mut heartbeats_refused, mut polls_refused) = (0u64, 0u64, 0u64);
-    let (mut rot_requests, mut rot_admitted) = (0u64, 0u64);
-    while let Some((t, ev)) = q.pop_until(end) {
-        match ev {
-            Ev::Heartbeat(i) => {
-                let agent_id = id(i);
-                let req = Req {
-                    peer: nat,
-                    route: traffic::HEARTBEAT,
-                    agent_id: Some(&agent_id),
-                    bearer: None,
-                };
-                heartbeats += 1;
-                let answer = sim.send(t, &req).await;
-                site.record(t, answer == Answer::Admitted);
-                match answer {
-                    Answer::Admitted => {
-                        let g = t - last_heartbeat[i];
-                        longest = longest.max(g);
-                        offline[i] |= g >= timeout;
-                        last_heartbeat[i] = t;
-                        q.push(t + hb, Ev::Heartbeat(i));
-                    }
-                    Answer::Refused { retry_after_secs } => {
-                        heartbeats_refused += 1;
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Heartbeat(i));
-                    }
-                }
-            }
-            Ev::Poll(i) => {
-                let agent_id = id(i);
-                let req = Req {
-                    peer: nat,
-                    route: traffic::POLL,
-                    agent_id: Some(&agent_id),
-                    bearer: None,
-                };
-                match sim.send(t, &req).await {
-                    Answer::Admitted => q.push(t + poll, Ev::Poll(i)),
-                    Answer::Refused { retry_after_secs } => {
-                        polls_refused += 1;
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Poll(i));
-                    }
-                }
-            }
-            Ev::Rotate => {
-                let fresh = format!("rotating-{:016x}", rng.next_u64());
-                let req = Req {
-                    peer: nat,
-                    route: traffic::POLL,
-                    agent_id: Some(&fresh),
-                    bearer: None,
-                };
-                rot_requests += 1;
-                let admitted = sim.send(t, &req).await == Answer::Admitted;
-                rotating.record(t, admitted);
-                rot_admitted += u64::from(admitted);
-                q.push(t + gap, Ev::Rotate);
+}
+
+/// An agent's id, made when it sends.
+fn agent_id(i: usize) -> String {
+    format!("agent-{:04}", i + 1)
+}
+
+/// A rotation run in progress: the site's agents, the rotating client, the tallies.
+struct RotationRun {
+    cadence: Cadence,
+    nat: std::net::IpAddr,
+    rng: Rng,
+    sim: Sim,
+    q: Queue<Ev>,
+    site: Series,
+    rotating: Series,
+    last_heartbeat: Vec<Nanos>,
+    offline: Vec<bool>,
+    longest: Nanos,
+    heartbeats: u64,
+    heartbeats_refused: u64,
+    polls_refused: u64,
+    rot_requests: u64,
+    rot_admitted: u64,
+}
+
+impl RotationRun {
+    /// The site's agents idle, each loop's first request at a random phase, and the rotating
+    /// client starts at `flood_start`.
+    fn new(cfg: &Config, seed: u64, cadence: Cadence, n: usize, flood_start: Nanos) -> Self {
+        let mut rng = Rng::new(seed);
+        let mut q = Queue::default();
+        for i in 0..n {
+            q.push(rng.within(secs(cadence.hb)), Ev::Heartbeat(i));
+            q.push(rng.within(secs(cadence.poll)), Ev::Poll(i));
+        }
+        q.push(flood_start, Ev::Rotate);
+        Self {
+            cadence,
+            nat: ip(SITE_NAT),
+            rng,
+            sim: Sim::new(cfg),
+            q,
+            site: binned(),
+            rotating: binned(),
+            last_heartbeat: vec![0; n],
+            offline: vec![false; n],
+            longest: 0,
+            heartbeats: 0,
+            heartbeats_refused: 0,
+            polls_refused: 0,
+            rot_requests: 0,
+            rot_admitted: 0,
+        }
+    }
+
+    /// A poll or heartbeat from the NAT with `agent_id`, as the limiter answers it.
+    async fn send(
+        &mut self,
+        t: Nanos,
+        route: (&'static str, &'static str),
+        agent_id: &str,
+    ) -> Answer {
+        let req = Req {
+            peer: self.nat,
+            route,
+            agent_id: Some(agent_id),
+            bearer: None,
+        };
+        self.sim.send(t, &req).await
+    }
+
+    /// Every event due before `end`, in order.
+    async fn run_until(&mut self, end: Nanos) {
+        while let Some((t, ev)) = self.q.pop_until(end) {
+            match ev {
+                Ev::Heartbeat(i) => self.heartbeat(t, i).await,
+                Ev::Poll(i) => self.poll(t, i).await,
+                Ev::Rotate => self.rotate(t).await,
             }
         }
     }
-    for (i, last) in last_heartbeat.iter().enumerate() {
-        let g = end - last;
-        longest = longest.max(g);
-        offline[i] |= g >= timeout;
+
+    /// Agent `i`'s heartbeat: its gap since the last admitted one, or a retry after a refusal.
+    async fn heartbeat(&mut self, t: Nanos, i: usize) {
+        self.heartbeats += 1;
+        let answer = self.send(t, traffic::HEARTBEAT, &agent_id(i)).await;
+        self.site.record(t, answer == Answer::Admitted);
+        match answer {
+            Answer::Admitted => {
+                let g = t - self.last_heartbeat[i];
+                self.longest = self.longest.max(g);
+                self.offline[i] |= g >= self.cadence.timeout;
+                self.last_heartbeat[i] = t;
+                self.q.push(t + self.cadence.hb, Ev::Heartbeat(i));
+            }
+            Answer::Refused { retry_after_secs } => {
+                self.heartbeats_refused += 1;
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Heartbeat(i));
+            }
+        }
     }
-    sim.series.pad_to(DURATION_SECONDS);
-    site.pad_to(DURATION_SECONDS);
-    rotating.pad_to(DURATION_SECONDS);
-    // Each client over the time it was sending: the site from the start, the rotating client
-    // from the flood's start.
-    let per_min = |admitted: u64, from: u64| {
-        let minutes = (DURATION_SECONDS - from) as f64 / 60.0;
-        (admitted as f64 / minutes * 10.0).round() / 10.0
+
+    /// Agent `i`'s task poll, retried after a refusal.
+    async fn poll(&mut self, t: Nanos, i: usize) {
+        match self.send(t, traffic::POLL, &agent_id(i)).await {
+            Answer::Admitted => self.q.push(t + self.cadence.poll, Ev::Poll(i)),
+            Answer::Refused { retry_after_secs } => {
+                self.polls_refused += 1;
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Poll(i));
+            }
+        }
+    }
+
+    /// The rotating client's next poll, with a fresh agent id, whatever the last one got.
+    async fn rotate(&mut self, t: Nanos) {
+        let fresh = format!("rotating-{:016x}", self.rng.next_u64());
+        self.rot_requests += 1;
+        let admitted = self.send(t, traffic::POLL, &fresh).await == Answer::Admitted;
+        self.rotating.record(t, admitted);
+        self.rot_admitted += u64::from(admitted);
+        self.q.push(t + NS / FLOOD_RATE_PER_SECOND, Ev::Rotate);
+    }
+
+    /// The report at `end`: each agent's gap since its last admitted heartbeat counts too.
+    fn report(mut self, cfg: &Config, end: Nanos, flood_start: Nanos) -> RotationReport {
+        for (i, last) in self.last_heartbeat.iter().enumerate() {
+            let g = end - last;
+            self.longest = self.longest.max(g);
+            self.offline[i] |= g >= self.cadence.timeout;
+        }
+        self.sim.series.pad_to(DURATION_SECONDS);
+        self.site.pad_to(DURATION_SECONDS);
+        self.rotating.pad_to(DURATION_SECONDS);
+        let heartbeats_admitted = self.heartbeats - self.heartbeats_refused;
+        let heartbeats_admitted_per_minute = per_minute(heartbeats_admitted, 0);
+        let rotating_admitted_per_minute = per_minute(self.rot_admitted, FLOOD_STARTS_SECONDS);
+        let clients = vec![
+            Attacker {
+                name: "site heartbeats",
+                route: format!("{} {}", traffic::HEARTBEAT.0, traffic::HEARTBEAT.1),
+                requests: self.heartbeats,
+                refused: self.heartbeats_refused,
+                admitted_per_minute: heartbeats_admitted_per_minute,
+                series: self.site,
+            },
+            Attacker {
+                name: "rotating client",
+                route: format!("{} {}", traffic::POLL.0, traffic::POLL.1),
+                requests: self.rot_requests,
+                refused: self.rot_requests - self.rot_admitted,
+                admitted_per_minute: rotating_admitted_per_minute,
+                series: self.rotating,
+            },
+        ];
+        RotationReport {
+            scenario: "rotation",
+            agents: self.last_heartbeat.len() as u64,
+            duration_seconds: DURATION_SECONDS,
+            flood_starts_seconds: FLOOD_STARTS_SECONDS,
+            flood_rate_per_second: FLOOD_RATE_PER_SECOND,
+            agents_marked_offline: self.offline.iter().filter(|o| **o).count() as u64,
+            longest_heartbeat_gap_seconds: (secs(self.longest) * 10.0).round() / 10.0,
+            heartbeats: self.heartbeats,
+            heartbeats_refused: self.heartbeats_refused,
+            polls_refused: self.polls_refused,
+            rotating_requests: self.rot_requests,
+            rotating_admitted: self.rot_admitted,
+            heartbeats_admitted_per_minute,
+            rotating_admitted_per_minute,
+            ceiling_allows: ceiling_allows(cfg, end - flood_start),
+            clients,
+            series: self.sim.series,
+        }
+    }
+}
+
+/// Admitted requests a minute, to a tenth, over the time a client was sending: from `from`
+/// seconds to the run's end.
+fn per_minute(admitted: u64, from: u64) -> f64 {
+    let minutes = (DURATION_SECONDS - from) as f64 / 60.0;
+    (admitted as f64 / minutes * 10.0).round() / 10.0
+}
+
+/// Run the `rotation` scenario.
+pub(crate) async fn run(cfg: &Config, seed: u64) -> RotationReport {
+    let f = &cfg.fleet;
+    let n = f.max_site_endpoints.get() as usize;
+    let cadence = Cadence {
+        hb: super::ns(f.heartbeat_interval_seconds.get()),
+        poll: super::ns(f.poll_interval_seconds.get()),
+        timeout: super::ns(f.heartbeat_timeout_seconds.get()),
     };
-    let heartbeats_admitted = heartbeats - heartbeats_refused;
-    let heartbeats_admitted_per_minute = per_min(heartbeats_admitted, 0);
-    let rotating_admitted_per_minute = per_min(rot_admitted, FLOOD_STARTS_SECONDS);
-    let clients = vec![
-        Attacker {
-            name: "site heartbeats",
-            route: format!("{} {}", traffic::HEARTBEAT.0, traffic::HEARTBEAT.1),
-            requests: heartbeats,
-            refused: heartbeats_refused,
-            admitted_per_minute: heartbeats_admitted_per_minute,
-            series: site,
-        },
-        Attacker {
-            name: "rotating client",
-            route: format!("{} {}", traffic::POLL.0, traffic::POLL.1),
-            requests: rot_requests,
-            refused: rot_requests - rot_admitted,
-            admitted_per_minute: rotating_admitted_per_minute,
-            series: rotating,
-        },
-    ];
-    RotationReport {
-        scenario: "rotation",
-        agents: n as u64,
-        duration_seconds: DURATION_SECONDS,
-        flood_starts_seconds: FLOOD_STARTS_SECONDS,
-        flood_rate_per_second: FLOOD_RATE_PER_SECOND,
-        agents_marked_offline: offline.iter().filter(|o| **o).count() as u64,
-        longest_heartbeat_gap_seconds: (secs(longest) * 10.0).round() / 10.0,
-        heartbeats,
-        heartbeats_refused,
-        polls_refused,
-        rotating_requests: rot_requests,
-        rotating_admitted: rot_admitted,
-        heartbeats_admitted_per_minute,
-        rotating_admitted_per_minute,
-        ceiling_allows: ceiling_allows(cfg, end - flood_start),
-        clients,
-        series: sim.series,
-    }
+    let end = DURATION_SECONDS * NS;
+    let flood_start = FLOOD_STARTS_SECONDS * NS;
+    let mut rotation = RotationRun::new(cfg, seed, cadence, n, flood_start);
+    rotation.run_until(end).await;
+    rotation.report(cfg, end, flood_start)
 }
 
 #[cfg(test)]
