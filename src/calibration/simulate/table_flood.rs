@@ -176,43 +176,58 @@ fn ceiling(cfg: &Config) -> (NonZeroU64, Nanos) {
         .unwrap_or((cfg.fleet.max_site_endpoints, 60 * NS))
 }
 
-pub(crate) async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
-    let f = &cfg.fleet;
-    let n = f.max_site_endpoints.get() as usize;
-    let hb = super::ns(f.heartbeat_interval_seconds.get());
-    let poll = super::ns(f.poll_interval_seconds.get());
-    let timeout = super::ns(f.heartbeat_timeout_seconds.get());
-    let end = DURATION_SECONDS * NS;
-    let table = KnownTable::of(cfg);
-    let site = table.site;
-    let stream = (KEEP_FULL_PER_SECOND.saturating_mul(table.grace_seconds))
-        .min(FILL_ADDRESSES.saturating_mul(site));
-    let sustained =
-        (table.others_first_sightings.saturating_sub(stream) / site).min(MAX_SUSTAINED_ADDRESSES);
-    let (limit, window) = ceiling(cfg);
-    let fill_total = FILL_ADDRESSES * FILL_IDS_EACH;
-    const _: () = assert!(FILL_ADDRESSES * FILL_IDS_EACH > 0);
-    let fill_gap = FILL_SECONDS * NS / fill_total;
-    let keep_starts = FILL_STARTS_SECONDS * NS + fill_total * fill_gap;
-    let mut rng = Rng::new(seed);
-    let mut sim = Sim::new(cfg);
-    let mut q = Queue::default();
-    for (s, (_, _, at)) in SITES.iter().enumerate() {
-        q.push(at * NS, Ev::Arrive(s));
+/// The sites' cadences, read once from the configuration.
+#[derive(Clone, Copy)]
+struct Cadence {
+    hb: Nanos,
+    poll: Nanos,
+    timeout: Nanos,
+}
+
+/// How the other addresses mint ids: the fill's pace, when keeping the table full starts, and
+/// the sustained flood's addresses and ceiling.
+#[derive(Clone, Copy)]
+struct FloodPlan {
+    fill_total: u64,
+    fill_gap: Nanos,
+    keep_starts: Nanos,
+    sustained: u64,
+    limit: NonZeroU64,
+    window: Nanos,
+}
+
+impl FloodPlan {
+    /// The plan against `table`: as many sustained addresses as the bound `check` states
+    /// leaves room for beside the stream that keeps the table full.
+    fn of(cfg: &Config, table: &KnownTable) -> Self {
+        let site = table.site;
+        let stream = (KEEP_FULL_PER_SECOND.saturating_mul(table.grace_seconds))
+            .min(FILL_ADDRESSES.saturating_mul(site));
+        let sustained = (table.others_first_sightings.saturating_sub(stream) / site)
+            .min(MAX_SUSTAINED_ADDRESSES);
+        let (limit, window) = ceiling(cfg);
+        let fill_total = FILL_ADDRESSES * FILL_IDS_EACH;
+        const _: () = assert!(FILL_ADDRESSES * FILL_IDS_EACH > 0);
+        let fill_gap = FILL_SECONDS * NS / fill_total;
+        Self {
+            fill_total,
+            fill_gap,
+            keep_starts: FILL_STARTS_SECONDS * NS + fill_total * fill_gap,
+            sustained,
+            limit,
+            window,
+        }
     }
-    q.push(FILL_STARTS_SECONDS * NS, Ev::Fill(0));
-    q.push(keep_starts, Ev::KeepFull(0));
-    for a in 0..sustained {
-        // Staggered over the first second.
-        q.push(
-            SUSTAINED_STARTS_SECONDS * NS + a * NS / sustained,
-            Ev::Sustained(a, 0),
-        );
-    }
-    let agent_id = |s: usize, i: usize| format!("site{s}-agent-{i:04}");
-    let mut last_heartbeat = vec![vec![0; n]; SITES.len()];
-    let mut offline = vec![vec![false; n]; SITES.len()];
-    let mut outcomes: Vec<SiteOutcome> = SITES
+}
+
+/// A site's agent `i`'s id.
+fn agent_id(s: usize, i: usize) -> String {
+    format!("site{s}-agent-{i:04}")
+}
+
+/// Each site's outcome before the run: its agents, its arrival, nothing counted yet.
+fn site_outcomes(n: usize) -> Vec<SiteOutcome> {
+    SITES
         .iter()
         .map(|&(name, address, at)| SiteOutcome {
             name,
@@ -226,127 +241,258 @@ pub(crate) async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
             admitted_per_minute: 0.0,
             table_at_arrival: TableCounts::default(),
         })
-        .collect();
-    // A new site's agents arrive together and keep in step: a minute per bin shows each site's
-    // rate, not its heartbeats' phase.
-    let mut site_series: Vec<Series> = SITES
-        .iter()
-        .map(|_| Series {
-            bin_seconds: MINUTE,
-            ..Series::default()
-        })
-        .collect();
-    let (mut flood_requests, mut flood_admitted) = (0u64, 0u64);
-    let mut full_at = None;
-    let capacity = table.capacity;
-    while let Some((t, ev)) = q.pop_until(end) {
-        let flood = match ev {
-            Ev::Arrive(s) => {
-                outcomes[s].table_at_arrival = sim.known_agents().into();
-                for (i, last) in last_heartbeat[s].iter_mut().enumerate() {
-                    let first = if SITES[s].2 == 0 {
-                        rng.within(secs(hb))
-                    } else {
-                        rng.within(ARRIVAL_SPREAD_SECONDS)
-                    };
-                    *last = t;
-                    q.push(t + first, Ev::Heartbeat(s, i));
-                    q.push(t + first + rng.within(secs(poll)), Ev::Poll(s, i));
+        .collect()
+}
+
+/// A table-flood run in progress: the sites' agents, the flood, the tallies.
+struct TableFloodRun {
+    cadence: Cadence,
+    plan: FloodPlan,
+    table: KnownTable,
+    rng: Rng,
+    sim: Sim,
+    q: Queue<Ev>,
+    last_heartbeat: Vec<Vec<Nanos>>,
+    offline: Vec<Vec<bool>>,
+    outcomes: Vec<SiteOutcome>,
+    site_series: Vec<Series>,
+    flood_requests: u64,
+    flood_admitted: u64,
+    full_at: Option<f64>,
+}
+
+impl TableFloodRun {
+    /// The sites' arrivals, the fill, keeping the table full and the sustained flood, all
+    /// scheduled.
+    fn new(cfg: &Config, seed: u64, cadence: Cadence, table: KnownTable, n: usize) -> Self {
+        let plan = FloodPlan::of(cfg, &table);
+        let mut q = Queue::default();
+        for (s, (_, _, at)) in SITES.iter().enumerate() {
+            q.push(at * NS, Ev::Arrive(s));
+        }
+        q.push(FILL_STARTS_SECONDS * NS, Ev::Fill(0));
+        q.push(plan.keep_starts, Ev::KeepFull(0));
+        for a in 0..plan.sustained {
+            // Staggered over the first second.
+            q.push(
+                SUSTAINED_STARTS_SECONDS * NS + a * NS / plan.sustained,
+                Ev::Sustained(a, 0),
+            );
+        }
+        Self {
+            cadence,
+            plan,
+            table,
+            rng: Rng::new(seed),
+            sim: Sim::new(cfg),
+            q,
+            last_heartbeat: vec![vec![0; n]; SITES.len()],
+            offline: vec![vec![false; n]; SITES.len()],
+            outcomes: site_outcomes(n),
+            // A new site's agents arrive together and keep in step: a minute per bin shows
+            // each site's rate, not its heartbeats' phase.
+            site_series: SITES
+                .iter()
+                .map(|_| Series {
+                    bin_seconds: MINUTE,
+                    ..Series::default()
+                })
+                .collect(),
+            flood_requests: 0,
+            flood_admitted: 0,
+            full_at: None,
+        }
+    }
+
+    /// Every event due before `end`, in order: a flooding event sends its request once the
+    /// next one is scheduled.
+    async fn run_until(&mut self, end: Nanos) {
+        while let Some((t, ev)) = self.q.pop_until(end) {
+            let flood = match ev {
+                Ev::Arrive(s) => {
+                    self.arrive(t, s);
+                    None
                 }
-                None
-            }
-            Ev::Heartbeat(s, i) => {
-                let id = agent_id(s, i);
-                let req = Req {
-                    peer: super::ip(SITES[s].1),
-                    route: traffic::HEARTBEAT,
-                    agent_id: Some(&id),
-                    bearer: None,
-                };
-                outcomes[s].heartbeats += 1;
-                let answer = sim.send(t, &req).await;
-                site_series[s].record(t, answer == Answer::Admitted);
-                match answer {
-                    Answer::Admitted => {
-                        offline[s][i] |= t - last_heartbeat[s][i] >= timeout;
-                        last_heartbeat[s][i] = t;
-                        q.push(t + hb, Ev::Heartbeat(s, i));
-                    }
-                    Answer::Refused { retry_after_secs } => {
-                        outcomes[s].heartbeats_refused += 1;
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Heartbeat(s, i));
-                    }
+                Ev::Heartbeat(s, i) => {
+                    self.heartbeat(t, s, i).await;
+                    None
                 }
-                None
-            }
-            Ev::Poll(s, i) => {
-                let id = agent_id(s, i);
-                let req = Req {
-                    peer: super::ip(SITES[s].1),
-                    route: traffic::POLL,
-                    agent_id: Some(&id),
-                    bearer: None,
-                };
-                match sim.send(t, &req).await {
-                    Answer::Admitted => q.push(t + poll, Ev::Poll(s, i)),
-                    Answer::Refused { retry_after_secs } => {
-                        outcomes[s].polls_refused += 1;
-                        q.push(t + rng.backoff(retry_after_secs), Ev::Poll(s, i));
-                    }
+                Ev::Poll(s, i) => {
+                    self.poll(t, s, i).await;
+                    None
                 }
-                None
-            }
-            Ev::Fill(k) => {
-                if k + 1 < fill_total {
-                    q.push(t + fill_gap, Ev::Fill(k + 1));
-                }
-                let a = k % FILL_ADDRESSES;
-                Some((v6(false, a, k), format!("fill-{k}")))
-            }
-            Ev::KeepFull(k) => {
-                q.push(t + NS / KEEP_FULL_PER_SECOND, Ev::KeepFull(k + 1));
-                let a = k % FILL_ADDRESSES;
-                Some((v6(false, a, k), format!("keep-{k}")))
-            }
-            Ev::Sustained(a, k) => {
-                // The ceiling's burst at once, then its refill.
-                let gap = if k + 1 < limit.get() {
-                    NS / 1000
-                } else {
-                    window / limit.get()
-                };
-                q.push(t + gap, Ev::Sustained(a, k + 1));
-                Some((v6(true, a, k), format!("flood-{a}-{k}")))
-            }
-        };
-        if let Some((peer, id)) = flood {
-            let req = Req {
-                peer,
-                route: traffic::POLL,
-                agent_id: Some(&id),
-                bearer: None,
+                Ev::Fill(k) => Some(self.fill(t, k)),
+                Ev::KeepFull(k) => Some(self.keep_full(t, k)),
+                Ev::Sustained(a, k) => Some(self.sustained(t, a, k)),
             };
-            flood_requests += 1;
-            flood_admitted += u64::from(sim.send(t, &req).await == Answer::Admitted);
-            if full_at.is_none() && {
-                let c = sim.known_agents();
-                c.probation + c.protected >= capacity
-            } {
-                full_at = Some(secs(t));
+            if let Some((peer, id)) = flood {
+                self.send_flood(t, peer, &id).await;
             }
         }
     }
-    for (s, site) in outcomes.iter_mut().enumerate() {
-        for (i, last) in last_heartbeat[s].iter().enumerate() {
-            offline[s][i] |= end - last >= timeout;
+
+    /// Site `s` arrives: the table as it finds it, and each agent's first heartbeat and poll.
+    fn arrive(&mut self, t: Nanos, s: usize) {
+        self.outcomes[s].table_at_arrival = self.sim.known_agents().into();
+        let Cadence { hb, poll, .. } = self.cadence;
+        for (i, last) in self.last_heartbeat[s].iter_mut().enumerate() {
+            let first = if SITES[s].2 == 0 {
+                self.rng.within(secs(hb))
+            } else {
+                self.rng.within(ARRIVAL_SPREAD_SECONDS)
+            };
+            *last = t;
+            self.q.push(t + first, Ev::Heartbeat(s, i));
+            self.q
+                .push(t + first + self.rng.within(secs(poll)), Ev::Poll(s, i));
         }
-        site.agents_marked_offline = offline[s].iter().filter(|o| **o).count() as u64;
-        let minutes = (DURATION_SECONDS - site.arrives_seconds) as f64 / 60.0;
-        let admitted = site.heartbeats - site.heartbeats_refused;
-        site.admitted_per_minute = (admitted as f64 / minutes * 10.0).round() / 10.0;
     }
-    sim.series.pad_to(DURATION_SECONDS);
-    let clients = outcomes
+
+    /// Site `s`'s agent `i` on `route` at `t`, as the limiter answers it.
+    async fn send_agent(
+        &mut self,
+        t: Nanos,
+        s: usize,
+        i: usize,
+        route: (&'static str, &'static str),
+    ) -> Answer {
+        let id = agent_id(s, i);
+        let req = Req {
+            peer: super::ip(SITES[s].1),
+            route,
+            agent_id: Some(&id),
+            bearer: None,
+        };
+        self.sim.send(t, &req).await
+    }
+
+    /// Site `s`'s agent `i`'s heartbeat: offline if it came too late, retried if refused.
+    async fn heartbeat(&mut self, t: Nanos, s: usize, i: usize) {
+        self.outcomes[s].heartbeats += 1;
+        let answer = self.send_agent(t, s, i, traffic::HEARTBEAT).await;
+        self.site_series[s].record(t, answer == Answer::Admitted);
+        match answer {
+            Answer::Admitted => {
+                self.offline[s][i] |= t - self.last_heartbeat[s][i] >= self.cadence.timeout;
+                self.last_heartbeat[s][i] = t;
+                self.q.push(t + self.cadence.hb, Ev::Heartbeat(s, i));
+            }
+            Answer::Refused { retry_after_secs } => {
+                self.outcomes[s].heartbeats_refused += 1;
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Heartbeat(s, i));
+            }
+        }
+    }
+
+    /// Site `s`'s agent `i`'s task poll, retried if refused.
+    async fn poll(&mut self, t: Nanos, s: usize, i: usize) {
+        match self.send_agent(t, s, i, traffic::POLL).await {
+            Answer::Admitted => self.q.push(t + self.cadence.poll, Ev::Poll(s, i)),
+            Answer::Refused { retry_after_secs } => {
+                self.outcomes[s].polls_refused += 1;
+                let retry = t + self.rng.backoff(retry_after_secs);
+                self.q.push(retry, Ev::Poll(s, i));
+            }
+        }
+    }
+
+    /// The fill's `k`th id, and the next one scheduled until the fill is done.
+    fn fill(&mut self, t: Nanos, k: u64) -> (IpAddr, String) {
+        if k + 1 < self.plan.fill_total {
+            self.q.push(t + self.plan.fill_gap, Ev::Fill(k + 1));
+        }
+        let a = k % FILL_ADDRESSES;
+        (v6(false, a, k), format!("fill-{k}"))
+    }
+
+    /// The `k`th id that keeps the table full, and the next one scheduled.
+    fn keep_full(&mut self, t: Nanos, k: u64) -> (IpAddr, String) {
+        self.q
+            .push(t + NS / KEEP_FULL_PER_SECOND, Ev::KeepFull(k + 1));
+        let a = k % FILL_ADDRESSES;
+        (v6(false, a, k), format!("keep-{k}"))
+    }
+
+    /// Sustained address `a`'s `k`th id: the ceiling's burst at once, then its refill.
+    fn sustained(&mut self, t: Nanos, a: u64, k: u64) -> (IpAddr, String) {
+        let limit = self.plan.limit.get();
+        let gap = if k + 1 < limit {
+            NS / 1000
+        } else {
+            self.plan.window / limit
+        };
+        self.q.push(t + gap, Ev::Sustained(a, k + 1));
+        (v6(true, a, k), format!("flood-{a}-{k}"))
+    }
+
+    /// One flooding request, counted, and when the table first holds as many ids as it can.
+    async fn send_flood(&mut self, t: Nanos, peer: IpAddr, id: &str) {
+        let req = Req {
+            peer,
+            route: traffic::POLL,
+            agent_id: Some(id),
+            bearer: None,
+        };
+        self.flood_requests += 1;
+        self.flood_admitted += u64::from(self.sim.send(t, &req).await == Answer::Admitted);
+        if self.full_at.is_none() && {
+            let c = self.sim.known_agents();
+            c.probation + c.protected >= self.table.capacity
+        } {
+            self.full_at = Some(secs(t));
+        }
+    }
+
+    /// Each site's agents marked offline (a last heartbeat too long before `end` counts) and
+    /// its heartbeats admitted a minute since its arrival.
+    fn finish_sites(&mut self, end: Nanos) {
+        for (s, site) in self.outcomes.iter_mut().enumerate() {
+            for (i, last) in self.last_heartbeat[s].iter().enumerate() {
+                self.offline[s][i] |= end - last >= self.cadence.timeout;
+            }
+            site.agents_marked_offline = self.offline[s].iter().filter(|o| **o).count() as u64;
+            let minutes = (DURATION_SECONDS - site.arrives_seconds) as f64 / 60.0;
+            let admitted = site.heartbeats - site.heartbeats_refused;
+            site.admitted_per_minute = (admitted as f64 / minutes * 10.0).round() / 10.0;
+        }
+    }
+
+    /// The report at `end`.
+    fn report(mut self, cfg: &Config, end: Nanos, n: usize) -> TableFloodReport {
+        self.finish_sites(end);
+        self.sim.series.pad_to(DURATION_SECONDS);
+        let clients = site_clients(&self.outcomes, self.site_series);
+        TableFloodReport {
+            scenario: "table-flood",
+            duration_seconds: DURATION_SECONDS,
+            ceiling_remembers: cfg
+                .limiters
+                .iter()
+                .any(|l| l.new_agents.is_some() && l.mode != crate::policy::Mode::Off),
+            table: self.table,
+            fill_addresses: FILL_ADDRESSES,
+            fill_ids_each: FILL_IDS_EACH,
+            fill_starts_seconds: FILL_STARTS_SECONDS,
+            fill_seconds: FILL_SECONDS,
+            keep_full_per_second: KEEP_FULL_PER_SECOND,
+            sustained_addresses: self.plan.sustained,
+            sustained_starts_seconds: SUSTAINED_STARTS_SECONDS,
+            site_heartbeats_per_minute: n as f64 * 60.0 / secs(self.cadence.hb),
+            table_full_at_seconds: self.full_at.map(|s: f64| (s * 10.0).round() / 10.0),
+            flood_requests: self.flood_requests,
+            flood_admitted: self.flood_admitted,
+            known: self.sim.known_agents().into(),
+            sites: self.outcomes,
+            clients,
+            series: self.sim.series,
+        }
+    }
+}
+
+/// Each site's heartbeats as a client of the plot, its series padded to the run's length.
+fn site_clients(outcomes: &[SiteOutcome], site_series: Vec<Series>) -> Vec<Attacker> {
+    outcomes
         .iter()
         .zip(site_series)
         .map(|(o, mut series)| {
@@ -360,31 +506,22 @@ pub(crate) async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
                 series,
             }
         })
-        .collect();
-    TableFloodReport {
-        scenario: "table-flood",
-        duration_seconds: DURATION_SECONDS,
-        ceiling_remembers: cfg
-            .limiters
-            .iter()
-            .any(|l| l.new_agents.is_some() && l.mode != crate::policy::Mode::Off),
-        table,
-        fill_addresses: FILL_ADDRESSES,
-        fill_ids_each: FILL_IDS_EACH,
-        fill_starts_seconds: FILL_STARTS_SECONDS,
-        fill_seconds: FILL_SECONDS,
-        keep_full_per_second: KEEP_FULL_PER_SECOND,
-        sustained_addresses: sustained,
-        sustained_starts_seconds: SUSTAINED_STARTS_SECONDS,
-        site_heartbeats_per_minute: n as f64 * 60.0 / secs(hb),
-        table_full_at_seconds: full_at.map(|s: f64| (s * 10.0).round() / 10.0),
-        flood_requests,
-        flood_admitted,
-        known: sim.known_agents().into(),
-        sites: outcomes,
-        clients,
-        series: sim.series,
-    }
+        .collect()
+}
+
+/// Run the `table-flood` scenario.
+pub(crate) async fn run(cfg: &Config, seed: u64) -> TableFloodReport {
+    let f = &cfg.fleet;
+    let n = f.max_site_endpoints.get() as usize;
+    let cadence = Cadence {
+        hb: super::ns(f.heartbeat_interval_seconds.get()),
+        poll: super::ns(f.poll_interval_seconds.get()),
+        timeout: super::ns(f.heartbeat_timeout_seconds.get()),
+    };
+    let end = DURATION_SECONDS * NS;
+    let mut flood = TableFloodRun::new(cfg, seed, cadence, KnownTable::of(cfg), n);
+    flood.run_until(end).await;
+    flood.report(cfg, end, n)
 }
 
 #[cfg(test)]
