@@ -102,54 +102,76 @@ pub(crate) fn replay_svg(reports: &[&ReplayReport]) -> String {
     let mut y = 64.0;
     let n = reports.len();
     for (i, r) in reports.iter().enumerate() {
-        let figures = format!(
-            "replayed {} of {} lines, not replayed {} ({} %); refused {}; unmetered {} ({} % of replayed)",
-            r.replayed,
-            r.lines,
-            r.not_replayed,
-            r.not_replayed_percent,
-            r.refused,
-            r.unmetered,
-            r.unmetered_percent
-        );
-        let _ = writeln!(
-            body,
-            r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
-            y,
-            escape(&shorten(
-                &format!("{}{}", source(r), which(n, i)),
-                WIDTH - LEFT - RIGHT,
-                12.0,
-                true
-            ))
-        );
-        y += 16.0;
-        // Counts in the billions still fit, a little smaller.
-        let room = WIDTH - LEFT - RIGHT;
-        let size = if text_width(&figures, 12.0, false) <= room {
-            12.0
-        } else {
-            10.0
-        };
-        let _ = writeln!(
-            body,
-            r#"<text x="{LEFT}" y="{:.1}" font-size="{size}" data-summary="" data-calibration="{i}" data-lines="{}" data-replayed="{}" data-not-replayed="{}" data-refused="{}" data-matched="{}" data-unmetered="{}">{}</text>"#,
-            y,
-            r.lines,
-            r.replayed,
-            r.not_replayed,
-            r.refused,
-            r.matched,
-            r.unmetered,
-            escape(&shorten(&figures, room, size, false))
-        );
-        y += 20.0;
+        y = calibration_summary(&mut body, r, i, n, y);
     }
     y += 4.0;
+    y = no_match_notes(&mut body, reports, y);
+    let span = reports
+        .iter()
+        .map(|r| r.span_seconds)
+        .fold(0.0f64, f64::max)
+        .max(60.0);
+    for name in metered_names(reports) {
+        y = limiter_panels(&mut body, reports, name, span, y);
+    }
+    document(reports, &body, y)
+}
+
+/// One calibration's two summary lines (its source, then its figures); returns the next `y`.
+fn calibration_summary(body: &mut String, r: &ReplayReport, i: usize, n: usize, y: f64) -> f64 {
+    let mut y = y;
+    let figures = format!(
+        "replayed {} of {} lines, not replayed {} ({} %); refused {}; unmetered {} ({} % of replayed)",
+        r.replayed,
+        r.lines,
+        r.not_replayed,
+        r.not_replayed_percent,
+        r.refused,
+        r.unmetered,
+        r.unmetered_percent
+    );
+    let _ = writeln!(
+        body,
+        r#"<text x="{LEFT}" y="{:.1}" font-weight="bold">{}</text>"#,
+        y,
+        escape(&shorten(
+            &format!("{}{}", source(r), which(n, i)),
+            WIDTH - LEFT - RIGHT,
+            12.0,
+            true
+        ))
+    );
+    y += 16.0;
+    // Counts in the billions still fit, a little smaller.
+    let room = WIDTH - LEFT - RIGHT;
+    let size = if text_width(&figures, 12.0, false) <= room {
+        12.0
+    } else {
+        10.0
+    };
+    let _ = writeln!(
+        body,
+        r#"<text x="{LEFT}" y="{:.1}" font-size="{size}" data-summary="" data-calibration="{i}" data-lines="{}" data-replayed="{}" data-not-replayed="{}" data-refused="{}" data-matched="{}" data-unmetered="{}">{}</text>"#,
+        y,
+        r.lines,
+        r.replayed,
+        r.not_replayed,
+        r.refused,
+        r.matched,
+        r.unmetered,
+        escape(&shorten(&figures, room, size, false))
+    );
+    y + 20.0
+}
+
+/// A note for each calibration that matched no limiter; returns the next `y`.
+fn no_match_notes(body: &mut String, reports: &[&ReplayReport], y: f64) -> f64 {
+    let n = reports.len();
+    let mut y = y;
     for (i, r) in reports.iter().enumerate() {
         if let Some(none) = &r.no_limiter_matched {
             y = note(
-                &mut body,
+                body,
                 y,
                 &format!(r#"data-panel="replay-no-match" data-calibration="{i}" data-matched="0""#),
                 &format!("{}{}: no limiter matched", source(r), which(n, i)),
@@ -157,6 +179,11 @@ pub(crate) fn replay_svg(reports: &[&ReplayReport]) -> String {
             );
         }
     }
+    y
+}
+
+/// The limiters any calibration metered a request for, in the order they first appear.
+fn metered_names<'a>(reports: &[&'a ReplayReport]) -> Vec<&'a str> {
     let mut names: Vec<&str> = Vec::new();
     for r in reports {
         for l in &r.limiters {
@@ -165,103 +192,129 @@ pub(crate) fn replay_svg(reports: &[&ReplayReport]) -> String {
             }
         }
     }
-    let span = reports
+    names
+}
+
+/// What one limiter's panels share, so they read side by side: the time drawn and the top of
+/// the y-scale.
+#[derive(Clone, Copy)]
+struct Extent {
+    span: f64,
+    top: f64,
+}
+
+/// One limiter's panels, one per calibration on one y-scale, a note where a calibration
+/// metered nothing for it; returns the next `y`.
+fn limiter_panels(
+    body: &mut String,
+    reports: &[&ReplayReport],
+    name: &str,
+    span: f64,
+    y: f64,
+) -> f64 {
+    let n = reports.len();
+    let mut y = y;
+    let panels: Vec<(usize, Option<&LimiterReport>)> = reports
         .iter()
-        .map(|r| r.span_seconds)
-        .fold(0.0f64, f64::max)
-        .max(60.0);
-    for name in names {
-        let panels: Vec<(usize, Option<&LimiterReport>)> = reports
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let l = r.limiters.iter().find(|l| l.name == name && l.metered > 0);
-                (i, l)
-            })
-            .collect();
-        let merged: Vec<Option<Binned>> = panels
-            .iter()
-            .map(|(_, l)| l.map(|l| counts(&l.series)))
-            .collect();
-        let top = merged
-            .iter()
-            .flatten()
-            .flat_map(|(_, a, r)| a.iter().chain(r))
-            .copied()
-            .max()
-            .unwrap_or(0) as f64;
-        // Whole bins: the last one drawn ends inside the frame.
-        let span = merged
-            .iter()
-            .flatten()
-            .map(|(bin, a, _)| (a.len() as u64 * bin) as f64)
-            .fold(span, f64::max);
-        for ((i, l), m) in panels.iter().zip(&merged) {
-            let (Some(l), Some((bin, admitted, refused))) = (l, m) else {
-                y = note(
-                    &mut body,
-                    y,
-                    &format!(
-                        r#"data-panel="replay-{}" data-calibration="{i}" data-metered="0""#,
-                        escape(name)
-                    ),
-                    &format!("{name}{}", which(n, *i)),
-                    &format!(
-                        "No request matched {name} in {}: 0 metered.",
-                        source(reports[*i])
-                    ),
-                );
-                continue;
-            };
-            let (mut fr, next) = full_frame(y, SHORT, span, Scale::fit(top));
-            fr.time_label = "the logs' own time since their first line";
-            y = next;
-            let u = &l.unfinished_refusal_runs;
-            let _ = writeln!(
+        .enumerate()
+        .map(|(i, r)| {
+            let l = r.limiters.iter().find(|l| l.name == name && l.metered > 0);
+            (i, l)
+        })
+        .collect();
+    let merged: Vec<Option<Binned>> = panels
+        .iter()
+        .map(|(_, l)| l.map(|l| counts(&l.series)))
+        .collect();
+    let top = merged
+        .iter()
+        .flatten()
+        .flat_map(|(_, a, r)| a.iter().chain(r))
+        .copied()
+        .max()
+        .unwrap_or(0) as f64;
+    // Whole bins: the last one drawn ends inside the frame.
+    let span = merged
+        .iter()
+        .flatten()
+        .map(|(bin, a, _)| (a.len() as u64 * bin) as f64)
+        .fold(span, f64::max);
+    let extent = Extent { span, top };
+    for ((i, l), m) in panels.iter().zip(&merged) {
+        y = match (l, m) {
+            (Some(l), Some(binned)) => limiter_chart(body, y, extent, *i, n, l, binned),
+            _ => note(
                 body,
-                r#"<g data-panel="replay-{}" data-calibration="{i}" data-metered="{}" data-refused="{}" data-shadow-refused="{}" data-longest-lockout-seconds="{}" data-unfinished-runs="{}">"#,
-                escape(&l.name),
-                l.metered,
-                l.refused,
-                l.shadow_refused,
-                l.longest_refusal_run_seconds,
-                u.total()
-            );
-            // The title stops short of the legend on its line.
-            let title = format!(
-                "{}: requests per {}{}",
-                l.name,
-                fmt_secs(*bin as f64),
-                which(n, *i)
-            );
-            fr.draw(
-                &mut body,
-                &shorten(&title, fr.w - 200.0, 14.0, true),
-                &shorten(&headline(l), fr.w, 12.0, false),
-                "requests",
-                &[("admitted", GREEN, false), ("refused", RED, false)],
-            );
-            fr.series(
-                &mut body,
-                "admitted",
-                None,
-                *bin,
-                &floats(admitted),
-                GREEN,
-                false,
-            );
-            fr.series(
-                &mut body,
-                "refused",
-                None,
-                *bin,
-                &floats(refused),
-                RED,
-                false,
-            );
-            let _ = writeln!(body, "</g>");
-        }
+                y,
+                &format!(
+                    r#"data-panel="replay-{}" data-calibration="{i}" data-metered="0""#,
+                    escape(name)
+                ),
+                &format!("{name}{}", which(n, *i)),
+                &format!(
+                    "No request matched {name} in {}: 0 metered.",
+                    source(reports[*i])
+                ),
+            ),
+        };
     }
+    y
+}
+
+/// One calibration's chart of a limiter: its numbers as attributes, its title and headline,
+/// admitted and refused per bin; returns the next `y`.
+fn limiter_chart(
+    body: &mut String,
+    y: f64,
+    extent: Extent,
+    i: usize,
+    n: usize,
+    l: &LimiterReport,
+    (bin, admitted, refused): &Binned,
+) -> f64 {
+    let (mut fr, next) = full_frame(y, SHORT, extent.span, Scale::fit(extent.top));
+    fr.time_label = "the logs' own time since their first line";
+    let u = &l.unfinished_refusal_runs;
+    let _ = writeln!(
+        body,
+        r#"<g data-panel="replay-{}" data-calibration="{i}" data-metered="{}" data-refused="{}" data-shadow-refused="{}" data-longest-lockout-seconds="{}" data-unfinished-runs="{}">"#,
+        escape(&l.name),
+        l.metered,
+        l.refused,
+        l.shadow_refused,
+        l.longest_refusal_run_seconds,
+        u.total()
+    );
+    // The title stops short of the legend on its line.
+    let title = format!(
+        "{}: requests per {}{}",
+        l.name,
+        fmt_secs(*bin as f64),
+        which(n, i)
+    );
+    fr.draw(
+        body,
+        &shorten(&title, fr.w - 200.0, 14.0, true),
+        &shorten(&headline(l), fr.w, 12.0, false),
+        "requests",
+        &[("admitted", GREEN, false), ("refused", RED, false)],
+    );
+    fr.series(
+        body,
+        "admitted",
+        None,
+        *bin,
+        &floats(admitted),
+        GREEN,
+        false,
+    );
+    fr.series(body, "refused", None, *bin, &floats(refused), RED, false);
+    let _ = writeln!(body, "</g>");
+    next
+}
+
+/// The whole document: the page, its title and subtitle, then `body`; `y` is where it ends.
+fn document(reports: &[&ReplayReport], body: &str, y: f64) -> String {
     let height = y.ceil();
     let mut o = String::new();
     let _ = writeln!(
@@ -283,7 +336,7 @@ pub(crate) fn replay_svg(reports: &[&ReplayReport]) -> String {
         o,
         r##"<text x="{LEFT}" y="44" fill="{GREY}">The logs' own time since their first line. Panels of one limiter share their y-scale.</text>"##
     );
-    o.push_str(&body);
+    o.push_str(body);
     o.push_str("</svg>\n");
     o
 }
