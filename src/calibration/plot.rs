@@ -78,25 +78,46 @@ pub fn svg(r: &SimulationReport) -> String {
     o
 }
 
+/// The fleet scenario's three panels: heartbeat age, agents offline, requests.
 fn fleet(o: &mut String, f: &FleetReport, y: f64) -> f64 {
     let a = &f.heartbeat_ages;
-    let duration = f.duration_seconds as f64;
-    let timeout = a.timeout_seconds as f64;
     let k = merge_factor(a.bin_seconds.get(), a.worst.len());
     let bin = a.bin_seconds.get() * k as u64;
     let worst = max_f(&a.worst, k);
-    let median = max_f(&a.median, k);
-    let offline = max_u(&a.offline, k);
     let total = (worst.len() as u64 * bin) as f64;
-    let n = f.agents;
-    let most_offline = a.offline.iter().copied().max().unwrap_or(0);
+    let bins = FleetBins { k, bin, total };
+    let y = heartbeat_age_panel(o, f, &bins, &worst, y);
+    let y = offline_panel(o, f, &bins, y);
+    fleet_requests_panel(o, f, total, y)
+}
 
-    // Heartbeat age, log scale from 10 s to the run's length (or past the timeout).
+/// The fleet's heartbeat series merged to fit the page: the factor, the merged bin's seconds
+/// and the time drawn.
+struct FleetBins {
+    k: usize,
+    bin: u64,
+    total: f64,
+}
+
+/// Heartbeat age of the worst and the median agent, log scale from 10 s to the run's length
+/// (or past the timeout), the offline band shaded; returns the next `y`.
+fn heartbeat_age_panel(
+    o: &mut String,
+    f: &FleetReport,
+    b: &FleetBins,
+    worst: &[f64],
+    y: f64,
+) -> f64 {
+    let a = &f.heartbeat_ages;
+    let duration = f.duration_seconds as f64;
+    let timeout = a.timeout_seconds as f64;
+    let median = max_f(&a.median, b.k);
+    let n = f.agents;
     let hi = [1800.0, 3600.0, 7200.0, 21_600.0, 86_400.0]
         .into_iter()
         .find(|h| *h >= duration.max(timeout * 2.0))
         .unwrap_or(duration.max(timeout * 2.0));
-    let (fr, y) = full_frame(y, TALL, total, Scale::LogSeconds { lo: 10.0, hi });
+    let (fr, y) = full_frame(y, TALL, b.total, Scale::LogSeconds { lo: 10.0, hi });
     let _ = writeln!(o, r#"<g data-panel="fleet-heartbeat-age">"#);
     let shade_top = fr.top;
     let shade_h = fr.py(timeout) - fr.top;
@@ -139,16 +160,23 @@ fn fleet(o: &mut String, f: &FleetReport, y: f64) -> f64 {
         o,
         "heartbeat-age-median",
         None,
-        bin,
+        b.bin,
         &median,
         LIGHT_BLUE,
         false,
     );
-    fr.series(o, "heartbeat-age-worst", None, bin, &worst, BLUE, false);
+    fr.series(o, "heartbeat-age-worst", None, b.bin, worst, BLUE, false);
     let _ = writeln!(o, "</g>");
+    y
+}
 
-    // Agents offline, 0 to the whole site.
-    let (fr, y) = full_frame(y, SHORT, total, Scale::fixed(n as f64));
+/// Agents offline, 0 to the whole site, said in words when none ever was; returns the next `y`.
+fn offline_panel(o: &mut String, f: &FleetReport, b: &FleetBins, y: f64) -> f64 {
+    let a = &f.heartbeat_ages;
+    let offline = max_u(&a.offline, b.k);
+    let n = f.agents;
+    let most_offline = a.offline.iter().copied().max().unwrap_or(0);
+    let (fr, y) = full_frame(y, SHORT, b.total, Scale::fixed(n as f64));
     let _ = writeln!(o, r#"<g data-panel="fleet-offline">"#);
     fr.draw(
         o,
@@ -173,14 +201,17 @@ fn fleet(o: &mut String, f: &FleetReport, y: f64) -> f64 {
         o,
         "agents-offline",
         None,
-        bin,
+        b.bin,
         &floats(&offline),
         DARK_RED,
         false,
     );
     let _ = writeln!(o, "</g>");
+    y
+}
 
-    // Requests.
+/// The agents' requests admitted and refused, and the heartbeats refused; returns the next `y`.
+fn fleet_requests_panel(o: &mut String, f: &FleetReport, total: f64, y: f64) -> f64 {
     let (rbin, admitted, refused) = counts(&f.series);
     let (_, _, hb_refused) = counts(&f.heartbeat_series);
     let top = admitted.iter().chain(&refused).copied().max().unwrap_or(0) as f64;
