@@ -109,149 +109,193 @@ fn lines(n: u64) -> String {
 
 /// The summary of `r`: fills `not_replayed`, its share and `skipped`.
 pub(crate) fn summarise(r: &mut ReplayReport) {
-    let total = r.lines;
-    let seen = r.seen.clone();
-    let window = r.reorder_seconds;
-    let mut out = Vec::new();
-    let need = seen.disorder_max;
-    let raise = |what: &str| -> String {
-        if need > 0 && window_for(need) > window {
-            format!(
-                "--reorder-seconds {} (the {what} were out of order by up to {} s)",
-                window_for(need),
-                (need as u64).div_ceil(NS as u64)
-            )
-        } else {
-            String::new()
-        }
-    };
-    let far = format!(
+    let out: Vec<Skipped> = [
+        late(r),
+        outliers(r),
+        malformed(r),
+        decided_early(r),
+        unreadable(r),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    r.not_replayed = r.late + r.outliers + r.malformed;
+    r.not_replayed_percent = percent(r.not_replayed, r.lines);
+    r.skipped = out;
+}
+
+/// The `--reorder-seconds` that would have replayed `what`, or nothing when the window in
+/// use already covers the log's disorder.
+fn raise_window(r: &ReplayReport, what: &str) -> String {
+    let need = r.seen.disorder_max;
+    if need > 0 && window_for(need) > r.reorder_seconds {
+        format!(
+            "--reorder-seconds {} (the {what} were out of order by up to {} s)",
+            window_for(need),
+            (need as u64).div_ceil(NS as u64)
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// The fix for lines dated further apart than any reorder window covers.
+fn far_fix() -> String {
+    format!(
         "put the logs in time order (files oldest first: access.log.2.gz access.log.1 access.log), or correct or remove lines from a clock set wrong; no reorder window covers more than {} s",
         FAR_SECONDS
-    );
-    if r.late > 0 {
-        let mut fixes = Vec::new();
-        let near = r.late - seen.late_far - seen.late_after_early;
-        if near > 0 {
-            fixes.push(raise("late lines"));
-        }
-        if seen.late_far > 0 {
-            fixes.push(format!(
-                "{} dated more than {FAR_SECONDS} s before the newest line: {far}",
-                lines(seen.late_far)
-            ));
-        }
-        if seen.late_after_early > 0 {
-            fixes.push(format!(
-                "{} came after the full reorder buffer had decided later lines: see `decided early`",
-                lines(seen.late_after_early)
-            ));
-        }
-        fixes.retain(|f| !f.is_empty());
-        out.push(Skipped {
-            reason: "late",
-            lines: r.late,
-            percent: percent(r.late, total),
-            replayed: false,
-            why: format!(
-                "dated more than the reorder window ({window} s) before a line already read"
-            ),
-            fix: fixes.join("; "),
-        });
+    )
+}
+
+/// Late lines: dated more than the window before a line already read.
+fn late(r: &ReplayReport) -> Option<Skipped> {
+    if r.late == 0 {
+        return None;
     }
-    if r.outliers > 0 {
-        let mut fixes = Vec::new();
-        if r.outliers > seen.outliers_far {
-            fixes.push(raise("outliers"));
-        }
-        if seen.outliers_far > 0 {
-            fixes.push(format!(
-                "{} dated more than {FAR_SECONDS} s after the lines that follow: {far}",
-                lines(seen.outliers_far)
-            ));
-        }
-        fixes.retain(|f| !f.is_empty());
-        out.push(Skipped {
-            reason: "outliers",
-            lines: r.outliers,
-            percent: percent(r.outliers, total),
-            replayed: false,
-            why: format!(
-                "dated more than the reorder window ({window} s) after most of the {} lines that follow each",
-                super::LOOK_AHEAD
-            ),
-            fix: fixes.join("; "),
-        });
+    let seen = &r.seen;
+    let mut fixes = Vec::new();
+    let near = r.late - seen.late_far - seen.late_after_early;
+    if near > 0 {
+        fixes.push(raise_window(r, "late lines"));
     }
-    if r.malformed > 0 {
-        let fix = match seen.format_that_reads {
-            Some((name, n, of)) => format!(
-                "--log-format {name} (it reads {n} of the first {of} malformed lines)"
-            ),
-            None if r.malformed * 2 > total => format!(
-                "none of the built-in formats ({}) reads these lines: give their nginx log_format string or a json:KEY=FIELD mapping to --log-format",
-                BUILT_IN.join(", ")
-            ),
-            None => "the lines named above are damaged or of another layout: repair or remove them".to_owned(),
-        };
-        let reasons: Vec<String> = r
-            .malformed_by_reason
-            .iter()
-            .map(|(why, n)| format!("{why} ({n})"))
-            .collect();
-        out.push(Skipped {
-            reason: "malformed",
-            lines: r.malformed,
-            percent: percent(r.malformed, total),
-            replayed: false,
-            why: format!("not readable as the log format: {}", reasons.join(", ")),
-            fix,
-        });
+    if seen.late_far > 0 {
+        fixes.push(format!(
+            "{} dated more than {FAR_SECONDS} s before the newest line: {}",
+            lines(seen.late_far),
+            far_fix()
+        ));
     }
-    if r.decided_early > 0 {
-        let smaller = window_for(need);
-        let fix = if smaller < window {
-            format!(
-                "--reorder-seconds {smaller} holds fewer lines (the log was out of order by at most {} s); lines stamped with one instant are replayed in their order either way",
-                (need.max(0) as u64).div_ceil(NS as u64)
-            )
-        } else {
-            "none: they were replayed, but perhaps out of order; the buffer's size is fixed"
-                .to_owned()
-        };
-        out.push(Skipped {
-            reason: "decided early",
-            lines: r.decided_early,
-            percent: percent(r.decided_early, total),
-            replayed: true,
-            why: format!(
-                "decided before their reorder window closed: the reorder buffer was full ({} MiB)",
-                r.reorder_budget_bytes >> 20
-            ),
-            fix,
-        });
+    if seen.late_after_early > 0 {
+        fixes.push(format!(
+            "{} came after the full reorder buffer had decided later lines: see `decided early`",
+            lines(seen.late_after_early)
+        ));
     }
-    if !r.read_errors.is_empty() {
-        out.push(Skipped {
-            reason: "unreadable",
-            lines: 0,
-            percent: 0.0,
-            replayed: false,
-            why: format!(
-                "{} not read to its end, the lines after the error unknown: {}",
-                if r.read_errors.len() == 1 {
-                    "a file was"
-                } else {
-                    "files were"
-                },
-                r.read_errors.join("; ")
-            ),
-            fix: "replace the truncated or corrupt file, or leave it out".to_owned(),
-        });
+    fixes.retain(|f| !f.is_empty());
+    Some(Skipped {
+        reason: "late",
+        lines: r.late,
+        percent: percent(r.late, r.lines),
+        replayed: false,
+        why: format!(
+            "dated more than the reorder window ({} s) before a line already read",
+            r.reorder_seconds
+        ),
+        fix: fixes.join("; "),
+    })
+}
+
+/// Outliers: dated more than the window after most of the lines that follow each.
+fn outliers(r: &ReplayReport) -> Option<Skipped> {
+    if r.outliers == 0 {
+        return None;
     }
-    r.not_replayed = r.late + r.outliers + r.malformed;
-    r.not_replayed_percent = percent(r.not_replayed, total);
-    r.skipped = out;
+    let seen = &r.seen;
+    let mut fixes = Vec::new();
+    if r.outliers > seen.outliers_far {
+        fixes.push(raise_window(r, "outliers"));
+    }
+    if seen.outliers_far > 0 {
+        fixes.push(format!(
+            "{} dated more than {FAR_SECONDS} s after the lines that follow: {}",
+            lines(seen.outliers_far),
+            far_fix()
+        ));
+    }
+    fixes.retain(|f| !f.is_empty());
+    Some(Skipped {
+        reason: "outliers",
+        lines: r.outliers,
+        percent: percent(r.outliers, r.lines),
+        replayed: false,
+        why: format!(
+            "dated more than the reorder window ({} s) after most of the {} lines that follow each",
+            r.reorder_seconds,
+            super::LOOK_AHEAD
+        ),
+        fix: fixes.join("; "),
+    })
+}
+
+/// Malformed lines, with the built-in format that reads them if one does.
+fn malformed(r: &ReplayReport) -> Option<Skipped> {
+    if r.malformed == 0 {
+        return None;
+    }
+    let fix = match r.seen.format_that_reads {
+        Some((name, n, of)) => format!(
+            "--log-format {name} (it reads {n} of the first {of} malformed lines)"
+        ),
+        None if r.malformed * 2 > r.lines => format!(
+            "none of the built-in formats ({}) reads these lines: give their nginx log_format string or a json:KEY=FIELD mapping to --log-format",
+            BUILT_IN.join(", ")
+        ),
+        None => "the lines named above are damaged or of another layout: repair or remove them".to_owned(),
+    };
+    let reasons: Vec<String> = r
+        .malformed_by_reason
+        .iter()
+        .map(|(why, n)| format!("{why} ({n})"))
+        .collect();
+    Some(Skipped {
+        reason: "malformed",
+        lines: r.malformed,
+        percent: percent(r.malformed, r.lines),
+        replayed: false,
+        why: format!("not readable as the log format: {}", reasons.join(", ")),
+        fix,
+    })
+}
+
+/// Lines decided before their window closed because the reorder buffer was full.
+fn decided_early(r: &ReplayReport) -> Option<Skipped> {
+    if r.decided_early == 0 {
+        return None;
+    }
+    let need = r.seen.disorder_max;
+    let smaller = window_for(need);
+    let fix = if smaller < r.reorder_seconds {
+        format!(
+            "--reorder-seconds {smaller} holds fewer lines (the log was out of order by at most {} s); lines stamped with one instant are replayed in their order either way",
+            (need.max(0) as u64).div_ceil(NS as u64)
+        )
+    } else {
+        "none: they were replayed, but perhaps out of order; the buffer's size is fixed".to_owned()
+    };
+    Some(Skipped {
+        reason: "decided early",
+        lines: r.decided_early,
+        percent: percent(r.decided_early, r.lines),
+        replayed: true,
+        why: format!(
+            "decided before their reorder window closed: the reorder buffer was full ({} MiB)",
+            r.reorder_budget_bytes >> 20
+        ),
+        fix,
+    })
+}
+
+/// Files not read to their end: their lines after the error are unknown.
+fn unreadable(r: &ReplayReport) -> Option<Skipped> {
+    if r.read_errors.is_empty() {
+        return None;
+    }
+    Some(Skipped {
+        reason: "unreadable",
+        lines: 0,
+        percent: 0.0,
+        replayed: false,
+        why: format!(
+            "{} not read to its end, the lines after the error unknown: {}",
+            if r.read_errors.len() == 1 {
+                "a file was"
+            } else {
+                "files were"
+            },
+            r.read_errors.join("; ")
+        ),
+        fix: "replace the truncated or corrupt file, or leave it out".to_owned(),
+    })
 }
 
 /// Whether more of the lines than `--max-skipped` allows were not replayed.
