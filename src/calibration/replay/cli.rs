@@ -1,6 +1,7 @@
 //! `fleet-limiter replay` itself: reading the files, running each calibration, printing the report.
 
 use super::*;
+use std::process::ExitCode;
 
 /// Shows lines per second and how much of the file is left, on a terminal only.
 struct Progress {
@@ -28,8 +29,20 @@ impl Progress {
     }
 }
 
+/// Why a replay could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReplayError {
+    /// The runtime the replay runs on could not be built.
+    #[error(transparent)]
+    Runtime(#[from] std::io::Error),
+}
+
 /// Replay `logs` through `cfg`.
-pub(crate) fn run(cfg: &Config, opts: &Options, logs: &[PathBuf]) -> anyhow::Result<ReplayReport> {
+pub(crate) fn run(
+    cfg: &Config,
+    opts: &Options,
+    logs: &[PathBuf],
+) -> Result<ReplayReport, ReplayError> {
     let rt = tokio::runtime::Builder::new_current_thread().build()?;
     rt.block_on(async {
         let mut rp = Replayer::new(cfg, opts);
@@ -107,13 +120,7 @@ pub fn run_replay(
     logs: &[PathBuf],
     format: crate::calibration::report::Format,
     plot: Option<&Path>,
-) -> std::process::ExitCode {
-    use crate::calibration::report::Format as Out;
-    use std::process::ExitCode;
-    let fail = |msg: String| {
-        crate::log_sink::eprint_line(format!("fleet-limiter: {msg}"));
-        ExitCode::from(2)
-    };
+) -> ExitCode {
     let opts = match LineFormat::parse(log_format.unwrap_or("combined")) {
         Ok(f) => Options {
             format: f,
@@ -126,33 +133,92 @@ pub fn run_replay(
         Ok(c) => c.unwrap_or(false),
         Err(e) => return fail(format!("--plot: {e}")),
     };
-    let drop_plot = || {
-        if let (Some(path), true) = (plot, created) {
+    let plot_file = PlotFile {
+        path: plot,
+        created,
+    };
+    let calibrations = std::iter::once(loader).chain(against);
+    let reports = match run_calibrations(calibrations, &opts, logs, max_skipped_percent, &plot_file)
+    {
+        Ok(reports) => reports,
+        Err(code) => return code,
+    };
+    crate::log_sink::print(&report_text(format, &reports));
+    if let Some(path) = plot {
+        if let Err(code) = write_plot(path, &reports) {
+            return code;
+        }
+    }
+    // Every calibration reads the same lines: what they were is said once.
+    let Some(r) = reports.first() else {
+        return ExitCode::SUCCESS;
+    };
+    say_outliers(r);
+    for line in summary::describe(r) {
+        crate::log_sink::eprint_line(format!("fleet-limiter: {line}"));
+    }
+    say_no_limiter_matched(&reports);
+    exit_status(r)
+}
+
+/// Says `msg` on stderr as the command's error and gives exit status 2.
+fn fail(msg: String) -> ExitCode {
+    crate::log_sink::eprint_line(format!("fleet-limiter: {msg}"));
+    ExitCode::from(2)
+}
+
+/// The `--plot` file, and whether the check before the run created it.
+struct PlotFile<'a> {
+    path: Option<&'a Path>,
+    created: bool,
+}
+
+impl PlotFile<'_> {
+    /// Removes the plot's file when the check before the run created it.
+    fn drop_created(&self) {
+        if let (Some(path), true) = (self.path, self.created) {
             let _ = std::fs::remove_file(path);
         }
-    };
+    }
+}
+
+/// Loads each calibration and replays the logs through it, in order; on a configuration that
+/// cannot be loaded or a replay that cannot run, says why and gives the exit status.
+fn run_calibrations(
+    calibrations: impl Iterator<Item = crate::config::Loader>,
+    opts: &Options,
+    logs: &[PathBuf],
+    max_skipped_percent: f64,
+    plot: &PlotFile<'_>,
+) -> Result<Vec<ReplayReport>, ExitCode> {
     let mut reports = Vec::new();
-    for l in std::iter::once(loader).chain(against) {
+    for l in calibrations {
         let cfg = match l.load() {
             Ok(c) => c,
             Err(e) => {
-                drop_plot();
-                return fail(format!("configuration error: {e}"));
+                plot.drop_created();
+                return Err(fail(format!("configuration error: {e}")));
             }
         };
-        match run(&cfg, &opts, logs) {
+        match run(&cfg, opts, logs) {
             Ok(mut r) => {
                 r.max_skipped_percent = max_skipped_percent;
                 reports.push(r);
             }
             Err(e) => {
-                drop_plot();
+                plot.drop_created();
                 crate::log_sink::eprint_line(format!("fleet-limiter: {e}"));
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         }
     }
-    let text = match (format, reports.as_slice()) {
+    Ok(reports)
+}
+
+/// The report in the format asked for: JSON, one table, or two side by side.
+fn report_text(format: crate::calibration::report::Format, reports: &[ReplayReport]) -> String {
+    use crate::calibration::report::Format as Out;
+    match (format, reports) {
         (Out::Json, [one]) => crate::calibration::report::json(one),
         (Out::Json, many) => crate::calibration::report::json(&many),
         (Out::Table, [a, b]) => report::side_by_side(a, b),
@@ -161,43 +227,47 @@ pub fn run_replay(
             .map(report::table)
             .collect::<Vec<_>>()
             .join("\n"),
-    };
-    crate::log_sink::print(&text);
-    if let Some(path) = plot {
-        let refs: Vec<&ReplayReport> = reports.iter().collect();
-        if let Err(e) = std::fs::write(path, crate::calibration::plot::replay_svg(&refs)) {
-            crate::log_sink::eprint_line(format!(
-                "fleet-limiter: cannot write the plot to {}: {e}",
-                path.display()
-            ));
-            return ExitCode::FAILURE;
-        }
-        crate::log_sink::eprint_line(format!("fleet-limiter: plot written to {}", path.display()));
     }
-    // Every calibration reads the same lines: what they were is said once.
-    let Some(r) = reports.first() else {
-        return ExitCode::SUCCESS;
-    };
-    if r.outliers > 0 {
+}
+
+/// Writes the figure to `path` and says so; exit status 1 when it cannot be written.
+fn write_plot(path: &Path, reports: &[ReplayReport]) -> Result<(), ExitCode> {
+    let refs: Vec<&ReplayReport> = reports.iter().collect();
+    if let Err(e) = std::fs::write(path, crate::calibration::plot::replay_svg(&refs)) {
         crate::log_sink::eprint_line(format!(
-            "fleet-limiter: {} {} set aside as {}, not replayed: dated more than the reorder window past most of the {LOOK_AHEAD} lines after {}",
-            r.outliers,
-            if r.outliers == 1 { "line" } else { "lines" },
-            if r.outliers == 1 { "an outlier" } else { "outliers" },
-            if r.outliers == 1 { "it" } else { "each" },
+            "fleet-limiter: cannot write the plot to {}: {e}",
+            path.display()
         ));
-        for o in &r.first_outliers {
-            crate::log_sink::eprint_line(format!("fleet-limiter: {}", report::outlier(o)));
-        }
-        let more = r.outliers.saturating_sub(r.first_outliers.len() as u64);
-        if more > 0 {
-            crate::log_sink::eprint_line(format!("fleet-limiter: and {more} more"));
-        }
+        return Err(ExitCode::FAILURE);
     }
-    for line in summary::describe(r) {
-        crate::log_sink::eprint_line(format!("fleet-limiter: {line}"));
+    crate::log_sink::eprint_line(format!("fleet-limiter: plot written to {}", path.display()));
+    Ok(())
+}
+
+/// Names the lines set aside as outliers on stderr, the first few each on its line.
+fn say_outliers(r: &ReplayReport) {
+    if r.outliers == 0 {
+        return;
     }
-    for r in &reports {
+    crate::log_sink::eprint_line(format!(
+        "fleet-limiter: {} {} set aside as {}, not replayed: dated more than the reorder window past most of the {LOOK_AHEAD} lines after {}",
+        r.outliers,
+        if r.outliers == 1 { "line" } else { "lines" },
+        if r.outliers == 1 { "an outlier" } else { "outliers" },
+        if r.outliers == 1 { "it" } else { "each" },
+    ));
+    for o in &r.first_outliers {
+        crate::log_sink::eprint_line(format!("fleet-limiter: {}", report::outlier(o)));
+    }
+    let more = r.outliers.saturating_sub(r.first_outliers.len() as u64);
+    if more > 0 {
+        crate::log_sink::eprint_line(format!("fleet-limiter: and {more} more"));
+    }
+}
+
+/// Says on stderr, for each calibration that matched no limiter, which one and why.
+fn say_no_limiter_matched(reports: &[ReplayReport]) {
+    for r in reports {
         if let Some(none) = &r.no_limiter_matched {
             let source = r.config.as_ref().map_or_else(
                 || "the built-in calibration".to_owned(),
@@ -206,6 +276,11 @@ pub fn run_replay(
             crate::log_sink::eprint_line(format!("fleet-limiter: {source}: {none}"));
         }
     }
+}
+
+/// The exit status once the report is out: 1, said why, when too many lines were skipped or a
+/// file was not read to its end; 0 otherwise.
+fn exit_status(r: &ReplayReport) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
     if summary::too_many_skipped(r) {
         crate::log_sink::eprint_line(format!(
