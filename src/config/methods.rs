@@ -45,9 +45,19 @@ const RESERVED_HEADERS: &[&str] = &[
     "x-original-uri",
 ];
 
+/// `[methods]` read into [`MethodRules`], field by field in the order their errors win.
 pub(super) fn build_methods(raw: RawMethods, ctx: &Ctx) -> Result<MethodRules, ConfigError> {
-    let mode = match raw.mode.as_deref().map(str::trim) {
-        None => OverrideMode::default(),
+    let mode = override_mode(raw.mode.as_deref(), ctx)?;
+    let headers = override_headers(raw.override_headers, ctx)?;
+    let params = override_params(raw.override_params, ctx)?;
+    let allowed = allowed_methods(raw.allowed, ctx)?;
+    Ok(MethodRules::new(mode, &headers, &params, &allowed))
+}
+
+/// `methods.override`: what becomes of a request naming another method (default `meter`).
+fn override_mode(mode: Option<&str>, ctx: &Ctx) -> Result<OverrideMode, ConfigError> {
+    match mode.map(str::trim) {
+        None => Ok(OverrideMode::default()),
         Some(m) => OverrideMode::ALL
             .into_iter()
             .find(|k| k.as_str() == m)
@@ -58,12 +68,13 @@ pub(super) fn build_methods(raw: RawMethods, ctx: &Ctx) -> Result<MethodRules, C
                         "`{m}` is not a mode; use \"meter\" (the default: charged as its own method and as every method it names), \"strip\" (removed before the upstream sees it) or \"refuse\" (answered 400)"
                     ),
                 )
-            })?,
-    };
+            }),
+    }
+}
 
-    let headers = raw
-        .override_headers
-        .unwrap_or_else(|| DEFAULT_OVERRIDE_HEADERS.map(String::from).to_vec());
+/// `methods.override_headers`: header names, none of them one that frames or routes a request.
+fn override_headers(raw: Option<Vec<String>>, ctx: &Ctx) -> Result<Vec<String>, ConfigError> {
+    let headers = raw.unwrap_or_else(|| DEFAULT_OVERRIDE_HEADERS.map(String::from).to_vec());
     if headers.len() > MAX_NAMES {
         return Err(ctx.err(
             "methods.override_headers",
@@ -93,10 +104,12 @@ pub(super) fn build_methods(raw: RawMethods, ctx: &Ctx) -> Result<MethodRules, C
             ));
         }
     }
+    Ok(headers)
+}
 
-    let params = raw
-        .override_params
-        .unwrap_or_else(|| DEFAULT_OVERRIDE_PARAMS.map(String::from).to_vec());
+/// `methods.override_params`: query parameter names as written before `=`.
+fn override_params(raw: Option<Vec<String>>, ctx: &Ctx) -> Result<Vec<String>, ConfigError> {
+    let params = raw.unwrap_or_else(|| DEFAULT_OVERRIDE_PARAMS.map(String::from).to_vec());
     if params.len() > MAX_NAMES {
         return Err(ctx.err(
             "methods.override_params",
@@ -125,10 +138,12 @@ pub(super) fn build_methods(raw: RawMethods, ctx: &Ctx) -> Result<MethodRules, C
             ));
         }
     }
+    Ok(params)
+}
 
-    let allowed = raw
-        .allowed
-        .unwrap_or_else(|| DEFAULT_ALLOWED.map(String::from).to_vec());
+/// `methods.allowed`: the methods forwarded, never CONNECT or TRACE.
+fn allowed_methods(raw: Option<Vec<String>>, ctx: &Ctx) -> Result<Vec<String>, ConfigError> {
+    let allowed = raw.unwrap_or_else(|| DEFAULT_ALLOWED.map(String::from).to_vec());
     if allowed.is_empty() {
         return Err(ctx.err(
             "methods.allowed",
@@ -166,7 +181,7 @@ pub(super) fn build_methods(raw: RawMethods, ctx: &Ctx) -> Result<MethodRules, C
             ));
         }
     }
-    Ok(MethodRules::new(mode, &headers, &params, &allowed))
+    Ok(allowed)
 }
 
 #[cfg(test)]
