@@ -74,6 +74,7 @@ pub(super) fn judge_loads(l: &LimiterSpec, model: &Model, table: &KnownTable) ->
     judge_demand(l, model.fleet, table, &model.specs, loads)
 }
 
+/// Judge `l` against each workload's demand on it: every load priced, every finding in order.
 fn judge_demand(
     l: &LimiterSpec,
     fleet: &FleetConfig,
@@ -81,17 +82,7 @@ fn judge_demand(
     specs: &[Spec],
     loads: BTreeMap<Workload, Demand>,
 ) -> Judged {
-    let limit = effective_limit(l);
-    let window = l.quota.window().as_secs_f64();
-    let fixed = l.quota.algorithm == Algorithm::FixedWindow;
-    let emission = window / limit as f64;
-    let refill_per_min = limit as f64 * 60.0 / window;
-    // A refusal of a limiter with a lockout refuses the key for the whole lockout: any wait
-    // there is lasts at least that long.
-    let locked = |wait: f64| match l.quota.lockout() {
-        Some(d) if wait > 0.0 => wait.max(d.as_secs_f64()),
-        _ => wait,
-    };
+    let bucket = Bucket::new(l, fleet);
     let mut status = Status::Unloaded;
     let mut found = Vec::new();
     let mut out = Vec::new();
@@ -106,7 +97,7 @@ fn judge_demand(
             continue;
         };
         status = status.max(Status::Ok);
-        if limit == 0 {
+        if bucket.limit == 0 {
             found.push(Finding::NothingFits {
                 cost: fixed_cost(l),
                 limit: l.quota.limit(),
@@ -123,101 +114,20 @@ fn judge_demand(
             }
             _ => (spec.steady, amount),
         };
-        if steady {
-            let headroom = refill_per_min / amount;
-            // Time for an emptied bucket to give each sharer one request.
-            let worst = if amount > refill_per_min {
-                None
-            } else if fixed {
-                Some(window * (sharers as f64 / limit as f64).ceil())
-            } else {
-                Some(emission * sharers as f64)
-            };
-            let worst = worst.map(locked);
-            // Each client on a bucket of its own would fit: only the missing verifier shares it.
-            let fits_alone = amount / sharers as f64 <= refill_per_min;
-            if amount > refill_per_min && ip_fallback && fits_alone {
-                found.push(Finding::SharedIp {
-                    sharers,
-                    unit: spec.unit,
-                    amount,
-                    refill: refill_per_min,
-                    workload,
-                });
-            } else if amount > refill_per_min {
-                found.push(Finding::RefillTooSlow {
-                    refill: refill_per_min,
-                    amount,
-                    workload,
-                    per_bucket: per_bucket.clone(),
-                });
-            } else if workload == Workload::AgentIdle {
-                let w = worst.unwrap_or(f64::INFINITY);
-                let timeout = fleet.heartbeat_timeout_seconds;
-                let gap = if carries_heartbeat {
-                    w + fleet.heartbeat_interval_seconds.get() as f64
-                } else {
-                    w
-                };
-                if gap >= timeout.get() as f64 {
-                    found.push(Finding::HeartbeatGap {
-                        wait: w,
-                        gap,
-                        carries_heartbeat,
-                        timeout,
-                    });
-                } else if headroom < MIN_IDLE_HEADROOM {
-                    found.push(Finding::ThinHeadroom { headroom });
-                }
-            }
-            out.push(Load {
-                workload,
-                sharers,
-                per_minute: Some(amount),
-                burst: None,
-                carries_heartbeat,
-                ip_fallback,
-                headroom,
-                worst_refused_seconds: worst,
-                describe: super::wording::steady(workload, amount, sharers, spec.unit, ip_fallback),
-            });
+        let share = Share {
+            workload,
+            unit: spec.unit,
+            amount,
+            sharers,
+            carries_heartbeat,
+            ip_fallback,
+            per_bucket,
+        };
+        out.push(if steady {
+            bucket.steady(share, &mut found)
         } else {
-            let burst = amount.round() as u64;
-            let headroom = limit as f64 / amount;
-            let over = burst.saturating_sub(limit as u64);
-            let worst = locked(if over == 0 {
-                0.0
-            } else if fixed {
-                window * (over as f64 / limit as f64).ceil()
-            } else {
-                emission * over as f64
-            });
-            if over > 0 {
-                found.push(Finding::Burst {
-                    site: fleet.max_site_endpoints,
-                    limit,
-                    burst,
-                    worst,
-                });
-            }
-            out.push(Load {
-                workload,
-                sharers,
-                per_minute: None,
-                burst: Some(burst),
-                carries_heartbeat,
-                ip_fallback,
-                headroom,
-                worst_refused_seconds: Some(worst),
-                describe: super::wording::burst(
-                    workload,
-                    burst,
-                    sharers,
-                    &per_bucket,
-                    l.new_agents.is_some(),
-                ),
-            });
-        }
+            bucket.burst(share, &mut found)
+        });
     }
     for f in &found {
         status = status.max(f.status());
@@ -226,5 +136,169 @@ fn judge_demand(
         loads: out,
         status,
         findings: found,
+    }
+}
+
+/// One workload's demand on a limiter, as the judge weighs it.
+struct Share {
+    workload: Workload,
+    unit: &'static str,
+    /// Requests a minute (steady) or at once (burst).
+    amount: f64,
+    sharers: u64,
+    carries_heartbeat: bool,
+    ip_fallback: bool,
+    per_bucket: String,
+}
+
+/// One limiter's bucket arithmetic, the same for every load it is judged against.
+struct Bucket<'a> {
+    l: &'a LimiterSpec,
+    fleet: &'a FleetConfig,
+    limit: u32,
+    window: f64,
+    fixed: bool,
+    emission: f64,
+    refill_per_min: f64,
+}
+
+impl<'a> Bucket<'a> {
+    /// The budget, window and refill of `l` in the judge's units.
+    fn new(l: &'a LimiterSpec, fleet: &'a FleetConfig) -> Self {
+        let limit = effective_limit(l);
+        let window = l.quota.window().as_secs_f64();
+        Bucket {
+            l,
+            fleet,
+            limit,
+            window,
+            fixed: l.quota.algorithm == Algorithm::FixedWindow,
+            emission: window / limit as f64,
+            refill_per_min: limit as f64 * 60.0 / window,
+        }
+    }
+
+    /// A refusal of a limiter with a lockout refuses the key for the whole lockout: any wait
+    /// there is lasts at least that long.
+    fn locked(&self, wait: f64) -> f64 {
+        match self.l.quota.lockout() {
+            Some(d) if wait > 0.0 => wait.max(d.as_secs_f64()),
+            _ => wait,
+        }
+    }
+
+    /// A steady load against the refill: too fast for it, shared only for want of a verifier,
+    /// or (idle agents) a wait that would cost a heartbeat.
+    fn steady(&self, s: Share, found: &mut Vec<Finding>) -> Load {
+        let (amount, sharers, refill_per_min) = (s.amount, s.sharers, self.refill_per_min);
+        let headroom = refill_per_min / amount;
+        // Time for an emptied bucket to give each sharer one request.
+        let worst = if amount > refill_per_min {
+            None
+        } else if self.fixed {
+            Some(self.window * (sharers as f64 / self.limit as f64).ceil())
+        } else {
+            Some(self.emission * sharers as f64)
+        };
+        let worst = worst.map(|w| self.locked(w));
+        // Each client on a bucket of its own would fit: only the missing verifier shares it.
+        let fits_alone = amount / sharers as f64 <= refill_per_min;
+        if amount > refill_per_min && s.ip_fallback && fits_alone {
+            found.push(Finding::SharedIp {
+                sharers,
+                unit: s.unit,
+                amount,
+                refill: refill_per_min,
+                workload: s.workload,
+            });
+        } else if amount > refill_per_min {
+            found.push(Finding::RefillTooSlow {
+                refill: refill_per_min,
+                amount,
+                workload: s.workload,
+                per_bucket: s.per_bucket.clone(),
+            });
+        } else if s.workload == Workload::AgentIdle {
+            self.idle_agent_wait(worst, headroom, s.carries_heartbeat, found);
+        }
+        Load {
+            workload: s.workload,
+            sharers,
+            per_minute: Some(amount),
+            burst: None,
+            carries_heartbeat: s.carries_heartbeat,
+            ip_fallback: s.ip_fallback,
+            headroom,
+            worst_refused_seconds: worst,
+            describe: super::wording::steady(s.workload, amount, sharers, s.unit, s.ip_fallback),
+        }
+    }
+
+    /// Idle agents that fit the refill: the longest wait must leave a heartbeat inside the
+    /// timeout, and the headroom must not be thin.
+    fn idle_agent_wait(
+        &self,
+        worst: Option<f64>,
+        headroom: f64,
+        carries_heartbeat: bool,
+        found: &mut Vec<Finding>,
+    ) {
+        let w = worst.unwrap_or(f64::INFINITY);
+        let timeout = self.fleet.heartbeat_timeout_seconds;
+        let gap = if carries_heartbeat {
+            w + self.fleet.heartbeat_interval_seconds.get() as f64
+        } else {
+            w
+        };
+        if gap >= timeout.get() as f64 {
+            found.push(Finding::HeartbeatGap {
+                wait: w,
+                gap,
+                carries_heartbeat,
+                timeout,
+            });
+        } else if headroom < MIN_IDLE_HEADROOM {
+            found.push(Finding::ThinHeadroom { headroom });
+        }
+    }
+
+    /// A burst against the budget: what does not fit waits for the refill (or the lockout).
+    fn burst(&self, s: Share, found: &mut Vec<Finding>) -> Load {
+        let limit = self.limit;
+        let burst = s.amount.round() as u64;
+        let headroom = limit as f64 / s.amount;
+        let over = burst.saturating_sub(limit as u64);
+        let worst = self.locked(if over == 0 {
+            0.0
+        } else if self.fixed {
+            self.window * (over as f64 / limit as f64).ceil()
+        } else {
+            self.emission * over as f64
+        });
+        if over > 0 {
+            found.push(Finding::Burst {
+                site: self.fleet.max_site_endpoints,
+                limit,
+                burst,
+                worst,
+            });
+        }
+        Load {
+            workload: s.workload,
+            sharers: s.sharers,
+            per_minute: None,
+            burst: Some(burst),
+            carries_heartbeat: s.carries_heartbeat,
+            ip_fallback: s.ip_fallback,
+            headroom,
+            worst_refused_seconds: Some(worst),
+            describe: super::wording::burst(
+                s.workload,
+                burst,
+                s.sharers,
+                &s.per_bucket,
+                self.l.new_agents.is_some(),
+            ),
+        }
     }
 }
