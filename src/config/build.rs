@@ -151,15 +151,48 @@ pub(super) fn duration(
     Ok(d)
 }
 
+/// The merged document read into a [`Config`], section by section in the order their errors win.
 pub(super) fn build(
     raw: RawConfig,
     ctx: &Ctx,
     source: Option<PathBuf>,
 ) -> Result<Config, ConfigError> {
-    let listen_raw = raw
-        .server
-        .listen
-        .unwrap_or_else(|| defaults::LISTEN.to_owned());
+    let server = build_server(raw.server, ctx)?;
+    let client_ip = build_client_ip(raw.client_ip, ctx)?;
+    let store = build_store(raw.store, ctx)?;
+    let fleet = fleet::build_fleet(raw.fleet, ctx)?;
+    let limiters = build_limiter_set(raw.limiters, &fleet, &client_ip, ctx)?;
+    let identity = identity::build(raw.identity, ctx)?;
+    let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
+    let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
+    let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
+    Ok(Config {
+        overrides,
+        source,
+        enabled: raw.enabled.unwrap_or(true),
+        server,
+        client_ip,
+        store,
+        fleet,
+        limiters,
+        identity,
+        ops: ops::build_ops(raw.ops, ctx)?,
+        cors: ops::build_cors(raw.cors, ctx)?,
+        path: path::build_path(raw.path, ctx)?,
+        decision,
+        rls,
+        admission: admission::build_admission(raw.admission, ctx)?,
+        methods: methods::build_methods(raw.methods, ctx)?,
+        websocket: websocket::build_websocket(raw.websocket, ctx)?,
+        headers: headers::build_headers(raw.headers, ctx)?,
+        origins: ctx.origins.clone(),
+    })
+}
+
+/// `[server]`: the listen address, the upstream, the listener's TLS files, the timeouts and the
+/// body's limits.
+fn build_server(raw: RawServer, ctx: &Ctx) -> Result<ServerConfig, ConfigError> {
+    let listen_raw = raw.listen.unwrap_or_else(|| defaults::LISTEN.to_owned());
     let listen = listen_raw.parse::<SocketAddr>().map_err(|_| {
         ctx.err(
             "server.listen",
@@ -168,84 +201,92 @@ pub(super) fn build(
             ),
         )
     })?;
-    let upstream = match raw.server.upstream {
+    let upstream = match raw.upstream {
         Some(u) => Some(validate_upstream(ctx, &u)?),
         None => None,
     };
-    let path_of = |v: Option<String>| v.filter(|p| !p.trim().is_empty()).map(PathBuf::from);
-    let tls_cert_file = path_of(raw.server.tls_cert_file);
-    let tls_key_file = path_of(raw.server.tls_key_file);
-    match (&tls_cert_file, &tls_key_file) {
-        (Some(_), None) => {
-            return Err(ctx.err(
-                "server.tls_cert_file",
-                "is set but server.tls_key_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE), or drop server.tls_cert_file to serve plain HTTP",
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(ctx.err(
-                "server.tls_key_file",
-                "is set but server.tls_cert_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE), or drop server.tls_key_file to serve plain HTTP",
-            ))
-        }
-        _ => {}
-    }
-    let server = ServerConfig {
+    let tls_cert_file = path_setting(raw.tls_cert_file);
+    let tls_key_file = path_setting(raw.tls_key_file);
+    check_tls_pair(&tls_cert_file, &tls_key_file, ctx)?;
+    Ok(ServerConfig {
         listen,
         upstream,
         connect_timeout: duration(
             ctx,
             "server.connect_timeout",
-            raw.server.connect_timeout,
+            raw.connect_timeout,
             defaults::CONNECT_TIMEOUT,
         )?,
         read_timeout: duration(
             ctx,
             "server.read_timeout",
-            raw.server.read_timeout,
+            raw.read_timeout,
             defaults::READ_TIMEOUT,
         )?,
         body_timeout: duration(
             ctx,
             "server.body_timeout",
-            raw.server.body_timeout,
+            raw.body_timeout,
             defaults::BODY_TIMEOUT,
         )?,
         body_min_rate: rate::rate(
             ctx,
             "server.body_min_rate",
-            raw.server.body_min_rate,
+            raw.body_min_rate,
             defaults::BODY_MIN_RATE,
         )?,
-        body_key_max_bytes: {
-            let n = raw
-                .server
-                .body_key_max_bytes
-                .unwrap_or(crate::keys::body::DEFAULT_MAX_BYTES as i64);
-            match usize::try_from(n) {
-                Ok(n) if (crate::keys::body::MIN_MAX_BYTES..=crate::keys::body::MAX_MAX_BYTES).contains(&n) => n,
-                _ => {
-                    return Err(ctx.err(
-                        "server.body_key_max_bytes",
-                        format!(
-                            "{n} is not a body size for body keys; use a whole number of bytes from {} to {} (default {}): a body larger than it keys on the address",
-                            crate::keys::body::MIN_MAX_BYTES,
-                            crate::keys::body::MAX_MAX_BYTES,
-                            crate::keys::body::DEFAULT_MAX_BYTES
-                        ),
-                    ))
-                }
-            }
-        },
-        upstream_ca_file: path_of(raw.server.upstream_ca_file),
-        upstream_insecure_skip_verify: raw.server.upstream_insecure_skip_verify.unwrap_or(false),
+        body_key_max_bytes: body_key_max_bytes(raw.body_key_max_bytes, ctx)?,
+        upstream_ca_file: path_setting(raw.upstream_ca_file),
+        upstream_insecure_skip_verify: raw.upstream_insecure_skip_verify.unwrap_or(false),
         tls_cert_file,
         tls_key_file,
-        reuse_port: raw.server.reuse_port.unwrap_or(false),
-    };
+        reuse_port: raw.reuse_port.unwrap_or(false),
+    })
+}
 
+/// A file setting: `None` when unset or blank.
+fn path_setting(v: Option<String>) -> Option<PathBuf> {
+    v.filter(|p| !p.trim().is_empty()).map(PathBuf::from)
+}
+
+/// TLS on the listener needs both files, the certificate chain and its key, or neither.
+fn check_tls_pair(
+    cert: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+    ctx: &Ctx,
+) -> Result<(), ConfigError> {
+    match (cert, key) {
+        (Some(_), None) => Err(ctx.err(
+            "server.tls_cert_file",
+            "is set but server.tls_key_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_key_file (FLEET_LIMITER_TLS_KEY_FILE), or drop server.tls_cert_file to serve plain HTTP",
+        )),
+        (None, Some(_)) => Err(ctx.err(
+            "server.tls_key_file",
+            "is set but server.tls_cert_file is not: TLS on the listener needs both, the certificate chain and its private key (PEM); set server.tls_cert_file (FLEET_LIMITER_TLS_CERT_FILE), or drop server.tls_key_file to serve plain HTTP",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `server.body_key_max_bytes`: the largest body a body key reads, within its bounds.
+fn body_key_max_bytes(v: Option<i64>, ctx: &Ctx) -> Result<usize, ConfigError> {
+    use crate::keys::body::{DEFAULT_MAX_BYTES, MAX_MAX_BYTES, MIN_MAX_BYTES};
+    let n = v.unwrap_or(DEFAULT_MAX_BYTES as i64);
+    match usize::try_from(n) {
+        Ok(n) if (MIN_MAX_BYTES..=MAX_MAX_BYTES).contains(&n) => Ok(n),
+        _ => Err(ctx.err(
+            "server.body_key_max_bytes",
+            format!(
+                "{n} is not a body size for body keys; use a whole number of bytes from {MIN_MAX_BYTES} to {MAX_MAX_BYTES} (default {DEFAULT_MAX_BYTES}): a body larger than it keys on the address"
+            ),
+        )),
+    }
+}
+
+/// `[client_ip]`: the trusted proxies, the forwarding header and the IPv6 prefix.
+fn build_client_ip(raw: RawClientIp, ctx: &Ctx) -> Result<ClientIpConfig, ConfigError> {
     let mut ranges = Vec::new();
-    for r in raw.client_ip.trust_proxy.unwrap_or_default() {
+    for r in raw.trust_proxy.unwrap_or_default() {
         let net = r
             .parse::<ipnet::IpNet>()
             .or_else(|_| r.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
@@ -257,30 +298,29 @@ pub(super) fn build(
             })?;
         ranges.push(net);
     }
-    let trust_all_addresses = raw.client_ip.trust_all_addresses.unwrap_or(false);
+    let trust_all_addresses = raw.trust_all_addresses.unwrap_or(false);
     trust::check(ctx, &ranges, trust_all_addresses)?;
-    let prefix = raw
-        .client_ip
-        .ipv6_prefix
-        .unwrap_or(defaults::IPV6_PREFIX as i64);
+    let prefix = raw.ipv6_prefix.unwrap_or(defaults::IPV6_PREFIX as i64);
     if !(32..=64).contains(&prefix) {
         return Err(ctx.err(
             "client_ip.ipv6_prefix",
             format!("{prefix} is out of range; use a prefix length from 32 to 64 (default 56)"),
         ));
     }
-    let client_ip = ClientIpConfig {
-        trusted: TrustedProxies::new(ranges, raw.client_ip.header.unwrap_or_default()),
+    Ok(ClientIpConfig {
+        trusted: TrustedProxies::new(ranges, raw.header.unwrap_or_default()),
         ipv6_prefix: prefix as u8,
         trust_all_addresses,
-    };
+    })
+}
 
-    let max_keys = raw.store.max_keys.unwrap_or(defaults::MAX_KEYS as i64);
+/// `[store]`: its bounds, the backend, its files, then the Redis URLs it names.
+fn build_store(raw: RawStore, ctx: &Ctx) -> Result<StoreConfig, ConfigError> {
+    let max_keys = raw.max_keys.unwrap_or(defaults::MAX_KEYS as i64);
     if max_keys < 1 {
         return Err(ctx.err("store.max_keys", "must be at least 1 (default 100000)"));
     }
     let calls = raw
-        .store
         .calls_in_flight
         .unwrap_or(defaults::STORE_CALLS_IN_FLIGHT as i64);
     if !(1..=16).contains(&calls) {
@@ -289,47 +329,20 @@ pub(super) fn build(
             format!("{calls} is out of range; use 1 to 16 (default 1)"),
         ));
     }
-    // A URL or a cluster list means Redis; saying `memory` as well is a contradiction, not a
-    // choice to make silently (each instance would count on its own).
-    let redis_given = if raw.store.url.is_some() {
-        Some("store.url")
-    } else if raw.store.cluster.as_ref().is_some_and(|c| !c.is_empty()) {
-        Some("store.cluster")
-    } else {
-        None
-    };
-    let backend = match (raw.store.backend, redis_given) {
-        (Some(StoreBackend::Memory), Some(given)) => {
-            return Err(ctx.err(
-                "store.backend",
-                format!(
-                    "`memory` keeps every bucket in this process, but {given} is set ({}), so instances would not share one budget; drop {given} for the memory store, or set backend = \"redis\" (FLEET_LIMITER_STORE_BACKEND=redis, or leave backend unset: a URL alone selects Redis)",
-                    ctx.origin(given)
-                ),
-            ))
-        }
-        (Some(b), _) => b,
-        (None, Some(_)) => StoreBackend::Redis,
-        (None, None) => StoreBackend::Memory,
-    };
+    let backend = store_backend(&raw, ctx)?;
     let store = StoreConfig {
         backend,
-        url: raw.store.url,
-        cluster: raw.store.cluster.unwrap_or_default(),
+        url: raw.url,
+        cluster: raw.cluster.unwrap_or_default(),
         max_keys: max_keys as usize,
-        timeout: duration(
-            ctx,
-            "store.timeout",
-            raw.store.timeout,
-            defaults::STORE_TIMEOUT,
-        )?,
+        timeout: duration(ctx, "store.timeout", raw.timeout, defaults::STORE_TIMEOUT)?,
         calls_in_flight: calls as usize,
-        ca_file: match raw.store.ca_file.filter(|p| !p.trim().is_empty()) {
+        ca_file: match raw.ca_file.filter(|p| !p.trim().is_empty()) {
             Some(p) => Some(ca_file(ctx, "store.ca_file", &p)?),
             None => None,
         },
-        insecure_skip_verify: raw.store.insecure_skip_verify.unwrap_or(false),
-        state_file: match raw.store.state_file.filter(|p| !p.trim().is_empty()) {
+        insecure_skip_verify: raw.insecure_skip_verify.unwrap_or(false),
+        state_file: match raw.state_file.filter(|p| !p.trim().is_empty()) {
             None => None,
             Some(_) if backend == StoreBackend::Redis => {
                 return Err(ctx.err(
@@ -340,6 +353,38 @@ pub(super) fn build(
             Some(p) => Some(PathBuf::from(p)),
         },
     };
+    check_redis_urls(&store, ctx)?;
+    Ok(store)
+}
+
+/// The backend named, or the one a URL or cluster list selects (memory without either).
+fn store_backend(raw: &RawStore, ctx: &Ctx) -> Result<StoreBackend, ConfigError> {
+    // A URL or a cluster list means Redis; saying `memory` as well is a contradiction, not a
+    // choice to make silently (each instance would count on its own).
+    let redis_given = if raw.url.is_some() {
+        Some("store.url")
+    } else if raw.cluster.as_ref().is_some_and(|c| !c.is_empty()) {
+        Some("store.cluster")
+    } else {
+        None
+    };
+    match (raw.backend, redis_given) {
+        (Some(StoreBackend::Memory), Some(given)) => Err(ctx.err(
+            "store.backend",
+            format!(
+                "`memory` keeps every bucket in this process, but {given} is set ({}), so instances would not share one budget; drop {given} for the memory store, or set backend = \"redis\" (FLEET_LIMITER_STORE_BACKEND=redis, or leave backend unset: a URL alone selects Redis)",
+                ctx.origin(given)
+            ),
+        )),
+        (Some(b), _) => Ok(b),
+        (None, Some(_)) => Ok(StoreBackend::Redis),
+        (None, None) => Ok(StoreBackend::Memory),
+    }
+}
+
+/// The store's Redis URLs: Sentinel in `store.url` alone, every URL a Redis one, a cluster
+/// over TLS on every node or none, and a Redis backend given somewhere to connect.
+fn check_redis_urls(store: &StoreConfig, ctx: &Ctx) -> Result<(), ConfigError> {
     let path_of = |u: &String| {
         if store.url.as_ref() == Some(u) {
             "store.url"
@@ -401,11 +446,21 @@ pub(super) fn build(
             "the redis backend needs `store.url` (redis://host:6379) or a `store.cluster` list of node URLs",
         ));
     }
+    Ok(())
+}
 
-    let fleet = fleet::build_fleet(raw.fleet, ctx)?;
-    let explicit = ceiling::Explicit::of(raw.limiters.get(ceiling::AGENT_IP));
-    let mut limiters = build_limiters(raw.limiters, &fleet, ctx)?;
-    ceiling::derive_agent_ip(&mut limiters, explicit, &fleet, ctx)?;
+/// `[limiters.*]`: the limiters built, the `agent-ip` ceiling derived, then the checks across
+/// them (header keys need a trusted proxy, client-chosen keys an address ceiling, lockouts a
+/// per-account one).
+fn build_limiter_set(
+    raw: BTreeMap<String, RawLimiter>,
+    fleet: &FleetConfig,
+    client_ip: &ClientIpConfig,
+    ctx: &Ctx,
+) -> Result<Vec<LimiterSpec>, ConfigError> {
+    let explicit = ceiling::Explicit::of(raw.get(ceiling::AGENT_IP));
+    let mut limiters = build_limiters(raw, fleet, ctx)?;
+    ceiling::derive_agent_ip(&mut limiters, explicit, fleet, ctx)?;
     if client_ip.trusted.ranges.is_empty() {
         if let Some(l) = limiters.iter().find(|l| {
             l.key.header().is_some() && !l.key.header_from_any_client() && l.mode != Mode::Off
@@ -421,31 +476,7 @@ pub(super) fn build(
     }
     check_client_chosen_keys(&limiters, ctx)?;
     super::limiters::check_lockouts(&limiters, ctx)?;
-    let identity = identity::build(raw.identity, ctx)?;
-    let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
-    let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
-    let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
-    Ok(Config {
-        overrides,
-        source,
-        enabled: raw.enabled.unwrap_or(true),
-        server,
-        client_ip,
-        store,
-        fleet,
-        limiters,
-        identity,
-        ops: ops::build_ops(raw.ops, ctx)?,
-        cors: ops::build_cors(raw.cors, ctx)?,
-        path: path::build_path(raw.path, ctx)?,
-        decision,
-        rls,
-        admission: admission::build_admission(raw.admission, ctx)?,
-        methods: methods::build_methods(raw.methods, ctx)?,
-        websocket: websocket::build_websocket(raw.websocket, ctx)?,
-        headers: headers::build_headers(raw.headers, ctx)?,
-        origins: ctx.origins.clone(),
-    })
+    Ok(limiters)
 }
 
 /// `[[overrides]]`: each names a configured limiter, a match, a limit and a window; ids are
