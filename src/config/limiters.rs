@@ -2,8 +2,12 @@
 //! set, names and routes checked, route precedence proved unambiguous within a group.
 
 use super::*;
-use crate::identity::Credential;
 use std::num::NonZeroU32;
+
+mod checks;
+use checks::check_precedence;
+pub(crate) use checks::unguarded_client_chosen_key;
+pub(super) use checks::{check_client_chosen_keys, check_lockouts};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,12 +128,31 @@ pub(super) const KNOWN_FOR: &str = "15m";
 const MIN_LOCKOUT: Duration = Duration::from_secs(1);
 const MAX_LOCKOUT: Duration = Duration::from_secs(86_400);
 
+/// Every limiter: the built-ins overlaid with what the operator set, then the tables that
+/// define new ones, each built in turn; route precedence checked across them.
 pub(super) fn build_limiters(
-    mut given: BTreeMap<String, RawLimiter>,
+    given: BTreeMap<String, RawLimiter>,
     fleet: &FleetConfig,
     ctx: &Ctx,
 ) -> Result<Vec<LimiterSpec>, ConfigError> {
     let builtin_names: Vec<&str> = defaults::LIMITERS.iter().map(|b| b.name).collect();
+    let merged = merge_with_builtins(given);
+    let mut out = Vec::with_capacity(merged.len());
+    for (name, r, builtin) in merged {
+        let table = Table {
+            name: &name,
+            builtin,
+            builtin_names: &builtin_names,
+        };
+        out.push(build_limiter(&table, r, fleet, ctx)?);
+    }
+    check_precedence(&out, ctx)?;
+    Ok(out)
+}
+
+/// The built-ins in their order, each overlaid with its table if given, then the tables that
+/// define new limiters (by name); `true` marks a built-in.
+fn merge_with_builtins(mut given: BTreeMap<String, RawLimiter>) -> Vec<(String, RawLimiter, bool)> {
     let mut merged: Vec<(String, RawLimiter, bool)> = defaults::LIMITERS
         .iter()
         .map(|b| {
@@ -142,192 +165,245 @@ pub(super) fn build_limiters(
         })
         .collect();
     merged.extend(given.into_iter().map(|(n, r)| (n, r, false)));
+    merged
+}
 
-    let mut out = Vec::with_capacity(merged.len());
-    for (name, r, builtin) in merged {
-        let at = |f: &str| format!("limiters.{name}.{f}");
-        if !valid_name(&name) {
-            return Err(ctx.err(
-                &format!("limiters.{name}"),
-                "a limiter name is 1-64 characters of a-z, 0-9, `-` and `_`",
-            ));
-        }
-        if !builtin {
-            let missing: Vec<&str> = [
-                ("limit", r.limit.is_none()),
-                ("window", r.window.is_none()),
-                ("key", r.key.is_none()),
-                ("routes", r.routes.is_none()),
-            ]
-            .iter()
-            .filter(|(_, m)| *m)
-            .map(|(f, _)| *f)
-            .collect();
-            if !missing.is_empty() {
-                return Err(ctx.err(
-                    &format!("limiters.{name}"),
-                    format!(
-                        "`{name}` is not a built-in limiter ({}), so it defines a new one and needs {}",
-                        builtin_names.join(", "),
-                        missing.join(", ")
-                    ),
-                ));
-            }
-        }
-        let raw_limit = r.limit.unwrap_or(0);
-        let Some(limit) = u32::try_from(raw_limit).ok().and_then(NonZeroU32::new) else {
-            return Err(ctx.err(
-                &at("limit"),
-                format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
-            ));
-        };
-        let cost = build_cost(&r, limit, &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
-        let calendar = calendar_window(ctx, &at, r.window.as_ref(), r.time_zone.as_deref())?;
-        if calendar.is_some() && r.algorithm == Some(Algorithm::Gcra) {
-            return Err(ctx.err(
-                &at("algorithm"),
-                "is \"gcra\", which refills continuously, but the window is a calendar period, which comes back whole at its boundary; remove algorithm (a calendar window counts as a fixed window) or give the window as a duration (e.g. \"1d\")",
-            ));
-        }
-        let window = match calendar {
-            Some(c) => c.unit.longest(),
-            None => duration(ctx, &at("window"), r.window, "1m")?,
-        };
-        let lockout = match r.lockout {
-            None => None,
-            Some(v) => {
-                let d = duration(ctx, &at("lockout"), Some(v), "0s")?;
-                if d < MIN_LOCKOUT || d > MAX_LOCKOUT {
-                    return Err(ctx.err(
-                        &at("lockout"),
-                        "must be from 1s to 1d: how long a key stays refused after its first refusal (e.g. \"10m\"), or leave it out for none",
-                    ));
-                }
-                Some(d)
-            }
-        };
-        if calendar.is_none() && window > Duration::from_secs(7 * 86_400) {
-            return Err(ctx.err(
-                &at("window"),
-                "is longer than 7 days; use a window from 1s to 7d, or a calendar period: \"day\", \"week\" or \"month\"",
-            ));
-        }
-        let parse_routes =
-            |field: &str, list: Option<Vec<String>>| -> Result<Vec<RoutePattern>, ConfigError> {
-                list.unwrap_or_default()
-                    .iter()
-                    .map(|s| {
-                        s.parse::<RoutePattern>()
-                            .map_err(|e| ctx.err(&at(field), e))
-                    })
-                    .collect()
-            };
-        let routes = parse_routes("routes", r.routes)?;
-        if routes.is_empty() {
-            return Err(ctx.err(
-                &at("routes"),
-                "is empty; name at least one route, e.g. [\"/api/agent/**\"]",
-            ));
-        }
-        let except = parse_routes("except", r.except)?;
-        let group = r.group.unwrap_or_else(|| name.clone());
-        let key =
-            parse_key(r.key.as_deref().unwrap_or("ip")).map_err(|e| ctx.err(&at("key"), e))?;
-        let failed_statuses = match r.failed_statuses {
-            None => StatusRanges::default(),
-            Some(items) if items.is_empty() => {
-                return Err(ctx.err(
-                    &at("failed_statuses"),
-                    "is empty; list the statuses that count as failed, e.g. [\"400-499\", 503], or leave it out for 400 and above",
-                ))
-            }
-            Some(items) => StatusRanges(
-                items
-                    .iter()
-                    .map(|i| {
-                        let text = match i {
-                            StatusItem::Code(n) => n.to_string(),
-                            StatusItem::Text(t) => t.clone(),
-                        };
-                        StatusRanges::parse_item(&text).map_err(|e| ctx.err(&at("failed_statuses"), e))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-        };
-        let new_agents = match r.meter.unwrap_or_default() {
-            Meter::Requests => {
-                for (field, set) in [
-                    ("known_for", r.known_for.is_some()),
-                    ("max_known", r.max_known.is_some()),
-                ] {
-                    if set {
-                        return Err(ctx.err(
-                            &at(field),
-                            "applies only to a limiter with meter = \"new-agents\"; remove it or set the meter",
-                        ));
-                    }
-                }
-                None
-            }
-            Meter::NewAgents => {
-                if key != KeyKind::Ip {
-                    return Err(ctx.err(
-                        &at("meter"),
-                        format!(
-                            "\"new-agents\" meters the agent ids seen at one IP, so it needs key = \"ip\" (this limiter's key is \"{}\")",
-                            key.as_str()
-                        ),
-                    ));
-                }
-                let known_for = duration(ctx, &at("known_for"), r.known_for, KNOWN_FOR)?;
-                if known_for < Duration::from_secs(60) || known_for > Duration::from_secs(86_400) {
-                    return Err(ctx.err(
-                        &at("known_for"),
-                        "must be from 1m to 1d: long enough to cover a healthy agent's longest gap between requests",
-                    ));
-                }
-                let default_known = fleet.max_site_endpoints.get().saturating_mul(2);
-                let raw_known = r
-                    .max_known
-                    .unwrap_or(default_known.min(i64::MAX as u64) as i64);
-                let Some(max_known) = u32::try_from(raw_known).ok().filter(|n| *n >= 1) else {
-                    return Err(ctx.err(
-                        &at("max_known"),
-                        format!("{raw_known} is not a number of agents; use a whole number, at least 1 (default: twice fleet.max_site_endpoints)"),
-                    ));
-                };
-                Some(Remember {
-                    known_for,
-                    max_known,
-                })
-            }
-        };
-        let quota = match calendar {
-            Some(c) => Quota::calendar(limit, c),
-            None => Quota::new(limit, window, r.algorithm.unwrap_or_default()),
-        }
-        .with_lockout(lockout);
-        let plans = build_plans(r.plan_claim, r.plans, &quota, &cost, ctx, &at)?;
-        out.push(LimiterSpec {
-            name: Arc::from(name.as_str()),
-            quota,
-            plans,
-            key,
-            cost,
-            routes,
-            except,
-            group: Arc::from(group.as_str()),
-            credential: r.credential.unwrap_or_default(),
-            mode: r.mode.unwrap_or_default(),
-            on_store_error: r.on_store_error.unwrap_or_default(),
-            new_agents,
-            count: r.count.unwrap_or_default(),
-            failed_statuses,
-            disclose: r.disclose.unwrap_or(true),
-        });
+/// Which limiter table is being read: its name, whether it is a built-in, and the built-ins'
+/// names (for the error that a new limiter lacks a field).
+struct Table<'a> {
+    name: &'a str,
+    builtin: bool,
+    builtin_names: &'a [&'a str],
+}
+
+/// One `[limiters.<name>]` table read into a [`LimiterSpec`], field by field in the order
+/// their errors win.
+fn build_limiter(
+    t: &Table<'_>,
+    r: RawLimiter,
+    fleet: &FleetConfig,
+    ctx: &Ctx,
+) -> Result<LimiterSpec, ConfigError> {
+    let name = t.name;
+    let at = |f: &str| format!("limiters.{name}.{f}");
+    check_name_and_fields(t, &r, ctx)?;
+    let raw_limit = r.limit.unwrap_or(0);
+    let Some(limit) = u32::try_from(raw_limit).ok().and_then(NonZeroU32::new) else {
+        return Err(ctx.err(
+            &at("limit"),
+            format!("{raw_limit} is not a budget; use a whole number of requests, at least 1"),
+        ));
+    };
+    let cost = build_cost(&r, limit, &at).map_err(|(f, e)| ctx.err(&at(f), e))?;
+    let calendar = calendar_window(ctx, &at, r.window.as_ref(), r.time_zone.as_deref())?;
+    if calendar.is_some() && r.algorithm == Some(Algorithm::Gcra) {
+        return Err(ctx.err(
+            &at("algorithm"),
+            "is \"gcra\", which refills continuously, but the window is a calendar period, which comes back whole at its boundary; remove algorithm (a calendar window counts as a fixed window) or give the window as a duration (e.g. \"1d\")",
+        ));
     }
-    check_precedence(&out, ctx)?;
-    Ok(out)
+    let window = match calendar {
+        Some(c) => c.unit.longest(),
+        None => duration(ctx, &at("window"), r.window.clone(), "1m")?,
+    };
+    let lockout = build_lockout(r.lockout.as_ref(), ctx, &at)?;
+    if calendar.is_none() && window > Duration::from_secs(7 * 86_400) {
+        return Err(ctx.err(
+            &at("window"),
+            "is longer than 7 days; use a window from 1s to 7d, or a calendar period: \"day\", \"week\" or \"month\"",
+        ));
+    }
+    let routes = parse_routes("routes", r.routes.as_deref(), ctx, &at)?;
+    if routes.is_empty() {
+        return Err(ctx.err(
+            &at("routes"),
+            "is empty; name at least one route, e.g. [\"/api/agent/**\"]",
+        ));
+    }
+    let except = parse_routes("except", r.except.as_deref(), ctx, &at)?;
+    let group = r.group.as_deref().unwrap_or(name);
+    let key = parse_key(r.key.as_deref().unwrap_or("ip")).map_err(|e| ctx.err(&at("key"), e))?;
+    let failed_statuses = build_failed_statuses(r.failed_statuses.as_deref(), ctx, &at)?;
+    let new_agents = build_new_agents(&r, &key, fleet, ctx, &at)?;
+    let quota = match calendar {
+        Some(c) => Quota::calendar(limit, c),
+        None => Quota::new(limit, window, r.algorithm.unwrap_or_default()),
+    }
+    .with_lockout(lockout);
+    let plans = build_plans(r.plan_claim, r.plans, &quota, &cost, ctx, &at)?;
+    Ok(LimiterSpec {
+        name: Arc::from(name),
+        quota,
+        plans,
+        key,
+        cost,
+        routes,
+        except,
+        group: Arc::from(group),
+        credential: r.credential.unwrap_or_default(),
+        mode: r.mode.unwrap_or_default(),
+        on_store_error: r.on_store_error.unwrap_or_default(),
+        new_agents,
+        count: r.count.unwrap_or_default(),
+        failed_statuses,
+        disclose: r.disclose.unwrap_or(true),
+    })
+}
+
+/// The limiter's name is a valid one, and a table that is not a built-in defines every field
+/// a new limiter needs.
+fn check_name_and_fields(t: &Table<'_>, r: &RawLimiter, ctx: &Ctx) -> Result<(), ConfigError> {
+    let name = t.name;
+    if !valid_name(name) {
+        return Err(ctx.err(
+            &format!("limiters.{name}"),
+            "a limiter name is 1-64 characters of a-z, 0-9, `-` and `_`",
+        ));
+    }
+    if t.builtin {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        ("limit", r.limit.is_none()),
+        ("window", r.window.is_none()),
+        ("key", r.key.is_none()),
+        ("routes", r.routes.is_none()),
+    ]
+    .iter()
+    .filter(|(_, m)| *m)
+    .map(|(f, _)| *f)
+    .collect();
+    if !missing.is_empty() {
+        return Err(ctx.err(
+            &format!("limiters.{name}"),
+            format!(
+                "`{name}` is not a built-in limiter ({}), so it defines a new one and needs {}",
+                t.builtin_names.join(", "),
+                missing.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `lockout`: how long a refused key stays refused, from 1s to 1d, or none.
+fn build_lockout(
+    v: Option<&DurationValue>,
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Option<Duration>, ConfigError> {
+    let Some(v) = v else {
+        return Ok(None);
+    };
+    let d = duration(ctx, &at("lockout"), Some(v.clone()), "0s")?;
+    if d < MIN_LOCKOUT || d > MAX_LOCKOUT {
+        return Err(ctx.err(
+            &at("lockout"),
+            "must be from 1s to 1d: how long a key stays refused after its first refusal (e.g. \"10m\"), or leave it out for none",
+        ));
+    }
+    Ok(Some(d))
+}
+
+/// A list of route patterns (`routes` or `except`); an error names the list's field.
+fn parse_routes(
+    field: &str,
+    list: Option<&[String]>,
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Vec<RoutePattern>, ConfigError> {
+    list.unwrap_or_default()
+        .iter()
+        .map(|s| {
+            s.parse::<RoutePattern>()
+                .map_err(|e| ctx.err(&at(field), e))
+        })
+        .collect()
+}
+
+/// `failed_statuses`: the statuses `count = "failed"` counts (default 400 and above).
+fn build_failed_statuses(
+    items: Option<&[StatusItem]>,
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+) -> Result<StatusRanges, ConfigError> {
+    match items {
+        None => Ok(StatusRanges::default()),
+        Some([]) => Err(ctx.err(
+            &at("failed_statuses"),
+            "is empty; list the statuses that count as failed, e.g. [\"400-499\", 503], or leave it out for 400 and above",
+        )),
+        Some(items) => Ok(StatusRanges(
+            items
+                .iter()
+                .map(|i| {
+                    let text = match i {
+                        StatusItem::Code(n) => n.to_string(),
+                        StatusItem::Text(t) => t.clone(),
+                    };
+                    StatusRanges::parse_item(&text).map_err(|e| ctx.err(&at("failed_statuses"), e))
+                })
+                .collect::<Result<_, _>>()?,
+        )),
+    }
+}
+
+/// The meter: `requests` takes no memory of agents; `new-agents` (keyed on the address)
+/// remembers admitted agent ids for `known_for`, at most `max_known` of them.
+fn build_new_agents(
+    r: &RawLimiter,
+    key: &KeyKind,
+    fleet: &FleetConfig,
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Option<Remember>, ConfigError> {
+    match r.meter.unwrap_or_default() {
+        Meter::Requests => {
+            for (field, set) in [
+                ("known_for", r.known_for.is_some()),
+                ("max_known", r.max_known.is_some()),
+            ] {
+                if set {
+                    return Err(ctx.err(
+                        &at(field),
+                        "applies only to a limiter with meter = \"new-agents\"; remove it or set the meter",
+                    ));
+                }
+            }
+            return Ok(None);
+        }
+        Meter::NewAgents => {}
+    }
+    if *key != KeyKind::Ip {
+        return Err(ctx.err(
+            &at("meter"),
+            format!(
+                "\"new-agents\" meters the agent ids seen at one IP, so it needs key = \"ip\" (this limiter's key is \"{}\")",
+                key.as_str()
+            ),
+        ));
+    }
+    let known_for = duration(ctx, &at("known_for"), r.known_for.clone(), KNOWN_FOR)?;
+    if known_for < Duration::from_secs(60) || known_for > Duration::from_secs(86_400) {
+        return Err(ctx.err(
+            &at("known_for"),
+            "must be from 1m to 1d: long enough to cover a healthy agent's longest gap between requests",
+        ));
+    }
+    let default_known = fleet.max_site_endpoints.get().saturating_mul(2);
+    let raw_known = r
+        .max_known
+        .unwrap_or(default_known.min(i64::MAX as u64) as i64);
+    let Some(max_known) = u32::try_from(raw_known).ok().filter(|n| *n >= 1) else {
+        return Err(ctx.err(
+            &at("max_known"),
+            format!("{raw_known} is not a number of agents; use a whole number, at least 1 (default: twice fleet.max_site_endpoints)"),
+        ));
+    };
+    Ok(Some(Remember {
+        known_for,
+        max_known,
+    }))
 }
 
 /// A calendar window (`window = "day"`, `"week"` or `"month"`, with `time_zone`), `None` for a
@@ -654,176 +730,4 @@ pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
             other => return Err(format!("`{other}` is not a key kind; {kinds}")),
         };
     Ok(kind)
-}
-
-/// The first request an enforcing limiter keyed on a value the client chooses meters with no
-/// enforcing limiter keyed on the client's address beside it (see [`check_client_chosen_keys`]):
-/// the limiter's index, the request, and the credential it carries. `None` when every such
-/// request is guarded, as a configuration must have it to load.
-pub(crate) fn unguarded_client_chosen_key(
-    limiters: &[LimiterSpec],
-) -> Option<(usize, String, Credential)> {
-    let client_chosen = |l: &LimiterSpec| {
-        matches!(
-            l.key,
-            KeyKind::IpAgent
-                | KeyKind::Credential
-                | KeyKind::Header(_)
-                | KeyKind::ClientHeader(_)
-                | KeyKind::Body(_)
-                | KeyKind::BodyIp(_)
-        )
-    };
-    let policy = crate::policy::Policy::new(limiters.to_vec());
-    policy.first_unguarded(
-        |l| l.mode == Mode::Enforce && client_chosen(l),
-        |g, l| {
-            g.mode == Mode::Enforce
-                && g.key == KeyKind::Ip
-                && (g.new_agents.is_none() || l.key == KeyKind::IpAgent)
-        },
-    )
-}
-
-/// Key kinds whose value the client chooses: the agent id (`ip+agent`), the Bearer token
-/// (`credential`) and any header (`header:<name>`: nginx and Caddy pass a client's headers on,
-/// so "set by the trusted proxy" is not a guarantee). A client varying the value would get a
-/// fresh bucket on every request, so an enforcing limiter with one of these keys is allowed only
-/// where, on every request it meters, an enforcing limiter keyed on the client's address meters
-/// the request too (in another group, so both apply): varying the value then spends the
-/// address's budget. For `ip+agent` the address limiter may meter new agent ids only
-/// (`meter = "new-agents"`, the `agent-ip` ceiling); for the others it must meter every request,
-/// since a known agent id would skip a new-agents ceiling. The check asks the real route picker
-/// ([`Policy::first_unguarded`]), so precedence, exceptions and credential kinds count exactly
-/// as they do for requests. A limiter in `shadow` mode refuses nothing and needs no ceiling.
-pub(super) fn check_client_chosen_keys(
-    limiters: &[LimiterSpec],
-    ctx: &Ctx,
-) -> Result<(), ConfigError> {
-    let Some((i, request, cred)) = unguarded_client_chosen_key(limiters) else {
-        return Ok(());
-    };
-    let Some(l) = limiters.get(i) else {
-        return Ok(());
-    };
-    let value = match l.key {
-        KeyKind::IpAgent => "the agent id (X-Agent-ID)",
-        KeyKind::Credential => "the Bearer token",
-        KeyKind::Body(_) | KeyKind::BodyIp(_) => "a field of the request body",
-        _ => "a header (nginx and Caddy pass a client's own headers on)",
-    };
-    let key = l.key.to_string();
-    let with = match cred {
-        Credential::None => "",
-        Credential::ApiKey => " (with an API key)",
-        Credential::CliToken => " (with a CLI token)",
-        Credential::VerifiedUser => " (from a verified user)",
-    };
-    let routes: Vec<String> = l.routes.iter().map(|r| format!("\"{r}\"")).collect();
-    let example = if &*l.name == super::ceiling::AGENT_DEVICE {
-        "set [limiters.agent-ip] mode = \"enforce\": agent-ip is the ceiling made for agent-device"
-            .to_owned()
-    } else if l.key == KeyKind::IpAgent {
-        format!(
-            "e.g. [limiters.{}-ip] with key = \"ip\", meter = \"new-agents\", group = \"{}-ip\", routes = [{}] and its own limit",
-            l.name,
-            l.name,
-            routes.join(", ")
-        )
-    } else {
-        format!(
-            "e.g. [limiters.{}-ip] with key = \"ip\", group = \"{}-ip\", routes = [{}] and its own limit",
-            l.name,
-            l.name,
-            routes.join(", ")
-        )
-    };
-    Err(ctx.err(
-        &format!("limiters.{}.key", l.name),
-        format!(
-            "`{key}` keys on {value}, which the client chooses, so each new value would get a fresh bucket; `{request}`{with} is metered by `{}` with no enforcing limiter keyed on the client's address beside it. Add one in another group that meters every request this one meters (its `except` list and the more specific routes of its own group must leave none of them out): {example}",
-            l.name,
-        ),
-    ))
-}
-
-/// A lockout keyed on what a request targets alone (`body:<field>`) would let a stranger lock
-/// the owner out: a few wrong answers from anywhere lock the account for everyone. So a lockout
-/// on a body key is refused unless the key is `body:<field>+ip` (the account and the client's
-/// address together), and an enforcing one needs a per-account ceiling beside it: an enforcing
-/// limiter keyed `body:<field>` on the same field, without a lockout, in another group, that
-/// meters every request the lock meters. A guesser spread over many addresses meets that
-/// ceiling, which refuses one request's worth at a time and never locks.
-pub(super) fn check_lockouts(limiters: &[LimiterSpec], ctx: &Ctx) -> Result<(), ConfigError> {
-    if let Some(l) = limiters
-        .iter()
-        .find(|l| matches!(l.key, KeyKind::Body(_)) && l.quota.lockout().is_some())
-    {
-        let field = l.key.body_field().unwrap_or("email");
-        return Err(ctx.err(
-            &format!("limiters.{}.lockout", l.name),
-            format!(
-                "a lockout keyed on `{}` alone lets anyone lock the account's owner out with a few wrong answers from anywhere; key the lock on the account and the address together (key = \"body:{field}+ip\"), and keep a per-account ceiling without a lockout beside it (e.g. [limiters.{}-ceiling] with key = \"body:{field}\", group = \"{}-ceiling\", the same routes, count = \"failed\" and a larger limit)",
-                l.key, l.name, l.name
-            ),
-        ));
-    }
-    let policy = crate::policy::Policy::new(limiters.to_vec());
-    let unguarded = policy.first_unguarded(
-        |l| {
-            l.mode == Mode::Enforce
-                && matches!(l.key, KeyKind::BodyIp(_))
-                && l.quota.lockout().is_some()
-        },
-        |g, l| {
-            g.mode == Mode::Enforce
-                && g.quota.lockout().is_none()
-                && matches!(&g.key, KeyKind::Body(f) if Some(&**f) == l.key.body_field())
-        },
-    );
-    let Some((i, request, _)) = unguarded else {
-        return Ok(());
-    };
-    let Some(l) = limiters.get(i) else {
-        return Ok(());
-    };
-    let field = l.key.body_field().unwrap_or("email");
-    let routes: Vec<String> = l.routes.iter().map(|r| format!("\"{r}\"")).collect();
-    Err(ctx.err(
-        &format!("limiters.{}.key", l.name),
-        format!(
-            "`{}` locks each address out of an account on its own, so a guesser spread over many addresses is held by nothing per account; `{request}` is metered by `{}` with no enforcing per-account ceiling beside it. Add one in another group, without a lockout, that meters every request this one meters: e.g. [limiters.{}-ceiling] with key = \"body:{field}\", group = \"{}-ceiling\", routes = [{}], count = \"failed\" and a larger limit",
-            l.key,
-            l.name,
-            l.name,
-            l.name,
-            routes.join(", ")
-        ),
-    ))
-}
-
-/// Within one group the most specific route wins; two routes of equal specificity that can
-/// match the same request leave no winner, which is an error.
-pub(super) fn check_precedence(limiters: &[LimiterSpec], ctx: &Ctx) -> Result<(), ConfigError> {
-    for (i, a) in limiters.iter().enumerate() {
-        for b in &limiters[i + 1..] {
-            if a.group != b.group {
-                continue;
-            }
-            for ra in &a.routes {
-                for rb in &b.routes {
-                    if ra.overlaps(rb) && ra.specificity() == rb.specificity() {
-                        return Err(ctx.err(
-                            &format!("limiters.{}.routes", b.name),
-                            format!(
-                                "route `{rb}` overlaps `{ra}` of limiter `{}` in group `{}` with the same specificity, so neither takes precedence; make one route more specific, or put the limiters in different groups (they then both apply)",
-                                a.name, a.group
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
 }
