@@ -171,7 +171,7 @@ fn the_crate_package_carries_the_sources_and_nothing_of_the_repository_s_tooling
     for needed in [
         "src/lib.rs",
         "src/main.rs",
-        "src/store/redis/gcra.lua",
+        "src/store/redis/decide.lua",
         "examples/embedded.rs",
         "LICENSE-MIT",
         "LICENSE-APACHE",

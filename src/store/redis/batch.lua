@@ -4,7 +4,7 @@
 --
 -- KEYS       every request's buckets, request after request
 -- ARGV[1..3] as prelude.lua says
--- ARGV[4..]  per request: its number of checks n, then seven per check, as decide() in gcra.lua
+-- ARGV[4..]  per request: its number of checks n, then seven per check, as decide() in decide.lua
 --            says
 --
 -- Returns, per request: committed, then four integers per check.

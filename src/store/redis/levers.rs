@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub(super) const PEEK_LUA: &str = concat!(
     include_str!("prelude.lua"),
     include_str!("lockout.lua"),
-    include_str!("gcra.lua"),
+    include_str!("decide.lua"),
     include_str!("peek.lua")
 );
 pub(super) const TABLE_LUA: &str = include_str!("table.lua");

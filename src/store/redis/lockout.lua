@@ -1,5 +1,5 @@
 -- fleet-limiter: locks, for limiters with a lockout (joined at compile time between prelude.lua
--- and gcra.lua). Mirrors State::Locked in src/limiter/mod.rs.
+-- and decide.lua). Mirrors State::Locked in src/limiter/mod.rs.
 --
 -- Once a limiter with a lockout refuses a key, the key's bucket is replaced by a lock,
 -- "<seconds> <nanoseconds> L": the instant the lock ends, stored (like every bucket) with an

@@ -3,7 +3,7 @@
 //!
 //! - **One script call per request, or fewer.** The checks of a request are decided together in
 //!   one `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`, after a restart or a failover), with the
-//!   math of [`crate::limiter`] (`gcra.lua`) and the all-or-nothing rule of
+//!   math of [`crate::limiter`] (`decide.lua`) and the all-or-nothing rule of
 //!   [`super::Store::decide`]. The clock is Redis `TIME`, so instance clocks never matter. A
 //!   bucket expires when it is full again.
 //! - **Standalone: requests share calls.** At most `store.calls_in_flight` calls (one by

@@ -2,7 +2,7 @@
 -- `explain`).
 --
 -- KEYS[1]    the bucket
--- ARGV[1..3] as prelude.lua says; ARGV[4..10] the check, as decide() in gcra.lua says
+-- ARGV[1..3] as prelude.lua says; ARGV[4..10] the check, as decide() in decide.lua says
 --
 -- Returns the check's four integers: allowed, remaining, reset_after_ns, retry_after_ns.
 

@@ -1,5 +1,5 @@
 -- fleet-limiter: the lines every script of the Redis store starts with (prepended at compile
--- time to each script: gcra.lua with slot.lua or batch.lua, and refund.lua).
+-- time to each script: decide.lua with slot.lua or batch.lua, and refund.lua).
 --
 -- ARGV[1..2] now as seconds and nanoseconds, or "" "" to read Redis TIME
 -- ARGV[3]    milliseconds added to every expiry (0 in production)

@@ -1,4 +1,4 @@
--- fleet-limiter: give back what gcra.lua consumed, in one of two cases.
+-- fleet-limiter: give back what decide.lua consumed, in one of two cases.
 --
 -- 1. ARGV[4] == "answer": requests whose answers say they should not have counted (a limiter with
 --    count = "failed" or "succeeded"), several buckets in one call (one slot's on a Cluster).
@@ -17,7 +17,7 @@
 -- KEYS[1]    the bucket
 -- ARGV[1..2] now as seconds and nanoseconds, or "" "" to read Redis TIME
 -- ARGV[3]    milliseconds added to every expiry (0 in production)
--- ARGV[4]    the value gcra.lua wrote
+-- ARGV[4]    the value decide.lua wrote
 -- ARGV[5]    the value before it ("" when the bucket was missing)
 -- ARGV[6]    algorithm ("g" or "f"), ARGV[7] emission interval (gcra) in ns, ARGV[8] units consumed
 --

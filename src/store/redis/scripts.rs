@@ -12,13 +12,13 @@ use std::num::NonZeroU32;
 pub(super) const SLOT_LUA: &str = concat!(
     include_str!("prelude.lua"),
     include_str!("lockout.lua"),
-    include_str!("gcra.lua"),
+    include_str!("decide.lua"),
     include_str!("slot.lua")
 );
 pub(super) const BATCH_LUA: &str = concat!(
     include_str!("prelude.lua"),
     include_str!("lockout.lua"),
-    include_str!("gcra.lua"),
+    include_str!("decide.lua"),
     include_str!("batch.lua")
 );
 pub(super) const REFUND_LUA: &str =
@@ -95,7 +95,7 @@ pub(super) struct GroupAnswer {
     pub(super) written: Vec<String>,
 }
 
-/// The seven script arguments of one check (see `gcra.lua`). `now` (ns since the Unix epoch)
+/// The seven script arguments of one check (see `decide.lua`). `now` (ns since the Unix epoch)
 /// places a calendar window's boundary: its window is the time left until then.
 pub(super) fn push_check(cmd: &mut Cmd, q: &Quota, shadow: bool, units: NonZeroU32, now: Nanos) {
     let limit = u64::from(q.limit());

@@ -1,7 +1,7 @@
 -- fleet-limiter: decide the checks of one request that share a Redis Cluster slot.
 --
 -- KEYS[i]    one bucket per check, in request order
--- ARGV[1..3] as prelude.lua says; ARGV[4..] seven per check, as decide() in gcra.lua says
+-- ARGV[1..3] as prelude.lua says; ARGV[4..] seven per check, as decide() in decide.lua says
 --
 -- Returns { committed, then four integers per check, then two strings per check: the bucket's
 -- value before the request, and the value written (at the last check that consumed from that

@@ -16,9 +16,9 @@ measure the clients; the server's CPU time per decision (from /proc, over each m
 phase) is the figure that measures the server. Compare the two kinds with each other, not
 with bench/run.sh's wrk figures. Every answer is checked (OK / 200); a wrong one fails the run.
 
-  python3 bench/rls.py                        # target/release/fleet-limiter, memory store
-  python3 bench/rls.py --rounds 5 --duration 5 --clients 4
-  python3 bench/rls.py --store redis://127.0.0.1:6379
+  python3 bench/rls_load.py                        # target/release/fleet-limiter, memory store
+  python3 bench/rls_load.py --rounds 5 --duration 5 --clients 4
+  python3 bench/rls_load.py --store redis://127.0.0.1:6379
 """
 import argparse
 import http.client
