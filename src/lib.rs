@@ -197,6 +197,7 @@ mod redact;
 mod rls;
 mod rls_rules;
 mod serve;
+mod shaping;
 mod store;
 mod tls;
 mod top;

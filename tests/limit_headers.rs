@@ -103,6 +103,7 @@ fn outcome(results: Vec<LimitResult>) -> Outcome {
         client_ip: None,
         results,
         store_error: None,
+        poll_after_secs: None,
     }
 }
 

@@ -45,6 +45,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) websocket: websocket::RawWebsocket,
     #[serde(default)]
+    pub(super) shaping: super::shaping::RawShaping,
+    #[serde(default)]
     pub(super) headers: headers::RawHeaders,
     #[serde(default)]
     pub(super) overrides: Vec<RawOverride>,
@@ -117,7 +119,9 @@ impl Ctx {
             .or_else(|| {
                 // A table only the file can define: a field missing from it is the file's.
                 self.file.clone().filter(|_| {
-                    path.starts_with("limiters.") || path.starts_with("admission.groups.")
+                    path.starts_with("limiters.")
+                        || path.starts_with("admission.groups.")
+                        || path.starts_with("shaping.routes.")
                 })
             })
             .unwrap_or_else(|| "built-in default".to_owned())
@@ -184,6 +188,7 @@ pub(super) fn build(
         admission: admission::build_admission(raw.admission, ctx)?,
         methods: methods::build_methods(raw.methods, ctx)?,
         websocket: websocket::build_websocket(raw.websocket, ctx)?,
+        shaping: super::shaping::build_shaping(raw.shaping, ctx)?,
         headers: headers::build_headers(raw.headers, ctx)?,
         origins: ctx.origins.clone(),
     })

@@ -31,6 +31,7 @@ pub(crate) mod ops;
 mod path;
 mod rate;
 pub(crate) mod settings;
+pub(crate) mod shaping;
 mod syntax;
 mod trust;
 mod type_error;
@@ -183,6 +184,8 @@ pub struct Config {
     pub methods: crate::methods::MethodRules,
     /// Bounds on upgraded (WebSocket) connections (`[websocket]`).
     pub websocket: websocket::WebsocketConfig,
+    /// Poll slots: the routes whose callers are told when to come next (`[shaping]`).
+    pub shaping: shaping::ShapingConfig,
     /// The limit headers a metered answer carries (`[headers]`).
     pub headers: headers::HeaderProfile,
     /// Other limits for chosen principals (`[[overrides]]`), reloaded with the rest.

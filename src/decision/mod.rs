@@ -169,6 +169,8 @@ pub struct Settings {
     pub rls_allow_from: Arc<[ipnet::IpNet]>,
     /// Whether a descriptor's own `limit` counts (`rls.descriptor_limit`).
     pub rls_descriptor_limit: bool,
+    /// The routes whose callers are told their next slot (`[shaping]`), if any.
+    pub(crate) poll_slots: Option<crate::shaping::PollSlots>,
 }
 
 impl Settings {
@@ -192,6 +194,7 @@ impl Settings {
             rls_domains: cfg.rls.domains.clone(),
             rls_allow_from: cfg.rls.allow_from.clone().into(),
             rls_descriptor_limit: cfg.rls.descriptor_limit,
+            poll_slots: crate::shaping::PollSlots::of(&cfg.shaping),
         }
     }
 }
@@ -418,7 +421,21 @@ impl Decider {
         req: &RequestFacts<'_>,
         also: &[&str],
     ) -> Outcome {
-        self.decide_inner(settings, req, also, None).await
+        let mut outcome = self.decide_inner(settings, req, also, None).await;
+        if let Some(slots) = &settings.poll_slots {
+            let ip = outcome.client_ip.unwrap_or(req.peer);
+            let address = crate::shaping::address_of(ip, settings.ipv6_prefix);
+            let agent = req.agent_id.and_then(keys::valid_agent_id);
+            outcome.poll_after_secs = slots.hint(
+                req.method,
+                req.path.as_str(),
+                &address,
+                agent,
+                self.clock.now(),
+                outcome.retry_after_secs(),
+            );
+        }
+        outcome
     }
 
     /// What [`Decider::decide_with`] would answer `req` now, consuming nothing: each matching
@@ -600,6 +617,7 @@ impl Decider {
             client_ip: Some(ip),
             results,
             store_error,
+            poll_after_secs: None,
         }
     }
 

@@ -48,6 +48,9 @@ pub struct Outcome {
     pub client_ip: Option<IpAddr>,
     pub results: Vec<LimitResult>,
     pub store_error: Option<StoreError>,
+    /// On a shaped route (`[shaping]`): the seconds until the caller's own slot, sent as
+    /// `X-Poll-Interval`.
+    pub poll_after_secs: Option<u64>,
 }
 
 impl Outcome {

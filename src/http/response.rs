@@ -276,6 +276,8 @@ static NAMES: [HeaderName; 8] = [
     HeaderName::from_static("x-ratelimit-remaining"),
     HeaderName::from_static("x-ratelimit-reset"),
 ];
+/// The seconds until the caller's own poll slot, on a route `[shaping]` names.
+pub(crate) static X_POLL_INTERVAL: HeaderName = HeaderName::from_static("x-poll-interval");
 const RATELIMIT: usize = 0;
 const POLICY: usize = 1;
 /// `RateLimit-Limit`, `-Remaining`, `-Reset` (draft 6) start here.
@@ -369,6 +371,10 @@ fn render(
     decided_at: Option<SystemTime>,
     mut out: impl FnMut(&'static HeaderName, HeaderValue),
 ) {
+    // On a shaped route, whatever the limit headers' profile: when to come next.
+    if let Some(secs) = outcome.poll_after_secs {
+        out(&X_POLL_INTERVAL, HeaderValue::from(secs));
+    }
     if !profile.sends_any() {
         return;
     }
@@ -498,6 +504,7 @@ fn disclosed(outcome: &Outcome) -> Option<std::borrow::Cow<'_, Outcome>> {
             .cloned()
             .collect(),
         store_error: outcome.store_error.clone(),
+        poll_after_secs: outcome.poll_after_secs,
     }))
 }
 

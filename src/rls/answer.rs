@@ -523,6 +523,7 @@ fn limit_headers(results: Vec<LimitResult>, settings: &Settings) -> Vec<proto::H
         client_ip: None,
         results,
         store_error: None,
+        poll_after_secs: None,
     };
     crate::http::response::limit_headers(&outcome, &settings.headers, None)
         .into_iter()
