@@ -80,6 +80,38 @@ struct Segment {
     last: Option<char>,
 }
 
+impl Segment {
+    /// A character the segment decodes to, after those before it.
+    #[inline]
+    fn note(&mut self, c: char) {
+        if self.first.is_none() {
+            self.first = Some(c);
+        }
+        self.last = Some(c);
+    }
+}
+
+/// The refusal of the bytes at `at` in a segment that starts at `start` in the path.
+#[inline]
+fn refuse(class: Class, start: usize, at: usize) -> Rejected {
+    Rejected {
+        class,
+        at: start + at,
+    }
+}
+
+/// Refuses the unit `u` (of a segment that starts at `start`) as `class` unless the rules allow it.
+#[inline]
+fn require(rules: PathRules, class: Class, start: usize, u: Unit) -> Result<(), Rejected> {
+    if rules.allows(class) {
+        Ok(())
+    } else {
+        Err(refuse(class, start, u.at))
+    }
+}
+
+/// The segment `b` (starting at `start` in the path) in canonical form, unit by unit; the
+/// spellings it rewrites are noted in `rw`.
 fn canonical_segment(
     b: &[u8],
     start: usize,
@@ -91,16 +123,6 @@ fn canonical_segment(
         first: None,
         last: None,
     };
-    fn note(seg: &mut Segment, c: char) {
-        if seg.first.is_none() {
-            seg.first = Some(c);
-        }
-        seg.last = Some(c);
-    }
-    let refuse = |class: Class, at: usize| Rejected {
-        class,
-        at: start + at,
-    };
     let mut i = 0;
     while i < b.len() {
         let u = match unit_at(b, i) {
@@ -109,121 +131,139 @@ fn canonical_segment(
                 // The lone `%` itself becomes data.
                 rw.note(Class::InvalidEscape, start + i);
                 seg.text.push_str("%25");
-                note(&mut seg, '%');
+                seg.note('%');
                 i += 1;
                 continue;
             }
-            Err(r) => return Err(refuse(r.class, r.at)),
+            Err(r) => return Err(refuse(r.class, start, r.at)),
         };
         if u.byte >= 0x80 {
-            // A run of non-ASCII bytes, raw or escaped: valid UTF-8 on its own or not at all
-            // (every byte of a multi-byte sequence is >= 0x80).
-            let mut run: Vec<u8> = Vec::with_capacity(8);
-            let mut units: Vec<Unit> = Vec::with_capacity(8);
-            let mut j = i;
-            while j < b.len() {
-                match unit_at(b, j) {
-                    Ok(v) if v.byte >= 0x80 => {
-                        run.push(v.byte);
-                        units.push(v);
-                        j += v.len;
-                    }
-                    _ => break,
-                }
-            }
-            let raw = match std::str::from_utf8(&run) {
-                Ok(s) => {
-                    for c in s.chars() {
-                        note(&mut seg, c);
-                    }
-                    Class::Unescaped
-                }
-                Err(_) if rules.allows(Class::InvalidUtf8) => {
-                    note(&mut seg, char::REPLACEMENT_CHARACTER);
-                    Class::InvalidUtf8
-                }
-                Err(_) => return Err(refuse(Class::InvalidUtf8, u.at)),
-            };
-            for v in units {
-                if v.escaped {
-                    rw.note_hex_case(b, v, start);
-                } else {
-                    rw.note(raw, start + v.at);
-                }
-            }
-            for byte in run {
-                push_escaped(&mut seg.text, byte);
-            }
-            i = j;
+            i = push_non_ascii_run(b, u, start, rules, rw, &mut seg)?;
             continue;
         }
-        let c = u.byte;
-        match c {
-            _ if is_unreserved(c) => {
-                if u.escaped {
-                    rw.note(Class::EscapeSpelling, start + u.at);
-                }
-                seg.text.push(c as char)
-            }
-            b'/' => {
-                if !rules.allows(Class::EncodedSlash) {
-                    return Err(refuse(Class::EncodedSlash, u.at));
-                }
-                rw.note_hex_case(b, u, start);
-                push_escaped(&mut seg.text, c);
-            }
-            b'\\' if u.escaped => {
-                if !rules.allows(Class::EncodedSlash) {
-                    return Err(refuse(Class::EncodedSlash, u.at));
-                }
-                rw.note_hex_case(b, u, start);
-                push_escaped(&mut seg.text, c);
-            }
-            b'\\' => {
-                if !rules.allows(Class::Backslash) {
-                    return Err(refuse(Class::Backslash, u.at));
-                }
-                // Kept as sent: the limiter matches the bytes the upstream gets.
-                seg.text.push('\\');
-            }
-            b';' => {
-                if !rules.allows(Class::Semicolon) {
-                    return Err(refuse(Class::Semicolon, u.at));
-                }
-                if u.escaped {
-                    rw.note_hex_case(b, u, start);
-                    push_escaped(&mut seg.text, c);
-                } else {
-                    seg.text.push(';');
-                }
-            }
-            0x00..=0x1f | 0x7f => {
-                if !rules.allows(Class::Control) {
-                    return Err(refuse(Class::Control, u.at));
-                }
-                if u.escaped {
-                    rw.note_hex_case(b, u, start);
-                } else {
-                    rw.note(Class::Control, start + u.at);
-                }
-                push_escaped(&mut seg.text, c);
-            }
-            _ if is_literal(c) && !u.escaped => seg.text.push(c as char),
-            _ => {
-                if u.escaped {
-                    rw.note_hex_case(b, u, start);
-                } else if c == b'#' {
-                    rw.note(Class::Fragment, start + u.at);
-                } else {
-                    rw.note(Class::Unescaped, start + u.at);
-                }
-                push_escaped(&mut seg.text, c)
-            }
-        }
-        note(&mut seg, c as char);
+        push_ascii_unit(b, u, start, rules, rw, &mut seg)?;
         i += u.len;
     }
     Ok(seg)
+}
+
+/// The run of non-ASCII bytes, raw or escaped, that starts with the unit `u` of the segment `b`,
+/// pushed escaped onto `seg`: valid UTF-8 on its own or not at all (every byte of a multi-byte
+/// sequence is >= 0x80). Returns where the run ends in `b`.
+#[inline]
+fn push_non_ascii_run(
+    b: &[u8],
+    u: Unit,
+    start: usize,
+    rules: PathRules,
+    rw: &mut Rewrites,
+    seg: &mut Segment,
+) -> Result<usize, Rejected> {
+    let mut run: Vec<u8> = Vec::with_capacity(8);
+    let mut units: Vec<Unit> = Vec::with_capacity(8);
+    let mut j = u.at;
+    while j < b.len() {
+        match unit_at(b, j) {
+            Ok(v) if v.byte >= 0x80 => {
+                run.push(v.byte);
+                units.push(v);
+                j += v.len;
+            }
+            _ => break,
+        }
+    }
+    let raw = match std::str::from_utf8(&run) {
+        Ok(s) => {
+            for c in s.chars() {
+                seg.note(c);
+            }
+            Class::Unescaped
+        }
+        Err(_) if rules.allows(Class::InvalidUtf8) => {
+            seg.note(char::REPLACEMENT_CHARACTER);
+            Class::InvalidUtf8
+        }
+        Err(_) => return Err(refuse(Class::InvalidUtf8, start, u.at)),
+    };
+    for v in units {
+        if v.escaped {
+            rw.note_hex_case(b, v, start);
+        } else {
+            rw.note(raw, start + v.at);
+        }
+    }
+    for byte in run {
+        push_escaped(&mut seg.text, byte);
+    }
+    Ok(j)
+}
+
+/// The ASCII unit `u` of the segment `b` pushed onto `seg` in canonical form: decoded when
+/// unreserved, kept as sent or escaped otherwise, or refused by its class.
+#[inline]
+fn push_ascii_unit(
+    b: &[u8],
+    u: Unit,
+    start: usize,
+    rules: PathRules,
+    rw: &mut Rewrites,
+    seg: &mut Segment,
+) -> Result<(), Rejected> {
+    let c = u.byte;
+    match c {
+        _ if is_unreserved(c) => {
+            if u.escaped {
+                rw.note(Class::EscapeSpelling, start + u.at);
+            }
+            seg.text.push(c as char)
+        }
+        b'/' => {
+            require(rules, Class::EncodedSlash, start, u)?;
+            rw.note_hex_case(b, u, start);
+            push_escaped(&mut seg.text, c);
+        }
+        b'\\' if u.escaped => {
+            require(rules, Class::EncodedSlash, start, u)?;
+            rw.note_hex_case(b, u, start);
+            push_escaped(&mut seg.text, c);
+        }
+        b'\\' => {
+            require(rules, Class::Backslash, start, u)?;
+            // Kept as sent: the limiter matches the bytes the upstream gets.
+            seg.text.push('\\');
+        }
+        b';' => {
+            require(rules, Class::Semicolon, start, u)?;
+            if u.escaped {
+                rw.note_hex_case(b, u, start);
+                push_escaped(&mut seg.text, c);
+            } else {
+                seg.text.push(';');
+            }
+        }
+        0x00..=0x1f | 0x7f => {
+            require(rules, Class::Control, start, u)?;
+            if u.escaped {
+                rw.note_hex_case(b, u, start);
+            } else {
+                rw.note(Class::Control, start + u.at);
+            }
+            push_escaped(&mut seg.text, c);
+        }
+        _ if is_literal(c) && !u.escaped => seg.text.push(c as char),
+        _ => {
+            if u.escaped {
+                rw.note_hex_case(b, u, start);
+            } else if c == b'#' {
+                rw.note(Class::Fragment, start + u.at);
+            } else {
+                rw.note(Class::Unescaped, start + u.at);
+            }
+            push_escaped(&mut seg.text, c)
+        }
+    }
+    seg.note(c as char);
+    Ok(())
 }
 
 /// The full parse, for paths [`is_canonical`](super::bytes::is_canonical) did not pass; the spellings it rewrites are
