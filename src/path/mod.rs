@@ -25,8 +25,6 @@ use std::fmt;
 mod bytes;
 mod canonical;
 #[cfg(test)]
-mod properties;
-#[cfg(test)]
 mod tests;
 
 use bytes::is_canonical;

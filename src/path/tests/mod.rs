@@ -3,6 +3,9 @@
 use super::bytes::{is_literal, literal_by_definition};
 use super::*;
 
+#[cfg(test)]
+mod properties;
+
 #[test]
 fn path_override_headers_are_read_in_every_spelling() {
     for name in [

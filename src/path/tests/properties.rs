@@ -1,7 +1,7 @@
 //! Properties of the canonical form over hostile paths.
 
-use super::*;
 use crate::identity::Credential;
+use crate::path::*;
 use crate::policy::Policy;
 use proptest::prelude::*;
 
