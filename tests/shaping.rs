@@ -4,6 +4,7 @@
 //! address are held to their share at the upstream.
 
 mod common;
+mod redis_support;
 
 use common::{Gateway, Launch};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -202,4 +203,35 @@ fn a_bad_shaped_route_is_refused_at_start_naming_the_file_and_the_field() {
         "{}",
         out.stderr
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_redis_tell_an_agent_the_same_slot() {
+    let Some(redis) = redis_support::standalone() else {
+        return;
+    };
+    let upstream = common::upstream().await;
+    let url = redis.url();
+    let launch = || {
+        Launch::serve()
+            .config_toml(EXAMPLE)
+            .upstream(&upstream.uri())
+            .args(["--store", url.as_str()])
+            .spawn()
+    };
+    let (a, b) = (launch(), launch());
+    for i in 0..20 {
+        let agent = format!("agent-shared-{i}-{:08x}", rand::random::<u32>());
+        let (sa, ha, _, at_a) = heartbeat(&a, &agent).await;
+        let (sb, hb, _, at_b) = heartbeat(&b, &agent).await;
+        assert_eq!((sa, sb), (200, 200), "{agent}");
+        let (slot_a, slot_b) = (
+            slot_ms(at_a, ha.expect("hint"), 60),
+            slot_ms(at_b, hb.expect("hint"), 60),
+        );
+        assert!(
+            apart(slot_a, slot_b, 60) <= 1_500,
+            "{agent}: {slot_a} ms and {slot_b} ms: slots need no shared state, every instance derives the same"
+        );
+    }
 }
