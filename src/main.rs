@@ -136,8 +136,8 @@ struct CheckArgs {
 struct SimulateArgs {
     #[command(flatten)]
     cfg: ConfigArgs,
-    /// fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, or all;
-    /// also nat-rollout (2 000 endpoints behind one NAT, with and without an override), by name.
+    /// fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, herd,
+    /// or all; also nat-rollout (2 000 endpoints behind one NAT, with and without an override), by name.
     #[arg(long, default_value = "all", value_name = "NAME")]
     scenario: String,
     /// Output format.

@@ -23,6 +23,7 @@ use super::simulate::{
 };
 use std::fmt::Write;
 
+mod herd;
 mod kit;
 mod replay;
 use kit::*;
@@ -46,6 +47,7 @@ pub fn svg(r: &SimulationReport) -> String {
             ScenarioReport::TableFlood(r) => table_flood(&mut body, r, y),
             ScenarioReport::FailedOnly(f) => failed_only(&mut body, f, y),
             ScenarioReport::AuthCeilings(a) => auth_ceilings(&mut body, a, y),
+            ScenarioReport::Herd(h) => herd::herd(&mut body, h, y),
         };
     }
     let height = y.ceil();

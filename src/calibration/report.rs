@@ -3,6 +3,7 @@
 use super::check::{fmt_rate, CheckReport, LimiterCheck, Status};
 use super::fmt_secs;
 use super::simulate::auth_ceilings::AuthCeilingsReport;
+use super::simulate::herd::{HerdReport, HerdRun};
 use super::simulate::{
     fleet as fleet_consts, rollout as rollout_consts, AbuseReport, AnalystsReport,
     FailedOnlyReport, FleetReport, NatRolloutReport, RolloutReport, RotationReport, ScenarioReport,
@@ -385,6 +386,7 @@ pub fn simulate_table(r: &SimulationReport) -> String {
             ScenarioReport::Abuse(a) => abuse_block(&mut o, a),
             ScenarioReport::TableFlood(r) => table_flood_block(&mut o, r),
             ScenarioReport::Rotation(r) => rotation_block(&mut o, r),
+            ScenarioReport::Herd(h) => herd_block(&mut o, h),
         }
     }
     o
@@ -693,4 +695,65 @@ fn rotation_block(o: &mut String, r: &RotationReport) {
         "          rotating client admitted {} of {} ({}/min; {allows})",
         r.rotating_admitted, r.rotating_requests, r.rotating_admitted_per_minute
     );
+}
+
+/// The `herd` scenario's block of the table: one row per run.
+fn herd_block(o: &mut String, h: &HerdReport) {
+    let slots = if h.slots_configured {
+        "the configured [shaping]"
+    } else {
+        "the heartbeat shaped for the comparison"
+    };
+    let _ = writeln!(
+        o,
+        "herd      {} agents behind {} NATs back from an outage within one second, heartbeating every {}s for {}; poll slots every {}s ({slots})",
+        h.agents,
+        h.sites,
+        h.heartbeat_interval_seconds,
+        fmt_secs(h.duration_seconds as f64),
+        h.slot_interval_seconds
+    );
+    let head = [
+        "",
+        "peak/mean after 1m",
+        "peak/mean first 2m",
+        "heartbeats refused",
+        "marked offline",
+        "steady after",
+    ];
+    o.push_str(&herd_row(head.map(str::to_owned)));
+    for (label, run) in [
+        ("own cadence", &h.own_cadence),
+        ("poll slots", &h.poll_slots),
+    ] {
+        o.push_str(&herd_row(herd_cells(label, run)));
+    }
+}
+
+/// One run's cells of the `herd` table.
+fn herd_cells(label: &str, r: &HerdRun) -> [String; 6] {
+    [
+        label.to_owned(),
+        format!(
+            "{:.2} ({}/s at most, {}/s mean)",
+            r.peak_to_mean_after_first_minute,
+            r.busiest_second_after_first_minute,
+            r.mean_per_second_after_first_minute
+        ),
+        format!("{:.2}", r.peak_to_mean_first_two_minutes),
+        format!("{} of {}", r.heartbeats_refused, r.heartbeats),
+        r.agents_marked_offline.to_string(),
+        r.steady_after_seconds
+            .map_or_else(|| "never".to_owned(), |s| fmt_secs(s as f64)),
+    ]
+}
+
+/// A row of the `herd` table, indented under its heading, trailing blanks trimmed.
+fn herd_row(cells: [String; 6]) -> String {
+    let mut line = " ".repeat(10);
+    for (c, w) in cells.iter().zip([13, 38, 20, 20, 16, 12]) {
+        line.push_str(&pad(c, w));
+        line.push(' ');
+    }
+    line.trim_end().to_owned() + "\n"
 }

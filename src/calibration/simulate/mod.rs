@@ -15,6 +15,7 @@ pub(crate) mod analysts;
 pub(crate) mod auth_ceilings;
 pub(crate) mod failed_only;
 pub(crate) mod fleet;
+pub(crate) mod herd;
 pub(crate) mod nat_rollout;
 pub(crate) mod rollout;
 pub(crate) mod rotation;
@@ -24,6 +25,7 @@ pub(crate) use abuse::AbuseReport;
 pub(crate) use analysts::AnalystsReport;
 pub(crate) use failed_only::FailedOnlyReport;
 pub use fleet::FleetReport;
+pub(crate) use herd::HerdReport;
 pub(crate) use nat_rollout::NatRolloutReport;
 pub(crate) use rollout::RolloutReport;
 pub(crate) use rotation::RotationReport;
@@ -77,13 +79,14 @@ pub enum Scenario {
     FailedOnly,
     TableFlood,
     AuthCeilings,
+    Herd,
     NatRollout,
 }
 
 impl Scenario {
     /// What `all` runs: the calibration's scenarios. `nat-rollout` (1.3 million requests on the
     /// built-in budget) runs only by name.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
@@ -92,10 +95,11 @@ impl Scenario {
         Scenario::FailedOnly,
         Scenario::TableFlood,
         Scenario::AuthCeilings,
+        Scenario::Herd,
     ];
 
     /// Every scenario, by name.
-    const NAMED: [Scenario; 9] = [
+    const NAMED: [Scenario; 10] = [
         Scenario::Fleet,
         Scenario::Rollout,
         Scenario::Analysts,
@@ -104,6 +108,7 @@ impl Scenario {
         Scenario::FailedOnly,
         Scenario::TableFlood,
         Scenario::AuthCeilings,
+        Scenario::Herd,
         Scenario::NatRollout,
     ];
 
@@ -117,12 +122,13 @@ impl Scenario {
             Scenario::FailedOnly => "failed-only",
             Scenario::TableFlood => "table-flood",
             Scenario::AuthCeilings => "auth-ceilings",
+            Scenario::Herd => "herd",
             Scenario::NatRollout => "nat-rollout",
         }
     }
 
     /// `fleet`, `rollout`, `analysts`, `abuse`, `rotation`, `failed-only`, `table-flood`,
-    /// `auth-ceilings`, `nat-rollout`, or `all`.
+    /// `auth-ceilings`, `herd`, `nat-rollout`, or `all`.
     pub fn parse_list(s: &str) -> Result<Vec<Scenario>, String> {
         if s.eq_ignore_ascii_case("all") {
             return Ok(Self::ALL.to_vec());
@@ -133,7 +139,7 @@ impl Scenario {
             .map(|sc| vec![*sc])
             .ok_or_else(|| {
                 format!(
-                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, nat-rollout or all"
+                    "unknown scenario `{s}`; use fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, herd, nat-rollout or all"
                 )
             })
     }
@@ -151,6 +157,7 @@ pub enum ScenarioReport {
     FailedOnly(FailedOnlyReport),
     TableFlood(TableFloodReport),
     AuthCeilings(auth_ceilings::AuthCeilingsReport),
+    Herd(HerdReport),
     NatRollout(NatRolloutReport),
 }
 
@@ -165,6 +172,7 @@ impl ScenarioReport {
             ScenarioReport::FailedOnly(_) => "failed-only",
             ScenarioReport::TableFlood(_) => "table-flood",
             ScenarioReport::AuthCeilings(_) => "auth-ceilings",
+            ScenarioReport::Herd(_) => "herd",
             ScenarioReport::NatRollout(_) => "nat-rollout",
         }
     }
@@ -180,6 +188,7 @@ impl ScenarioReport {
             ScenarioReport::FailedOnly(r) => &r.series,
             ScenarioReport::TableFlood(r) => &r.series,
             ScenarioReport::AuthCeilings(r) => &r.series,
+            ScenarioReport::Herd(r) => &r.poll_slots.series,
             ScenarioReport::NatRollout(r) => &r.with_override.series,
         }
     }
@@ -243,6 +252,7 @@ pub fn run(
                 Scenario::AuthCeilings => {
                     ScenarioReport::AuthCeilings(auth_ceilings::run(cfg, s).await)
                 }
+                Scenario::Herd => ScenarioReport::Herd(herd::run(cfg, s).await),
                 Scenario::NatRollout => ScenarioReport::NatRollout(nat_rollout::run(cfg, s).await),
             });
         }
@@ -266,6 +276,7 @@ impl Scenario {
             Scenario::FailedOnly => 0x0fa1_1ed0,
             Scenario::TableFlood => 0x07ab_1e00,
             Scenario::AuthCeilings => 0x0a07_ce11,
+            Scenario::Herd => 0x04e2_d000,
             Scenario::NatRollout => 0x0a7a_2000,
         }
     }
@@ -615,7 +626,8 @@ mod tests {
 
     #[test]
     fn scenario_names() {
-        assert_eq!(Scenario::parse_list("all").unwrap().len(), 8);
+        assert_eq!(Scenario::parse_list("all").unwrap().len(), 9);
+        assert_eq!(Scenario::parse_list("herd").unwrap(), vec![Scenario::Herd]);
         assert_eq!(
             Scenario::parse_list("nat-rollout").unwrap(),
             vec![Scenario::NatRollout]
