@@ -35,6 +35,7 @@ impl<'a, 'r> Asked<'a, 'r> {
     /// `req` from `ip` (normalised: `ip_key`), identified as `id`, for `limiters`; `index` the
     /// overrides in force (`unix_now` their wall clock).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(super) fn new(
         settings: &Settings,
         req: &'a RequestFacts<'r>,
@@ -76,6 +77,7 @@ impl<'a, 'r> Asked<'a, 'r> {
 
     /// The principal `l` keys on. A header key is read only from a trusted proxy, unless the
     /// limiter reads one clients send themselves.
+    #[inline]
     pub(super) fn principal(&self, l: &LimiterSpec) -> keys::Principal<'_> {
         let header_allowed = self.from_proxy || l.key.header_from_any_client();
         keys::Principal {
@@ -100,12 +102,14 @@ impl<'a, 'r> Asked<'a, 'r> {
     }
 
     /// What the request costs `l`.
+    #[inline]
     pub(super) fn units(&self, l: &LimiterSpec) -> NonZeroU32 {
         l.cost
             .of(l.cost.header().and_then(|h| self.req.key_headers.get(h)))
     }
 
     /// An override for the principal, else the verified token's plan, else the limiter's own.
+    #[inline]
     pub(super) fn chosen(&self, l: &LimiterSpec) -> Chosen {
         if let Some(o) = self
             .index
@@ -126,6 +130,7 @@ impl<'a, 'r> Asked<'a, 'r> {
 
     /// The budget and the bucket's name: an override keeps its principals' buckets apart. A
     /// calendar budget as it stands now: its window the period's own length.
+    #[inline]
     pub(super) fn budget(&self, l: &LimiterSpec) -> (Quota, Arc<str>) {
         let (q, bucket) = if self.index.is_none() && l.plans.is_none() {
             (l.quota, l.name.clone())
@@ -143,6 +148,7 @@ impl<'a, 'r> Asked<'a, 'r> {
 /// A refused request consumed nothing: when an enforcing check whose verdict counts
 /// (`counted`) refuses, the counted buckets that allowed it are reported as they stand, not
 /// as they would after a charge that never happened. Also whether it was refused.
+#[inline]
 pub(crate) fn charge_nothing_if_refused(
     verdicts: Vec<Verdict>,
     checks: &[Check],

@@ -625,6 +625,7 @@ impl Decider {
     /// remember once it is allowed: a `new-agents` limiter meters only agent ids it does not
     /// know at this address.
     #[allow(clippy::type_complexity)]
+    #[inline]
     fn metering(
         &self,
         settings: &Settings,
@@ -696,6 +697,7 @@ impl Decider {
     /// and `explain` use) whatever the store digests; `counted`: its verdict counts a bucket
     /// (the store's, or a `local` one while the store failed).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn result_of(
         &self,
         asked: &Asked<'_, '_>,
