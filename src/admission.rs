@@ -24,7 +24,7 @@
 use crate::client_share::{ClientHold, ClientShares};
 use crate::config::admission::{AdmissionConfig, DEFAULT_GROUP};
 use crate::metrics::{AdmissionMeter, Metrics, ShedReason};
-use crate::policy::{RoutePattern, Specificity};
+use crate::policy::RoutePattern;
 use smallvec::SmallVec;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -267,20 +267,14 @@ impl Admission {
             return &self.default;
         }
         let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let mut best: Option<(Specificity, &Gate)> = None;
-        for (routes, gate) in &self.groups {
-            let spec = routes
+        crate::policy::most_specific(
+            self.groups
                 .iter()
-                .filter(|r| r.matches(method, &segs))
-                .map(RoutePattern::specificity)
-                .max();
-            if let Some(spec) = spec {
-                if best.as_ref().is_none_or(|(b, _)| spec > *b) {
-                    best = Some((spec, gate));
-                }
-            }
-        }
-        best.map_or(&self.default, |(_, g)| g)
+                .map(|(routes, gate)| (routes.as_slice(), gate)),
+            method,
+            &segs,
+        )
+        .unwrap_or(&self.default)
     }
 
     /// A slot for a request of `method` on the canonical `path` from client address `client`.

@@ -11,7 +11,7 @@
 
 use crate::clock::Nanos;
 use crate::config::shaping::ShapingConfig;
-use crate::policy::{RoutePattern, Specificity};
+use crate::policy::RoutePattern;
 use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
 use std::net::IpAddr;
@@ -45,20 +45,11 @@ impl PollSlots {
     /// specifically, if one does.
     pub(crate) fn interval_of(&self, method: &str, path: &str) -> Option<u64> {
         let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
-        let mut best: Option<(Specificity, u64)> = None;
-        for (patterns, interval) in &self.routes {
-            let spec = patterns
-                .iter()
-                .filter(|r| r.matches(method, &segs))
-                .map(RoutePattern::specificity)
-                .max();
-            if let Some(spec) = spec {
-                if best.as_ref().is_none_or(|(b, _)| spec > *b) {
-                    best = Some((spec, *interval));
-                }
-            }
-        }
-        best.map(|(_, i)| i)
+        crate::policy::most_specific(
+            self.routes.iter().map(|(p, i)| (p.as_slice(), *i)),
+            method,
+            &segs,
+        )
     }
 
     /// `X-Poll-Interval` for a request of `method` on `path` from `address` (normalised) with

@@ -230,24 +230,19 @@ pub(super) fn build_admission(
 /// A request belongs to the group with its most specific route; two groups whose routes of the
 /// same specificity can match one request leave no winner, which is an error.
 fn check_overlaps(groups: &[AdmissionGroup], ctx: &Ctx) -> Result<(), ConfigError> {
-    for (i, a) in groups.iter().enumerate() {
-        for b in &groups[i + 1..] {
-            for ra in &a.routes {
-                for rb in &b.routes {
-                    if ra.overlaps(rb) && ra.specificity() == rb.specificity() {
-                        return Err(ctx.err(
-                            &format!("admission.groups.{}.routes", b.name),
-                            format!(
-                                "route `{rb}` overlaps `{ra}` of group `{}` with the same specificity, so a request could belong to either; make one route more specific, or move it to one group",
-                                a.name
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
+    let sets: Vec<(&str, &[RoutePattern])> = groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.routes.as_slice()))
+        .collect();
+    match crate::policy::ambiguous_pair(&sets) {
+        Some((b, rb, a, ra)) => Err(ctx.err(
+            &format!("admission.groups.{b}.routes"),
+            format!(
+                "route `{rb}` overlaps `{ra}` of group `{a}` with the same specificity, so a request could belong to either; make one route more specific, or move it to one group"
+            ),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

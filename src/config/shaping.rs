@@ -117,24 +117,19 @@ fn shaped_route(name: String, r: RawShapedRoute, ctx: &Ctx) -> Result<ShapedRout
 /// A request takes the slot of the route that names it most specifically; two routes whose
 /// patterns of the same specificity can match one request leave no winner, which is an error.
 fn check_overlaps(routes: &[ShapedRoute], ctx: &Ctx) -> Result<(), ConfigError> {
-    for (i, a) in routes.iter().enumerate() {
-        for b in &routes[i + 1..] {
-            for ra in &a.routes {
-                for rb in &b.routes {
-                    if ra.overlaps(rb) && ra.specificity() == rb.specificity() {
-                        return Err(ctx.err(
-                            &format!("shaping.routes.{}.routes", b.name),
-                            format!(
-                                "route `{rb}` overlaps `{ra}` of shaped route `{}` with the same specificity, so a request could take either interval; make one route more specific, or keep it in one place",
-                                a.name
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
+    let sets: Vec<(&str, &[RoutePattern])> = routes
+        .iter()
+        .map(|r| (r.name.as_str(), r.routes.as_slice()))
+        .collect();
+    match crate::policy::ambiguous_pair(&sets) {
+        Some((b, rb, a, ra)) => Err(ctx.err(
+            &format!("shaping.routes.{b}.routes"),
+            format!(
+                "route `{rb}` overlaps `{ra}` of shaped route `{a}` with the same specificity, so a request could take either interval; make one route more specific, or keep it in one place"
+            ),
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use routes::{ambiguous_pair, most_specific, RoutePattern, Specificity};
 use routes::{fresh_segment, METHODS};
-pub(crate) use routes::{RoutePattern, Specificity};
 pub use spec::Mode;
 pub(crate) use spec::{
     Cost, Count, CredentialMatch, LimiterSpec, Meter, OnStoreError, Plans, Remember, StatusRanges,

@@ -99,6 +99,49 @@ impl Serialize for RoutePattern {
 }
 
 /// A path segment that no route names: sample requests fill wildcards with it.
+/// Of named route sets, the first two patterns of different sets that one request could match
+/// with the same specificity (so neither set wins): `(set, pattern, other set, other pattern)`,
+/// the later set first. Admission groups and shaped routes refuse such a pair at start.
+pub(crate) fn ambiguous_pair<'a>(
+    sets: &[(&'a str, &'a [RoutePattern])],
+) -> Option<(&'a str, &'a RoutePattern, &'a str, &'a RoutePattern)> {
+    for (i, (a_name, a)) in sets.iter().enumerate() {
+        for (b_name, b) in &sets[i + 1..] {
+            for ra in a.iter() {
+                for rb in b.iter() {
+                    if ra.overlaps(rb) && ra.specificity() == rb.specificity() {
+                        return Some((b_name, rb, a_name, ra));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Of route sets each with a value, the value of the set whose pattern matches `method` on the
+/// path's segments `segs` most specifically.
+pub(crate) fn most_specific<'a, T: Copy + 'a>(
+    sets: impl IntoIterator<Item = (&'a [RoutePattern], T)>,
+    method: &str,
+    segs: &[&str],
+) -> Option<T> {
+    let mut best: Option<(Specificity, T)> = None;
+    for (patterns, value) in sets {
+        let spec = patterns
+            .iter()
+            .filter(|r| r.matches(method, segs))
+            .map(RoutePattern::specificity)
+            .max();
+        if let Some(spec) = spec {
+            if best.as_ref().is_none_or(|(b, _)| spec > *b) {
+                best = Some((spec, value));
+            }
+        }
+    }
+    best.map(|(_, v)| v)
+}
+
 pub(super) fn fresh_segment(patterns: &[&RoutePattern]) -> String {
     let mut fresh = "x".to_owned();
     while patterns.iter().any(|p| {
