@@ -235,3 +235,38 @@ async fn two_instances_on_one_redis_tell_an_agent_the_same_slot() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_decision_endpoint_tells_a_proxys_agent_its_slot_too() {
+    let gw = Launch::serve()
+        .config_toml(
+            "[shaping.routes.heartbeat]\nroutes = [\"POST /api/agent/heartbeat\"]\ninterval = \"60s\"\n",
+        )
+        .decision_only()
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .spawn();
+    let d = gw.decision_addr.expect("decision listener");
+    let ask = |uri: &'static str| {
+        common::client()
+            .get(format!("http://{d}/forward"))
+            .header("x-forwarded-method", "POST")
+            .header("x-forwarded-uri", uri)
+            .header("x-forwarded-for", "192.0.2.71")
+            .header("x-agent-id", "agent-behind-nginx")
+            .send()
+    };
+    let r = ask("/api/agent/heartbeat").await.expect("answered");
+    assert_eq!(r.status(), 200);
+    let hint: u64 = r.headers()["x-poll-interval"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((30..=90).contains(&hint), "{hint}");
+    let r = ask("/api/agent/enroll").await.expect("answered");
+    assert!(
+        r.headers().get("x-poll-interval").is_none(),
+        "not a shaped route"
+    );
+}
