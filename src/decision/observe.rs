@@ -80,7 +80,7 @@ fn log_decision(outcome: &Outcome) {
                 limiter = %r.spec.name,
                 key = %r.key.digest_hex(),
                 client_ip = %ip(),
-                wait_seconds = ceil_secs(r.verdict.retry_after_ns).max(1),
+                wait_seconds = crate::limiter::wait_secs(r.verdict.retry_after_ns),
                 store_error = r.store_error,
                 "request refused"
             );
@@ -94,7 +94,7 @@ fn log_decision(outcome: &Outcome) {
             limiter = %r.spec.name,
             key = %r.key.digest_hex(),
             client_ip = %ip(),
-            wait_seconds = ceil_secs(r.verdict.retry_after_ns).max(1),
+            wait_seconds = crate::limiter::wait_secs(r.verdict.retry_after_ns),
             store_error = r.store_error,
             "shadow limiter would refuse; forwarded"
         );

@@ -2,7 +2,7 @@
 //! wait to report, the limiter closest to refusing).
 
 use crate::keys::BucketKey;
-use crate::limiter::{ceil_secs, Verdict};
+use crate::limiter::{wait_secs, Verdict};
 use crate::policy::{LimiterSpec, Mode};
 use crate::store::StoreError;
 use std::net::IpAddr;
@@ -64,7 +64,7 @@ impl Outcome {
         self.results
             .iter()
             .filter(|r| r.refuses())
-            .map(|r| ceil_secs(r.verdict.retry_after_ns).max(1))
+            .map(|r| wait_secs(r.verdict.retry_after_ns))
             .max()
     }
 

@@ -508,7 +508,7 @@ pub(crate) async fn explain(
             remaining: r.verdict.remaining,
             allowed: r.verdict.allowed,
             retry_after_seconds: (!r.verdict.allowed)
-                .then(|| crate::limiter::ceil_secs(r.verdict.retry_after_ns).max(1)),
+                .then(|| crate::limiter::wait_secs(r.verdict.retry_after_ns)),
             store_error: r.store_error,
         })
         .collect();

@@ -531,7 +531,7 @@ fn expiring(outcome: &Outcome) -> Option<&LimitResult> {
 fn reset_secs(r: &LimitResult) -> Option<u64> {
     let v = &r.verdict;
     if !v.allowed {
-        return Some(ceil_secs(v.retry_after_ns).max(1));
+        return Some(crate::limiter::wait_secs(v.retry_after_ns));
     }
     if v.reset_after_ns == 0 || v.remaining >= v.limit {
         return None;

@@ -417,5 +417,12 @@ pub(crate) fn ceil_secs(ns: Nanos) -> u64 {
     ns.div_ceil(1_000_000_000)
 }
 
+/// A wait as `Retry-After` says it: whole seconds rounded up, and at least 1, since a refusal
+/// that said 0 would invite the retry it refuses.
+#[inline]
+pub(crate) fn wait_secs(ns: Nanos) -> u64 {
+    ceil_secs(ns).max(1)
+}
+
 #[cfg(test)]
 mod tests;
