@@ -122,6 +122,7 @@ impl Ctx {
                     path.starts_with("limiters.")
                         || path.starts_with("admission.groups.")
                         || path.starts_with("shaping.routes.")
+                        || path.starts_with("shaping.upstream.")
                 })
             })
             .unwrap_or_else(|| "built-in default".to_owned())
@@ -170,6 +171,7 @@ pub(super) fn build(
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
     let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
+    let shaping = super::shaping::build_shaping(raw.shaping, &fleet, ctx)?;
     Ok(Config {
         overrides,
         source,
@@ -188,7 +190,7 @@ pub(super) fn build(
         admission: admission::build_admission(raw.admission, ctx)?,
         methods: methods::build_methods(raw.methods, ctx)?,
         websocket: websocket::build_websocket(raw.websocket, ctx)?,
-        shaping: super::shaping::build_shaping(raw.shaping, ctx)?,
+        shaping,
         headers: headers::build_headers(raw.headers, ctx)?,
         origins: ctx.origins.clone(),
     })

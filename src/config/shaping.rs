@@ -1,8 +1,16 @@
-//! `[shaping]`: poll slots. For each `[shaping.routes.<name>]`, every answer to a request on its
-//! routes carries `X-Poll-Interval: <seconds>`, how long until the caller's own slot: a phase in
-//! `interval` derived from who it is, so a fleet that arrives at once is told to come back
-//! spread evenly across the interval (see `crate::shaping`). Off unless a route is named.
+//! `[shaping]`: telling a fleet when to come instead of only refusing it.
+//!
+//! - `[shaping.routes.<name>]`: routes with an `interval` are poll slots: every answer to a
+//!   request on them carries `X-Poll-Interval: <seconds>`, how long until the caller's own slot,
+//!   a phase in the interval derived from who it is (see `crate::shaping`). A route's `priority`
+//!   decides the order in which it is shed while the upstream misses its target, and
+//!   `max_in_flight_per_address` caps one client address's requests on it at the upstream.
+//! - `[shaping.upstream]`: the upstream's latency target. While it is missed, intervals stretch
+//!   (never past a route's `max_interval`) and the lowest priorities are shed first.
+//!
+//! Off unless a route is named.
 
+use super::fleet::FleetConfig;
 use super::{duration, ConfigError, Ctx, DurationValue};
 use crate::policy::RoutePattern;
 use serde::Deserialize;
@@ -16,21 +24,101 @@ pub(crate) const MIN_INTERVAL: Duration = Duration::from_secs(2);
 pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
 /// The most shaped routes (each is matched on every request).
 pub(crate) const MAX_SHAPED: usize = 64;
+/// The most requests one address may have in flight on a capped route.
+pub(crate) const MAX_IN_FLIGHT_PER_ADDRESS: u64 = 65_536;
+/// A latency target's bounds: shorter than 10 ms is noise, longer than a minute is no target.
+pub(crate) const MIN_TARGET: Duration = Duration::from_millis(10);
+pub(crate) const MAX_TARGET: Duration = Duration::from_secs(60);
+/// How long the upstream must stay under its target before each step back (bounds).
+pub(crate) const MIN_RECOVER: Duration = Duration::from_millis(500);
+pub(crate) const MAX_RECOVER: Duration = Duration::from_secs(60);
+
+/// The order in which routes are shed while the upstream misses its target: the lowest first,
+/// and `critical` never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Priority {
+    /// Exports, dashboards: shed first.
+    Low = 0,
+    /// Every route `[shaping]` gives no priority.
+    #[default]
+    Normal = 1,
+    High = 2,
+    /// Heartbeats, enrollment: never shed.
+    Critical = 3,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 4] = [
+        Priority::Low,
+        Priority::Normal,
+        Priority::High,
+        Priority::Critical,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Normal => "normal",
+            Priority::High => "high",
+            Priority::Critical => "critical",
+        }
+    }
+
+    /// 0 (low) to 3 (critical).
+    pub fn rank(self) -> u8 {
+        self as u8
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == s)
+    }
+}
 
 /// `[shaping]`, validated.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShapingConfig {
     /// The shaped routes, in name order.
     pub routes: Vec<ShapedRoute>,
+    /// The upstream's target (`[shaping.upstream]`); `None`: hints never stretch and nothing is
+    /// shed by priority.
+    pub upstream: Option<UpstreamTarget>,
 }
 
-/// `[shaping.routes.<name>]`: routes whose callers are told their next slot.
+/// `[shaping.routes.<name>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShapedRoute {
     pub name: String,
     pub routes: Vec<RoutePattern>,
-    /// How often a caller should come, in whole seconds.
-    pub interval: Duration,
+    /// How often a caller should come, in whole seconds; `None`: no poll slots on this route.
+    pub interval: Option<Duration>,
+    /// The longest hint, in whole seconds, however far the upstream's pressure stretches the
+    /// interval; `None`: the interval never stretches.
+    pub max_interval: Option<Duration>,
+    pub priority: Priority,
+    /// The most requests one client address may have at the upstream on these routes at once.
+    pub max_in_flight_per_address: Option<u32>,
+}
+
+impl ShapedRoute {
+    /// The longest `X-Poll-Interval` this route can send a caller that is not refused: its
+    /// `max_interval`, else one and a half intervals (a slot is at least half an interval
+    /// away); `None` without an interval.
+    pub fn longest_hint(&self) -> Option<Duration> {
+        let interval = self.interval?;
+        Some(self.max_interval.unwrap_or(interval + interval / 2))
+    }
+}
+
+/// `[shaping.upstream]`: what the upstream should keep to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTarget {
+    /// The longest an answer's head (or the oldest request still waiting for one) may take.
+    pub latency_target: Duration,
+    /// The largest share of 5xx answers, in percent.
+    pub errors_percent: u8,
+    /// How long the upstream must stay under its target before each step back (one priority
+    /// less shed).
+    pub recover: Duration,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -38,6 +126,7 @@ pub struct ShapedRoute {
 pub(super) struct RawShaping {
     #[serde(default)]
     routes: BTreeMap<String, RawShapedRoute>,
+    upstream: Option<RawUpstream>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -45,11 +134,27 @@ pub(super) struct RawShaping {
 pub(super) struct RawShapedRoute {
     routes: Option<Vec<String>>,
     interval: Option<DurationValue>,
+    max_interval: Option<DurationValue>,
+    priority: Option<String>,
+    max_in_flight_per_address: Option<i64>,
 }
 
-/// `[shaping]` read and checked: each route's patterns and interval, and no two routes that
-/// could both claim one request.
-pub(super) fn build_shaping(raw: RawShaping, ctx: &Ctx) -> Result<ShapingConfig, ConfigError> {
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUpstream {
+    latency_target: Option<DurationValue>,
+    errors_percent: Option<i64>,
+    recover: Option<DurationValue>,
+}
+
+/// `[shaping]` read and checked: each route's patterns, interval, priority and cap, no two
+/// routes that could both claim one request, the heartbeat's hints inside the fleet's
+/// heartbeat timeout, and the upstream's target.
+pub(super) fn build_shaping(
+    raw: RawShaping,
+    fleet: &FleetConfig,
+    ctx: &Ctx,
+) -> Result<ShapingConfig, ConfigError> {
     if raw.routes.len() > MAX_SHAPED {
         return Err(ctx.err(
             "shaping.routes",
@@ -64,7 +169,27 @@ pub(super) fn build_shaping(raw: RawShaping, ctx: &Ctx) -> Result<ShapingConfig,
         routes.push(shaped_route(name, r, ctx)?);
     }
     check_overlaps(&routes, ctx)?;
-    Ok(ShapingConfig { routes })
+    check_heartbeat(&routes, fleet, ctx)?;
+    let upstream = raw.upstream.map(|u| upstream_target(u, ctx)).transpose()?;
+    Ok(ShapingConfig { routes, upstream })
+}
+
+/// A duration in whole seconds within [`MIN_INTERVAL`, `MAX_INTERVAL`].
+fn whole_seconds(ctx: &Ctx, at: &str, v: DurationValue) -> Result<Duration, ConfigError> {
+    let d = duration(ctx, at, Some(v), "60s")?;
+    if d.subsec_nanos() != 0 {
+        return Err(ctx.err(
+            at,
+            format!("{d:?} is not a whole number of seconds; X-Poll-Interval speaks in seconds, so use e.g. \"30s\""),
+        ));
+    }
+    if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&d) {
+        return Err(ctx.err(
+            at,
+            format!("{}s is out of range; use 2s to 86400s (1d)", d.as_secs()),
+        ));
+    }
+    Ok(d)
 }
 
 /// One `[shaping.routes.<name>]`.
@@ -82,35 +207,69 @@ fn shaped_route(name: String, r: RawShapedRoute, ctx: &Ctx) -> Result<ShapedRout
     if patterns.is_empty() {
         return Err(ctx.err(
             &at("routes"),
-            "is empty; name the routes whose callers are told their slot, e.g. [\"POST /api/agent/heartbeat\"]",
+            "is empty; name the routes this entry shapes, e.g. [\"POST /api/agent/heartbeat\"]",
         ));
     }
-    if r.interval.is_none() {
+    if r.interval.is_none() && r.priority.is_none() && r.max_in_flight_per_address.is_none() {
         return Err(ctx.err(
             &at("interval"),
-            "is missing; set how often a caller should come, e.g. interval = \"60s\" (the agents' own cadence)",
+            "is missing, and so are priority and max_in_flight_per_address, so the entry shapes nothing; set how often a caller should come, e.g. interval = \"60s\" (the agents' own cadence)",
         ));
     }
-    let interval = duration(ctx, &at("interval"), r.interval, "60s")?;
-    if interval.subsec_nanos() != 0 {
-        return Err(ctx.err(
-            &at("interval"),
-            format!("{interval:?} is not a whole number of seconds; X-Poll-Interval speaks in seconds, so use e.g. \"30s\""),
-        ));
-    }
-    if !(MIN_INTERVAL..=MAX_INTERVAL).contains(&interval) {
-        return Err(ctx.err(
-            &at("interval"),
-            format!(
-                "{}s is out of range; use 2s to 86400s (1d)",
-                interval.as_secs()
-            ),
-        ));
-    }
+    let interval = r
+        .interval
+        .map(|v| whole_seconds(ctx, &at("interval"), v))
+        .transpose()?;
+    let max_interval = match (r.max_interval, interval) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err(ctx.err(
+                &at("max_interval"),
+                "is set without an interval; it bounds how far the interval stretches, so set interval too",
+            ))
+        }
+        (Some(v), Some(interval)) => {
+            let max = whole_seconds(ctx, &at("max_interval"), v)?;
+            if max < interval {
+                return Err(ctx.err(
+                    &at("max_interval"),
+                    format!(
+                        "{}s is shorter than the interval ({}s); it is the longest the interval may stretch to, so use at least {}s",
+                        max.as_secs(),
+                        interval.as_secs(),
+                        interval.as_secs()
+                    ),
+                ));
+            }
+            Some(max)
+        }
+    };
+    let priority = match r.priority.as_deref() {
+        None => Priority::Normal,
+        Some(p) => Priority::parse(p).ok_or_else(|| {
+            ctx.err(
+                &at("priority"),
+                format!("`{p}` is not a priority; use critical, high, normal or low (the lowest is shed first, critical never)"),
+            )
+        })?,
+    };
+    let max_in_flight_per_address = match r.max_in_flight_per_address {
+        None => None,
+        Some(n) if (1..=MAX_IN_FLIGHT_PER_ADDRESS as i64).contains(&n) => u32::try_from(n).ok(),
+        Some(n) => {
+            return Err(ctx.err(
+                &at("max_in_flight_per_address"),
+                format!("{n} is out of range; use 1 to {MAX_IN_FLIGHT_PER_ADDRESS} requests at the upstream at once"),
+            ))
+        }
+    };
     Ok(ShapedRoute {
         name,
         routes: patterns,
         interval,
+        max_interval,
+        priority,
+        max_in_flight_per_address,
     })
 }
 
@@ -132,6 +291,91 @@ fn check_overlaps(routes: &[ShapedRoute], ctx: &Ctx) -> Result<(), ConfigError> 
     }
 }
 
+/// The shaped route that claims the fleet's heartbeat must keep an agent that follows its hints
+/// inside the heartbeat timeout with one heartbeat lost on the way: its longest hint is at most
+/// half of `fleet.heartbeat_timeout_seconds` (90 s for the built-in 180 s).
+fn check_heartbeat(
+    routes: &[ShapedRoute],
+    fleet: &FleetConfig,
+    ctx: &Ctx,
+) -> Result<(), ConfigError> {
+    let Some(route) = heartbeat_route(routes) else {
+        return Ok(());
+    };
+    let Some(longest) = route.longest_hint() else {
+        return Ok(());
+    };
+    let timeout = fleet.heartbeat_timeout_seconds.get();
+    let bound = timeout / 2;
+    if longest.as_secs() <= bound {
+        return Ok(());
+    }
+    let field = if route.max_interval.is_some() {
+        "max_interval"
+    } else {
+        "interval"
+    };
+    Err(ctx.err(
+        &format!("shaping.routes.{}.{field}", route.name),
+        format!(
+            "hints of up to {}s on the heartbeat route would let an agent that follows them and loses one heartbeat go {}s without one, past fleet.heartbeat_timeout_seconds ({timeout}s); keep the longest hint at most {bound}s (set max_interval = \"{bound}s\")",
+            longest.as_secs(),
+            longest.as_secs() * 2
+        ),
+    ))
+}
+
+/// The shaped route that claims `POST /api/agent/heartbeat`, if one does.
+pub(crate) fn heartbeat_route(routes: &[ShapedRoute]) -> Option<&ShapedRoute> {
+    let (method, path) = super::check::traffic::HEARTBEAT;
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    crate::policy::most_specific(
+        routes.iter().map(|r| (r.routes.as_slice(), r)),
+        method,
+        &segs,
+    )
+}
+
+/// `[shaping.upstream]`.
+fn upstream_target(u: RawUpstream, ctx: &Ctx) -> Result<UpstreamTarget, ConfigError> {
+    const AT: &str = "shaping.upstream";
+    let Some(target) = u.latency_target else {
+        return Err(ctx.err(
+            &format!("{AT}.latency_target"),
+            "is missing; set the longest the upstream should take to answer, e.g. latency_target = \"250ms\"",
+        ));
+    };
+    let latency_target = duration(ctx, &format!("{AT}.latency_target"), Some(target), "250ms")?;
+    if !(MIN_TARGET..=MAX_TARGET).contains(&latency_target) {
+        return Err(ctx.err(
+            &format!("{AT}.latency_target"),
+            format!("{latency_target:?} is out of range; use 10ms to 60s"),
+        ));
+    }
+    let errors_percent = match u.errors_percent {
+        None => 50,
+        Some(n) if (1..=100).contains(&n) => n as u8,
+        Some(n) => {
+            return Err(ctx.err(
+                &format!("{AT}.errors_percent"),
+                format!("{n} is out of range; use 1 to 100 (the share of 5xx answers the upstream may give before it counts as missing its target)"),
+            ))
+        }
+    };
+    let recover = duration(ctx, &format!("{AT}.recover"), u.recover, "5s")?;
+    if !(MIN_RECOVER..=MAX_RECOVER).contains(&recover) {
+        return Err(ctx.err(
+            &format!("{AT}.recover"),
+            format!("{recover:?} is out of range; use 500ms to 60s"),
+        ));
+    }
+    Ok(UpstreamTarget {
+        latency_target,
+        errors_percent,
+        recover,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use crate::config::Loader;
@@ -150,7 +394,10 @@ mod tests {
         )
         .unwrap();
         let r = &cfg.shaping.routes[0];
-        assert_eq!((r.name.as_str(), r.interval.as_secs()), ("heartbeat", 60));
+        assert_eq!(
+            (r.name.as_str(), r.interval.map(|i| i.as_secs())),
+            ("heartbeat", Some(60))
+        );
         assert!(
             load("").unwrap().shaping.routes.is_empty(),
             "off by default"
@@ -161,7 +408,26 @@ mod tests {
     fn every_bad_shaped_route_names_its_field_and_the_fix() {
         let cases = [
             ("[shaping.routes.a]\ninterval = \"60s\"\n", "shaping.routes.a.routes: is empty"),
-            ("[shaping.routes.a]\nroutes = [\"/x\"]\n", "shaping.routes.a.interval: is missing"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\n", "shaping.routes.a.interval: is missing, and so are priority"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\npriority = \"urgent\"\n", "shaping.routes.a.priority: `urgent` is not a priority"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\npriority = \"LOW\"\n", "shaping.routes.a.priority: `LOW` is not a priority"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\npriority = 1\n", "shaping.routes.a.priority"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_interval = \"90s\"\npriority = \"low\"\n", "shaping.routes.a.max_interval: is set without an interval"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"60s\"\nmax_interval = \"30s\"\n", "shaping.routes.a.max_interval: 30s is shorter than the interval"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"60s\"\nmax_interval = \"90500ms\"\n", "shaping.routes.a.max_interval: 90.5s is not a whole number"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight_per_address = 0\n", "shaping.routes.a.max_in_flight_per_address: 0 is out of range"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight_per_address = -4\n", "shaping.routes.a.max_in_flight_per_address: -4 is out of range"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight_per_address = 9999999999\n", "out of range"),
+            ("[shaping.routes.hb]\nroutes = [\"POST /api/agent/heartbeat\"]\ninterval = \"60s\"\nmax_interval = \"120s\"\n", "shaping.routes.hb.max_interval: hints of up to 120s on the heartbeat route would let an agent that follows them and loses one heartbeat go 240s without one, past fleet.heartbeat_timeout_seconds (180s)"),
+            ("[shaping.routes.hb]\nroutes = [\"/api/agent/**\"]\ninterval = \"80s\"\n", "shaping.routes.hb.interval: hints of up to 120s on the heartbeat route"),
+            ("[fleet]\nheartbeat_timeout_seconds = 120\n[shaping.routes.hb]\nroutes = [\"POST /api/agent/heartbeat\"]\ninterval = \"60s\"\n", "keep the longest hint at most 60s"),
+            ("[shaping.upstream]\nerrors_percent = 50\n", "shaping.upstream.latency_target: is missing"),
+            ("[shaping.upstream]\nlatency_target = \"1ms\"\n", "shaping.upstream.latency_target: 1ms is out of range"),
+            ("[shaping.upstream]\nlatency_target = \"2m\"\n", "shaping.upstream.latency_target: 120s is out of range"),
+            ("[shaping.upstream]\nlatency_target = \"250ms\"\nerrors_percent = 0\n", "shaping.upstream.errors_percent: 0 is out of range"),
+            ("[shaping.upstream]\nlatency_target = \"250ms\"\nerrors_percent = 101\n", "shaping.upstream.errors_percent: 101 is out of range"),
+            ("[shaping.upstream]\nlatency_target = \"250ms\"\nrecover = \"100ms\"\n", "shaping.upstream.recover: 100ms is out of range"),
+            ("[shaping.upstream]\nlatency_target = \"250ms\"\ntarget = 1\n", "target"),
             ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"1500ms\"\n", "not a whole number of seconds"),
             ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"1s\"\n", "1s is out of range"),
             ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"2d\"\n", "172800s is out of range"),

@@ -136,6 +136,9 @@ pub struct Decider {
     overrides: Arc<crate::overrides::Overrides>,
     /// The principals each limiter refused and metered most, minute by minute (`GET /top`).
     top: Arc<crate::top::TopTalkers>,
+    /// The upstream's pressure against `[shaping.upstream]`'s target, on this instance; kept
+    /// across reloads.
+    pressure: Arc<crate::shaping::Pressure>,
 }
 
 /// The parts of the configuration a decision reads; swapped whole on reload.
@@ -169,8 +172,8 @@ pub struct Settings {
     pub rls_allow_from: Arc<[ipnet::IpNet]>,
     /// Whether a descriptor's own `limit` counts (`rls.descriptor_limit`).
     pub rls_descriptor_limit: bool,
-    /// The routes whose callers are told their next slot (`[shaping]`), if any.
-    pub(crate) poll_slots: Option<crate::shaping::PollSlots>,
+    /// The shaped routes (`[shaping]`): poll slots, priorities, in-flight caps; `None` without.
+    pub(crate) shaping: Option<crate::shaping::Shaping>,
 }
 
 impl Settings {
@@ -194,7 +197,7 @@ impl Settings {
             rls_domains: cfg.rls.domains.clone(),
             rls_allow_from: cfg.rls.allow_from.clone().into(),
             rls_descriptor_limit: cfg.rls.descriptor_limit,
-            poll_slots: crate::shaping::PollSlots::of(&cfg.shaping),
+            shaping: crate::shaping::Shaping::of(&cfg.shaping),
         }
     }
 }
@@ -206,10 +209,12 @@ impl Decider {
             crate::known_agents::grace(cfg.fleet.longest_gap_seconds()),
         ));
         let top = Arc::new(crate::top::TopTalkers::default());
+        let pressure = Arc::new(crate::shaping::Pressure::new());
         let metrics = Arc::new(Metrics::for_decider(
             store.clone(),
             known.clone(),
             top.clone(),
+            pressure.clone(),
         ));
         let clock = store
             .clock()
@@ -228,6 +233,7 @@ impl Decider {
             verifier,
             metrics,
             top,
+            pressure,
         }
     }
 
@@ -422,20 +428,45 @@ impl Decider {
         also: &[&str],
     ) -> Outcome {
         let mut outcome = self.decide_inner(settings, req, also, None).await;
-        if let Some(slots) = &settings.poll_slots {
-            let ip = outcome.client_ip.unwrap_or(req.peer);
-            let address = crate::shaping::address_of(ip, settings.ipv6_prefix);
-            let agent = req.agent_id.and_then(keys::valid_agent_id);
-            outcome.poll_after_secs = slots.hint(
-                req.method,
-                req.path.as_str(),
-                &address,
-                agent,
-                self.clock.now(),
-                outcome.retry_after_secs(),
-            );
+        if let Some(shaping) = &settings.shaping {
+            outcome.poll_after_secs = self.poll_hint(shaping, settings, req, &outcome);
         }
         outcome
+    }
+
+    /// `X-Poll-Interval` for `req`, decided as `outcome`, on a shaped route with an interval:
+    /// its caller's next slot, in an interval stretched by the upstream's pressure.
+    fn poll_hint(
+        &self,
+        shaping: &crate::shaping::Shaping,
+        settings: &Settings,
+        req: &RequestFacts<'_>,
+        outcome: &Outcome,
+    ) -> Option<u64> {
+        let route = shaping.route(req.method, req.path.as_str())?;
+        let ip = outcome.client_ip.unwrap_or(req.peer);
+        let address = crate::shaping::address_of(ip, settings.ipv6_prefix);
+        let agent = req.agent_id.and_then(keys::valid_agent_id);
+        let stretch = if shaping.upstream().is_some() {
+            self.pressure.stretch()
+        } else {
+            1.0
+        };
+        let hint = shaping.hint(
+            route,
+            &address,
+            agent,
+            self.clock.now(),
+            outcome.retry_after_secs(),
+            stretch,
+        )?;
+        self.metrics.poll_hint(&route.name, hint);
+        Some(hint)
+    }
+
+    /// The upstream's pressure on this instance (`[shaping.upstream]`).
+    pub(crate) fn pressure(&self) -> &Arc<crate::shaping::Pressure> {
+        &self.pressure
     }
 
     /// What [`Decider::decide_with`] would answer `req` now, consuming nothing: each matching

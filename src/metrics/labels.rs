@@ -134,6 +134,12 @@ pub(super) struct LimiterResultLabels {
     pub(super) result: &'static str,
 }
 
+/// A shaped route (`[shaping.routes.<name>]`): at most 64 names, from the configuration.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct RouteLabel {
+    pub(super) route: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct GroupLabel {
     pub(super) group: String,

@@ -86,6 +86,8 @@ pub struct Metrics {
     admission_queued: Family<GroupLabel, Gauge>,
     admission_shed: Family<GroupReasonLabels, Counter>,
     rls_decisions: Family<labels::RlsLabels, Counter>,
+    /// Poll hints, shedding by priority and in-flight caps (`[shaping]`).
+    shaping: registry::ShapingFamilies,
     settings: Arc<scrape::SettingsView>,
 }
 
@@ -233,6 +235,35 @@ impl Metrics {
     }
 
     /// A WebSocket handshake was refused before the upstream saw it.
+    /// An answer on shaped route `route` told its caller to come in `secs` seconds.
+    pub(crate) fn poll_hint(&self, route: &str, secs: u64) {
+        let label = labels::RouteLabel {
+            route: route.to_owned(),
+        };
+        self.shaping.hints.get_or_create(&label).inc();
+        self.shaping.hint_seconds.get_or_create(&label).inc_by(secs);
+    }
+
+    /// A request of `priority` was shed: the upstream is missing its target.
+    pub(crate) fn shaping_shed(&self, priority: crate::config::shaping::Priority) {
+        self.shaping.shed[priority.rank() as usize].inc();
+    }
+
+    /// The shed requests of `priority` so far.
+    pub(crate) fn shaping_shed_count(&self, priority: crate::config::shaping::Priority) -> u64 {
+        self.shaping.shed[priority.rank() as usize].get()
+    }
+
+    /// A request on shaped route `route` found its address at the route's in-flight cap.
+    pub(crate) fn in_flight_capped(&self, route: &str) {
+        self.shaping
+            .capped
+            .get_or_create(&labels::RouteLabel {
+                route: route.to_owned(),
+            })
+            .inc();
+    }
+
     pub fn upgrade_refused(&self, reason: UpgradeRefusal) {
         self.upgrades_refused[reason as usize].inc();
     }

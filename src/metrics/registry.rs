@@ -4,11 +4,12 @@
 use super::histogram::{self, Histogram, RetryAfterBuckets};
 use super::labels::{
     GroupLabel, GroupReasonLabels, LimiterLabel, LimiterOutcomeLabels, LimiterResultLabels,
-    OneLabel, RequestFate, TwoLabels, UpgradeRefusal,
+    OneLabel, RequestFate, RouteLabel, TwoLabels, UpgradeRefusal,
 };
 use super::scrape;
 use super::striped::Counter;
 use super::Metrics;
+use crate::config::shaping::Priority;
 use crate::known_agents::KnownAgents;
 use crate::methods::RefusalReason;
 use crate::path::Class;
@@ -64,8 +65,11 @@ impl Metrics {
         store: Arc<dyn Store>,
         known: Arc<KnownAgents>,
         top: Arc<crate::top::TopTalkers>,
+        pressure: Arc<crate::shaping::Pressure>,
     ) -> Self {
         let mut m = Self::build(Some(store), crate::log_sink::lines_dropped);
+        m.registry
+            .register_collector(Box::new(scrape::PressureGauges::new(pressure)));
         m.registry
             .register_collector(Box::new(scrape::KnownAgentsGauges::new(known)));
         m.registry
@@ -108,6 +112,7 @@ impl Metrics {
             admission_shed,
         } = AdmissionFamilies::register(&mut r);
         let rls_decisions = register_rls_decisions(&mut r);
+        let shaping = ShapingFamilies::register(&mut r);
         let RefusalFamilies {
             paths_rejected,
             method_refusals,
@@ -148,7 +153,55 @@ impl Metrics {
             admission_queued,
             admission_shed,
             rls_decisions,
+            shaping,
             settings,
+        }
+    }
+}
+
+/// `[shaping]`: the poll hints said, the requests shed by priority and the requests turned
+/// away at a route's in-flight cap.
+pub(super) struct ShapingFamilies {
+    pub(super) hints: Family<RouteLabel, Counter>,
+    pub(super) hint_seconds: Family<RouteLabel, Counter>,
+    /// By priority, in `Priority::ALL` order.
+    pub(super) shed: [Counter; Priority::ALL.len()],
+    pub(super) capped: Family<RouteLabel, Counter>,
+}
+
+impl ShapingFamilies {
+    /// Registers the shaping families in `r`.
+    fn register(r: &mut Registry) -> Self {
+        let hints = Family::<RouteLabel, Counter>::default();
+        r.register(
+            "fleet_limiter_poll_hints",
+            "Answers that carried X-Poll-Interval, by shaped route ([shaping.routes.<name>])",
+            hints.clone(),
+        );
+        let hint_seconds = Family::<RouteLabel, Counter>::default();
+        r.register(
+            "fleet_limiter_poll_hint_seconds",
+            "The seconds those hints said, summed, by shaped route: over fleet_limiter_poll_hints_total, the mean hint (it grows while the upstream's pressure stretches the interval)",
+            hint_seconds.clone(),
+        );
+        let shed = series1(
+            r,
+            "fleet_limiter_shaping_shed",
+            "Requests answered 503 at once because the upstream missed [shaping.upstream]'s target, by the route's priority (low first, then normal, then high; critical never)",
+            Priority::ALL,
+            |p| [("priority", p.as_str())],
+        );
+        let capped = Family::<RouteLabel, Counter>::default();
+        r.register(
+            "fleet_limiter_shaping_in_flight_capped",
+            "Requests answered 429 at once because their client address already had max_in_flight_per_address requests at the upstream on the route, by shaped route",
+            capped.clone(),
+        );
+        Self {
+            hints,
+            hint_seconds,
+            shed,
+            capped,
         }
     }
 }

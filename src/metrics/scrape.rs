@@ -148,6 +148,51 @@ impl Collector for TopGauges {
     }
 }
 
+/// The upstream's pressure (`[shaping.upstream]`), as the controller's last tick left it.
+pub(super) struct PressureGauges(Arc<crate::shaping::Pressure>);
+
+impl PressureGauges {
+    pub(super) fn new(pressure: Arc<crate::shaping::Pressure>) -> Self {
+        Self(pressure)
+    }
+}
+
+impl std::fmt::Debug for PressureGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PressureGauges").finish_non_exhaustive()
+    }
+}
+
+impl Collector for PressureGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = self.0.reading();
+        one(
+            &mut encoder,
+            "fleet_limiter_upstream_pressure_seconds",
+            "The upstream's latency signal on this instance: the larger of the moving average of its answers' heads and the wait of the oldest request still waiting for one ([shaping.upstream] compares it with latency_target)",
+            &ConstGauge::new(r.signal as f64 / 1e9),
+        )?;
+        one(
+            &mut encoder,
+            "fleet_limiter_upstream_target_missed",
+            "1 while the upstream misses [shaping.upstream]'s target (latency or 5xx share) on this instance, else 0",
+            &ConstGauge::new(i64::from(r.missed)),
+        )?;
+        one(
+            &mut encoder,
+            "fleet_limiter_shaping_stretch",
+            "How far the upstream's pressure stretches poll intervals now (1: not at all); each route's hints stay within its max_interval",
+            &ConstGauge::new(r.stretch),
+        )?;
+        one(
+            &mut encoder,
+            "fleet_limiter_shaping_shed_level",
+            "Priorities shed now: 0 none, 1 low, 2 low and normal, 3 every priority but critical",
+            &ConstGauge::new(i64::from(r.shed)),
+        )
+    }
+}
+
 impl Collector for KnownAgentsGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = self.0.counts();

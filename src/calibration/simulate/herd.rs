@@ -6,7 +6,7 @@
 //!   came back; a refused heartbeat is retried after its `Retry-After` plus jitter
 //!   ([`Rng::backoff`]), and the cadence carries on from the one that got through;
 //! - **poll slots**: each agent waits the answer's `X-Poll-Interval` before its next heartbeat,
-//!   worked out as the gateway does ([`PollSlots::hint`]: the normalised address, the agent id,
+//!   worked out as the gateway does ([`Shaping::hint`]: the normalised address, the agent id,
 //!   the decision's time and a refusal's `Retry-After`), under the configuration's `[shaping]`
 //!   when it shapes the heartbeat, else the heartbeat shaped at the agents' own interval.
 //!
@@ -17,10 +17,10 @@
 use super::{ns, Answer, Queue, Req, Rng, Series, Sim, NS, ORIGIN};
 use crate::calibration::traffic;
 use crate::clock::Nanos;
-use crate::config::shaping::{ShapedRoute, ShapingConfig, MAX_INTERVAL, MIN_INTERVAL};
+use crate::config::shaping::{Priority, ShapedRoute, ShapingConfig, MAX_INTERVAL, MIN_INTERVAL};
 use crate::config::Config;
 use crate::policy::RoutePattern;
-use crate::shaping::PollSlots;
+use crate::shaping::Shaping;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -118,14 +118,15 @@ impl Herd {
     }
 
     /// Agent `i`'s `X-Poll-Interval` for a heartbeat decided at `t`, as the gateway answers it.
-    fn hint(&self, slots: &PollSlots, i: usize, t: Nanos, retry_after: Option<u64>) -> Option<u64> {
+    fn hint(&self, slots: &Shaping, i: usize, t: Nanos, retry_after: Option<u64>) -> Option<u64> {
+        let route = slots.route(traffic::HEARTBEAT.0, traffic::HEARTBEAT.1)?;
         slots.hint(
-            traffic::HEARTBEAT.0,
-            traffic::HEARTBEAT.1,
+            route,
             &self.addresses[i],
             Some(&self.ids[i]),
             ORIGIN + t,
             retry_after,
+            1.0,
         )
     }
 }
@@ -133,7 +134,7 @@ impl Herd {
 /// One run in progress: the queue of the agents' next heartbeats and the tallies.
 struct HerdSim<'a> {
     herd: &'a Herd,
-    slots: Option<&'a PollSlots>,
+    slots: Option<&'a Shaping>,
     cadence: Nanos,
     timeout: Nanos,
     sim: Sim,
@@ -215,7 +216,7 @@ impl HerdSim<'_> {
 }
 
 /// One run of `herd` through a fresh decider: with `slots`, each agent waits its hints.
-async fn run_once(cfg: &Config, seed: u64, herd: &Herd, slots: Option<&PollSlots>) -> HerdRun {
+async fn run_once(cfg: &Config, seed: u64, herd: &Herd, slots: Option<&Shaping>) -> HerdRun {
     let n = herd.ids.len();
     let mut q = Queue::default();
     for (i, &t) in herd.back.iter().enumerate() {
@@ -239,10 +240,10 @@ async fn run_once(cfg: &Config, seed: u64, herd: &Herd, slots: Option<&PollSlots
 }
 
 /// The configuration's slots if they shape the heartbeat (`true`), else the heartbeat's alone.
-fn heartbeat_slots(cfg: &Config, interval: u64) -> (Option<PollSlots>, bool) {
+fn heartbeat_slots(cfg: &Config, interval: u64) -> (Option<Shaping>, bool) {
     // Else the heartbeat alone at `interval` seconds, within `[shaping]`'s bounds.
     let (method, path) = traffic::HEARTBEAT;
-    if let Some(slots) = PollSlots::of(&cfg.shaping) {
+    if let Some(slots) = Shaping::of(&cfg.shaping) {
         if slots.interval_of(method, path).is_some() {
             return (Some(slots), true);
         }
@@ -255,10 +256,14 @@ fn heartbeat_slots(cfg: &Config, interval: u64) -> (Option<PollSlots>, bool) {
                 .parse::<RoutePattern>()
                 .into_iter()
                 .collect(),
-            interval,
+            interval: Some(interval),
+            max_interval: None,
+            priority: Priority::Critical,
+            max_in_flight_per_address: None,
         }],
+        upstream: None,
     };
-    (PollSlots::of(&shaping), false)
+    (Shaping::of(&shaping), false)
 }
 
 /// Run the `herd` scenario: [`AGENTS`] agents.
@@ -352,8 +357,12 @@ mod tests {
             routes: vec![ShapedRoute {
                 name: "heartbeat".to_owned(),
                 routes: vec!["POST /api/agent/heartbeat".parse().unwrap()],
-                interval: Duration::from_secs(60),
+                interval: Some(Duration::from_secs(60)),
+                max_interval: None,
+                priority: Priority::Critical,
+                max_in_flight_per_address: None,
             }],
+            upstream: None,
         };
         let herd = Herd::new(&cfg, 3, 500, 250);
         let sim = Sim::new(&cfg);

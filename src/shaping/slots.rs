@@ -10,66 +10,13 @@
 //! the same second are told 240 slots spread across the interval.
 
 use crate::clock::Nanos;
-use crate::config::shaping::ShapingConfig;
-use crate::policy::RoutePattern;
 use sha2::{Digest, Sha256};
-use smallvec::SmallVec;
 use std::net::IpAddr;
 
 const NANOS: u64 = 1_000_000_000;
-
-/// The shaped routes, each with its interval in nanoseconds.
-#[derive(Debug, Default)]
-pub(crate) struct PollSlots {
-    routes: Vec<(Vec<RoutePattern>, u64)>,
-}
-
-impl PollSlots {
-    /// The routes `[shaping]` names; `None` when it names none (nothing to match).
-    pub(crate) fn of(cfg: &ShapingConfig) -> Option<Self> {
-        if cfg.routes.is_empty() {
-            return None;
-        }
-        let routes = cfg
-            .routes
-            .iter()
-            .map(|r| {
-                let ns = u64::try_from(r.interval.as_nanos()).unwrap_or(u64::MAX);
-                (r.routes.clone(), ns)
-            })
-            .collect();
-        Some(Self { routes })
-    }
-
-    /// The interval of the shaped route that names `method` on the canonical `path` most
-    /// specifically, if one does.
-    pub(crate) fn interval_of(&self, method: &str, path: &str) -> Option<u64> {
-        let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
-        crate::policy::most_specific(
-            self.routes.iter().map(|(p, i)| (p.as_slice(), *i)),
-            method,
-            &segs,
-        )
-    }
-
-    /// `X-Poll-Interval` for a request of `method` on `path` from `address` (normalised) with
-    /// agent id `agent` (valid, or none), at `now`, refused for `retry_after_secs` (if it was):
-    /// `None` on a route no `[shaping]` route names.
-    pub(crate) fn hint(
-        &self,
-        method: &str,
-        path: &str,
-        address: &str,
-        agent: Option<&str>,
-        now: Nanos,
-        retry_after_secs: Option<u64>,
-    ) -> Option<u64> {
-        let interval = self.interval_of(method, path)?;
-        let phase = phase(address, agent, interval);
-        let at_least = retry_after_secs.unwrap_or(0).saturating_mul(NANOS);
-        Some(hint_secs(phase, interval, now, at_least))
-    }
-}
+/// How far below its longest hint a stretched interval stays, so that an agent a little early
+/// for its slot is still sent to its next one.
+const SLACK: u64 = 2 * NANOS;
 
 /// A caller's phase in `interval` (ns): where in every interval its slot falls.
 pub(crate) fn phase(address: &str, agent: Option<&str>, interval: u64) -> u64 {
@@ -100,15 +47,42 @@ pub(crate) fn phase(address: &str, agent: Option<&str>, interval: u64) -> u64 {
 /// nearest keeps an agent that follows its hints within half a second of its slot: late by a
 /// little, it is told a little less next time.
 pub(crate) fn hint_secs(phase: u64, interval: u64, now: Nanos, at_least: u64) -> u64 {
+    capped_hint_secs(phase, interval, now, at_least, u64::MAX)
+}
+
+/// [`hint_secs`] never past `cap` (ns) unless `at_least` is: where the slot at least half an
+/// interval away lies past the cap, the slot before it (sooner than half an interval) is said.
+pub(crate) fn capped_hint_secs(
+    phase: u64,
+    interval: u64,
+    now: Nanos,
+    at_least: u64,
+    cap: u64,
+) -> u64 {
     let interval = interval.max(NANOS);
     let into = now % interval;
-    let mut ahead = (phase + interval - into) % interval;
+    let mut ahead = (phase % interval + interval - into) % interval;
     let least = (interval / 2).max(at_least);
     if ahead < least {
         let short = least - ahead;
-        ahead += short.div_ceil(interval) * interval;
+        let pushed = ahead + short.div_ceil(interval) * interval;
+        ahead = if pushed > cap && ahead >= at_least && ahead >= NANOS {
+            ahead
+        } else {
+            pushed
+        };
     }
     ((ahead + NANOS / 2) / NANOS).max(1)
+}
+
+/// The interval a route of `interval` (ns) runs at under `stretch`, never within [`SLACK`] of
+/// its longest hint `max` (ns): the caller's phase keeps its place in it, scaled.
+pub(crate) fn stretched(interval: u64, stretch: f64, max: u64) -> u64 {
+    if stretch <= 1.0 || max <= interval + SLACK {
+        return interval;
+    }
+    let want = (interval as f64 * stretch).min(u64::MAX as f64) as u64;
+    want.min(max - SLACK).max(interval)
 }
 
 /// The normalised address of `ip` as a poll slot reads it (the limiters' IPv6 prefix).
