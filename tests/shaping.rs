@@ -270,3 +270,218 @@ async fn the_decision_endpoint_tells_a_proxys_agent_its_slot_too() {
         "not a shaped route"
     );
 }
+
+/// The upstream answers everything after `delay`.
+async fn answer_after(upstream: &wiremock::MockServer, delay: Duration) {
+    upstream.reset().await;
+    wiremock::Mock::given(wiremock::matchers::any())
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_body_string("ok")
+                .set_delay(delay),
+        )
+        .mount(upstream)
+        .await;
+}
+
+/// What one request met: when it was sent (ms since the start), its status, its problem type
+/// and its hint.
+#[derive(Debug, Clone)]
+struct Met {
+    sent_ms: u64,
+    status: u16,
+    kind: String,
+    hint: Option<u64>,
+}
+
+async fn send(rb: reqwest::RequestBuilder, start: std::time::Instant) -> Met {
+    let sent_ms = start.elapsed().as_millis() as u64;
+    let r = rb.send().await.expect("answered");
+    let status = r.status().as_u16();
+    let hint = r
+        .headers()
+        .get("x-poll-interval")
+        .map(|v| v.to_str().expect("ascii").parse::<u64>().expect("a number"));
+    let body = r.text().await.unwrap_or_default();
+    let kind = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["type"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Met {
+        sent_ms,
+        status,
+        kind,
+        hint,
+    }
+}
+
+fn metric(text: &str, sample: &str) -> f64 {
+    common::sample_value(text, sample).unwrap_or_else(|| panic!("no {sample} in:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_upstream_sheds_exports_at_once_stretches_hints_and_refuses_no_heartbeat() {
+    let upstream = wiremock::MockServer::start().await;
+    answer_after(&upstream, Duration::ZERO).await;
+    let gw = Launch::serve()
+        .config_toml(EXAMPLE)
+        .upstream(&upstream.uri())
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .admin()
+        .spawn();
+    let client = common::client();
+    let start = std::time::Instant::now();
+    // Heartbeats every 50 ms from fresh agents behind 40 sites, and exports every 50 ms from
+    // one address each, all along.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let traffic = |path: &'static str, heartbeat: bool| {
+        let (client, url, stop) = (client.clone(), gw.url(path), stop.clone());
+        tokio::spawn(async move {
+            let mut sent = Vec::new();
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let rb = if heartbeat {
+                    client
+                        .post(&url)
+                        .header("x-forwarded-for", format!("198.51.100.{}", n % 40 + 1))
+                        .header(
+                            "x-agent-id",
+                            format!("agent-{n:05}-{:08x}", rand::random::<u32>()),
+                        )
+                } else {
+                    client
+                        .get(&url)
+                        .header("x-forwarded-for", format!("203.0.113.{}", n % 250 + 1))
+                };
+                sent.push(tokio::spawn(send(rb, start)));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let mut met = Vec::new();
+            for s in sent {
+                met.push(s.await.expect("a request task"));
+            }
+            met
+        })
+    };
+    let heartbeats = traffic("/api/agent/heartbeat", true);
+    let exports = traffic("/api/export/devices.csv", false);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The upstream stalls: a second for every answer, for four seconds.
+    answer_after(&upstream, Duration::from_secs(1)).await;
+    let stalled_ms = start.elapsed().as_millis() as u64;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = client
+        .get(gw.admin("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    answer_after(&upstream, Duration::ZERO).await;
+    let recovered_ms = start.elapsed().as_millis() as u64;
+    // Exports flow again: wait for the first one served after the recovery (at most 40 s).
+    let mut flowing_ms = None;
+    for _ in 0..400 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let m = send(
+            client
+                .get(gw.url("/api/export/probe.csv"))
+                .header("x-forwarded-for", "192.0.2.200"),
+            start,
+        )
+        .await;
+        if m.status == 200 {
+            flowing_ms = Some(m.sent_ms);
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let heartbeats = heartbeats.await.expect("heartbeats");
+    let exports = exports.await.expect("exports");
+    let after = client
+        .get(gw.admin("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+
+    // No heartbeat is refused or shed, before, during or after the stall, and no hint passes
+    // 90 s (half the heartbeat timeout).
+    let bad: Vec<&Met> = heartbeats.iter().filter(|m| m.status != 200).collect();
+    assert!(bad.is_empty(), "heartbeats not served: {bad:?}");
+    assert!(heartbeats.len() > 150, "{} heartbeats", heartbeats.len());
+    let hints: Vec<u64> = heartbeats.iter().filter_map(|m| m.hint).collect();
+    assert_eq!(
+        hints.len(),
+        heartbeats.len(),
+        "every heartbeat carries its hint"
+    );
+    assert!(hints.iter().all(|&h| (1..=90).contains(&h)), "{hints:?}");
+    // Before the stall, a slot is half an interval to one and a half away (30 to 90 s);
+    // stretched, the slots come round every 88 s, so some fall sooner than 30 s.
+    let (before, stretched): (Vec<&Met>, Vec<&Met>) = heartbeats
+        .iter()
+        .filter(|m| {
+            m.sent_ms < stalled_ms || (m.sent_ms > stalled_ms + 1_500 && m.sent_ms < recovered_ms)
+        })
+        .partition(|m| m.sent_ms < stalled_ms);
+    assert!(
+        before.iter().all(|m| m.hint.is_some_and(|h| h >= 30)),
+        "{before:?}"
+    );
+    assert!(
+        stretched.iter().any(|m| m.hint.is_some_and(|h| h < 30)),
+        "the heartbeat's interval stretches: {:?}",
+        stretched.iter().map(|m| m.hint).collect::<Vec<_>>()
+    );
+    let stretch = metric(&during, "fleet_limiter_shaping_stretch");
+    assert!(stretch > 1.2, "stretch {stretch} during the stall");
+    // Exports are shed within half a second of the stall, with a Retry-After.
+    let first_shed = exports
+        .iter()
+        .filter(|m| m.sent_ms >= stalled_ms && m.kind == "urn:fleet-limiter:problem:shed")
+        .map(|m| m.sent_ms - stalled_ms)
+        .min()
+        .expect("exports are shed during the stall");
+    assert!(
+        first_shed <= 500,
+        "the first export shed {first_shed} ms into the stall"
+    );
+    assert!(
+        exports
+            .iter()
+            .filter(|m| m.kind == "urn:fleet-limiter:problem:shed")
+            .all(|m| m.status == 503),
+        "shed with 503"
+    );
+    // ... and flow again within 30 s of the recovery.
+    let flowing = flowing_ms.expect("exports flow again") - recovered_ms;
+    assert!(
+        flowing <= 30_000,
+        "exports flow {flowing} ms after the recovery"
+    );
+    // What was shed, by priority: exports, never a heartbeat.
+    assert!(metric(&after, "fleet_limiter_shaping_shed_total{priority=\"low\"}") > 0.0);
+    assert_eq!(
+        common::sample_value(
+            &after,
+            "fleet_limiter_shaping_shed_total{priority=\"critical\"}"
+        ),
+        Some(0.0),
+    );
+    assert!(
+        metric(
+            &after,
+            "fleet_limiter_poll_hints_total{route=\"heartbeat\"}"
+        ) >= hints.len() as f64
+    );
+    eprintln!(
+        "first export shed {first_shed} ms into the stall; exports flow {flowing} ms after recovery; stretch {stretch}; {} heartbeats, none refused",
+        heartbeats.len()
+    );
+}

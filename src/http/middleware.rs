@@ -182,6 +182,12 @@ where
                 }
                 None => CanonicalPath::checked(req.path()),
             };
+            // Shaping: a priority shed while the upstream misses its target, or an address at
+            // its route's in-flight cap, is answered at once, before any limiter is charged.
+            let shaped = match super::shaping::admit(&limiter, &settings, &req, path.as_str()) {
+                Ok(shaped) => shaped,
+                Err(res) => return Ok(answer_early(req, *res).await),
+            };
             // A route a `body:<field>` limiter meters: its body is read (bounded in size and
             // time) and put back as it came; every other request's body streams untouched.
             let fields = if settings.enabled {
@@ -226,6 +232,8 @@ where
             } else {
                 &outcome
             };
+            let pressure = limiter.decider.pressure();
+            let waiting = shaped.sent(pressure, limiter.decider.now());
             let answered = service.call(req).await;
             // The answer's status decides whether limiters counting only failed (or only
             // succeeded) answers give the request back; an error is a failed answer. The
@@ -235,6 +243,7 @@ where
                 Ok(res) => res.status().as_u16(),
                 Err(e) => e.as_response_error().status_code().as_u16(),
             };
+            shaped.answered(pressure, waiting, limiter.decider.now(), status);
             if let Some(work) =
                 limiter
                     .decider
@@ -244,7 +253,7 @@ where
             }
             let mut res = answered?;
             response::apply_headers(res.headers_mut(), outcome, &settings.headers, decided_wall);
-            Ok(res.map_into_left_body())
+            Ok(shaped.hold_until_sent(res))
         })
     }
 }

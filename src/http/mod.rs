@@ -16,4 +16,5 @@ pub(crate) mod middleware;
 pub(crate) mod proxy;
 pub(crate) mod request;
 pub(crate) mod response;
+mod shaping;
 mod top;

@@ -249,11 +249,6 @@ impl Metrics {
         self.shaping.shed[priority.rank() as usize].inc();
     }
 
-    /// The shed requests of `priority` so far.
-    pub(crate) fn shaping_shed_count(&self, priority: crate::config::shaping::Priority) -> u64 {
-        self.shaping.shed[priority.rank() as usize].get()
-    }
-
     /// A request on shaped route `route` found its address at the route's in-flight cap.
     pub(crate) fn in_flight_capped(&self, route: &str) {
         self.shaping

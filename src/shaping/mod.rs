@@ -107,11 +107,6 @@ impl Shaping {
         self.upstream.as_ref()
     }
 
-    /// The routes, in name order.
-    pub(crate) fn routes(&self) -> &[Route] {
-        &self.routes
-    }
-
     /// `X-Poll-Interval` for a request on `route` from `address` (normalised) with agent id
     /// `agent` (valid, or none), at `now`, refused for `retry_after_secs` (if it was), with
     /// intervals stretched by `stretch`: `None` on a route with no interval.

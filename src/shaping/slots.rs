@@ -46,6 +46,7 @@ pub(crate) fn phase(address: &str, agent: Option<&str>, interval: u64) -> u64 {
 /// interval and `at_least` away, rounded to the nearest second (at least 1). Rounding to the
 /// nearest keeps an agent that follows its hints within half a second of its slot: late by a
 /// little, it is told a little less next time.
+#[cfg(test)]
 pub(crate) fn hint_secs(phase: u64, interval: u64, now: Nanos, at_least: u64) -> u64 {
     capped_hint_secs(phase, interval, now, at_least, u64::MAX)
 }
