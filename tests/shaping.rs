@@ -485,3 +485,41 @@ async fn a_stalled_upstream_sheds_exports_at_once_stretches_hints_and_refuses_no
         heartbeats.len()
     );
 }
+
+#[test]
+fn check_proves_the_heartbeats_longest_hint_and_refuses_one_past_half_the_timeout() {
+    let out = Launch::command(["check"])
+        .config_toml(EXAMPLE)
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("POST /api/agent/heartbeat (entry `heartbeat`): hints at most 90s, within 90s (half of fleet.heartbeat_timeout_seconds)")
+            && out.stdout.contains("upstream target 250 ms")
+            && out.stdout.contains("exports (low, 4 in flight per address)"),
+        "{}",
+        out.stdout
+    );
+    let longer = EXAMPLE.replace("max_interval = \"90s\"", "max_interval = \"100s\"");
+    let out = Launch::command(["check"])
+        .config_toml(&longer)
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "shaping.routes.heartbeat.max_interval: hints of up to 100s on the heartbeat route"
+        ) && out.stderr.contains("keep the longest hint at most 90s"),
+        "{}",
+        out.stderr
+    );
+    // A serve with it is refused at start, naming the same field.
+    let out = Launch::serve()
+        .config_toml(&longer)
+        .upstream("http://127.0.0.1:9")
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("shaping.routes.heartbeat.max_interval"),
+        "{}",
+        out.stderr
+    );
+}

@@ -44,6 +44,7 @@ pub(crate) fn check_table(r: &CheckReport) -> String {
     store_lines(&mut o, r);
     fleet_lines(&mut o, r);
     known_agents_lines(&mut o, r);
+    shaping_lines(&mut o, r);
     if !r.enabled {
         let _ = writeln!(
             o,
@@ -149,6 +150,60 @@ fn known_agents_lines(o: &mut String, r: &CheckReport) {
         "              (each counted up to {}: a flood from up to {} addresses at any rate); an id unseen for {grace} gives way first.",
         k.site, k.flooding_addresses
     );
+}
+
+/// `[shaping]`: each entry, the heartbeat's longest hint against half the heartbeat timeout,
+/// and the upstream's target.
+fn shaping_lines(o: &mut String, r: &CheckReport) {
+    let Some(s) = &r.shaping else {
+        return;
+    };
+    let entries: Vec<String> = s
+        .routes
+        .iter()
+        .map(|e| {
+            let mut parts = Vec::new();
+            if let (Some(i), Some(l)) = (e.interval_seconds, e.longest_hint_seconds) {
+                parts.push(format!("every {i}s, hints at most {l}s"));
+            }
+            parts.push(e.priority.to_owned());
+            if let Some(n) = e.max_in_flight_per_address {
+                parts.push(format!("{n} in flight per address"));
+            }
+            format!("{} ({})", e.name, parts.join(", "))
+        })
+        .collect();
+    let _ = writeln!(o, "Shaping: {}.", entries.join("; "));
+    match (&s.heartbeat_route, s.longest_heartbeat_hint_seconds) {
+        (Some(name), Some(longest)) => {
+            let _ = writeln!(
+                o,
+                "         POST /api/agent/heartbeat (entry `{name}`): hints at most {longest}s, within {}s (half of fleet.heartbeat_timeout_seconds): an agent that follows them and loses one heartbeat is still heard from in time.",
+                s.heartbeat_hint_bound_seconds
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "         no entry gives the heartbeat (POST /api/agent/heartbeat) an interval: agents keep their own cadence."
+            );
+        }
+    }
+    match (s.latency_target_ms, s.errors_percent, s.recover_ms) {
+        (Some(t), Some(e), Some(rec)) => {
+            let _ = writeln!(
+                o,
+                "         upstream target {t} ms (or 5xx over {e} %): intervals stretch up to each entry's longest hint; low is shed first, critical never; one priority back every {}.",
+                fmt_secs(rec as f64 / 1000.0)
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                o,
+                "         no [shaping.upstream]: intervals never stretch and nothing is shed by priority."
+            );
+        }
+    }
 }
 
 /// The limiters table's column widths.

@@ -172,6 +172,7 @@ pub(crate) fn check(cfg: &Config) -> CheckReport {
         warnings,
         at_risk,
         known_agents,
+        shaping: types::ShapingCheck::of(cfg),
         rls: rls_rules(cfg),
     }
 }

@@ -226,6 +226,80 @@ pub(crate) struct CheckReport {
     /// The rules of Envoy's rate-limit service (`rls.config`), when it has any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rls: Vec<RlsRuleCheck>,
+    /// `[shaping]`, when it names a route: each entry, and the heartbeat's longest hint against
+    /// the heartbeat timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shaping: Option<ShapingCheck>,
+}
+
+/// `[shaping]` as `check` proves it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ShapingCheck {
+    pub routes: Vec<ShapedRouteCheck>,
+    /// The entry that claims `POST /api/agent/heartbeat`, if one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_route: Option<String>,
+    /// The longest hint an agent following them is told on the heartbeat route (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub longest_heartbeat_hint_seconds: Option<u64>,
+    /// Half of `fleet.heartbeat_timeout_seconds`: the most the heartbeat's hint may be.
+    pub heartbeat_hint_bound_seconds: u64,
+    /// `[shaping.upstream]`'s latency target (ms), if set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_target_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors_percent: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recover_ms: Option<u64>,
+}
+
+/// One `[shaping.routes.<name>]` as `check` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ShapedRouteCheck {
+    pub name: String,
+    pub routes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<u64>,
+    /// The longest hint (s): `max_interval`, else one and a half intervals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub longest_hint_seconds: Option<u64>,
+    pub priority: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight_per_address: Option<u32>,
+}
+
+impl ShapingCheck {
+    /// `cfg`'s `[shaping]`, or `None` when it names no route.
+    pub(crate) fn of(cfg: &crate::config::Config) -> Option<Self> {
+        let s = &cfg.shaping;
+        if s.routes.is_empty() {
+            return None;
+        }
+        let heartbeat = crate::config::shaping::heartbeat_route(&s.routes);
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Some(Self {
+            routes: s
+                .routes
+                .iter()
+                .map(|r| ShapedRouteCheck {
+                    name: r.name.clone(),
+                    routes: r.routes.iter().map(ToString::to_string).collect(),
+                    interval_seconds: r.interval.map(|i| i.as_secs()),
+                    longest_hint_seconds: r.longest_hint().map(|d| d.as_secs()),
+                    priority: r.priority.as_str(),
+                    max_in_flight_per_address: r.max_in_flight_per_address,
+                })
+                .collect(),
+            heartbeat_route: heartbeat.map(|r| r.name.clone()),
+            longest_heartbeat_hint_seconds: heartbeat
+                .and_then(|r| r.longest_hint())
+                .map(|d| d.as_secs()),
+            heartbeat_hint_bound_seconds: cfg.fleet.heartbeat_timeout_seconds.get() / 2,
+            latency_target_ms: s.upstream.map(|u| ms(u.latency_target)),
+            errors_percent: s.upstream.map(|u| u.errors_percent),
+            recover_ms: s.upstream.map(|u| ms(u.recover)),
+        })
+    }
 }
 
 /// One rule of the Envoy rate-limit service's YAML, as `check` lists it.
