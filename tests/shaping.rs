@@ -4,6 +4,7 @@
 //! address are held to their share at the upstream.
 
 mod common;
+mod identity_support;
 mod redis_support;
 
 use common::{Gateway, Launch};
@@ -521,5 +522,70 @@ fn check_proves_the_heartbeats_longest_hint_and_refuses_one_past_half_the_timeou
         out.stderr.contains("shaping.routes.heartbeat.max_interval"),
         "{}",
         out.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cap_per_user_gives_each_analyst_behind_one_address_places_of_their_own() {
+    const SECRET: &str = "Vq7Lm2Xp9Rt4Kw8Zc1Nb6Hd3Jf5Gs0Ya-shaping";
+    let upstream = wiremock::MockServer::start().await;
+    answer_after(&upstream, Duration::from_secs(1)).await;
+    let gw = Launch::serve()
+        .config_toml(format!(
+            "[identity]\njwt_hs256_secret = \"{SECRET}\"\n[shaping.routes.exports]\nroutes = [\"GET /api/export/**\"]\npriority = \"low\"\nmax_in_flight = 2\nin_flight_per = \"user\"\n"
+        ))
+        .upstream(&upstream.uri())
+        .spawn();
+    let token = |sub: &str| identity_support::hs256(SECRET, &identity_support::claims(sub));
+    let client = common::client();
+    // Three analysts behind one address send three exports each, and two requests with no
+    // token (and one with a token that does not verify) come from the same address.
+    let mut asks = Vec::new();
+    for who in ["analyst-a", "analyst-b", "analyst-c"] {
+        for i in 0..3 {
+            asks.push((
+                who.to_owned(),
+                client
+                    .get(gw.url(&format!("/api/export/{who}-{i}.csv")))
+                    .bearer_auth(token(who)),
+            ));
+        }
+    }
+    for i in 0..2 {
+        asks.push((
+            "none".to_owned(),
+            client.get(gw.url(&format!("/api/export/anon-{i}.csv"))),
+        ));
+    }
+    asks.push((
+        "none".to_owned(),
+        client
+            .get(gw.url("/api/export/forged.csv"))
+            .bearer_auth(format!("{}x", token("analyst-a"))),
+    ));
+    let answers = futures_util::future::join_all(asks.into_iter().map(|(who, rb)| async move {
+        let r = rb.send().await.expect("answered");
+        (who, r.status().as_u16())
+    }))
+    .await;
+    let served = |who: &str| {
+        answers
+            .iter()
+            .filter(|(w, s)| w == who && *s == 200)
+            .count()
+    };
+    for who in ["analyst-a", "analyst-b", "analyst-c"] {
+        assert_eq!(served(who), 2, "{who}: {answers:?}");
+    }
+    // Without a token that verifies, the cap counts the address: two places for all three.
+    assert_eq!(served("none"), 2, "{answers:?}");
+    assert!(
+        answers.iter().all(|(_, s)| *s == 200 || *s == 429),
+        "{answers:?}"
+    );
+    assert_eq!(
+        common::received(&upstream).await,
+        8,
+        "the upstream saw eight"
     );
 }

@@ -167,8 +167,8 @@ fn shaping_lines(o: &mut String, r: &CheckReport) {
                 parts.push(format!("every {i}s, hints at most {l}s"));
             }
             parts.push(e.priority.to_owned());
-            if let Some(n) = e.max_in_flight_per_address {
-                parts.push(format!("{n} in flight per address"));
+            if let Some(n) = e.max_in_flight {
+                parts.push(format!("{n} in flight per {}", e.in_flight_per));
             }
             format!("{} ({})", e.name, parts.join(", "))
         })

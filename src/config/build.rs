@@ -171,7 +171,7 @@ pub(super) fn build(
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
     let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
-    let shaping = super::shaping::build_shaping(raw.shaping, &fleet, ctx)?;
+    let shaping = super::shaping::build_shaping(raw.shaping, &fleet, identity.verifies(), ctx)?;
     Ok(Config {
         overrides,
         source,

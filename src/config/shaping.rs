@@ -4,7 +4,7 @@
 //!   request on them carries `X-Poll-Interval: <seconds>`, how long until the caller's own slot,
 //!   a phase in the interval derived from who it is (see `crate::shaping`). A route's `priority`
 //!   decides the order in which it is shed while the upstream misses its target, and
-//!   `max_in_flight_per_address` caps one client address's requests on it at the upstream.
+//!   `max_in_flight` caps one client address's requests on it at the upstream.
 //! - `[shaping.upstream]`: the upstream's latency target. While it is missed, intervals stretch
 //!   (never past a route's `max_interval`) and the lowest priorities are shed first.
 //!
@@ -25,7 +25,7 @@ pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(86_400);
 /// The most shaped routes (each is matched on every request).
 pub(crate) const MAX_SHAPED: usize = 64;
 /// The most requests one address may have in flight on a capped route.
-pub(crate) const MAX_IN_FLIGHT_PER_ADDRESS: u64 = 65_536;
+pub(crate) const MAX_IN_FLIGHT: u64 = 65_536;
 /// A latency target's bounds: shorter than 10 ms is noise, longer than a minute is no target.
 pub(crate) const MIN_TARGET: Duration = Duration::from_millis(10);
 pub(crate) const MAX_TARGET: Duration = Duration::from_secs(60);
@@ -95,8 +95,29 @@ pub struct ShapedRoute {
     /// interval; `None`: the interval never stretches.
     pub max_interval: Option<Duration>,
     pub priority: Priority,
-    /// The most requests one client address may have at the upstream on these routes at once.
-    pub max_in_flight_per_address: Option<u32>,
+    /// The most requests one principal may have at the upstream on these routes at once.
+    pub max_in_flight: Option<u32>,
+    /// Who that cap counts.
+    pub in_flight_per: InFlightPer,
+}
+
+/// Who a route's in-flight cap counts (`in_flight_per`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InFlightPer {
+    /// The client address (normalised as keys are).
+    #[default]
+    Address,
+    /// The verified token's subject; the address for a request with no verified token.
+    User,
+}
+
+impl InFlightPer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InFlightPer::Address => "address",
+            InFlightPer::User => "user",
+        }
+    }
 }
 
 impl ShapedRoute {
@@ -136,7 +157,8 @@ pub(super) struct RawShapedRoute {
     interval: Option<DurationValue>,
     max_interval: Option<DurationValue>,
     priority: Option<String>,
-    max_in_flight_per_address: Option<i64>,
+    max_in_flight: Option<i64>,
+    in_flight_per: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,6 +175,7 @@ pub(super) struct RawUpstream {
 pub(super) fn build_shaping(
     raw: RawShaping,
     fleet: &FleetConfig,
+    verifies: bool,
     ctx: &Ctx,
 ) -> Result<ShapingConfig, ConfigError> {
     if raw.routes.len() > MAX_SHAPED {
@@ -166,7 +189,7 @@ pub(super) fn build_shaping(
     }
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (name, r) in raw.routes {
-        routes.push(shaped_route(name, r, ctx)?);
+        routes.push(shaped_route(name, r, verifies, ctx)?);
     }
     check_overlaps(&routes, ctx)?;
     check_heartbeat(&routes, fleet, ctx)?;
@@ -193,7 +216,12 @@ fn whole_seconds(ctx: &Ctx, at: &str, v: DurationValue) -> Result<Duration, Conf
 }
 
 /// One `[shaping.routes.<name>]`.
-fn shaped_route(name: String, r: RawShapedRoute, ctx: &Ctx) -> Result<ShapedRoute, ConfigError> {
+fn shaped_route(
+    name: String,
+    r: RawShapedRoute,
+    verifies: bool,
+    ctx: &Ctx,
+) -> Result<ShapedRoute, ConfigError> {
     let at = |field: &str| format!("shaping.routes.{name}.{field}");
     let patterns = r
         .routes
@@ -210,10 +238,10 @@ fn shaped_route(name: String, r: RawShapedRoute, ctx: &Ctx) -> Result<ShapedRout
             "is empty; name the routes this entry shapes, e.g. [\"POST /api/agent/heartbeat\"]",
         ));
     }
-    if r.interval.is_none() && r.priority.is_none() && r.max_in_flight_per_address.is_none() {
+    if r.interval.is_none() && r.priority.is_none() && r.max_in_flight.is_none() {
         return Err(ctx.err(
             &at("interval"),
-            "is missing, and so are priority and max_in_flight_per_address, so the entry shapes nothing; set how often a caller should come, e.g. interval = \"60s\" (the agents' own cadence)",
+            "is missing, and so are priority and max_in_flight, so the entry shapes nothing; set how often a caller should come, e.g. interval = \"60s\" (the agents' own cadence)",
         ));
     }
     let interval = r
@@ -253,13 +281,40 @@ fn shaped_route(name: String, r: RawShapedRoute, ctx: &Ctx) -> Result<ShapedRout
             )
         })?,
     };
-    let max_in_flight_per_address = match r.max_in_flight_per_address {
+    let max_in_flight = match r.max_in_flight {
         None => None,
-        Some(n) if (1..=MAX_IN_FLIGHT_PER_ADDRESS as i64).contains(&n) => u32::try_from(n).ok(),
+        Some(n) if (1..=MAX_IN_FLIGHT as i64).contains(&n) => u32::try_from(n).ok(),
         Some(n) => {
             return Err(ctx.err(
-                &at("max_in_flight_per_address"),
-                format!("{n} is out of range; use 1 to {MAX_IN_FLIGHT_PER_ADDRESS} requests at the upstream at once"),
+                &at("max_in_flight"),
+                format!(
+                "{n} is out of range; use 1 to {MAX_IN_FLIGHT} requests at the upstream at once"
+            ),
+            ))
+        }
+    };
+    let in_flight_per = match (r.in_flight_per.as_deref(), max_in_flight) {
+        (None, _) => InFlightPer::Address,
+        (Some(_), None) => {
+            return Err(ctx.err(
+                &at("in_flight_per"),
+                "is set without max_in_flight; it says who the cap counts, so set max_in_flight too",
+            ))
+        }
+        (Some("address"), Some(_)) => InFlightPer::Address,
+        (Some("user"), Some(_)) => {
+            if !verifies {
+                return Err(ctx.err(
+                    &at("in_flight_per"),
+                    "is \"user\" but no token verifier is configured, so every request would count as its address; configure [identity] (jwks_url, jwt_public_key_pem or jwt_hs256_secret), or use \"address\"",
+                ));
+            }
+            InFlightPer::User
+        }
+        (Some(other), Some(_)) => {
+            return Err(ctx.err(
+                &at("in_flight_per"),
+                format!("`{other}` is not who a cap counts; use \"address\" (the client address) or \"user\" (the verified token's subject)"),
             ))
         }
     };
@@ -269,7 +324,8 @@ fn shaped_route(name: String, r: RawShapedRoute, ctx: &Ctx) -> Result<ShapedRout
         interval,
         max_interval,
         priority,
-        max_in_flight_per_address,
+        max_in_flight,
+        in_flight_per,
     })
 }
 
@@ -415,9 +471,12 @@ mod tests {
             ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_interval = \"90s\"\npriority = \"low\"\n", "shaping.routes.a.max_interval: is set without an interval"),
             ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"60s\"\nmax_interval = \"30s\"\n", "shaping.routes.a.max_interval: 30s is shorter than the interval"),
             ("[shaping.routes.a]\nroutes = [\"/x\"]\ninterval = \"60s\"\nmax_interval = \"90500ms\"\n", "shaping.routes.a.max_interval: 90.5s is not a whole number"),
-            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight_per_address = 0\n", "shaping.routes.a.max_in_flight_per_address: 0 is out of range"),
-            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight_per_address = -4\n", "shaping.routes.a.max_in_flight_per_address: -4 is out of range"),
-            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight_per_address = 9999999999\n", "out of range"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight = 2\nin_flight_per = \"user\"\n", "shaping.routes.a.in_flight_per: is \"user\" but no token verifier is configured"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight = 2\nin_flight_per = \"agent\"\n", "shaping.routes.a.in_flight_per: `agent` is not who a cap counts"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\npriority = \"low\"\nin_flight_per = \"address\"\n", "shaping.routes.a.in_flight_per: is set without max_in_flight"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight = 0\n", "shaping.routes.a.max_in_flight: 0 is out of range"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight = -4\n", "shaping.routes.a.max_in_flight: -4 is out of range"),
+            ("[shaping.routes.a]\nroutes = [\"/x\"]\nmax_in_flight = 9999999999\n", "out of range"),
             ("[shaping.routes.hb]\nroutes = [\"POST /api/agent/heartbeat\"]\ninterval = \"60s\"\nmax_interval = \"120s\"\n", "shaping.routes.hb.max_interval: hints of up to 120s on the heartbeat route would let an agent that follows them and loses one heartbeat go 240s without one, past fleet.heartbeat_timeout_seconds (180s)"),
             ("[shaping.routes.hb]\nroutes = [\"/api/agent/**\"]\ninterval = \"80s\"\n", "shaping.routes.hb.interval: hints of up to 120s on the heartbeat route"),
             ("[fleet]\nheartbeat_timeout_seconds = 120\n[shaping.routes.hb]\nroutes = [\"POST /api/agent/heartbeat\"]\ninterval = \"60s\"\n", "keep the longest hint at most 60s"),

@@ -91,6 +91,11 @@ impl FleetLimiter {
     pub fn decider(&self) -> &Arc<Decider> {
         &self.decider
     }
+
+    /// The cookie dashboard session tokens are read from, if any.
+    pub(crate) fn session_cookie(&self) -> Option<&str> {
+        self.session_cookie.as_deref()
+    }
 }
 
 /// What the limiter decided about this request, for handlers that want it (a request
@@ -184,7 +189,8 @@ where
             };
             // Shaping: a priority shed while the upstream misses its target, or an address at
             // its route's in-flight cap, is answered at once, before any limiter is charged.
-            let shaped = match super::shaping::admit(&limiter, &settings, &req, path.as_str()) {
+            let shaped = match super::shaping::admit(&limiter, &settings, &req, path.as_str()).await
+            {
                 Ok(shaped) => shaped,
                 Err(res) => return Ok(answer_early(req, *res).await),
             };

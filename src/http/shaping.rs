@@ -3,7 +3,7 @@
 //! 1. a request whose route's priority is shed while the upstream misses its target is
 //!    answered 503 at once, with the `Retry-After` of the controller's state (see
 //!    [`crate::shaping::pressure`]); no limiter is charged;
-//! 2. a request on a route with `max_in_flight_per_address`, whose client address already has
+//! 2. a request on a route with `max_in_flight`, whose client address already has
 //!    that many at the upstream, is answered 429 at once; no limiter is charged;
 //! 3. a request let through is timed from the moment it is handed on until its answer's head
 //!    comes back (the gateway's upstream, or the app's handler), which feeds the controller;
@@ -14,9 +14,10 @@
 
 use super::middleware::FleetLimiter;
 use super::response::Problem;
-use crate::client_share::ClientHold;
+use crate::config::shaping::InFlightPer;
 use crate::config::shaping::Priority;
 use crate::decision::Settings;
+use crate::shaping::in_flight::{Place, Principal};
 use crate::shaping::{pressure::Waiting, Pressure, Rules};
 use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -30,14 +31,14 @@ use std::task::{Context, Poll};
 #[derive(Debug, Default)]
 pub(super) struct Admitted {
     /// Its place under its route's in-flight cap, given back with the last byte of its answer.
-    hold: Option<ClientHold>,
+    hold: Option<Place>,
     /// The upstream's target, when the answer is to be timed.
     rules: Option<Rules>,
 }
 
 /// Step 1 and 2 for a request of `method` on the canonical `path`: `Ok` with what to keep,
 /// or `Err` with the answer to send at once.
-pub(super) fn admit(
+pub(super) async fn admit(
     limiter: &FleetLimiter,
     settings: &Settings,
     req: &ServiceRequest,
@@ -68,8 +69,8 @@ pub(super) fn admit(
     let hold = match route.filter(|r| r.capped()) {
         None => None,
         Some(route) => {
-            let addr = client_address(settings, req);
-            match route.take(addr) {
+            let who = principal(limiter, settings, req, route.in_flight_per).await;
+            match route.take(who) {
                 Some(hold) => hold,
                 None => {
                     decider.metrics().in_flight_capped(&route.name);
@@ -77,6 +78,7 @@ pub(super) fn admit(
                     tracing::debug!(route = %route.name, "in-flight cap per address met");
                     return Err(Box::new(capped(
                         &route.name,
+                        who.describe(),
                         route.cap().unwrap_or(0),
                         wait,
                     )));
@@ -123,6 +125,41 @@ impl Admitted {
     }
 }
 
+/// Who a cap counts: the verified token's subject with `in_flight_per = "user"` when the
+/// request carries a token that verifies, else its client address.
+async fn principal(
+    limiter: &FleetLimiter,
+    settings: &Settings,
+    req: &ServiceRequest,
+    per: InFlightPer,
+) -> Principal {
+    if per == InFlightPer::User {
+        let headers = req.headers();
+        let peer = req
+            .peer_addr()
+            .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
+                a.ip()
+            });
+        let h = super::middleware::header_facts(
+            headers,
+            peer,
+            &settings.trusted,
+            limiter.session_cookie(),
+        );
+        let id = crate::identity::identify(
+            limiter.decider().verifier().as_ref(),
+            None,
+            h.authorization,
+            h.session_token,
+        )
+        .await;
+        if let Some(sub) = id.user.as_deref() {
+            return Principal::user(sub);
+        }
+    }
+    Principal::address(client_address(settings, req))
+}
+
 /// The client address a cap counts: the limiter's client IP (the peer, or the rightmost
 /// untrusted hop behind the trusted proxies), normalised as keys are.
 fn client_address(settings: &Settings, req: &ServiceRequest) -> std::net::IpAddr {
@@ -165,14 +202,14 @@ fn shed(priority: Priority, level: u8, wait: u64) -> HttpResponse {
 }
 
 /// The 429 of a request whose address has `cap` in flight on shaped route `route`.
-fn capped(route: &str, cap: usize, wait: u64) -> HttpResponse {
+fn capped(route: &str, per: &str, cap: usize, wait: u64) -> HttpResponse {
     let unit = if wait == 1 { "second" } else { "seconds" };
     let mut res = Problem {
         kind: "urn:fleet-limiter:problem:in-flight-cap",
         title: "Too Many Requests",
         status: 429,
         detail: format!(
-            "This client address already has {cap} requests at the upstream on these routes, as many as one address may (shaping route `{route}`, max_in_flight_per_address); retry after {wait} {unit}."
+            "This client already has {cap} requests at the upstream on these routes, as many as one {per} may (shaping route `{route}`, max_in_flight); retry after {wait} {unit}."
         ),
         retry_after: Some(wait),
     }
@@ -186,7 +223,7 @@ fn capped(route: &str, cap: usize, wait: u64) -> HttpResponse {
 /// back when the body ends or is dropped (the client went away).
 struct Held {
     body: BoxBody,
-    hold: Option<ClientHold>,
+    hold: Option<Place>,
 }
 
 impl MessageBody for Held {

@@ -194,7 +194,7 @@ impl ShapingFamilies {
         let capped = Family::<RouteLabel, Counter>::default();
         r.register(
             "fleet_limiter_shaping_in_flight_capped",
-            "Requests answered 429 at once because their client address already had max_in_flight_per_address requests at the upstream on the route, by shaped route",
+            "Requests answered 429 at once because their principal (client address, or verified user with in_flight_per = \"user\") already had max_in_flight requests at the upstream on the route, by shaped route",
             capped.clone(),
         );
         Self {

@@ -10,15 +10,15 @@
 //! - Here: the routes as a request meets them: [`Shaping::route`] finds the route that names a
 //!   request most specifically, with its interval, priority and in-flight cap per address.
 
+pub(crate) mod in_flight;
 pub(crate) mod pressure;
 pub(crate) mod slots;
 
-use crate::client_share::{ClientHold, ClientShares};
 use crate::clock::Nanos;
-use crate::config::shaping::{Priority, ShapingConfig};
+use crate::config::shaping::{InFlightPer, Priority, ShapingConfig};
 use crate::policy::RoutePattern;
+use in_flight::{InFlight, Place, Principal};
 use smallvec::SmallVec;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 pub(crate) use pressure::{Pressure, Rules};
@@ -33,17 +33,19 @@ pub(crate) struct Route {
     interval: Option<u64>,
     max: Option<u64>,
     pub priority: Priority,
-    /// What each client address has at the upstream on this route, when it is capped.
-    in_flight: Option<Arc<ClientShares>>,
+    /// What each principal has at the upstream on this route, when it is capped.
+    in_flight: Option<Arc<InFlight>>,
+    /// Who the cap counts.
+    pub in_flight_per: InFlightPer,
 }
 
 impl Route {
-    /// A place at the upstream for a request from `addr` (normalised), or `None` when the
-    /// address already has its cap in flight. `Some(None)`: the route has no cap.
-    pub(crate) fn take(&self, addr: IpAddr) -> Option<Option<ClientHold>> {
+    /// A place at the upstream for a request of `who`, or `None` when it already has its cap
+    /// in flight. `Some(None)`: the route has no cap.
+    pub(crate) fn take(&self, who: Principal) -> Option<Option<Place>> {
         match &self.in_flight {
             None => Some(None),
-            Some(shares) => shares.take(addr).map(Some),
+            Some(table) => table.take(who).map(Some),
         }
     }
 
@@ -81,9 +83,8 @@ impl Shaping {
                 interval: r.interval.map(ns),
                 max: r.longest_hint().map(ns),
                 priority: r.priority,
-                in_flight: r
-                    .max_in_flight_per_address
-                    .map(|n| ClientShares::new(n as usize)),
+                in_flight: r.max_in_flight.map(|n| InFlight::new(n as usize)),
+                in_flight_per: r.in_flight_per,
             })
             .collect();
         Some(Self {
@@ -155,7 +156,8 @@ mod tests {
                 interval: Some(Duration::from_secs(60)),
                 max_interval: max.map(Duration::from_secs),
                 priority: Priority::Critical,
-                max_in_flight_per_address: None,
+                max_in_flight: None,
+                in_flight_per: InFlightPer::Address,
             }],
             upstream: None,
         })

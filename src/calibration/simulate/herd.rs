@@ -259,7 +259,8 @@ fn heartbeat_slots(cfg: &Config, interval: u64) -> (Option<Shaping>, bool) {
             interval: Some(interval),
             max_interval: None,
             priority: Priority::Critical,
-            max_in_flight_per_address: None,
+            max_in_flight: None,
+            in_flight_per: Default::default(),
         }],
         upstream: None,
     };
@@ -360,7 +361,8 @@ mod tests {
                 interval: Some(Duration::from_secs(60)),
                 max_interval: None,
                 priority: Priority::Critical,
-                max_in_flight_per_address: None,
+                max_in_flight: None,
+                in_flight_per: Default::default(),
             }],
             upstream: None,
         };

@@ -265,7 +265,9 @@ pub(crate) struct ShapedRouteCheck {
     pub longest_hint_seconds: Option<u64>,
     pub priority: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_in_flight_per_address: Option<u32>,
+    pub max_in_flight: Option<u32>,
+    /// Who that cap counts: `address` or `user`.
+    pub in_flight_per: &'static str,
 }
 
 impl ShapingCheck {
@@ -287,7 +289,8 @@ impl ShapingCheck {
                     interval_seconds: r.interval.map(|i| i.as_secs()),
                     longest_hint_seconds: r.longest_hint().map(|d| d.as_secs()),
                     priority: r.priority.as_str(),
-                    max_in_flight_per_address: r.max_in_flight_per_address,
+                    max_in_flight: r.max_in_flight,
+                    in_flight_per: r.in_flight_per.as_str(),
                 })
                 .collect(),
             heartbeat_route: heartbeat.map(|r| r.name.clone()),
