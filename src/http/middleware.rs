@@ -238,8 +238,7 @@ where
             } else {
                 &outcome
             };
-            let pressure = limiter.decider.pressure();
-            let waiting = shaped.sent(pressure, limiter.decider.now());
+            let waiting = shaped.sent(&limiter.decider);
             let answered = service.call(req).await;
             // The answer's status decides whether limiters counting only failed (or only
             // succeeded) answers give the request back; an error is a failed answer. The
@@ -249,7 +248,7 @@ where
                 Ok(res) => res.status().as_u16(),
                 Err(e) => e.as_response_error().status_code().as_u16(),
             };
-            shaped.answered(pressure, waiting, limiter.decider.now(), status);
+            shaped.answered(&limiter.decider, waiting, status);
             if let Some(work) =
                 limiter
                     .decider

@@ -18,7 +18,7 @@ use crate::config::shaping::InFlightPer;
 use crate::config::shaping::Priority;
 use crate::decision::Settings;
 use crate::shaping::in_flight::{Place, Principal};
-use crate::shaping::{pressure::Waiting, Pressure, Rules};
+use crate::shaping::{pressure::Waiting, Rules};
 use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HeaderValue, RETRY_AFTER};
@@ -90,21 +90,23 @@ pub(super) async fn admit(
 }
 
 impl Admitted {
-    /// The request is handed on now: its wait for the answer's head begins.
-    pub(super) fn sent<'p>(&self, pressure: &'p Pressure, now: u64) -> Option<Waiting<'p>> {
-        self.rules.as_ref().map(|r| pressure.sent(now, r))
+    /// The request is handed on now: its wait for the answer's head begins (timed only with
+    /// `[shaping.upstream]`; the clock is not read otherwise).
+    pub(super) fn sent<'p>(&self, decider: &'p crate::decision::Decider) -> Option<Waiting<'p>> {
+        self.rules
+            .as_ref()
+            .map(|r| decider.pressure().sent(decider.now(), r))
     }
 
-    /// Its answer's head came back with `status` at `now`.
+    /// Its answer's head came back with `status`.
     pub(super) fn answered(
         &self,
-        pressure: &Pressure,
+        decider: &crate::decision::Decider,
         waiting: Option<Waiting<'_>>,
-        now: u64,
         status: u16,
     ) {
         if let (Some(w), Some(r)) = (waiting, &self.rules) {
-            pressure.answered(w, now, status, r);
+            decider.pressure().answered(w, decider.now(), status, r);
         }
     }
 
