@@ -734,6 +734,19 @@ window = "1h"
 key = "ip"
 routes = ["/api/reports/**"]
 mode = "shadow"
+
+[shaping.upstream]
+latency_target = "250ms"
+
+[shaping.routes.heartbeat]
+routes = ["POST /api/agent/heartbeat"]
+interval = "60s"
+priority = "critical"
+
+[shaping.routes.exports]
+routes = ["GET /api/export/**"]
+priority = "low"
+max_in_flight = 4
 "#,
         )
         .spawn();

@@ -181,6 +181,7 @@ impl Settings {
     pub fn from_config(cfg: &Config, metrics: &Metrics) -> Self {
         let policy = Policy::new(cfg.limiters.clone());
         let meters = metrics.configure(cfg.enabled, policy.limiters(), cfg.ops.near_limit_percent);
+        metrics.configure_shaping(&cfg.shaping);
         Self {
             enabled: cfg.enabled,
             policy,

@@ -235,6 +235,23 @@ impl Metrics {
     }
 
     /// A WebSocket handshake was refused before the upstream saw it.
+    /// Take `[shaping]`'s entries: the hint series of each entry with an interval, and the
+    /// capped series of each entry with an in-flight cap, appear at zero from the start.
+    pub(crate) fn configure_shaping(&self, cfg: &crate::config::shaping::ShapingConfig) {
+        for r in &cfg.routes {
+            let label = labels::RouteLabel {
+                route: r.name.clone(),
+            };
+            if r.interval.is_some() {
+                drop(self.shaping.hints.get_or_create(&label));
+                drop(self.shaping.hint_seconds.get_or_create(&label));
+            }
+            if r.max_in_flight.is_some() {
+                drop(self.shaping.capped.get_or_create(&label));
+            }
+        }
+    }
+
     /// An answer on shaped route `route` told its caller to come in `secs` seconds.
     pub(crate) fn poll_hint(&self, route: &str, secs: u64) {
         let label = labels::RouteLabel {
