@@ -7,6 +7,7 @@
 #   GATEWAY=path/to/other/fleet-limiter bench/callgrind.sh    # the gateway of another build
 #   MODES=on TOP=60 bench/callgrind.sh      # one mode, a longer list of functions
 #   MODES=decision bench/callgrind.sh       # the forward-auth decision endpoint alone
+#   MODES="on shaped" bench/callgrind.sh    # what [shaping] adds (slots, upstream watch)
 #   MODES="hdr-off hdr-draft-7 hdr-draft-6-legacy" bench/callgrind.sh   # header profiles
 #   MODES="nginx-limit nginx-proxy on off" bench/callgrind.sh   # nginx as the reference
 #
@@ -59,13 +60,13 @@ done
 gateway_modes=false middleware_modes=false
 for mode in $MODES; do
   case $mode in
-    on | off | decision | hdr-* | nginx-limit | nginx-proxy) gateway_modes=true ;;
+    on | off | shaped | decision | hdr-* | nginx-limit | nginx-proxy) gateway_modes=true ;;
     mw-fleet | mw-governor | mw-bare) middleware_modes=true ;;
-    *) log "unknown mode $mode (on, off, decision, hdr-STANDARD[-legacy[-delta]], nginx-limit, nginx-proxy, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
+    *) log "unknown mode $mode (on, off, shaped, decision, hdr-STANDARD[-legacy[-delta]], nginx-limit, nginx-proxy, mw-fleet, mw-governor, mw-bare)"; exit 2 ;;
   esac
 done
 
-if $gateway_modes && [ -z "${GATEWAY:-}" ] && [[ " $MODES " =~ \ (on|off|decision|hdr-[^ ]*)\  ]]; then
+if $gateway_modes && [ -z "${GATEWAY:-}" ] && [[ " $MODES " =~ \ (on|off|shaped|decision|hdr-[^ ]*)\  ]]; then
   log "building the gateway"
   (cd "$ROOT" && cargo build --profile profiling --quiet --bin fleet-limiter)
   GATEWAY="$ROOT/target/profiling/fleet-limiter"

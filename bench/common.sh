@@ -158,6 +158,29 @@ server_command() {
       CMD=("$GATEWAY" serve
         --config "$TMP/limits.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
         --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
+    shaped)
+      # `on`, with the heartbeat shaped (poll slots), the upstream watched against a target it
+      # keeps, and exports capped: what [shaping] adds to each request.
+      cat "$TMP/limits.toml" - >"$TMP/shaped.toml" <<'TOML'
+
+[shaping.upstream]
+latency_target = "250ms"
+
+[shaping.routes.heartbeat]
+routes = ["POST /api/agent/heartbeat"]
+interval = "60s"
+max_interval = "90s"
+priority = "critical"
+
+[shaping.routes.exports]
+routes = ["GET /api/export/**"]
+priority = "low"
+max_in_flight = 4
+TOML
+      ENVS=(FLEET_LIMITER_LOG=warn)
+      CMD=("$GATEWAY" serve
+        --config "$TMP/shaped.toml" --listen "$listen" --upstream "http://127.0.0.1:$P_UPSTREAM"
+        --store memory --admin-listen 127.0.0.1:0 --allow-unsafe-calibration) ;;
     hdr-*)
       local profile=${1#hdr-} legacy=false reset=unix
       case $profile in

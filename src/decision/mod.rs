@@ -181,7 +181,6 @@ impl Settings {
     pub fn from_config(cfg: &Config, metrics: &Metrics) -> Self {
         let policy = Policy::new(cfg.limiters.clone());
         let meters = metrics.configure(cfg.enabled, policy.limiters(), cfg.ops.near_limit_percent);
-        metrics.configure_shaping(&cfg.shaping);
         Self {
             enabled: cfg.enabled,
             policy,
@@ -198,7 +197,7 @@ impl Settings {
             rls_domains: cfg.rls.domains.clone(),
             rls_allow_from: cfg.rls.allow_from.clone().into(),
             rls_descriptor_limit: cfg.rls.descriptor_limit,
-            shaping: crate::shaping::Shaping::of(&cfg.shaping),
+            shaping: crate::shaping::Shaping::metered(&cfg.shaping, metrics),
         }
     }
 }
@@ -461,7 +460,7 @@ impl Decider {
             outcome.retry_after_secs(),
             stretch,
         )?;
-        self.metrics.poll_hint(&route.name, hint);
+        route.meter.hint(hint);
         Some(hint)
     }
 

@@ -73,7 +73,7 @@ pub(super) async fn admit(
             match route.take(who) {
                 Some(hold) => hold,
                 None => {
-                    decider.metrics().in_flight_capped(&route.name);
+                    route.meter.capped();
                     let wait = decider.pressure().typical_wait_secs();
                     tracing::debug!(route = %route.name, "in-flight cap per address met");
                     return Err(Box::new(capped(

@@ -48,6 +48,29 @@ impl AdmissionMeter {
     }
 }
 
+/// One shaped route's counters (`[shaping.routes.<name>]`), resolved once per settings: a hint
+/// is two atomic adds, with no lookup by name. The default counts nowhere (a route outside a
+/// registry, as the simulator builds them).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ShapingMeter {
+    pub(super) hints: Counter,
+    pub(super) hint_seconds: Counter,
+    pub(super) capped: Counter,
+}
+
+impl ShapingMeter {
+    /// An answer told its caller to come in `secs` seconds.
+    pub(crate) fn hint(&self, secs: u64) {
+        self.hints.inc();
+        self.hint_seconds.inc_by(secs);
+    }
+
+    /// A request found its principal at the route's in-flight cap.
+    pub(crate) fn capped(&self) {
+        self.capped.inc();
+    }
+}
+
 /// One limiter's counters, resolved once per settings: recording a verdict is an atomic add per
 /// counter, with no lookup by name. Clones share their counts.
 #[derive(Clone, Debug)]

@@ -33,7 +33,7 @@ pub(crate) use labels::{BodyTimeout, GiveBackResult, RequestFate, ShedReason, Up
 use labels::{
     GroupLabel, GroupReasonLabels, LimiterLabel, LimiterOutcomeLabels, LimiterResultLabels,
 };
-pub(crate) use meter::{AdmissionMeter, LimiterMeter};
+pub(crate) use meter::{AdmissionMeter, LimiterMeter, ShapingMeter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -235,45 +235,26 @@ impl Metrics {
     }
 
     /// A WebSocket handshake was refused before the upstream saw it.
-    /// Take `[shaping]`'s entries: the hint series of each entry with an interval, and the
-    /// capped series of each entry with an in-flight cap, appear at zero from the start.
-    pub(crate) fn configure_shaping(&self, cfg: &crate::config::shaping::ShapingConfig) {
-        for r in &cfg.routes {
-            let label = labels::RouteLabel {
-                route: r.name.clone(),
-            };
-            if r.interval.is_some() {
-                drop(self.shaping.hints.get_or_create(&label));
-                drop(self.shaping.hint_seconds.get_or_create(&label));
-            }
-            if r.max_in_flight.is_some() {
-                drop(self.shaping.capped.get_or_create(&label));
-            }
-        }
-    }
-
-    /// An answer on shaped route `route` told its caller to come in `secs` seconds.
-    pub(crate) fn poll_hint(&self, route: &str, secs: u64) {
+    /// The counters of shaped route `route`: its series appear at zero from now on (the hint
+    /// series when it has an interval, the capped series when it has a cap).
+    pub(crate) fn shaping_meter(&self, route: &str, interval: bool, capped: bool) -> ShapingMeter {
         let label = labels::RouteLabel {
             route: route.to_owned(),
         };
-        self.shaping.hints.get_or_create(&label).inc();
-        self.shaping.hint_seconds.get_or_create(&label).inc_by(secs);
+        let mut m = ShapingMeter::default();
+        if interval {
+            m.hints = self.shaping.hints.get_or_create_owned(&label);
+            m.hint_seconds = self.shaping.hint_seconds.get_or_create_owned(&label);
+        }
+        if capped {
+            m.capped = self.shaping.capped.get_or_create_owned(&label);
+        }
+        m
     }
 
     /// A request of `priority` was shed: the upstream is missing its target.
     pub(crate) fn shaping_shed(&self, priority: crate::config::shaping::Priority) {
         self.shaping.shed[priority.rank() as usize].inc();
-    }
-
-    /// A request on shaped route `route` found its address at the route's in-flight cap.
-    pub(crate) fn in_flight_capped(&self, route: &str) {
-        self.shaping
-            .capped
-            .get_or_create(&labels::RouteLabel {
-                route: route.to_owned(),
-            })
-            .inc();
     }
 
     pub fn upgrade_refused(&self, reason: UpgradeRefusal) {

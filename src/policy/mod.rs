@@ -31,7 +31,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     limiters: Vec<Arc<LimiterSpec>>,
-    memo: RouteMemo,
+    memo: RouteMemo<Picked>,
 }
 
 /// The limiters one request picked, by index into the policy (most requests pick one to three).
@@ -72,7 +72,7 @@ impl Policy {
     /// [`Policy::applicable`] as indices into [`Policy::limiters`].
     pub fn picked(&self, method: &str, path: &CanonicalPath<'_>, cred: Credential) -> Picked {
         let path = path.as_str();
-        self.memo.get_or_insert(method, path, cred, || {
+        self.memo.get_or_insert(method, path, cred as u8, || {
             self.applicable_to(method, path, cred)
         })
     }
@@ -199,46 +199,56 @@ impl Policy {
     }
 }
 
-/// Most distinct (method, path, credential) answers the memo holds. Paths are chosen by
+/// Most distinct (method, path, tag) answers a memo holds. Paths are chosen by
 /// clients, so the memo is bounded: when it is full it starts again empty, and a client that
 /// sends endless new paths only keeps its own requests on the slow path.
 const ROUTE_MEMO_CAP: usize = 4096;
 
-/// Remembered answers of [`Policy::applicable_to`]: matching every limiter's routes once per
-/// distinct path instead of once per request. It lives inside
-/// the policy, so a reload (a new policy) starts with an empty one.
-#[derive(Default)]
-struct RouteMemo {
+/// Remembered answers of a match of routes against (method, path, tag): [`Policy::applicable_to`]
+/// (the tag is the credential), or the shaped route of a request (`crate::shaping`). Routes are
+/// matched once per distinct path instead of once per request. A memo lives inside what it
+/// answers for, so a reload starts with an empty one.
+pub(crate) struct RouteMemo<V> {
     /// Seeded at random per process: clients cannot aim paths at one hash (and two paths that
     /// do share one only lose the memo, never each other's answer).
     hasher: foldhash::fast::RandomState,
-    entries: RwLock<HashMap<u64, MemoEntry, BuildHasherDefault<PrehashedKey>>>,
+    entries: RwLock<HashMap<u64, MemoEntry<V>, BuildHasherDefault<PrehashedKey>>>,
 }
 
-struct MemoEntry {
+impl<V> Default for RouteMemo<V> {
+    fn default() -> Self {
+        Self {
+            hasher: foldhash::fast::RandomState::default(),
+            entries: RwLock::default(),
+        }
+    }
+}
+
+struct MemoEntry<V> {
     method: Box<str>,
     path: Box<str>,
-    cred: Credential,
-    picked: Picked,
+    tag: u8,
+    value: V,
 }
 
-impl RouteMemo {
-    fn get_or_insert(
+impl<V: Clone> RouteMemo<V> {
+    /// The answer for (`method`, `path`, `tag`): remembered, or `compute`d (and remembered).
+    pub(crate) fn get_or_insert(
         &self,
         method: &str,
         path: &str,
-        cred: Credential,
-        compute: impl FnOnce() -> Picked,
-    ) -> Picked {
-        let hash = self.hasher.hash_one((method, path, cred as u8));
+        tag: u8,
+        compute: impl FnOnce() -> V,
+    ) -> V {
+        let hash = self.hasher.hash_one((method, path, tag));
         if let Some(e) = self.entries.read().get(&hash) {
-            if e.cred == cred && *e.method == *method && *e.path == *path {
-                return e.picked.clone();
+            if e.tag == tag && *e.method == *method && *e.path == *path {
+                return e.value.clone();
             }
             // A collision: answer without remembering.
             return compute();
         }
-        let picked = compute();
+        let value = compute();
         let mut entries = self.entries.write();
         if entries.len() >= ROUTE_MEMO_CAP {
             entries.clear();
@@ -248,22 +258,22 @@ impl RouteMemo {
             MemoEntry {
                 method: method.into(),
                 path: path.into(),
-                cred,
-                picked: picked.clone(),
+                tag,
+                value: value.clone(),
             },
         );
-        picked
+        value
     }
 }
 
-impl Clone for RouteMemo {
-    /// A copy of a policy starts with an empty memo.
+impl<V> Clone for RouteMemo<V> {
+    /// A copy starts with an empty memo.
     fn clone(&self) -> Self {
         Self::default()
     }
 }
 
-impl fmt::Debug for RouteMemo {
+impl<V> fmt::Debug for RouteMemo<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RouteMemo({} paths)", self.entries.read().len())
     }

@@ -37,6 +37,8 @@ pub(crate) struct Route {
     in_flight: Option<Arc<InFlight>>,
     /// Who the cap counts.
     pub in_flight_per: InFlightPer,
+    /// Its hint and cap counters.
+    pub meter: crate::metrics::ShapingMeter,
 }
 
 impl Route {
@@ -65,11 +67,23 @@ impl Route {
 pub(crate) struct Shaping {
     routes: Vec<Route>,
     upstream: Option<Rules>,
+    /// Which route each (method, path) met took: matched once per distinct path.
+    memo: crate::policy::RouteMemo<Option<u16>>,
 }
 
 impl Shaping {
-    /// `[shaping]`; `None` when it names no route (nothing to match).
+    /// `[shaping]`; `None` when it names no route (nothing to match). Its routes count into
+    /// nothing (the simulator's); [`Shaping::metered`] for a server's.
     pub(crate) fn of(cfg: &ShapingConfig) -> Option<Self> {
+        Self::build(cfg, None)
+    }
+
+    /// [`Shaping::of`], each route counting into `metrics`.
+    pub(crate) fn metered(cfg: &ShapingConfig, metrics: &crate::metrics::Metrics) -> Option<Self> {
+        Self::build(cfg, Some(metrics))
+    }
+
+    fn build(cfg: &ShapingConfig, metrics: Option<&crate::metrics::Metrics>) -> Option<Self> {
         if cfg.routes.is_empty() {
             return None;
         }
@@ -85,22 +99,33 @@ impl Shaping {
                 priority: r.priority,
                 in_flight: r.max_in_flight.map(|n| InFlight::new(n as usize)),
                 in_flight_per: r.in_flight_per,
+                meter: metrics.map_or_else(Default::default, |m| {
+                    m.shaping_meter(&r.name, r.interval.is_some(), r.max_in_flight.is_some())
+                }),
             })
             .collect();
         Some(Self {
             routes,
             upstream: cfg.upstream.as_ref().map(Rules::from),
+            memo: crate::policy::RouteMemo::default(),
         })
     }
 
     /// The route that names `method` on the canonical `path` most specifically, if one does.
     pub(crate) fn route(&self, method: &str, path: &str) -> Option<&Route> {
-        let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
-        crate::policy::most_specific(
-            self.routes.iter().map(|r| (r.patterns.as_slice(), r)),
-            method,
-            &segs,
-        )
+        let at = self.memo.get_or_insert(method, path, 0, || {
+            let segs: SmallVec<[&str; 16]> = path.split('/').filter(|s| !s.is_empty()).collect();
+            crate::policy::most_specific(
+                self.routes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.patterns.as_slice(), i)),
+                method,
+                &segs,
+            )
+            .and_then(|i| u16::try_from(i).ok())
+        })?;
+        self.routes.get(usize::from(at))
     }
 
     /// The upstream's target, when `[shaping.upstream]` sets one.
