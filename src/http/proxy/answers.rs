@@ -3,7 +3,7 @@
 //! for a body that broke its pace, 400s, 502/504 for an upstream that failed, 503 when overloaded.
 
 use super::body::IdleTimeout;
-use super::client::{Lease, UpstreamError};
+use super::client::{Exchange, ExchangeBody, Head, UpstreamError};
 use super::headers::{end_to_end_headers, parse_length};
 use super::pace::{BodyRules, Trip};
 use crate::admission::{Admission, Slot};
@@ -58,10 +58,29 @@ pub(super) fn closing(mut res: HttpResponse) -> HttpResponse {
     res
 }
 
-/// The upstream's answer as the client's: status, end-to-end headers, the body streamed.
+/// The upstream's answer as the client's: status, end-to-end headers, the body streamed as the
+/// exchange reads it (and the connection back to its pool at its end).
+pub(super) fn forwarded(
+    head: Head,
+    x: Exchange,
+    slot: Option<Slot>,
+    read_timeout: Duration,
+) -> HttpResponse {
+    let mut back = HttpResponse::new(head.status);
+    *back.headers_mut() = head.headers;
+    let body = IdleTimeout::new(ExchangeBody { x, slot }, read_timeout);
+    match head.length {
+        Some(len) => back
+            .set_body(SizedStream::new(len, body))
+            .map_into_boxed_body(),
+        None => back.set_body(BodyStream::new(body)).map_into_boxed_body(),
+    }
+}
+
+/// An upgrade's answer other than `101` as the client's: status, end-to-end headers, the body
+/// streamed (its connection is its own, closed at the end).
 pub(super) fn answer(
     res: hyper::Response<hyper::body::Incoming>,
-    lease: Lease,
     slot: Option<Slot>,
     read_timeout: Duration,
 ) -> HttpResponse {
@@ -77,7 +96,6 @@ pub(super) fn answer(
     let body = IdleTimeout::new(
         AnswerBody {
             body: res.into_body(),
-            lease,
             slot,
         },
         read_timeout,
@@ -134,11 +152,9 @@ pub(super) fn upstream_error(metrics: &Metrics, e: &UpstreamError) -> HttpRespon
     }
 }
 
-/// The upstream answer's body as a stream of data chunks (trailers are not forwarded); its
-/// connection goes back to the pool when it ends.
+/// An upgrade's answer body as a stream of data chunks (trailers are not forwarded).
 pub(super) struct AnswerBody {
     body: hyper::body::Incoming,
-    lease: Lease,
     /// The admission slot, given back when the body ends or is dropped.
     slot: Option<Slot>,
 }
@@ -155,7 +171,6 @@ impl Stream for AnswerBody {
                 },
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
                 Poll::Ready(None) => {
-                    self.lease.release();
                     self.slot = None;
                     Poll::Ready(None)
                 }

@@ -94,6 +94,16 @@ impl ProxyBody {
     }
 }
 
+impl ProxyBody {
+    /// `None` for no body; else the declared length, `None` inside for a chunked body.
+    pub(super) fn declared(&self) -> Option<Option<u64>> {
+        match self {
+            ProxyBody::Empty => None,
+            ProxyBody::Stream(s) => Some(s.length),
+        }
+    }
+}
+
 /// The client's body failed: it went away, sent a malformed chunk, or was too slow.
 #[derive(Debug)]
 pub(super) enum ClientBodyError {

@@ -1,16 +1,26 @@
 //! The upstream client: address and TLS name from the upstream URL, connecting (TCP, then TLS),
-//! the HTTP/1 handshake, a pool of idle connections, and the lease that returns one to it.
+//! a pool of idle connections, and the exchange of one request and its answer on one of them,
+//! HTTP/1.1 written and read here on the request's own task.
 
 use super::body::ProxyBody;
+use super::headers::Framing;
+use crate::admission::Slot;
 use crate::config::UpstreamUrl;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::StatusCode;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::Stream;
+use http_body::Body;
 use rustls::pki_types::ServerName;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// TLS to an `https://` upstream.
 #[derive(Debug, Clone)]
@@ -41,9 +51,11 @@ impl UpstreamTls {
 /// Idle connections a worker keeps for reuse; more are closed when they finish.
 const MAX_IDLE_CONNECTIONS: usize = 1024;
 
-/// HTTP/1.1 keep-alive connections to the upstream, for one worker thread. Each connection is
-/// a task on the worker; a request takes the most recently used idle one or opens a new one,
-/// and the connection goes back to the pool when the answer's body has been read to the end.
+/// HTTP/1.1 keep-alive connections to the upstream, for one worker thread. A request takes the
+/// most recently used idle connection or opens a new one, writes its head and body and reads
+/// the answer on it inside its own task (no task per connection, no channel between them), and
+/// the connection goes back to the pool when the request has been written whole and the
+/// answer read to its end, with nothing after it.
 pub(crate) struct UpstreamClient {
     /// `host:port` to connect to.
     pub(super) addr: String,
@@ -56,46 +68,110 @@ pub(crate) struct UpstreamClient {
     pub(super) idle: Rc<Pool>,
 }
 
+/// A byte stream to the upstream: plain TCP, or TLS over it.
+pub(super) enum Io {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Io {
+    /// Whether an idle connection is still open with nothing unasked-for on it: one read
+    /// tried without waiting must find nothing to read yet. The end of the stream (the
+    /// upstream closed it), an error, or bytes nobody asked for all mean it cannot carry a
+    /// request.
+    fn idle_and_open(&mut self) -> bool {
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        let mut probe = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut probe);
+        Pin::new(self).poll_read(&mut cx, &mut buf).is_pending()
+    }
+}
+
 /// Idle upstream connections, most recently used last.
 #[derive(Default)]
-pub(super) struct Pool(RefCell<VecDeque<SendRequest<ProxyBody>>>);
+pub(super) struct Pool(RefCell<Vec<Io>>);
 
 /// How many idle connections a request looks at before it opens a new one.
 const IDLE_PROBES: usize = 4;
 
 impl Pool {
-    /// A ready idle connection. Closed ones are dropped on the way; one that is open but not
-    /// ready yet (its previous answer's end not yet processed) goes to the front.
-    fn take(&self) -> Option<SendRequest<ProxyBody>> {
+    /// An idle connection still open; closed ones are dropped on the way.
+    fn take(&self) -> Option<Io> {
         let mut idle = self.0.borrow_mut();
         for _ in 0..IDLE_PROBES {
-            let conn = idle.pop_back()?;
-            if conn.is_ready() {
+            let mut conn = idle.pop()?;
+            if conn.idle_and_open() {
                 return Some(conn);
-            }
-            if !conn.is_closed() {
-                idle.push_front(conn);
             }
         }
         None
     }
 
-    fn put_back(&self, conn: SendRequest<ProxyBody>) {
+    fn put_back(&self, conn: Io) {
         let mut idle = self.0.borrow_mut();
-        if idle.len() < MAX_IDLE_CONNECTIONS && !conn.is_closed() {
-            idle.push_back(conn);
+        if idle.len() < MAX_IDLE_CONNECTIONS {
+            idle.push(conn);
         }
     }
 }
 
-/// Why a request did not reach the upstream.
+/// Why a request did not reach the upstream, or its answer did not come back whole.
 #[derive(Debug)]
 pub(super) enum UpstreamError {
     Connect(std::io::Error),
     ConnectTimeout,
     /// The TLS handshake failed (a certificate that does not verify, among others).
     Tls(std::io::Error),
+    /// The WebSocket handshake's HTTP/1 client failed.
     Http(hyper::Error),
+    /// Reading from or writing to the upstream failed.
+    Io(std::io::Error),
+    /// The upstream closed the connection before its answer was complete.
+    Closed,
+    /// The upstream's answer is not HTTP/1.1 that can be read safely.
+    Protocol(&'static str),
+    /// The client's body failed (the body's watch says how).
+    Body,
     /// Nothing moved for the read timeout.
     Silent,
 }
@@ -116,10 +192,18 @@ impl std::fmt::Display for UpstreamError {
                 Some(cause) => write!(f, "{e}: {cause}"),
                 None => write!(f, "{e}"),
             },
+            UpstreamError::Io(e) => write!(f, "connection error: {e}"),
+            UpstreamError::Closed => {
+                f.write_str("connection closed before the answer was complete")
+            }
+            UpstreamError::Protocol(why) => write!(f, "invalid answer: {why}"),
+            UpstreamError::Body => f.write_str("the request body failed"),
             UpstreamError::Silent => f.write_str("no answer within the read timeout"),
         }
     }
 }
+
+impl std::error::Error for UpstreamError {}
 
 impl UpstreamClient {
     pub(super) async fn tcp(&self) -> Result<tokio::net::TcpStream, UpstreamError> {
@@ -157,12 +241,12 @@ impl UpstreamClient {
         }
     }
 
-    async fn connect(&self) -> Result<SendRequest<ProxyBody>, UpstreamError> {
+    async fn connect(&self) -> Result<Io, UpstreamError> {
         let stream = self.tcp().await?;
         match &self.tls {
-            None => handshake(TokioIo::new(stream)).await,
+            None => Ok(Io::Plain(stream)),
             Some(tls) => match self.tls(tls, stream).await {
-                Ok(s) => handshake(TokioIo::new(s)).await,
+                Ok(s) => Ok(Io::Tls(Box::new(s))),
                 Err(e) => {
                     if let UpstreamError::Tls(why) = &e {
                         tracing::warn!(service = "upstream", reason = %why, "TLS handshake with the upstream failed");
@@ -197,31 +281,38 @@ impl UpstreamClient {
         }
     }
 
-    /// Send on a pooled connection; when it turns out closed before the request was written,
-    /// once more on a new one.
-    /// The answer comes with its connection, for the pool once the answer's body is read.
+    /// Send `head` and `body` on a pooled connection (on another, or a new one, when a pooled
+    /// one fails before it took a byte) and read the answer's head. The answer's body is read
+    /// by the [`Exchange`] that comes with it, which also sends what is left of the request's
+    /// body and hands the connection back to the pool at the end.
     pub(super) async fn send(
         &self,
-        req: hyper::Request<ProxyBody>,
-    ) -> Result<Answer, UpstreamError> {
-        let mut req = req;
-        for _ in 0..2 {
-            let mut conn = match self.idle.take() {
-                Some(c) => c,
+        head: BytesMut,
+        body: ProxyBody,
+        framing: Framing,
+        method_is_head: bool,
+    ) -> Result<(Head, Exchange), UpstreamError> {
+        let mut x = Exchange::new(head, body, framing, method_is_head, self.idle.clone());
+        for attempt in 0..3 {
+            let pooled = if attempt < 2 { self.idle.take() } else { None };
+            let reused = pooled.is_some();
+            x.io = Some(match pooled {
+                Some(io) => io,
                 None => self.connect().await?,
-            };
-            match conn.try_send_request(req).await {
-                Ok(res) => return Ok((res, Lease::new(&self.idle, conn))),
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) => req = unsent,
-                    None => return Err(UpstreamError::Http(e.into_error())),
-                },
+            });
+            match std::future::poll_fn(|cx| x.poll_head(cx)).await {
+                Ok(head) => return Ok((head, x)),
+                // A pooled connection that failed before it took any of the request.
+                Err(UpstreamError::Io(_) | UpstreamError::Closed) if reused && x.written == 0 => {
+                    x.abandon();
+                }
+                Err(e) => {
+                    x.abandon();
+                    return Err(e);
+                }
             }
         }
-        // Two connections in a row closed under the request: open one and use it.
-        let mut conn = self.connect().await?;
-        let res = conn.send_request(req).await.map_err(UpstreamError::Http)?;
-        Ok((res, Lease::new(&self.idle, conn)))
+        Err(UpstreamError::Closed)
     }
 }
 
@@ -237,41 +328,647 @@ fn certificate_refused(e: &std::io::Error) -> bool {
         })
 }
 
-/// HTTP/1.1 over a connected stream (plain or TLS); the connection runs as a task of this worker.
-async fn handshake<T>(io: T) -> Result<SendRequest<ProxyBody>, UpstreamError>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
-{
-    let (sender, conn) = http1::handshake(io).await.map_err(UpstreamError::Http)?;
-    actix_web::rt::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "upstream connection ended");
-        }
-    });
-    Ok(sender)
+/// The answer's head as the client gets it: the status, the end-to-end headers, and the
+/// length it declares (the client's framing).
+pub(super) struct Head {
+    pub(super) status: StatusCode,
+    pub(super) headers: HeaderMap,
+    /// The first `Content-Length` value, read as the client's framing reads it.
+    pub(super) length: Option<u64>,
 }
 
-type Answer = (hyper::Response<hyper::body::Incoming>, Lease);
+/// The most header lines an answer's head may carry (as hyper's client).
+const MAX_HEADERS: usize = 100;
+/// The most bytes an answer's head may take (as hyper's client: 8 KiB and 4 KiB a header).
+const MAX_HEAD: usize = 8192 + 4096 * MAX_HEADERS;
+/// The most bytes a chunk-size line (extensions included) or all the trailers may take.
+const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 16 * 1024;
+/// Body chunks up to this size are copied behind the head (one write); larger ones are written
+/// as they are.
+const COPY_UP_TO: usize = 8 * 1024;
+/// Request bytes taken from the client before the upstream has to take some.
+const WRITE_AHEAD: usize = 64 * 1024;
+/// Bytes read at a time.
+const READ_SIZE: usize = 8 * 1024;
 
-/// A connection whose answer is still being read; it returns to its pool when the answer's body
-/// ends, or when the body is dropped (a connection left mid-answer is closed by hyper, and the
-/// pool skips it).
-pub(super) struct Lease(pub(super) Option<(Rc<Pool>, SendRequest<ProxyBody>)>);
+/// How what is left of the answer's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// This many bytes more.
+    Length(u64),
+    /// Chunked, at this point of the chunk framing.
+    Chunked(Chunk),
+    /// Until the upstream closes the connection.
+    Close,
+    /// The body has ended.
+    Done,
+}
 
-impl Lease {
-    pub(super) fn new(pool: &Rc<Pool>, conn: SendRequest<ProxyBody>) -> Self {
-        Lease(Some((pool.clone(), conn)))
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    /// A chunk-size line.
+    Size,
+    /// This many bytes of a chunk's data.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// Trailer lines, this many bytes so far, until an empty line.
+    Trailers(usize),
+}
+
+/// One request on one upstream connection: the request's head and body written (the body as
+/// the client sends it, framed by `Content-Length` or chunked), the answer read. Driven by the
+/// request's own task: first by [`UpstreamClient::send`] until the answer's head, then by the
+/// answer's body, which keeps sending what is left of the request while it reads.
+pub(super) struct Exchange {
+    io: Option<Io>,
+    /// What was read and not yet used.
+    read: BytesMut,
+    /// Request bytes to write: large body chunks as they came, in order, before `out`.
+    queue: VecDeque<Bytes>,
+    out: BytesMut,
+    body: ProxyBody,
+    framing: Framing,
+    /// For a `Content-Length` body: the bytes the client still owes.
+    owed: u64,
+    body_done: bool,
+    /// The whole request is written and flushed.
+    sent: bool,
+    /// Request bytes written on this connection.
+    written: u64,
+    method_is_head: bool,
+    reading: Reading,
+    /// The upstream keeps the connection open after this answer.
+    keep_alive: bool,
+    pool: Rc<Pool>,
+}
+
+impl Exchange {
+    fn new(
+        head: BytesMut,
+        body: ProxyBody,
+        framing: Framing,
+        method_is_head: bool,
+        pool: Rc<Pool>,
+    ) -> Self {
+        let (body, owed) = match framing {
+            // A body the framing does not carry is never read (as hyper's client).
+            Framing::None => (ProxyBody::Empty, 0),
+            Framing::Length(n) => (body, n),
+            Framing::Chunked => (body, 0),
+        };
+        Self {
+            io: None,
+            read: BytesMut::new(),
+            queue: VecDeque::new(),
+            out: head,
+            body_done: matches!(body, ProxyBody::Empty),
+            body,
+            framing,
+            owed,
+            sent: false,
+            written: 0,
+            method_is_head,
+            reading: Reading::Done,
+            keep_alive: false,
+            pool,
+        }
     }
 
-    pub(super) fn release(&mut self) {
-        if let Some((pool, conn)) = self.0.take() {
-            pool.put_back(conn);
+    fn buffered(&self) -> usize {
+        self.out.len() + self.queue.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    fn push_data(&mut self, data: Bytes) -> Result<(), UpstreamError> {
+        let len = data.len();
+        match self.framing {
+            Framing::None => return Ok(()),
+            Framing::Length(_) => {
+                // More than the client declared cannot come (its reader holds it to the
+                // length); should it, the request is not sent on.
+                self.owed = self
+                    .owed
+                    .checked_sub(len as u64)
+                    .ok_or(UpstreamError::Body)?;
+            }
+            Framing::Chunked => {
+                use std::io::Write as _;
+                let _ = write!((&mut self.out).writer(), "{len:x}\r\n");
+            }
         }
+        if len <= COPY_UP_TO {
+            self.out.extend_from_slice(&data);
+        } else {
+            if !self.out.is_empty() {
+                self.queue.push_back(self.out.split().freeze());
+            }
+            self.queue.push_back(data);
+        }
+        if self.framing == Framing::Chunked {
+            self.out.extend_from_slice(b"\r\n");
+        }
+        Ok(())
+    }
+
+    fn end_body(&mut self) -> Result<(), UpstreamError> {
+        self.body_done = true;
+        match self.framing {
+            Framing::Length(_) if self.owed != 0 => Err(UpstreamError::Body),
+            Framing::Chunked => {
+                self.out.extend_from_slice(b"0\r\n\r\n");
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Write what is buffered.
+    fn poll_write_buffered(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), UpstreamError>> {
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Err(UpstreamError::Closed));
+        };
+        loop {
+            let from_queue = !self.queue.is_empty();
+            let buf: &[u8] = match self.queue.front() {
+                Some(b) => b,
+                None if !self.out.is_empty() => &self.out,
+                None => return Poll::Ready(Ok(())),
+            };
+            let n = match Pin::new(&mut *io).poll_write(cx, buf) {
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(UpstreamError::Io(
+                        std::io::ErrorKind::WriteZero.into(),
+                    )))
+                }
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(UpstreamError::Io(e))),
+                Poll::Pending => return Poll::Pending,
+            };
+            self.written += n as u64;
+            if from_queue {
+                if let Some(front) = self.queue.front_mut() {
+                    if n >= front.len() {
+                        self.queue.pop_front();
+                    } else {
+                        front.advance(n);
+                    }
+                }
+            } else if n >= self.out.len() {
+                self.out.clear();
+            } else {
+                self.out.advance(n);
+            }
+        }
+    }
+
+    /// Send the request: its head, then its body as the client sends it. `Ready(Ok)` once all
+    /// of it is written and flushed.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), UpstreamError>> {
+        if self.sent {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            while !self.body_done && self.buffered() < WRITE_AHEAD {
+                match Pin::new(&mut self.body).poll_frame(cx) {
+                    Poll::Pending => break,
+                    Poll::Ready(None) => self.end_body()?,
+                    Poll::Ready(Some(Err(_))) => return Poll::Ready(Err(UpstreamError::Body)),
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Ok(data) = frame.into_data() {
+                            if !data.is_empty() {
+                                self.push_data(data)?;
+                            }
+                        }
+                    }
+                }
+            }
+            if self.buffered() == 0 {
+                let Some(io) = self.io.as_mut() else {
+                    return Poll::Ready(Err(UpstreamError::Closed));
+                };
+                match Pin::new(io).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(UpstreamError::Io(e))),
+                    Poll::Pending => return Poll::Pending,
+                }
+                if self.body_done {
+                    self.sent = true;
+                    return Poll::Ready(Ok(()));
+                }
+                return Poll::Pending;
+            }
+            match self.poll_write_buffered(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// Read more of the answer: `Ready(Ok(0))` at the end of the stream.
+    fn poll_fill(
+        &mut self,
+        cx: &mut Context<'_>,
+        want: usize,
+    ) -> Poll<Result<usize, UpstreamError>> {
+        let Some(io) = self.io.as_mut() else {
+            return Poll::Ready(Err(UpstreamError::Closed));
+        };
+        if self.read.capacity() - self.read.len() < want.min(READ_SIZE) {
+            self.read.reserve(want);
+        }
+        match tokio_util::io::poll_read_buf(Pin::new(io), cx, &mut self.read) {
+            Poll::Ready(Ok(n)) => Poll::Ready(Ok(n)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(UpstreamError::Io(e))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Send the request and read the answer's head (informational answers skipped).
+    fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<Head, UpstreamError>> {
+        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        loop {
+            if !self.read.is_empty() {
+                match self.parse_head()? {
+                    Parsed::Head(head) => return Poll::Ready(Ok(head)),
+                    Parsed::Informational => continue,
+                    Parsed::Partial => {}
+                }
+            }
+            if self.read.len() >= MAX_HEAD {
+                return Poll::Ready(Err(UpstreamError::Protocol(
+                    "the answer's head is too large",
+                )));
+            }
+            match self.poll_fill(cx, READ_SIZE) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(UpstreamError::Closed)),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    /// The answer's head, if the buffer holds all of it: its status and end-to-end headers,
+    /// and how its body is delimited (RFC 9112 section 6.3, as hyper's client reads it).
+    fn parse_head(&mut self) -> Result<Parsed, UpstreamError> {
+        let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut res = httparse::Response::new(&mut []);
+        let used = match httparse::ParserConfig::default()
+            .parse_response_with_uninit_headers(&mut res, &self.read, &mut slots)
+        {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Ok(Parsed::Partial),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(UpstreamError::Protocol("too many header lines"))
+            }
+            Err(_) => return Err(UpstreamError::Protocol("the answer's head does not parse")),
+        };
+        let code = res.code.unwrap_or(0);
+        let http10 = res.version == Some(0);
+        match code {
+            101 => {
+                return Err(UpstreamError::Protocol(
+                    "101 Switching Protocols to a request that asked for no upgrade",
+                ))
+            }
+            100..=199 => {
+                self.read.advance(used);
+                return Ok(Parsed::Informational);
+            }
+            _ => {}
+        }
+        let status =
+            StatusCode::from_u16(code).map_err(|_| UpstreamError::Protocol("invalid status"))?;
+        // What frames the body, and whether the connection stays open.
+        let (mut te, mut te_chunked, mut cl, mut cl_bad, mut first_cl) =
+            (false, false, None::<u64>, false, None);
+        let (mut close, mut keep_alive, mut connection) = (false, false, false);
+        for h in res.headers.iter() {
+            let name = h.name;
+            if name.eq_ignore_ascii_case("transfer-encoding") {
+                te = true;
+                te_chunked = last_token_is(h.value, b"chunked");
+            } else if name.eq_ignore_ascii_case("content-length") {
+                if first_cl.is_none() {
+                    first_cl = Some(super::headers::parse_length(Some(h.value)));
+                }
+                for part in h.value.split(|&b| b == b',') {
+                    match digits(trim(part)) {
+                        Some(n) if cl.is_none_or(|c| c == n) => cl = Some(n),
+                        _ => cl_bad = true,
+                    }
+                }
+            } else if name.eq_ignore_ascii_case("connection") {
+                connection = true;
+                for token in h.value.split(|&b| b == b',') {
+                    let token = trim(token);
+                    close |= token.eq_ignore_ascii_case(b"close");
+                    keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+        }
+        let reading = if code == 204 || code == 304 || self.method_is_head {
+            Reading::Done
+        } else if te {
+            if http10 {
+                return Err(UpstreamError::Protocol("Transfer-Encoding in HTTP/1.0"));
+            }
+            if te_chunked {
+                Reading::Chunked(Chunk::Size)
+            } else {
+                Reading::Close
+            }
+        } else if let (Some(n), false) = (cl, cl_bad) {
+            Reading::Length(n)
+        } else if first_cl.is_some() {
+            return Err(UpstreamError::Protocol("invalid Content-Length"));
+        } else {
+            Reading::Close
+        };
+        self.keep_alive = if http10 { keep_alive } else { !close }
+            && reading != Reading::Close
+            && !(te && first_cl.is_some());
+        self.reading = match reading {
+            Reading::Length(0) => Reading::Done,
+            r => r,
+        };
+        let named = if connection {
+            super::headers::connection_named(
+                res.headers
+                    .iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+                    .map(|h| h.value),
+            )
+        } else {
+            Vec::new()
+        };
+        let mut headers = HeaderMap::with_capacity(res.headers.len());
+        for h in res.headers.iter() {
+            let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
+                continue;
+            };
+            if super::headers::skip_header(name.as_str(), &named) {
+                continue;
+            }
+            if let Ok(value) = HeaderValue::from_bytes(h.value) {
+                headers.append(name, value);
+            }
+        }
+        let head = Head {
+            status,
+            headers,
+            length: first_cl.flatten(),
+        };
+        self.read.advance(used);
+        Ok(Parsed::Head(head))
+    }
+
+    /// The next piece of the answer's body; `None` at its end.
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, UpstreamError>>> {
+        loop {
+            match self.reading {
+                Reading::Done => return Poll::Ready(None),
+                Reading::Length(left) => {
+                    if !self.read.is_empty() {
+                        let n = left.min(self.read.len() as u64);
+                        let data = self.read.split_to(n as usize).freeze();
+                        self.reading = match left - n {
+                            0 => Reading::Done,
+                            left => Reading::Length(left),
+                        };
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    let want = usize::try_from(left).unwrap_or(usize::MAX).min(64 * 1024);
+                    match ready!(self.poll_fill(cx, want)) {
+                        Ok(0) => return Poll::Ready(Some(Err(UpstreamError::Closed))),
+                        Ok(_) => {}
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
+                Reading::Close => {
+                    if !self.read.is_empty() {
+                        return Poll::Ready(Some(Ok(self.read.split().freeze())));
+                    }
+                    match ready!(self.poll_fill(cx, 64 * 1024)) {
+                        Ok(0) => {
+                            self.reading = Reading::Done;
+                            return Poll::Ready(None);
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    }
+                }
+                Reading::Chunked(chunk) => match self.step_chunked(chunk) {
+                    Err(e) => return Poll::Ready(Some(Err(e))),
+                    Ok(Some(data)) => return Poll::Ready(Some(Ok(data))),
+                    Ok(None) if self.reading != Reading::Chunked(chunk) => {}
+                    Ok(None) => match ready!(self.poll_fill(cx, READ_SIZE)) {
+                        Ok(0) => return Poll::Ready(Some(Err(UpstreamError::Closed))),
+                        Ok(_) => {}
+                        Err(e) => return Poll::Ready(Some(Err(e))),
+                    },
+                },
+            }
+        }
+    }
+
+    /// One step of the chunked framing over what was read: data, or a move to the next
+    /// state (`Ok(None)`, `self.reading` changed), or `Ok(None)` with nothing changed when more
+    /// must be read.
+    fn step_chunked(&mut self, chunk: Chunk) -> Result<Option<Bytes>, UpstreamError> {
+        match chunk {
+            Chunk::Size => {
+                let Some(eol) = self.read.iter().position(|&b| b == b'\n') else {
+                    return if self.read.len() > MAX_CHUNK_LINE {
+                        Err(UpstreamError::Protocol("chunk-size line too long"))
+                    } else {
+                        Ok(None)
+                    };
+                };
+                let size = chunk_size(&self.read[..eol])
+                    .ok_or(UpstreamError::Protocol("invalid chunk-size line"))?;
+                self.read.advance(eol + 1);
+                self.reading = Reading::Chunked(match size {
+                    0 => Chunk::Trailers(0),
+                    n => Chunk::Data(n),
+                });
+                Ok(None)
+            }
+            Chunk::Data(left) => {
+                if self.read.is_empty() {
+                    return Ok(None);
+                }
+                let n = left.min(self.read.len() as u64);
+                let data = self.read.split_to(n as usize).freeze();
+                self.reading = Reading::Chunked(match left - n {
+                    0 => Chunk::DataEnd,
+                    left => Chunk::Data(left),
+                });
+                Ok(Some(data))
+            }
+            Chunk::DataEnd => {
+                if self.read.len() < 2 {
+                    return match self.read.first() {
+                        Some(b'\r') | None => Ok(None),
+                        Some(_) => Err(UpstreamError::Protocol("chunk data without its CRLF")),
+                    };
+                }
+                if &self.read[..2] != b"\r\n" {
+                    return Err(UpstreamError::Protocol("chunk data without its CRLF"));
+                }
+                self.read.advance(2);
+                self.reading = Reading::Chunked(Chunk::Size);
+                Ok(None)
+            }
+            Chunk::Trailers(seen) => {
+                let Some(eol) = self.read.iter().position(|&b| b == b'\n') else {
+                    return if seen + self.read.len() > MAX_TRAILERS {
+                        Err(UpstreamError::Protocol("trailers too large"))
+                    } else {
+                        Ok(None)
+                    };
+                };
+                let line = &self.read[..eol];
+                if line.last() != Some(&b'\r') || line[..line.len() - 1].contains(&b'\r') {
+                    return Err(UpstreamError::Protocol("trailer line without CRLF"));
+                }
+                let empty = eol == 1;
+                self.read.advance(eol + 1);
+                let seen = seen + eol + 1;
+                if seen > MAX_TRAILERS {
+                    return Err(UpstreamError::Protocol("trailers too large"));
+                }
+                self.reading = if empty {
+                    Reading::Done
+                } else {
+                    Reading::Chunked(Chunk::Trailers(seen))
+                };
+                Ok(None)
+            }
+        }
+    }
+
+    /// Give the connection back to the pool if it can carry another request: the request
+    /// written whole, the answer read to its end with nothing after it, and the upstream
+    /// keeping it open. Otherwise it is closed.
+    fn finish(&mut self) {
+        if let Some(io) = self.io.take() {
+            if self.keep_alive && self.sent && self.reading == Reading::Done && self.read.is_empty()
+            {
+                self.pool.put_back(io);
+            }
+        }
+    }
+
+    /// Close the connection: it failed, or what is on it can no longer be trusted.
+    fn abandon(&mut self) {
+        self.io = None;
     }
 }
 
-impl Drop for Lease {
+impl Drop for Exchange {
     fn drop(&mut self) {
-        self.release();
+        self.finish();
+    }
+}
+
+enum Parsed {
+    Head(Head),
+    Informational,
+    Partial,
+}
+
+/// `value` without leading and trailing spaces and tabs.
+fn trim(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
+}
+
+/// Decimal digits only (no sign, no space), as a `u64`.
+fn digits(value: &[u8]) -> Option<u64> {
+    if value.is_empty() {
+        return None;
+    }
+    value.iter().try_fold(0u64, |n, &b| {
+        if b.is_ascii_digit() {
+            n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether the last comma-separated token of `value` is `token` (any case).
+fn last_token_is(value: &[u8], token: &[u8]) -> bool {
+    value
+        .rsplit(|&b| b == b',')
+        .next()
+        .is_some_and(|t| trim(t).eq_ignore_ascii_case(token))
+}
+
+/// A chunk-size line up to its LF: hex digits, optional spaces or tabs, optional extensions
+/// after `;` (no control character but a tab), then CR.
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let line = line.strip_suffix(b"\r")?;
+    let end = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    if end == 0 {
+        return None;
+    }
+    let size = line[..end].iter().try_fold(0u64, |n, &b| {
+        let d = (b as char).to_digit(16)?;
+        n.checked_mul(16)?.checked_add(u64::from(d))
+    })?;
+    let rest = trim(&line[end..]);
+    let ok = match rest {
+        [] => true,
+        [b';', ext @ ..] => ext.iter().all(|&b| b == b'\t' || (b >= b' ' && b != 0x7f)),
+        _ => false,
+    };
+    ok.then_some(size)
+}
+
+/// The upstream's answer body, read on the request's own task, which also sends what is left
+/// of the request's body; the admission slot is held until the body ends or is dropped.
+pub(super) struct ExchangeBody {
+    pub(super) x: Exchange,
+    pub(super) slot: Option<Slot>,
+}
+
+impl Stream for ExchangeBody {
+    type Item = Result<Bytes, UpstreamError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Poll::Ready(Err(e)) = this.x.poll_send(cx) {
+            this.x.abandon();
+            this.slot = None;
+            return Poll::Ready(Some(Err(e)));
+        }
+        match this.x.poll_data(cx) {
+            Poll::Ready(Some(Ok(data))) => Poll::Ready(Some(Ok(data))),
+            Poll::Ready(Some(Err(e))) => {
+                this.x.abandon();
+                this.slot = None;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                this.x.finish();
+                this.slot = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }

@@ -4,7 +4,9 @@
 use super::body::ProxyBody;
 use super::client::UpstreamClient;
 use actix_web::http::header::{self, HeaderMap, HeaderValue};
+use actix_web::http::Method;
 use actix_web::HttpRequest;
+use bytes::{BufMut, BytesMut};
 
 /// Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
 const HOP_BY_HOP: &[&str] = &[
@@ -60,6 +62,102 @@ fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<
         let _ = write!(out, "{}", ip.to_canonical());
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// How the request's body is framed on the way to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framing {
+    /// No body: no `Content-Length`, no `Transfer-Encoding`, and the client's body (a chunked
+    /// one on `GET`, `HEAD` or `CONNECT`) is not sent.
+    None,
+    /// `Content-Length`: exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+impl Framing {
+    /// The framing of `body` for `method`: a chunked body on a method that almost never has
+    /// one is not sent at all (as hyper's client does).
+    pub(super) fn of(method: &Method, body: &ProxyBody) -> Self {
+        match body.declared() {
+            None => Framing::None,
+            Some(Some(n)) => Framing::Length(n),
+            Some(None) if matches!(*method, Method::GET | Method::HEAD | Method::CONNECT) => {
+                Framing::None
+            }
+            Some(None) => Framing::Chunked,
+        }
+    }
+}
+
+/// The request head as it goes to the upstream, written once as HTTP/1.1 bytes: the method,
+/// the prefixed path and query, the end-to-end headers (names lower-case, in the order of the
+/// client's header table), `Host` when the client sent none, `X-Forwarded-For`, and the framing
+/// of the body. `None` when the target holds a byte a request line cannot carry.
+pub(super) fn request_head(
+    req: &HttpRequest,
+    path: &str,
+    client: &UpstreamClient,
+    framing: Framing,
+) -> Option<BytesMut> {
+    let target_ok = |s: &str| s.bytes().all(|b| b > b' ' && b != 0x7f);
+    if !target_ok(path) || !target_ok(&client.prefix) {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(512);
+    out.put_slice(req.method().as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(client.prefix.as_bytes());
+    out.put_slice(path.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    let headers = req.headers();
+    let named = if headers.contains_key(header::CONNECTION) {
+        connection_named(
+            headers
+                .get_all(header::CONNECTION)
+                .map(HeaderValue::as_bytes),
+        )
+    } else {
+        Vec::new()
+    };
+    let mut host = false;
+    for (name, value) in headers {
+        let n = name.as_str();
+        if skip_header(n, &named) || n == "x-forwarded-for" {
+            continue;
+        }
+        let v = value.as_bytes();
+        if v.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+            continue;
+        }
+        host |= n == "host";
+        out.put_slice(n.as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(v);
+        out.put_slice(b"\r\n");
+    }
+    if !host && !client.host.is_empty() && target_ok(&client.host) {
+        out.put_slice(b"host: ");
+        out.put_slice(client.host.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    if let Some(xff) = forwarded_for(headers, req.peer_addr().map(|a| a.ip())) {
+        out.put_slice(b"x-forwarded-for: ");
+        out.put_slice(&xff);
+        out.put_slice(b"\r\n");
+    }
+    match framing {
+        Framing::None => {}
+        Framing::Length(n) => {
+            out.put_slice(b"content-length: ");
+            out.put_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.put_slice(b"\r\n");
+        }
+        Framing::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.put_slice(b"\r\n");
+    Some(out)
 }
 
 /// The request as it goes to the upstream: same method, prefixed path and query, the

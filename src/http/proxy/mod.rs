@@ -40,13 +40,13 @@ use crate::metrics::Metrics;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
 use answers::{
-    answer, bad_request, bad_request_body, closing, overloaded, request_timeout, upstream_error,
+    bad_request, bad_request_body, closing, forwarded, overloaded, request_timeout, upstream_error,
 };
 use body::{silent_for, BodyWatch, ClientFault, ProxyBody};
 use client::{Pool, UpstreamError};
 pub(crate) use client::{UpstreamClient, UpstreamTls};
 use futures_util::future::{select, Either};
-use headers::{parse_length, upstream_request};
+use headers::{parse_length, request_head, Framing};
 use pace::BodyRules;
 use std::pin::pin;
 use std::rc::Rc;
@@ -220,21 +220,24 @@ pub(crate) async fn forward(
         _ if chunked => ProxyBody::stream(payload, None, &watch, &req, rules, hold_meter),
         _ => ProxyBody::Empty,
     };
-    let Some(out) = upstream_request(&req, path, &client, body) else {
+    let framing = Framing::of(req.method(), &body);
+    let Some(head) = request_head(&req, path, &client, framing) else {
         return bad_request("The request method or target cannot be forwarded.");
     };
+    let method_is_head = req.method() == actix_web::http::Method::HEAD;
     let started = Instant::now();
     let silence = silent_for(watch.clone(), upstream.read_timeout);
-    let sent = match select(pin!(client.send(out)), pin!(silence)).await {
+    let send = client.send(head, body, framing, method_is_head);
+    let sent = match select(pin!(send), pin!(silence)).await {
         Either::Left((sent, _)) => sent,
         Either::Right(_) => Err(UpstreamError::Silent),
     };
     match (sent, watch.failed.get()) {
-        (Ok((res, lease)), _) => {
+        (Ok((head, exchange)), _) => {
             upstream
                 .metrics
-                .upstream_response(res.status().as_u16(), started.elapsed());
-            answer(res, lease, slot, upstream.read_timeout)
+                .upstream_response(head.status.as_u16(), started.elapsed());
+            forwarded(head, exchange, slot, upstream.read_timeout)
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
         (Err(_), Some(ClientFault::TooSlow(trip))) => closing(request_timeout(trip, &rules)),

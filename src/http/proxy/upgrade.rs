@@ -22,7 +22,7 @@
 
 use super::answers::{answer, bad_request, closing, upstream_error};
 use super::body::{later, ProxyBody};
-use super::client::{Lease, UpstreamClient, UpstreamError};
+use super::client::{UpstreamClient, UpstreamError};
 use super::headers::{connection_named, end_to_end_headers, parse_length, upstream_request};
 use super::Upstream;
 use crate::client_share::{ClientHold, ClientShares};
@@ -222,7 +222,7 @@ pub(super) async fn forward(
         metrics.upgrade(false);
         // The connection is this request's alone: it closes once the answer is read.
         drop(sender);
-        return closing(answer(res, Lease(None), None, read_timeout));
+        return closing(answer(res, None, read_timeout));
     }
     let switched = tokio::time::timeout(read_timeout, hyper::upgrade::on(&mut res)).await;
     drop(sender);
