@@ -8,27 +8,25 @@ use actix_web::http::Method;
 use actix_web::HttpRequest;
 use bytes::{BufMut, BytesMut};
 
-/// Headers that describe one connection, not the message (RFC 9110 section 7.6.1).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// Whether a header must not be copied across the proxy. `Content-Length` is set again from
-/// the body, and any header the `Connection` header names is connection-specific too.
+/// Whether a header must not be copied across the proxy: one that describes one connection,
+/// not the message (RFC 9110 section 7.6.1). `Content-Length` is set again from the body, and
+/// any header the `Connection` header names is connection-specific too.
 pub(super) fn skip_header(name: &str, connection_named: &[String]) -> bool {
-    name == "content-length"
-        || HOP_BY_HOP.contains(&name)
-        || connection_named
-            .iter()
-            .any(|c| c.eq_ignore_ascii_case(name))
+    matches!(
+        name,
+        "content-length"
+            | "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    ) || connection_named
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(name))
 }
 
 /// The header names a `Connection` header lists (its values, comma-separated).
@@ -55,13 +53,32 @@ fn forwarded_for(headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Option<
         out.extend_from_slice(v.as_bytes());
     }
     if let Some(ip) = peer {
-        use std::io::Write as _;
         if !out.is_empty() {
             out.extend_from_slice(b", ");
         }
-        let _ = write!(out, "{}", ip.to_canonical());
+        write_ip(&mut out, ip);
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// An address as `X-Forwarded-For` carries it (an IPv4-mapped IPv6 address as IPv4), written
+/// without the formatting machinery for IPv4.
+fn write_ip(out: &mut impl BufMut, ip: std::net::IpAddr) {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => {
+            let mut digits = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.put_u8(b'.');
+                }
+                out.put_slice(digits.format(octet).as_bytes());
+            }
+        }
+        std::net::IpAddr::V6(v6) => {
+            use std::io::Write as _;
+            let _ = write!(out.writer(), "{v6}");
+        }
+    }
 }
 
 /// How the request's body is framed on the way to the upstream.
@@ -142,9 +159,25 @@ pub(super) fn request_head(
         out.put_slice(client.host.as_bytes());
         out.put_slice(b"\r\n");
     }
-    if let Some(xff) = forwarded_for(headers, req.peer_addr().map(|a| a.ip())) {
+    // `X-Forwarded-For`: what arrived, then the peer.
+    let peer = req.peer_addr().map(|a| a.ip());
+    let mut xff = headers.get_all(header::X_FORWARDED_FOR).peekable();
+    if xff.peek().is_some() || peer.is_some() {
         out.put_slice(b"x-forwarded-for: ");
-        out.put_slice(&xff);
+        let mut first = true;
+        for v in xff {
+            if !first {
+                out.put_slice(b", ");
+            }
+            out.put_slice(v.as_bytes());
+            first = false;
+        }
+        if let Some(ip) = peer {
+            if !first {
+                out.put_slice(b", ");
+            }
+            write_ip(&mut out, ip);
+        }
         out.put_slice(b"\r\n");
     }
     match framing {
