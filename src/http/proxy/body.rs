@@ -95,6 +95,19 @@ impl ProxyBody {
 }
 
 impl ProxyBody {
+    /// [`Body::poll_frame`]'s data, with the payload asked as [`StreamBody::poll_chunk`]'s
+    /// `peek` says.
+    pub(super) fn poll_data(
+        &mut self,
+        cx: &mut Context<'_>,
+        peek: bool,
+    ) -> Poll<Option<Result<Bytes, ClientBodyError>>> {
+        match self {
+            ProxyBody::Empty => Poll::Ready(None),
+            ProxyBody::Stream(s) => s.poll_chunk(cx, peek),
+        }
+    }
+
     /// `None` for no body; else the declared length, `None` inside for a chunked body.
     pub(super) fn declared(&self) -> Option<Option<u64>> {
         match self {
@@ -125,11 +138,25 @@ impl std::fmt::Display for ClientBodyError {
 impl std::error::Error for ClientBodyError {}
 
 impl StreamBody {
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, ClientBodyError>>> {
+    /// The next chunk of the client's body. With `peek`, the payload is asked without leaving
+    /// this task's waker with it (the pace rules' timer still wakes it): for the first look,
+    /// made while the server is still reading the request, which polls the handler again once
+    /// it has read more of the body.
+    fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+        peek: bool,
+    ) -> Poll<Option<Result<Bytes, ClientBodyError>>> {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.payload.poll_next_unpin(cx) {
+        let next = if peek {
+            let mut quiet = Context::from_waker(futures_util::task::noop_waker_ref());
+            self.payload.poll_next_unpin(&mut quiet)
+        } else {
+            self.payload.poll_next_unpin(cx)
+        };
+        match next {
             Poll::Ready(Some(Ok(chunk))) => {
                 let waited = self
                     .wait
@@ -228,7 +255,9 @@ impl Body for ProxyBody {
     ) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
         match self.get_mut() {
             ProxyBody::Empty => Poll::Ready(None),
-            ProxyBody::Stream(s) => s.poll_chunk(cx).map(|c| c.map(|r| r.map(Frame::data))),
+            ProxyBody::Stream(s) => s
+                .poll_chunk(cx, false)
+                .map(|c| c.map(|r| r.map(Frame::data))),
         }
     }
 
@@ -276,11 +305,16 @@ pub(super) async fn silent_for(watch: Rc<BodyWatch>, limit: Duration) {
     }
 }
 
-/// An upstream answer's body that fails when the upstream goes silent for `limit`.
+/// An upstream answer's body that fails when the upstream goes silent for `limit`: counted
+/// from the first time the answer had nothing for the gateway after it last moved (time the
+/// client's side spends not asking for more is not the upstream's silence). The timer is made
+/// only when the answer first keeps the gateway waiting.
 pub(super) struct IdleTimeout<S> {
     inner: S,
     limit: Duration,
-    timer: Pin<Box<tokio::time::Sleep>>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Something came since the timer was last set.
+    moved: bool,
 }
 
 impl<S> IdleTimeout<S> {
@@ -288,7 +322,8 @@ impl<S> IdleTimeout<S> {
         Self {
             inner,
             limit,
-            timer: Box::pin(tokio::time::sleep(limit)),
+            timer: None,
+            moved: false,
         }
     }
 }
@@ -301,22 +336,38 @@ where
     type Item = Result<Bytes, Box<dyn std::error::Error>>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.inner.poll_next_unpin(cx) {
+        let this = &mut *self;
+        match this.inner.poll_next_unpin(cx) {
             Poll::Ready(Some(item)) => {
-                let next = tokio::time::Instant::now() + self.limit;
-                self.timer.as_mut().reset(next);
+                this.moved = true;
                 Poll::Ready(Some(item.map_err(Into::into)))
             }
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => match self.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    tracing::warn!(
-                        "upstream went silent in the middle of an answer; cutting it off"
-                    );
-                    Poll::Ready(Some(Err("upstream answer timed out".into())))
+            Poll::Pending => {
+                let timer = match &mut this.timer {
+                    Some(t) => {
+                        if this.moved {
+                            t.as_mut()
+                                .reset(later(tokio::time::Instant::now(), this.limit));
+                        }
+                        t
+                    }
+                    None => this.timer.insert(Box::pin(tokio::time::sleep_until(later(
+                        tokio::time::Instant::now(),
+                        this.limit,
+                    )))),
+                };
+                this.moved = false;
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        tracing::warn!(
+                            "upstream went silent in the middle of an answer; cutting it off"
+                        );
+                        Poll::Ready(Some(Err("upstream answer timed out".into())))
+                    }
+                    Poll::Pending => Poll::Pending,
                 }
-                Poll::Pending => Poll::Pending,
-            },
+            }
         }
     }
 }

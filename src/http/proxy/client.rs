@@ -10,7 +10,6 @@ use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::Stream;
-use http_body::Body;
 use rustls::pki_types::ServerName;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -395,6 +394,10 @@ pub(super) struct Exchange {
     body_done: bool,
     /// The whole request is written and flushed.
     sent: bool,
+    /// The body has not been looked at yet.
+    first: bool,
+    /// The length of the head (what `out` holds before any of the body).
+    head_len: usize,
     /// Request bytes written on this connection.
     written: u64,
     method_is_head: bool,
@@ -422,6 +425,8 @@ impl Exchange {
             io: None,
             read: BytesMut::new(),
             queue: VecDeque::new(),
+            first: true,
+            head_len: head.len(),
             out: head,
             body_done: matches!(body, ProxyBody::Empty),
             body,
@@ -528,19 +533,28 @@ impl Exchange {
         if self.sent {
             return Poll::Ready(Ok(()));
         }
+        // The first look at the body is made while the server may still be reading it: it
+        // leaves no waker with the payload (the server polls this task again once it has read
+        // more), and when nothing of the body has come yet, the head waits for it, so that
+        // head and body leave in one write.
+        let first = std::mem::replace(&mut self.first, false);
         loop {
             while !self.body_done && self.buffered() < WRITE_AHEAD {
-                match Pin::new(&mut self.body).poll_frame(cx) {
+                match self.body.poll_data(cx, first) {
                     Poll::Pending => break,
                     Poll::Ready(None) => self.end_body()?,
                     Poll::Ready(Some(Err(_))) => return Poll::Ready(Err(UpstreamError::Body)),
-                    Poll::Ready(Some(Ok(frame))) => {
-                        if let Ok(data) = frame.into_data() {
-                            if !data.is_empty() {
-                                self.push_data(data)?;
-                            }
+                    Poll::Ready(Some(Ok(data))) => {
+                        if !data.is_empty() {
+                            self.push_data(data)?;
                         }
                     }
+                }
+            }
+            if first && self.written == 0 && !self.body_done && self.queue.is_empty() {
+                let head_only = self.out.len() == self.head_len;
+                if head_only {
+                    return Poll::Pending;
                 }
             }
             if self.buffered() == 0 {
@@ -587,8 +601,11 @@ impl Exchange {
 
     /// Send the request and read the answer's head (informational answers skipped).
     fn poll_head(&mut self, cx: &mut Context<'_>) -> Poll<Result<Head, UpstreamError>> {
-        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
-            return Poll::Ready(Err(e));
+        match self.poll_send(cx) {
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            // Nothing asked yet: nothing to read.
+            Poll::Pending if self.written == 0 => return Poll::Pending,
+            _ => {}
         }
         loop {
             if !self.read.is_empty() {
