@@ -66,8 +66,7 @@ pub(super) fn forwarded(
     slot: Option<Slot>,
     read_timeout: Duration,
 ) -> HttpResponse {
-    let mut back = HttpResponse::new(head.status);
-    *back.headers_mut() = head.headers;
+    let back = head.res;
     let body = IdleTimeout::new(ExchangeBody { x, slot }, read_timeout);
     match head.length {
         Some(len) => back

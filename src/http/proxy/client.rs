@@ -6,8 +6,9 @@ use super::body::ProxyBody;
 use super::headers::Framing;
 use crate::admission::Slot;
 use crate::config::UpstreamUrl;
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue};
+use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::http::StatusCode;
+use actix_web::HttpResponse;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::Stream;
 use rustls::pki_types::ServerName;
@@ -327,11 +328,11 @@ fn certificate_refused(e: &std::io::Error) -> bool {
         })
 }
 
-/// The answer's head as the client gets it: the status, the end-to-end headers, and the
-/// length it declares (the client's framing).
+/// The answer's head as the client gets it: the status and the end-to-end headers (in a
+/// response from the server's own pool of heads), and the length it declares (the client's
+/// framing).
 pub(super) struct Head {
-    pub(super) status: StatusCode,
-    pub(super) headers: HeaderMap,
+    pub(super) res: HttpResponse,
     /// The first `Content-Length` value, read as the client's framing reads it.
     pub(super) length: Option<u64>,
 }
@@ -723,7 +724,8 @@ impl Exchange {
         } else {
             Vec::new()
         };
-        let mut headers = HeaderMap::with_capacity(res.headers.len());
+        let mut back = HttpResponse::new(status);
+        let headers = back.headers_mut();
         for h in res.headers.iter() {
             let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
                 continue;
@@ -736,8 +738,7 @@ impl Exchange {
             }
         }
         let head = Head {
-            status,
-            headers,
+            res: back,
             length: first_cl.flatten(),
         };
         self.read.advance(used);

@@ -236,7 +236,7 @@ pub(crate) async fn forward(
         (Ok((head, exchange)), _) => {
             upstream
                 .metrics
-                .upstream_response(head.status.as_u16(), started.elapsed());
+                .upstream_response(head.res.status().as_u16(), started.elapsed());
             forwarded(head, exchange, slot, upstream.read_timeout)
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
