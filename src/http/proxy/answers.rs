@@ -67,6 +67,14 @@ pub(super) fn forwarded(
     read_timeout: Duration,
 ) -> HttpResponse {
     let back = head.res;
+    if matches!(back.status().as_u16(), 204 | 304) {
+        // No body, whatever the answer's headers say: the client's side writes none (a
+        // streamed body would end in a chunk terminator the client never asked for, a
+        // declared length in a body that never comes). The exchange is complete: its
+        // connection goes back to the pool, and the slot is given back, here.
+        drop((x, slot));
+        return back;
+    }
     let body = IdleTimeout::new(ExchangeBody { x, slot }, read_timeout);
     match head.length {
         Some(len) => back
