@@ -281,8 +281,8 @@ impl UpstreamClient {
         }
     }
 
-    /// Send `head` and `body` on a pooled connection (on another, or a new one, when a pooled
-    /// one fails before it took a byte) and read the answer's head. The answer's body is read
+    /// Send `head` and `body` on a pooled connection (on another, or a new one, when one fails
+    /// before it took a byte) and read the answer's head. The answer's body is read
     /// by the [`Exchange`] that comes with it, which also sends what is left of the request's
     /// body and hands the connection back to the pool at the end.
     pub(super) async fn send(
@@ -295,15 +295,15 @@ impl UpstreamClient {
         let mut x = Exchange::new(head, body, framing, method_is_head, self.idle.clone());
         for attempt in 0..3 {
             let pooled = if attempt < 2 { self.idle.take() } else { None };
-            let reused = pooled.is_some();
             x.io = Some(match pooled {
                 Some(io) => io,
                 None => self.connect().await?,
             });
             match std::future::poll_fn(|cx| x.poll_head(cx)).await {
                 Ok(head) => return Ok((head, x)),
-                // A pooled connection that failed before it took any of the request.
-                Err(UpstreamError::Io(_) | UpstreamError::Closed) if reused && x.written == 0 => {
+                // A connection (pooled, or closed while the head waited for the body) that
+                // failed before it took any of the request.
+                Err(UpstreamError::Io(_) | UpstreamError::Closed) if x.written == 0 => {
                     x.abandon();
                 }
                 Err(e) => {
@@ -397,6 +397,8 @@ pub(super) struct Exchange {
     sent: bool,
     /// The body has not been looked at yet.
     first: bool,
+    /// The head waited for the body's first bytes.
+    deferred: bool,
     /// The length of the head (what `out` holds before any of the body).
     head_len: usize,
     /// Request bytes written on this connection.
@@ -427,6 +429,7 @@ impl Exchange {
             read: BytesMut::new(),
             queue: VecDeque::new(),
             first: true,
+            deferred: false,
             head_len: head.len(),
             out: head,
             body_done: matches!(body, ProxyBody::Empty),
@@ -494,6 +497,11 @@ impl Exchange {
         let Some(io) = self.io.as_mut() else {
             return Poll::Ready(Err(UpstreamError::Closed));
         };
+        // A head that waited for the body's first bytes: the connection may have been closed
+        // by the upstream meanwhile; then the request goes on another one, nothing sent yet.
+        if std::mem::replace(&mut self.deferred, false) && !io.idle_and_open() {
+            return Poll::Ready(Err(UpstreamError::Closed));
+        }
         loop {
             let from_queue = !self.queue.is_empty();
             let buf: &[u8] = match self.queue.front() {
@@ -555,6 +563,7 @@ impl Exchange {
             if first && self.written == 0 && !self.body_done && self.queue.is_empty() {
                 let head_only = self.out.len() == self.head_len;
                 if head_only {
+                    self.deferred = true;
                     return Poll::Pending;
                 }
             }
