@@ -780,8 +780,36 @@ fn herd_block(o: &mut String, h: &HerdReport) {
     for (label, run) in [
         ("own cadence", &h.own_cadence),
         ("poll slots", &h.poll_slots),
+        ("backend-aware", &h.backend_aware),
     ] {
         o.push_str(&herd_row(herd_cells(label, run)));
+    }
+    let _ = writeln!(
+        o,
+        "          backend: {}/s, {} ms idle, target {} ms; low priority {}/s",
+        h.backend_capacity_per_second,
+        h.backend_base_latency_ms,
+        h.latency_target_ms,
+        h.low_per_second
+    );
+    for (label, r) in [
+        ("own cadence", &h.own_cadence),
+        ("poll slots", &h.poll_slots),
+        ("backend-aware", &h.backend_aware),
+    ] {
+        let _ = writeln!(
+            o,
+            "          {label}: worst latency {} ms ({} ms after 1m), settled after {}; low shed {} of {}, heartbeats shed {}; longest hint {}",
+            r.backend_worst_latency_ms,
+            r.backend_worst_latency_after_first_minute_ms,
+            r.backend_steady_after_seconds
+                .map_or_else(|| "never".to_owned(), |s| fmt_secs(s as f64)),
+            r.low_shed,
+            r.low_requests,
+            r.heartbeats_shed,
+            r.longest_heartbeat_hint_seconds
+                .map_or_else(|| "none".to_owned(), |s| format!("{s}s"))
+        );
     }
 }
 

@@ -1,4 +1,4 @@
-//! The `herd` scenario's figure: its two runs side by side on one y-scale.
+//! The `herd` scenario's figure: its three runs side by side on one y-scale.
 
 use super::kit::*;
 use crate::calibration::fmt_secs;
@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 /// The herd on its own cadence beside the herd on poll slots; returns the next `y`.
 pub(super) fn herd(o: &mut String, h: &HerdReport, y: f64) -> f64 {
-    let runs: [(&str, &str, &HerdRun); 2] = [
+    let runs: [(&str, &str, &HerdRun); 3] = [
         (
             "herd-own-cadence",
             "herd: each agent on its own cadence",
@@ -17,6 +17,11 @@ pub(super) fn herd(o: &mut String, h: &HerdReport, y: f64) -> f64 {
             "herd-poll-slots",
             "herd: each agent on its poll slot",
             &h.poll_slots,
+        ),
+        (
+            "herd-backend-aware",
+            "herd: poll slots + backend-aware shaping",
+            &h.backend_aware,
         ),
     ];
     let merged: Vec<(u64, Vec<u64>, Vec<u64>)> = runs.iter().map(|r| counts(&r.2.series)).collect();
@@ -29,7 +34,7 @@ pub(super) fn herd(o: &mut String, h: &HerdReport, y: f64) -> f64 {
         .unwrap_or(0) as f64;
     let scale = Scale::fit(top);
     let gap = 84.0;
-    let w = (WIDTH - LEFT - RIGHT - gap) / 2.0;
+    let w = (WIDTH - LEFT - RIGHT - 2.0 * gap) / 3.0;
     for (i, ((name, title, run), (bin, admitted, refused))) in runs.iter().zip(&merged).enumerate()
     {
         let fr = Frame {
@@ -73,7 +78,7 @@ pub(super) fn herd(o: &mut String, h: &HerdReport, y: f64) -> f64 {
         let _ = writeln!(o, "</g>");
     }
     let note = format!(
-        "{} agents behind {} NATs, all back from an outage in one second; two runs of {} on one y-scale. Green admitted, red refused.",
+        "{} agents behind {} NATs, all back from an outage in one second; three runs of {} on one y-scale. Green admitted, red refused.",
         h.agents,
         h.sites,
         fmt_secs(h.duration_seconds as f64)
