@@ -755,7 +755,7 @@ fn every_scenario_has_its_panel_and_every_number_on_it_is_the_report_s() {
             "failed-only" => &["failed-only"],
             "table-flood" => &["table-flood"],
             "auth-ceilings" => &["auth-ceilings"],
-            "herd" => &["herd-own-cadence", "herd-poll-slots"],
+            "herd" => &["herd-own-cadence", "herd-poll-slots", "herd-backend-aware"],
             other => panic!("a scenario the test does not know: {other}"),
         }
     };

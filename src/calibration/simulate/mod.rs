@@ -157,7 +157,7 @@ pub enum ScenarioReport {
     FailedOnly(FailedOnlyReport),
     TableFlood(TableFloodReport),
     AuthCeilings(auth_ceilings::AuthCeilingsReport),
-    Herd(HerdReport),
+    Herd(Box<HerdReport>),
     NatRollout(NatRolloutReport),
 }
 
@@ -252,7 +252,7 @@ pub fn run(
                 Scenario::AuthCeilings => {
                     ScenarioReport::AuthCeilings(auth_ceilings::run(cfg, s).await)
                 }
-                Scenario::Herd => ScenarioReport::Herd(herd::run(cfg, s).await),
+                Scenario::Herd => ScenarioReport::Herd(Box::new(herd::run(cfg, s).await)),
                 Scenario::NatRollout => ScenarioReport::NatRollout(nat_rollout::run(cfg, s).await),
             });
         }
