@@ -799,7 +799,7 @@ fn herd_block(o: &mut String, h: &HerdReport) {
     ] {
         let _ = writeln!(
             o,
-            "          {label}: worst latency {} ms ({} ms after 1m), settled after {}; low shed {} of {}, heartbeats shed {}; longest hint {}",
+            "          {label}: worst latency {:.0} ms ({:.0} ms after 1m), settled after {}; low shed {} of {}, heartbeats shed {}; longest hint {}",
             r.backend_worst_latency_ms,
             r.backend_worst_latency_after_first_minute_ms,
             r.backend_steady_after_seconds
