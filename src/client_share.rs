@@ -12,6 +12,7 @@
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -28,31 +29,33 @@ pub(crate) fn client_address(ip: IpAddr, v6_prefix: u8) -> IpAddr {
     }
 }
 
-/// How many of a resource each client address holds now, each at most `limit`.
+/// How many of a resource each client holds now, each at most `limit`: a client address by
+/// default, or any other key (`crate::shaping::in_flight` counts principals). An entry lives
+/// only while its client holds a unit, so the table never holds more entries than units out.
 #[derive(Debug)]
-pub(crate) struct ClientShares {
+pub(crate) struct ClientShares<K = IpAddr> {
     limit: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
+    held: Mutex<HashMap<K, usize>>,
 }
 
-/// One unit of an address's share; given back when dropped.
+/// One unit of a client's share; given back when dropped.
 #[derive(Debug)]
-pub(crate) struct ClientHold {
-    shares: Arc<ClientShares>,
-    addr: IpAddr,
-    /// Whether the address held nothing before this unit.
+pub(crate) struct ClientHold<K: Copy + Eq + Hash = IpAddr> {
+    shares: Arc<ClientShares<K>>,
+    addr: K,
+    /// Whether the client held nothing before this unit.
     first: bool,
 }
 
-impl ClientHold {
+impl<K: Copy + Eq + Hash> ClientHold<K> {
     /// Whether this is the only unit its address holds (it held none before).
     pub(crate) fn is_first(&self) -> bool {
         self.first
     }
 }
 
-impl ClientShares {
-    /// Shares of at most `limit` per address (at least 1).
+impl<K: Copy + Eq + Hash> ClientShares<K> {
+    /// Shares of at most `limit` per client (at least 1).
     pub(crate) fn new(limit: usize) -> Arc<Self> {
         Arc::new(Self {
             limit: limit.max(1),
@@ -66,7 +69,7 @@ impl ClientShares {
     }
 
     /// One more unit for `addr`, or `None` when it already holds `limit`.
-    pub(crate) fn take(self: &Arc<Self>, addr: IpAddr) -> Option<ClientHold> {
+    pub(crate) fn take(self: &Arc<Self>, addr: K) -> Option<ClientHold<K>> {
         let mut held = self.held.lock();
         let n = held.entry(addr).or_insert(0);
         if *n >= self.limit {
@@ -83,7 +86,7 @@ impl ClientShares {
 
     /// How many units `addr` holds now.
     #[cfg(test)]
-    pub(crate) fn held_by(&self, addr: IpAddr) -> usize {
+    pub(crate) fn held_by(&self, addr: K) -> usize {
         self.held.lock().get(&addr).copied().unwrap_or(0)
     }
 
@@ -94,14 +97,14 @@ impl ClientShares {
     }
 }
 
-impl ClientHold {
-    /// The address this unit is counted against.
-    pub(crate) fn addr(&self) -> IpAddr {
+impl<K: Copy + Eq + Hash> ClientHold<K> {
+    /// The client this unit is counted against.
+    pub(crate) fn addr(&self) -> K {
         self.addr
     }
 }
 
-impl Drop for ClientHold {
+impl<K: Copy + Eq + Hash> Drop for ClientHold<K> {
     fn drop(&mut self) {
         let mut held = self.shares.held.lock();
         if let Some(n) = held.get_mut(&self.addr) {
@@ -190,7 +193,7 @@ mod tests {
             drop(held);
         }
         assert_eq!(shares.holders(), 0);
-        assert_eq!(ClientShares::new(0).limit(), 1, "a share is never zero");
+        assert_eq!(ClientShares::<IpAddr>::new(0).limit(), 1, "a share is never zero");
     }
 
     #[test]

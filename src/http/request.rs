@@ -6,6 +6,24 @@ use actix_web::http::header::HeaderMap;
 use futures_util::StreamExt;
 use std::time::Duration;
 
+/// The client address of a request from `peer` with `headers`, as the limiter's keys read it:
+/// the peer, or the rightmost untrusted hop behind `settings`' trusted proxies, normalised
+/// (`client_share::client_address`: IPv4-mapped IPv6 as IPv4, IPv6 masked to the prefix).
+pub(crate) fn client_address(
+    peer: Option<std::net::SocketAddr>,
+    headers: &HeaderMap,
+    settings: &crate::decision::Settings,
+) -> std::net::IpAddr {
+    let peer = peer.map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
+        a.ip()
+    });
+    let forwarded = headers
+        .get_all(settings.trusted.header.header_name())
+        .map(actix_web::http::header::HeaderValue::as_bytes);
+    let ip = crate::client_ip::client_ip(peer, forwarded, &settings.trusted);
+    crate::client_share::client_address(ip, settings.ipv6_prefix)
+}
+
 /// The value of header `name` when it was sent once, empty when sent more than once (see
 /// [`crate::decision::KeyHeaders`]).
 pub(crate) fn only_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a [u8]> {

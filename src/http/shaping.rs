@@ -159,23 +159,11 @@ async fn principal(
             return Principal::user(sub);
         }
     }
-    Principal::address(client_address(settings, req))
-}
-
-/// The client address a cap counts: the limiter's client IP (the peer, or the rightmost
-/// untrusted hop behind the trusted proxies), normalised as keys are.
-fn client_address(settings: &Settings, req: &ServiceRequest) -> std::net::IpAddr {
-    let peer = req
-        .peer_addr()
-        .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
-            a.ip()
-        });
-    let forwarded = req
-        .headers()
-        .get_all(settings.trusted.header.header_name())
-        .map(HeaderValue::as_bytes);
-    let ip = crate::client_ip::client_ip(peer, forwarded, &settings.trusted);
-    crate::client_share::client_address(ip, settings.ipv6_prefix)
+    Principal::address(super::request::client_address(
+        req.peer_addr(),
+        req.headers(),
+        settings,
+    ))
 }
 
 /// The 503 of a request shed at `level`.

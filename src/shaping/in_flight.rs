@@ -7,11 +7,9 @@
 //! while its principal has a request in flight, so the table never holds more entries than
 //! there are requests in flight.
 
-use parking_lot::Mutex;
+use crate::client_share::{ClientHold, ClientShares};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 /// Who a cap counts: a tag (0: an address, 1: a verified user) and 16 bytes (the address as
 /// IPv6, or the first bytes of the subject's SHA-256).
@@ -52,64 +50,12 @@ impl Principal {
     }
 }
 
-/// What each principal has in flight on one route, each at most `limit`.
-#[derive(Debug)]
-pub(crate) struct InFlight {
-    limit: usize,
-    held: Mutex<HashMap<Principal, usize>>,
-}
+/// What each principal has in flight on one route, each at most its limit: the client shares
+/// admission control and WebSockets count addresses with, here keyed by principal.
+pub(crate) type InFlight = ClientShares<Principal>;
 
 /// One request's place; given back when dropped.
-#[derive(Debug)]
-pub(crate) struct Place {
-    table: Arc<InFlight>,
-    who: Principal,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        let mut held = self.table.held.lock();
-        if let Some(n) = held.get_mut(&self.who) {
-            *n -= 1;
-            if *n == 0 {
-                held.remove(&self.who);
-            }
-        }
-    }
-}
-
-impl InFlight {
-    pub(crate) fn new(limit: usize) -> Arc<Self> {
-        Arc::new(Self {
-            limit: limit.max(1),
-            held: Mutex::new(HashMap::new()),
-        })
-    }
-
-    pub(crate) fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// A place for `who`, or `None` when it has its limit in flight.
-    pub(crate) fn take(self: &Arc<Self>, who: Principal) -> Option<Place> {
-        let mut held = self.held.lock();
-        let n = held.entry(who).or_insert(0);
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(Place {
-            table: self.clone(),
-            who,
-        })
-    }
-
-    /// The principals with a request in flight now.
-    #[cfg(test)]
-    pub(crate) fn holders(&self) -> usize {
-        self.held.lock().len()
-    }
-}
+pub(crate) type Place = ClientHold<Principal>;
 
 #[cfg(test)]
 mod tests {

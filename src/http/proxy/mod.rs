@@ -37,7 +37,7 @@ use crate::admission::Admission;
 use crate::config::UpstreamUrl;
 use crate::decision::Decider;
 use crate::metrics::Metrics;
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use answers::{
     bad_request, bad_request_body, closing, forwarded, overloaded, request_timeout, upstream_error,
@@ -105,22 +105,20 @@ impl ClientAddresses {
 
     /// The client address of `req`.
     pub(crate) fn of(&self, req: &HttpRequest) -> std::net::IpAddr {
-        let peer = req
-            .peer_addr()
-            .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
-                a.ip()
-            });
         match &self.0 {
-            None => crate::client_share::client_address(peer, crate::config::defaults::IPV6_PREFIX),
-            Some(decider) => {
-                let settings = decider.settings();
-                let forwarded = req
-                    .headers()
-                    .get_all(settings.trusted.header.header_name())
-                    .map(HeaderValue::as_bytes);
-                let ip = crate::client_ip::client_ip(peer, forwarded, &settings.trusted);
-                crate::client_share::client_address(ip, settings.ipv6_prefix)
+            None => {
+                let peer = req
+                    .peer_addr()
+                    .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
+                        a.ip()
+                    });
+                crate::client_share::client_address(peer, crate::config::defaults::IPV6_PREFIX)
             }
+            Some(decider) => crate::http::request::client_address(
+                req.peer_addr(),
+                req.headers(),
+                &decider.settings(),
+            ),
         }
     }
 }
