@@ -193,7 +193,11 @@ mod tests {
             drop(held);
         }
         assert_eq!(shares.holders(), 0);
-        assert_eq!(ClientShares::<IpAddr>::new(0).limit(), 1, "a share is never zero");
+        assert_eq!(
+            ClientShares::<IpAddr>::new(0).limit(),
+            1,
+            "a share is never zero"
+        );
     }
 
     #[test]

@@ -672,18 +672,27 @@ mod tests {
         assert!(refused > 0, "a refusal's hint is compared too");
     }
 
-    #[test]
-    fn poll_slots_spread_the_herd_that_its_own_cadence_keeps_together() {
-        // The whole herd in an optimised build; half of it in a debug one.
+    /// The herd both tests below read, run once: the whole herd in an optimised build, half of
+    /// it in a debug one.
+    fn test_herd() -> (usize, &'static HerdReport) {
+        static HERD: std::sync::OnceLock<HerdReport> = std::sync::OnceLock::new();
         let n = if cfg!(debug_assertions) {
             AGENTS / 2
         } else {
             AGENTS
         };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let r = rt.block_on(run_agents(&Config::default(), 1, n));
+        let r = HERD.get_or_init(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(run_agents(&Config::default(), 1, n))
+        });
+        (n, r)
+    }
+
+    #[test]
+    fn poll_slots_spread_the_herd_that_its_own_cadence_keeps_together() {
+        let (n, r) = test_herd();
         assert_eq!((r.agents, r.sites), (n as u64, n.div_ceil(250) as u64));
         assert_eq!((r.slot_interval_seconds, r.slots_configured), (60, false));
         let (own, slots) = (&r.own_cadence, &r.poll_slots);
@@ -712,15 +721,7 @@ mod tests {
 
     #[test]
     fn backend_aware_shaping_keeps_every_agent_and_sheds_only_low_priority() {
-        let n = if cfg!(debug_assertions) {
-            AGENTS / 2
-        } else {
-            AGENTS
-        };
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let r = rt.block_on(run_agents(&Config::default(), 1, n));
+        let (_, r) = test_herd();
         let (own, aware) = (&r.own_cadence, &r.backend_aware);
         assert_eq!(aware.heartbeats_refused, 0, "{aware:?}");
         assert_eq!(aware.agents_marked_offline, 0, "{aware:?}");
