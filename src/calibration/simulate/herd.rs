@@ -476,21 +476,27 @@ fn heartbeat_slots(cfg: &Config, interval: u64) -> (Option<Shaping>, bool) {
     }
     let interval = Duration::from_secs(interval).clamp(MIN_INTERVAL, MAX_INTERVAL);
     let shaping = ShapingConfig {
-        routes: vec![ShapedRoute {
-            name: "heartbeat".to_owned(),
-            routes: format!("{method} {path}")
-                .parse::<RoutePattern>()
-                .into_iter()
-                .collect(),
-            interval: Some(interval),
-            max_interval: None,
-            priority: Priority::Critical,
-            max_in_flight: None,
-            in_flight_per: Default::default(),
-        }],
+        routes: vec![heartbeat_route(interval, None)],
         upstream: None,
     };
     (Shaping::of(&shaping), false)
+}
+
+/// The heartbeat shaped at `interval`, its hints at most `max_interval`, priority `critical`.
+fn heartbeat_route(interval: Duration, max_interval: Option<Duration>) -> ShapedRoute {
+    let (method, path) = traffic::HEARTBEAT;
+    ShapedRoute {
+        name: "heartbeat".to_owned(),
+        routes: format!("{method} {path}")
+            .parse::<RoutePattern>()
+            .into_iter()
+            .collect(),
+        interval: Some(interval),
+        max_interval,
+        priority: Priority::Critical,
+        max_in_flight: None,
+        in_flight_per: Default::default(),
+    }
 }
 
 /// The backend-aware run's shaping: the configuration's `[shaping]` when it shapes the
@@ -512,18 +518,10 @@ fn aware_shaping(cfg: &Config, interval: u64) -> Option<(Shaping, Rules)> {
         recover: RECOVER,
     };
     let shaping = ShapingConfig {
-        routes: vec![ShapedRoute {
-            name: "heartbeat".to_owned(),
-            routes: format!("{method} {path}")
-                .parse::<RoutePattern>()
-                .into_iter()
-                .collect(),
-            interval: Some(interval),
-            max_interval: Some((interval + interval / 2).min(MAX_INTERVAL)),
-            priority: Priority::Critical,
-            max_in_flight: None,
-            in_flight_per: Default::default(),
-        }],
+        routes: vec![heartbeat_route(
+            interval,
+            Some((interval + interval / 2).min(MAX_INTERVAL)),
+        )],
         upstream: Some(upstream),
     };
     Shaping::of(&shaping).map(|s| (s, Rules::from(&upstream)))
