@@ -170,8 +170,11 @@ async fn twenty_exports_at_once_from_one_address_put_at_most_four_at_the_upstrea
     let gw = gateway(&upstream.uri());
     let client = common::client();
     let answers = futures_util::future::join_all((0..20).map(|i| {
+        // Each with its own forged X-Forwarded-For: from a peer that is not a trusted proxy it
+        // is not read, so all twenty count as one address.
         client
             .get(gw.url(&format!("/api/export/devices-{i}.csv")))
+            .header("x-forwarded-for", format!("203.0.113.{}", i + 1))
             .send()
     }))
     .await;
