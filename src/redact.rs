@@ -102,8 +102,11 @@ pub(crate) fn urls_in(text: &str) -> Cow<'_, str> {
     let is_end = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>');
     let scheme_start = |s: &str, sep: usize| {
         // The scheme: the letters, digits, `+`, `-` and `.` just before `://`.
-        s[..sep]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        // By bytes: a character outside ASCII ends the scheme after its last byte, where a
+        // `str` may be sliced (its first byte, plus one, is inside it).
+        s.as_bytes()[..sep]
+            .iter()
+            .rposition(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))
             .map_or(0, |i| i + 1)
     };
     let mut out = String::with_capacity(text.len());
@@ -238,6 +241,21 @@ mod tests {
         assert_eq!(urls_in("`redis://u:pa;ss@host`"), "`redis://u:***@host`");
         assert_eq!(urls_in("(redis://u:pa,ss@h)"), "(redis://u:***@h)");
         assert_eq!(urls_in("http://h/p?k=v\u{e9}"), "http://h/p?***");
+        // A character outside ASCII right before the scheme ends the text before the URL.
+        assert_eq!(
+            urls_in("x\u{d4}edis://:P6@h \u{e9}\u{e9}redis://:P7@h"),
+            "x\u{d4}edis://:***@h \u{e9}\u{e9}redis://:***@h"
+        );
+        assert_eq!(urls_in("\u{d4}://:P8@h"), "\u{d4}://:***@h");
+    }
+
+    proptest! {
+        /// Any text at all, URLs or not, in any script: masking never panics.
+        #[test]
+        fn any_text_is_masked_without_a_panic(text in "\\PC{0,40}(://\\PC{0,20}){0,3}") {
+            let _ = urls_in(&text);
+            let _ = url(&text);
+        }
     }
 
     use proptest::prelude::*;

@@ -102,3 +102,13 @@ fn error_secret_of_the_wrong_type() {
     assert!(!e.contains("S3cretPassw0rd"), "{e}");
     assert!(e.contains("store.cluster: has the wrong type"), "{e}");
 }
+
+#[test]
+fn error_toml_syntax_below_a_cluster_password() {
+    // The config fuzz target's find: a cluster node's password, then a line that does not parse.
+    let e = file_error(
+        "store.cluster = [\"redis://:Mk5ecretPassw0rd77@127.0.0.1:7000\"]\nstore.backend = \"redis\"\n[limiterLEET_LIMITEB_STORE_]CLUSTEUSTER\u{d4}edis://:MITER_S",
+        &[],
+    );
+    assert!(!e.contains("Mk5ecretPassw0rd77"), "{e}");
+}
