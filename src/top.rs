@@ -1,18 +1,22 @@
 //! Top talkers: per limiter, the principals refused most and the ones that asked most, over the
 //! last 1, 5 and 15 minutes.
 //!
-//! Each limiter keeps a ring of [`MINUTES`] one-minute slots; each slot holds two space-saving
-//! sketches (Metwally, Agrawal and El Abbadi, 2005) of at most [`CAPACITY`] buckets: one counting
-//! requests, one counting refusals. A sketch counts exactly until it is full; from then on a new
-//! bucket takes the place of the smallest, inheriting its count as its possible error, so a
-//! count is never under the truth and over it by at most its `error`. Any bucket with more than
-//! a slot's total over [`CAPACITY`] is always in it. Merged over minutes (and instances), a
-//! row's `error` also adds, for each slot (or instance) that does not hold it, that sketch's
-//! smallest count when it was full: the truth is within `error` of `count`, and `error` is 0
-//! while no sketch overflowed.
+//! Each limiter's buckets are split by digest into [`STRIPES`] stripes, each under its own
+//! lock, so workers counting different buckets at once do not wait on (or bounce the cache
+//! lines of) one lock. Each stripe keeps a ring of [`MINUTES`] one-minute slots; each slot holds
+//! two space-saving sketches (Metwally, Agrawal and El Abbadi, 2005) of at most
+//! [`STRIPE_CAPACITY`] buckets: one counting requests, one counting refusals. A sketch counts
+//! exactly until it is full; from then on a new bucket takes the place of the smallest,
+//! inheriting its count as its possible error, so a count is never under the truth and over it
+//! by at most its `error`. Any bucket with more than its stripe's total for the minute over
+//! [`STRIPE_CAPACITY`] is always in it: with traffic spread over the stripes, a minute's total
+//! over [`CAPACITY`]. A bucket is only ever in its own stripe, so stripes merge by putting their
+//! rows side by side. Merged over minutes (and instances), a row's `error` also adds, for each
+//! slot (or instance) that does not hold it, that sketch's smallest count when it was full: the
+//! truth is within `error` of `count`, and `error` is 0 while no sketch overflowed.
 //!
 //! Memory is bounded whatever the traffic: limiters × [`MINUTES`] × 2 × [`CAPACITY`] rows, each
-//! the bucket's 16-byte digest and a label under [`MAX_LABEL`] bytes (about 13 MB for 20
+//! the bucket's 16-byte digest and a label under [`MAX_LABEL`] bytes (about 26 MB for 20
 //! limiters at the worst). A label says who it is without a secret: the address (an IPv6 /56),
 //! a user's subject, a proxy-set header's value; an agent id, a token, a client's key header or
 //! a body's value is never kept, only named by the bucket's digest (`agent #1f2e3d4c5b6a at
@@ -20,15 +24,20 @@
 
 use crate::keys::{BucketKey, Seed};
 use crate::store::{SharedTable, StoreError};
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// One-minute slots each limiter keeps: the longest window asked about.
 pub(crate) const MINUTES: usize = 15;
-/// Buckets each sketch holds.
-pub(crate) const CAPACITY: usize = 128;
+/// Stripes each limiter's lists are split into, by bucket digest.
+pub(crate) const STRIPES: usize = 8;
+/// Buckets each stripe's sketch holds.
+pub(crate) const STRIPE_CAPACITY: usize = 32;
+/// Buckets one list holds per minute, every stripe together.
+pub(crate) const CAPACITY: usize = STRIPES * STRIPE_CAPACITY;
 /// The longest label kept (longer ones are cut).
 pub(crate) const MAX_LABEL: usize = 160;
 /// Rows a query answers at most per list.
@@ -76,7 +85,7 @@ struct Counted {
     seed: Seed,
 }
 
-/// A space-saving sketch of at most [`CAPACITY`] buckets.
+/// A space-saving sketch of at most [`STRIPE_CAPACITY`] buckets.
 #[derive(Debug, Default)]
 struct Sketch {
     rows: HashMap<BucketKey, Counted, foldhash::fast::RandomState>,
@@ -84,7 +93,7 @@ struct Sketch {
     floor: u64,
     /// Buckets that held the smallest count when last looked for, the next to give way: the
     /// smallest count never goes down, so one scan finds every bucket at it, and a flood of new
-    /// buckets costs one scan per [`CAPACITY`] arrivals rather than one each.
+    /// buckets costs one scan per [`STRIPE_CAPACITY`] arrivals rather than one each.
     smallest: Vec<BucketKey>,
     /// The count the buckets of `smallest` held.
     smallest_count: u64,
@@ -97,7 +106,7 @@ impl Sketch {
             c.count += 1;
             return false;
         }
-        if self.rows.len() < CAPACITY {
+        if self.rows.len() < STRIPE_CAPACITY {
             self.rows.insert(
                 key.clone(),
                 Counted {
@@ -174,10 +183,29 @@ struct Slot {
     refusals: Sketch,
 }
 
-/// One limiter's ring of minutes.
+/// One stripe's ring of minutes, alone on its cache lines: the lock two workers take for
+/// buckets of different stripes is never on one line.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Stripe(Mutex<Vec<Slot>>);
+
+impl Stripe {
+    fn new() -> Self {
+        Self(Mutex::new(
+            (0..MINUTES)
+                .map(|_| Slot {
+                    minute: u64::MAX,
+                    ..Slot::default()
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// One limiter's lists: its stripes.
 #[derive(Debug)]
 struct Ring {
-    slots: Mutex<Vec<Slot>>,
+    stripes: [Stripe; STRIPES],
     /// Buckets its sketches let go to make room.
     evictions: std::sync::atomic::AtomicU64,
 }
@@ -185,23 +213,26 @@ struct Ring {
 impl Ring {
     fn new() -> Self {
         Self {
-            slots: Mutex::new(
-                (0..MINUTES)
-                    .map(|_| Slot {
-                        minute: u64::MAX,
-                        ..Slot::default()
-                    })
-                    .collect(),
-            ),
+            stripes: std::array::from_fn(|_| Stripe::new()),
             evictions: std::sync::atomic::AtomicU64::new(0),
         }
     }
+
+    /// The stripe `key` is counted in.
+    fn stripe(&self, key: &BucketKey) -> &Stripe {
+        &self.stripes[usize::from(key.digest[15]) % STRIPES]
+    }
 }
+
+type Rings = HashMap<Arc<str>, Arc<Ring>, foldhash::fast::RandomState>;
 
 /// The top talkers of every limiter.
 #[derive(Debug)]
 pub(crate) struct TopTalkers {
-    limiters: RwLock<HashMap<Arc<str>, Arc<Ring>>>,
+    /// Read without a lock on every request (a snapshot); replaced whole, under `adding`, when
+    /// a limiter is first counted.
+    limiters: ArcSwap<Rings>,
+    adding: Mutex<()>,
     /// This process's name in the shared table: random, never reused.
     instance: String,
 }
@@ -209,7 +240,8 @@ pub(crate) struct TopTalkers {
 impl Default for TopTalkers {
     fn default() -> Self {
         Self {
-            limiters: RwLock::default(),
+            limiters: ArcSwap::from_pointee(Rings::default()),
+            adding: Mutex::new(()),
             instance: format!("{:016x}", rand::random::<u64>()),
         }
     }
@@ -252,9 +284,19 @@ impl TopTalkers {
         now: u64,
         seed: impl FnOnce() -> Seed,
     ) {
-        let ring = self.ring(limiter);
+        // Borrowed from the snapshot, not cloned: a clone would write the ring's shared count
+        // on every request, from every worker.
+        let rings = self.limiters.load();
+        let added;
+        let ring = match rings.get(limiter) {
+            Some(r) => r,
+            None => {
+                added = self.ring(limiter);
+                &added
+            }
+        };
         let minute = now / MINUTE_NS;
-        let mut slots = ring.slots.lock();
+        let mut slots = ring.stripe(key).0.lock();
         let Some(slot) = slots.get_mut((minute % MINUTES as u64) as usize) else {
             return;
         };
@@ -289,14 +331,20 @@ impl TopTalkers {
     pub(crate) fn counts(&self) -> Vec<(Arc<str>, u64, u64)> {
         let mut out: Vec<(Arc<str>, u64, u64)> = self
             .limiters
-            .read()
+            .load()
             .iter()
             .map(|(name, ring)| {
                 let rows = ring
-                    .slots
-                    .lock()
+                    .stripes
                     .iter()
-                    .map(|s| (s.requests.rows.len() + s.refusals.rows.len()) as u64)
+                    .map(|stripe| {
+                        stripe
+                            .0
+                            .lock()
+                            .iter()
+                            .map(|s| (s.requests.rows.len() + s.refusals.rows.len()) as u64)
+                            .sum::<u64>()
+                    })
                     .sum();
                 let evictions = ring.evictions.load(std::sync::atomic::Ordering::Relaxed);
                 (name.clone(), rows, evictions)
@@ -307,14 +355,19 @@ impl TopTalkers {
     }
 
     fn ring(&self, limiter: &Arc<str>) -> Arc<Ring> {
-        if let Some(r) = self.limiters.read().get(limiter) {
+        if let Some(r) = self.limiters.load().get(limiter) {
             return r.clone();
         }
-        self.limiters
-            .write()
-            .entry(limiter.clone())
-            .or_insert_with(|| Arc::new(Ring::new()))
-            .clone()
+        let _adding = self.adding.lock();
+        let now = self.limiters.load_full();
+        if let Some(r) = now.get(limiter) {
+            return r.clone();
+        }
+        let ring = Arc::new(Ring::new());
+        let mut next = Rings::clone(&now);
+        next.insert(limiter.clone(), ring.clone());
+        self.limiters.store(Arc::new(next));
+        ring
     }
 
     /// Each limiter's top `n` over the last `minutes` minutes up to `now`, by refusals and by
@@ -325,20 +378,33 @@ impl TopTalkers {
         let first = current.saturating_sub(minutes - 1);
         let rings: Vec<(Arc<str>, Arc<Ring>)> = self
             .limiters
-            .read()
+            .load()
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut out: Vec<LimiterTop> = rings
             .into_iter()
             .map(|(name, ring)| {
-                let slots = ring.slots.lock();
-                let live: Vec<&Slot> = slots
+                // Stripes are locked one after another, always in this order; `record` takes one.
+                let stripes: Vec<_> = ring.stripes.iter().map(|s| s.0.lock()).collect();
+                let live: Vec<Vec<&Slot>> = stripes
                     .iter()
-                    .filter(|s| s.minute != u64::MAX && s.minute >= first && s.minute <= current)
+                    .map(|slots| {
+                        slots
+                            .iter()
+                            .filter(|s| {
+                                s.minute != u64::MAX && s.minute >= first && s.minute <= current
+                            })
+                            .collect()
+                    })
                     .collect();
-                let (refused, refused_absent_bound) = merge(live.iter().map(|s| &s.refusals), n);
-                let (requests, requests_absent_bound) = merge(live.iter().map(|s| &s.requests), n);
+                let of = |pick: fn(&Slot) -> &Sketch| -> Vec<Vec<&Sketch>> {
+                    live.iter()
+                        .map(|slots| slots.iter().map(|s| pick(s)).collect())
+                        .collect()
+                };
+                let (refused, refused_absent_bound) = merge(&of(|s| &s.refusals), n);
+                let (requests, requests_absent_bound) = merge(&of(|s| &s.requests), n);
                 LimiterTop {
                     limiter: name.to_string(),
                     refused,
@@ -353,12 +419,25 @@ impl TopTalkers {
     }
 }
 
-/// The sketches' rows summed by bucket, each row's error with the bound of every sketch that
-/// lacks it; the top `n` by count, and the bound of a bucket none of them holds.
-fn merge<'a>(sketches: impl Iterator<Item = &'a Sketch>, n: usize) -> (Vec<Row>, u64) {
-    let sketches: Vec<&Sketch> = sketches.collect();
+/// Each stripe's sketches (one per minute) summed by bucket, each row's error with the bound of
+/// every sketch of its stripe that lacks it; the stripes' rows side by side (a bucket is in one
+/// stripe only), the top `n` by count, and the bound of a bucket none of them holds: the largest
+/// of the stripes' (it is in one of them, which one unknown).
+fn merge(stripes: &[Vec<&Sketch>], n: usize) -> (Vec<Row>, u64) {
+    let mut rows = Vec::new();
+    let mut absent = 0;
+    for sketches in stripes {
+        absent = absent.max(merge_stripe(sketches, &mut rows));
+    }
+    sort_rows(&mut rows);
+    let absent = truncate(&mut rows, n, absent);
+    (rows, absent)
+}
+
+/// One stripe's sketches summed by bucket into `rows`; the bound of a bucket none holds.
+fn merge_stripe(sketches: &[&Sketch], rows: &mut Vec<Row>) -> u64 {
     let mut sum: HashMap<&BucketKey, (u64, u64, &Seed)> = HashMap::new();
-    for s in &sketches {
+    for s in sketches {
         for (k, c) in &s.rows {
             let e = sum.entry(k).or_insert((0, 0, &c.seed));
             e.0 += c.count;
@@ -366,28 +445,22 @@ fn merge<'a>(sketches: impl Iterator<Item = &'a Sketch>, n: usize) -> (Vec<Row>,
         }
     }
     let bounds: Vec<u64> = sketches.iter().map(|s| s.absent_bound()).collect();
-    let absent: u64 = bounds.iter().sum();
-    let mut rows: Vec<Row> = sum
-        .into_iter()
-        .map(|(k, (count, error, seed))| {
-            let missing: u64 = sketches
-                .iter()
-                .zip(&bounds)
-                .filter(|(s, b)| **b > 0 && !s.rows.contains_key(k))
-                .map(|(_, b)| *b)
-                .sum();
-            let (who, address) = seed.label(&hex::encode(&k.digest[..6]));
-            Row {
-                bucket: k.to_string(),
-                label: Label::new(who, address),
-                count,
-                error: error + missing,
-            }
-        })
-        .collect();
-    sort_rows(&mut rows);
-    let absent = truncate(&mut rows, n, absent);
-    (rows, absent)
+    rows.extend(sum.into_iter().map(|(k, (count, error, seed))| {
+        let missing: u64 = sketches
+            .iter()
+            .zip(&bounds)
+            .filter(|(s, b)| **b > 0 && !s.rows.contains_key(k))
+            .map(|(_, b)| *b)
+            .sum();
+        let (who, address) = seed.label(&hex::encode(&k.digest[..6]));
+        Row {
+            bucket: k.to_string(),
+            label: Label::new(who, address),
+            count,
+            error: error + missing,
+        }
+    }));
+    bounds.iter().sum()
 }
 
 /// Keep the first `n` rows (at most [`MAX_ROWS`]); a bucket cut from the list may have had as
