@@ -131,12 +131,26 @@ pub struct Counts {
 
 /// The known agents of every `new-agents` limiter of one decider.
 pub struct KnownAgents {
-    table: Mutex<Table>,
+    /// On a cache line of its own: every request's `at` reads the key and the grace beside it,
+    /// and must not lose that line each time another worker takes the lock.
+    table: Padded<Mutex<Table>>,
     /// See [`grace`]; follows the fleet settings on reload.
     grace: AtomicU64,
     /// The digest key; replaced only by [`KnownAgents::restore`], before any request.
     k0: AtomicU64,
     k1: AtomicU64,
+}
+
+/// A value alone on its cache lines (128 bytes: two lines, as adjacent lines are fetched in
+/// pairs).
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// One id as the state file keeps it (see `store::state_file`): its segment, digests, when it
@@ -165,7 +179,7 @@ impl KnownAgents {
         let mut rng = rand::rngs::OsRng;
         let (k0, k1) = (rng.next_u64(), rng.next_u64());
         Self {
-            table: Mutex::new(Table::new(capacity)),
+            table: Padded(Mutex::new(Table::new(capacity))),
             grace: AtomicU64::new(grace),
             k0: AtomicU64::new(k0),
             k1: AtomicU64::new(k1),

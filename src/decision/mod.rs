@@ -24,7 +24,6 @@ use crate::metrics::{GiveBackResult, LimiterMeter, Metrics};
 use crate::path::{CanonicalPath, PathRules};
 use crate::policy::{LimiterSpec, Mode, OnStoreError, Policy, Remember};
 use crate::store::{Check, GiveBack, Store, StoreError};
-use parking_lot::RwLock;
 use smallvec::SmallVec;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -121,7 +120,8 @@ impl Drop for UnderWay {
 pub struct Decider {
     /// Give-backs under way (see [`MAX_GIVE_BACKS_IN_FLIGHT`]).
     give_backs: Arc<std::sync::atomic::AtomicUsize>,
-    state: RwLock<Arc<Settings>>,
+    /// Read without a lock or a shared count on every request ([`ArcSwap::load`]).
+    state: arc_swap::ArcSwap<Settings>,
     store: Arc<dyn Store>,
     /// How the store wants its bucket names digested.
     digest: KeyDigest,
@@ -225,7 +225,7 @@ impl Decider {
                 cfg.overrides.clone(),
                 Arc::new(crate::overrides::SystemWall),
             )),
-            state: RwLock::new(Arc::new(Settings::from_config(cfg, &metrics))),
+            state: arc_swap::ArcSwap::from_pointee(Settings::from_config(cfg, &metrics)),
             known,
             clock,
             digest: store.key_digest(),
@@ -286,14 +286,20 @@ impl Decider {
     }
 
     pub fn settings(&self) -> Arc<Settings> {
-        self.state.read().clone()
+        self.state.load_full()
+    }
+
+    /// The current settings for one request: read without writing anything every worker
+    /// shares (no lock, no reference count), held until the request is decided.
+    pub fn current(&self) -> arc_swap::Guard<Arc<Settings>> {
+        self.state.load()
     }
 
     /// Take a new configuration for the next request. Buckets live in the store under the
     /// limiter's name, so unchanged limiters keep their state.
     pub fn reload(&self, cfg: &Config) {
         let settings = Arc::new(Settings::from_config(cfg, &self.metrics));
-        *self.state.write() = settings;
+        self.state.store(settings);
         self.known
             .set_grace(crate::known_agents::grace(cfg.fleet.longest_gap_seconds()));
         self.overrides.set_config(cfg.overrides.clone());
@@ -408,7 +414,8 @@ impl Decider {
     }
 
     pub async fn decide(&self, req: &RequestFacts<'_>) -> Outcome {
-        self.decide_with(&self.settings(), req).await
+        let settings = self.state.load();
+        self.decide_with(&settings, req).await
     }
 
     /// [`Decider::decide`] under settings the caller already holds (one read of the current

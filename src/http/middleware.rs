@@ -142,7 +142,7 @@ where
         let service = self.service.clone();
         let limiter = self.limiter.clone();
         Box::pin(async move {
-            let settings = limiter.decider.settings();
+            let settings = limiter.decider.current();
             // A method no upstream route is there to serve is answered here, never forwarded.
             if !settings.methods.allows(req.method().as_str()) {
                 return Ok(refuse_method(&limiter, &settings, req).await);

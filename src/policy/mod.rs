@@ -20,11 +20,9 @@ pub(crate) use spec::{
 
 use crate::identity::Credential;
 use crate::path::CanonicalPath;
-use parking_lot::RwLock;
 use smallvec::SmallVec;
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 /// The configured limiters.
@@ -199,27 +197,34 @@ impl Policy {
     }
 }
 
-/// Most distinct (method, path, tag) answers a memo holds. Paths are chosen by
-/// clients, so the memo is bounded: when it is full it starts again empty, and a client that
-/// sends endless new paths only keeps its own requests on the slow path.
+/// Slots of a memo: at most this many distinct (method, path, tag) answers are remembered.
+/// Paths are chosen by clients, so the memo is bounded: each answer has one slot, chosen by
+/// its hash, and a new answer takes its slot's place. A client that sends endless new paths
+/// evicts answers at random and only makes their next request match the routes again.
 const ROUTE_MEMO_CAP: usize = 4096;
 
 /// Remembered answers of a match of routes against (method, path, tag): [`Policy::applicable_to`]
 /// (the tag is the credential), or the shaped route of a request (`crate::shaping`). Routes are
 /// matched once per distinct path instead of once per request. A memo lives inside what it
 /// answers for, so a reload starts with an empty one.
+///
+/// Reading a remembered answer takes no lock and writes nothing other workers read (an
+/// [`arc_swap`] load), so workers on every core read one hot path's answer at once without
+/// bouncing a lock's cache line between them.
 pub(crate) struct RouteMemo<V> {
-    /// Seeded at random per process: clients cannot aim paths at one hash (and two paths that
-    /// do share one only lose the memo, never each other's answer).
+    /// Seeded at random per process: clients cannot aim paths at one slot (and two paths that
+    /// do share one only evict each other, never answer for each other).
     hasher: foldhash::fast::RandomState,
-    entries: RwLock<HashMap<u64, MemoEntry<V>, BuildHasherDefault<PrehashedKey>>>,
+    slots: Box<[arc_swap::ArcSwapOption<MemoEntry<V>>]>,
 }
 
 impl<V> Default for RouteMemo<V> {
     fn default() -> Self {
         Self {
             hasher: foldhash::fast::RandomState::default(),
-            entries: RwLock::default(),
+            slots: (0..ROUTE_MEMO_CAP)
+                .map(|_| arc_swap::ArcSwapOption::empty())
+                .collect(),
         }
     }
 }
@@ -241,28 +246,29 @@ impl<V: Clone> RouteMemo<V> {
         compute: impl FnOnce() -> V,
     ) -> V {
         let hash = self.hasher.hash_one((method, path, tag));
-        if let Some(e) = self.entries.read().get(&hash) {
+        let Some(slot) = self.slots.get(hash as usize % ROUTE_MEMO_CAP) else {
+            return compute();
+        };
+        if let Some(e) = &*slot.load() {
             if e.tag == tag && *e.method == *method && *e.path == *path {
                 return e.value.clone();
             }
-            // A collision: answer without remembering.
-            return compute();
         }
         let value = compute();
-        let mut entries = self.entries.write();
-        if entries.len() >= ROUTE_MEMO_CAP {
-            entries.clear();
-        }
-        entries.insert(
-            hash,
-            MemoEntry {
-                method: method.into(),
-                path: path.into(),
-                tag,
-                value: value.clone(),
-            },
-        );
+        slot.store(Some(Arc::new(MemoEntry {
+            method: method.into(),
+            path: path.into(),
+            tag,
+            value: value.clone(),
+        })));
         value
+    }
+}
+
+impl<V> RouteMemo<V> {
+    /// Answers remembered now.
+    fn held(&self) -> usize {
+        self.slots.iter().filter(|s| s.load().is_some()).count()
     }
 }
 
@@ -275,26 +281,6 @@ impl<V> Clone for RouteMemo<V> {
 
 impl<V> fmt::Debug for RouteMemo<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RouteMemo({} paths)", self.entries.read().len())
-    }
-}
-
-/// The memo's keys are already hashes: use them as they are.
-#[derive(Default)]
-struct PrehashedKey(u64);
-
-impl Hasher for PrehashedKey {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
+        write!(f, "RouteMemo({} paths)", self.held())
     }
 }

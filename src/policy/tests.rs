@@ -207,3 +207,52 @@ fn specificity_orders_exact_over_wildcards() {
     assert!(p("GET /api/agent/download/**").specificity() > p("/api/agent/**").specificity());
     assert!(p("GET /a/b").specificity() > p("/a/b").specificity());
 }
+
+#[test]
+fn the_route_memo_is_bounded_and_never_answers_for_another_path() {
+    let memo: RouteMemo<String> = RouteMemo::default();
+    let computed = std::sync::atomic::AtomicUsize::new(0);
+    let answer = |method: &str, path: &str, tag: u8| {
+        memo.get_or_insert(method, path, tag, || {
+            computed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            format!("{method} {path} {tag}")
+        })
+    };
+    // A flood of fresh paths, each asked twice, from several workers at once: every answer is
+    // its own, and the memo holds at most its slots.
+    std::thread::scope(|s| {
+        for w in 0..4u8 {
+            let answer = &answer;
+            s.spawn(move || {
+                for i in 0..5_000 {
+                    let path = format!("/api/agent/{w}/{i}");
+                    for _ in 0..2 {
+                        assert_eq!(answer("GET", &path, w % 2), format!("GET {path} {}", w % 2));
+                    }
+                }
+            });
+        }
+    });
+    assert!(memo.held() <= ROUTE_MEMO_CAP, "{}", memo.held());
+    // One hot path is matched once, then read from the memo.
+    let before = computed.load(std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..100 {
+        assert_eq!(
+            answer("POST", "/api/agent/heartbeat", 1),
+            "POST /api/agent/heartbeat 1"
+        );
+    }
+    assert_eq!(
+        computed.load(std::sync::atomic::Ordering::Relaxed),
+        before + 1
+    );
+    // The same path under another method or tag is another answer.
+    assert_eq!(
+        answer("GET", "/api/agent/heartbeat", 1),
+        "GET /api/agent/heartbeat 1"
+    );
+    assert_eq!(
+        answer("POST", "/api/agent/heartbeat", 0),
+        "POST /api/agent/heartbeat 0"
+    );
+}

@@ -117,7 +117,7 @@ impl ClientAddresses {
             Some(decider) => crate::http::request::client_address(
                 req.peer_addr(),
                 req.headers(),
-                &decider.settings(),
+                &decider.current(),
             ),
         }
     }
