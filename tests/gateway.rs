@@ -1422,3 +1422,57 @@ async fn an_unknown_variable_is_named_with_the_nearest_setting_and_start_up_goes
     assert!(!far.contains("did you mean"), "{far}");
     assert!(!err.contains("value-not-to-print"), "{err}");
 }
+
+/// A flood of fresh paths, more than the route memo has slots, from several connections at
+/// once, evicts remembered routes but never lets one path be metered as another: every flood
+/// path gets its own limiters, and a heartbeat sent between the waves is metered by exactly its
+/// own: both on its first request, then `agent-device` alone (the agent is known to the
+/// `agent-ip` ceiling), its count going down by one each time.
+#[tokio::test]
+async fn a_flood_of_fresh_paths_never_meters_one_path_as_another() {
+    let up = upstream().await;
+    let gw = Arc::new(
+        stretched_windows(Gateway::serve())
+            .upstream(&up.uri())
+            .spawn(),
+    );
+    let policy_of = |res: &Response| header(res, "ratelimit-policy").unwrap_or("").to_owned();
+    let flood_policy = policy_of(&send(&gw, "GET", "/static/first", &[]).await);
+    let first = "\"agent-device\";q=30;w=604800, \"agent-ip\";q=250;w=604800";
+    let known = "\"agent-device\";q=30;w=604800";
+    for wave in 0..6u64 {
+        let mut tasks = Vec::new();
+        for worker in 0..8u64 {
+            let gw = gw.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut policies = Vec::new();
+                for i in 0..128u64 {
+                    let p = format!("/static/{wave}/{worker}/{i}");
+                    let res = send(&gw, "GET", &p, &[]).await;
+                    policies.push((p, header(&res, "ratelimit-policy").unwrap_or("").to_owned()));
+                }
+                policies
+            }));
+        }
+        for t in tasks {
+            for (p, policy) in t.await.expect("flood task") {
+                assert_eq!(policy, flood_policy, "{p}");
+            }
+        }
+        let res = send(
+            &gw,
+            "POST",
+            "/api/agent/heartbeat",
+            &[("x-agent-id", "agent-under-flood")],
+        )
+        .await;
+        assert_eq!(res.status(), 200, "wave {wave}");
+        let heartbeat = if wave == 0 { first } else { known };
+        assert_eq!(policy_of(&res), heartbeat, "wave {wave}");
+        assert_eq!(
+            limit_state(&res, "agent-device").map(|(r, _)| r),
+            Some(29 - wave),
+            "wave {wave}"
+        );
+    }
+}
