@@ -276,16 +276,38 @@ async fn the_decision_endpoint_tells_a_proxys_agent_its_slot_too() {
 }
 
 /// The upstream answers everything after `delay`.
-async fn answer_after(upstream: &wiremock::MockServer, delay: Duration) {
-    upstream.reset().await;
+async fn answer_after(upstream: &wiremock::MockServer, delay: Duration) -> Delay {
+    let d = Delay(std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    d.set(delay);
     wiremock::Mock::given(wiremock::matchers::any())
-        .respond_with(
-            wiremock::ResponseTemplate::new(200)
-                .set_body_string("ok")
-                .set_delay(delay),
-        )
+        .respond_with(d.clone())
         .mount(upstream)
         .await;
+    d
+}
+
+/// How long the upstream waits before each answer, changed while requests are in flight: one
+/// responder reads it per request, so no request ever meets an upstream between two mocks
+/// (a `reset` and a new `mount` would answer 404 to whatever arrives in between).
+#[derive(Clone)]
+struct Delay(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl Delay {
+    fn set(&self, delay: Duration) {
+        self.0.store(
+            delay.as_millis() as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+    }
+}
+
+impl wiremock::Respond for Delay {
+    fn respond(&self, _: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let ms = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        wiremock::ResponseTemplate::new(200)
+            .set_body_string("ok")
+            .set_delay(Duration::from_millis(ms))
+    }
 }
 
 /// What one request met: when it was sent (ms since the start), its status, its problem type
@@ -326,7 +348,7 @@ fn metric(text: &str, sample: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stalled_upstream_sheds_exports_at_once_stretches_hints_and_refuses_no_heartbeat() {
     let upstream = wiremock::MockServer::start().await;
-    answer_after(&upstream, Duration::ZERO).await;
+    let delay = answer_after(&upstream, Duration::ZERO).await;
     let gw = Launch::serve()
         .config_toml(EXAMPLE)
         .upstream(&upstream.uri())
@@ -372,7 +394,7 @@ async fn a_stalled_upstream_sheds_exports_at_once_stretches_hints_and_refuses_no
     let exports = traffic("/api/export/devices.csv", false);
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The upstream stalls: a second for every answer, for four seconds.
-    answer_after(&upstream, Duration::from_secs(1)).await;
+    delay.set(Duration::from_secs(1));
     let stalled_ms = start.elapsed().as_millis() as u64;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let during = client
@@ -384,7 +406,7 @@ async fn a_stalled_upstream_sheds_exports_at_once_stretches_hints_and_refuses_no
         .await
         .expect("metrics text");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    answer_after(&upstream, Duration::ZERO).await;
+    delay.set(Duration::ZERO);
     let recovered_ms = start.elapsed().as_millis() as u64;
     // Exports flow again: wait for the first one served after the recovery (at most 40 s).
     let mut flowing_ms = None;
