@@ -323,8 +323,9 @@ impl Decider {
     }
 
     /// Once the answer is known: give back what the limiters whose `count` says an answer with
-    /// `status` should not have counted took for this request (`since_decision` after it was
-    /// decided). Returns the work to run after the response (spawned by the middleware, awaited
+    /// `status` should not have counted took for this request (`since_decision` tells how long
+    /// ago it was decided, asked only when something is given back: most answers read no
+    /// clock here). Returns the work to run after the response (spawned by the middleware, awaited
     /// by the simulator), or `None` when nothing is given back. A refused request consumed
     /// nothing and gives nothing back; neither does a limiter whose store failed. Beyond
     /// `MAX_GIVE_BACKS_IN_FLIGHT` the give-back is dropped and counted.
@@ -333,12 +334,19 @@ impl Decider {
         settings: &Settings,
         outcome: &Outcome,
         status: u16,
-        since_decision: std::time::Duration,
+        since_decision: impl FnOnce() -> std::time::Duration,
     ) -> Option<futures_util::future::BoxFuture<'static, ()>> {
         if outcome.refused() {
             return None;
         }
-        let elapsed = u64::try_from(since_decision.as_nanos()).unwrap_or(u64::MAX);
+        if !outcome
+            .results
+            .iter()
+            .any(|r| r.verdict.allowed && !r.store_error && r.spec.gives_back(status))
+        {
+            return None;
+        }
+        let elapsed = u64::try_from(since_decision().as_nanos()).unwrap_or(u64::MAX);
         let mut items: SmallVec<[(GiveBack, Option<LimiterMeter>, bool); 4]> = SmallVec::new();
         for r in &outcome.results {
             if !r.verdict.allowed || r.store_error || !r.spec.gives_back(status) {

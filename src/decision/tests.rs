@@ -174,18 +174,18 @@ async fn give_backs_beyond_the_cap_are_dropped_and_counted() {
     assert!(!outcome.refused());
     let since = std::time::Duration::ZERO;
     assert!(
-        d.give_back(&settings, &outcome, 401, since).is_none(),
+        d.give_back(&settings, &outcome, 401, || since).is_none(),
         "a failure counts"
     );
     // Work handed out but not yet run holds its place.
     let held: Vec<_> = (0..MAX_GIVE_BACKS_IN_FLIGHT)
         .map(|_| {
-            d.give_back(&settings, &outcome, 200, since)
+            d.give_back(&settings, &outcome, 200, || since)
                 .expect("under the cap")
         })
         .collect();
     assert!(
-        d.give_back(&settings, &outcome, 200, since).is_none(),
+        d.give_back(&settings, &outcome, 200, || since).is_none(),
         "over the cap"
     );
     let page = d.metrics().render();
@@ -196,7 +196,7 @@ async fn give_backs_beyond_the_cap_are_dropped_and_counted() {
     // Dropped unfinished, the work frees its place; run to the end, it is counted done.
     drop(held);
     let work = d
-        .give_back(&settings, &outcome, 200, since)
+        .give_back(&settings, &outcome, 200, || since)
         .expect("room again");
     work.await;
     let page = d.metrics().render();
@@ -347,7 +347,7 @@ async fn a_local_count_is_given_back_on_the_local_bucket() {
             r.local && r.verdict.allowed,
             "a success is given back: {r:?}"
         );
-        d.give_back(&settings, &o, 200, std::time::Duration::ZERO)
+        d.give_back(&settings, &o, 200, || std::time::Duration::ZERO)
             .expect("a give-back")
             .await;
     }

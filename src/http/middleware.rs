@@ -226,7 +226,7 @@ where
                 .then(std::time::SystemTime::now);
             limiter
                 .decider
-                .observe(&settings, &outcome, started.elapsed());
+                .observe(&settings, &outcome, decided_at.duration_since(started));
             if outcome.refused() {
                 return Ok(answer_refusal(&outcome, &settings, req, decided_wall).await);
             }
@@ -249,10 +249,9 @@ where
                 Err(e) => e.as_response_error().status_code().as_u16(),
             };
             shaped.answered(&limiter.decider, waiting, status);
-            if let Some(work) =
-                limiter
-                    .decider
-                    .give_back(&settings, outcome, status, decided_at.elapsed())
+            if let Some(work) = limiter
+                .decider
+                .give_back(&settings, outcome, status, || decided_at.elapsed())
             {
                 actix_web::rt::spawn(work);
             }

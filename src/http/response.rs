@@ -343,6 +343,7 @@ pub fn limit_headers(
 }
 
 /// A header value made before the buffer was frozen, or where in the buffer it is.
+#[derive(Clone)]
 enum Slot {
     Ready(HeaderValue),
     Range(usize, usize),
@@ -394,16 +395,30 @@ fn render(
     let single_reset = wait.unwrap_or_else(|| reset_secs(expiring).unwrap_or(0));
     let limit = u64::from(expiring.verdict.limit);
     let remaining = u64::from(expiring.verdict.remaining);
-    // Room for what this profile writes (draft 6 and the legacy counts come from the table of
-    // small numbers, so a profile of only those often allocates nothing).
+    // Room for all this profile writes, so the buffer never grows: the counts of draft 6 and
+    // the legacy headers (written once for both) and their reset take 20 digits at most when
+    // they are not in the table of small numbers, and nothing when they are (with the
+    // calibration's budgets they are, and a profile of only those allocates nothing).
+    let written = |n: u64| if n < SMALL_NUMBERS { 0 } else { 20 };
     let mut buf = BytesMut::with_capacity(
         match profile.standard {
             Standard::Draft8 | Standard::Draft10 => 72 * outcome.results.len(),
             Standard::Draft7 => 48,
             Standard::Draft6 | Standard::Off => 0,
-        } + if profile.reads_wall_clock() { 12 } else { 0 },
+        } + if profile.standard == Standard::Draft6 || profile.legacy {
+            written(limit) + written(remaining) + written(single_reset)
+        } else {
+            0
+        } + if profile.reads_wall_clock() { 20 } else { 0 },
     );
     let mut values: SmallVec<[(usize, Slot); 8]> = SmallVec::new();
+    // Draft 6 and the legacy headers carry the same limit and remaining, and with a reset in
+    // seconds the same reset: each number is written once and its value sent under both names.
+    let draft6 = profile.standard == Standard::Draft6;
+    let counts =
+        (draft6 || profile.legacy).then(|| (number(&mut buf, limit), number(&mut buf, remaining)));
+    let reset_in_secs = (draft6 || (profile.legacy && profile.legacy_reset == LegacyReset::Delta))
+        .then(|| number(&mut buf, single_reset));
     match profile.standard {
         Standard::Off => {}
         Standard::Draft10 | Standard::Draft8 => {
@@ -435,17 +450,20 @@ fn render(
                 POLICY,
                 Slot::Ready(policy_value(outcome, PolicyForm::Numbers, expiring.slot)),
             ));
-            values.push((DRAFT6, number(&mut buf, limit)));
-            values.push((DRAFT6 + 1, number(&mut buf, remaining)));
-            values.push((DRAFT6 + 2, number(&mut buf, single_reset)));
+            if let (Some((limit, remaining)), Some(reset)) = (&counts, &reset_in_secs) {
+                values.push((DRAFT6, limit.clone()));
+                values.push((DRAFT6 + 1, remaining.clone()));
+                values.push((DRAFT6 + 2, reset.clone()));
+            }
         }
     }
-    if profile.legacy {
-        values.push((LEGACY, number(&mut buf, limit)));
-        values.push((LEGACY + 1, number(&mut buf, remaining)));
-        let reset = match profile.legacy_reset {
-            LegacyReset::Delta => single_reset,
-            LegacyReset::Unix => {
+    if let (true, Some((limit, remaining))) = (profile.legacy, counts) {
+        values.push((LEGACY, limit));
+        values.push((LEGACY + 1, remaining));
+        let reset = match (profile.legacy_reset, reset_in_secs) {
+            (LegacyReset::Delta, Some(reset)) => reset,
+            (LegacyReset::Delta, None) => number(&mut buf, single_reset),
+            (LegacyReset::Unix, _) => {
                 // Counted from the exact instant, rounded up: never a second before the
                 // request could succeed (or the quota is whole).
                 let ahead_ns = match wait {
@@ -458,18 +476,26 @@ fn render(
                     .duration_since(UNIX_EPOCH)
                     .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
                     .unwrap_or(0);
-                ceil_secs(now_ns.saturating_add(ahead_ns))
+                number(&mut buf, ceil_secs(now_ns.saturating_add(ahead_ns)))
             }
         };
-        values.push((LEGACY + 2, number(&mut buf, reset)));
+        values.push((LEGACY + 2, reset));
     }
     let all = buf.freeze();
+    // A range sent under two names is checked and made into a value once.
+    let mut made: SmallVec<[(usize, usize, HeaderValue); 4]> = SmallVec::new();
     for (name, slot) in values {
         let v = match slot {
             Slot::Ready(v) => v,
-            Slot::Range(a, b) => match HeaderValue::from_maybe_shared(all.slice(a..b)) {
-                Ok(v) => v,
-                Err(_) => continue,
+            Slot::Range(a, b) => match made.iter().find(|(x, y, _)| (*x, *y) == (a, b)) {
+                Some((_, _, v)) => v.clone(),
+                None => match HeaderValue::from_maybe_shared(all.slice(a..b)) {
+                    Ok(v) => {
+                        made.push((a, b, v.clone()));
+                        v
+                    }
+                    Err(_) => continue,
+                },
             },
         };
         out(&NAMES[name], v);
@@ -712,9 +738,12 @@ pub fn apply_headers(
         return;
     }
     let [standard, legacy] = names_sent(profile);
-    let clash = headers
-        .keys()
-        .any(|k| standard.contains(k) || legacy.contains(k));
+    // Every limit header's name starts `ratelimit` or `x-ratelimit`: most names are told apart
+    // by their first byte, before any comparison with the names sent.
+    let clash = headers.keys().any(|k| {
+        matches!(k.as_str().as_bytes().first(), Some(b'r' | b'x'))
+            && (standard.contains(k) || legacy.contains(k))
+    });
     render(outcome, profile, decided_at, |name, value| {
         if clash {
             headers.insert(name.clone(), value);

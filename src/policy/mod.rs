@@ -30,16 +30,29 @@ use std::sync::Arc;
 pub struct Policy {
     limiters: Vec<Arc<LimiterSpec>>,
     memo: RouteMemo<Picked>,
+    /// Whether any limiter that is not off is keyed on a body field: when none is, no request
+    /// is asked which fields to read.
+    reads_bodies: bool,
+    /// [`Policy::body_fields`] of requests that name no other method, by (method, path).
+    fields: RouteMemo<BodyFields>,
 }
+
+/// The body fields a request's limiters read (see [`Policy::body_fields`]).
+pub(crate) type BodyFields = SmallVec<[Arc<str>; 2]>;
 
 /// The limiters one request picked, by index into the policy (most requests pick one to three).
 pub(crate) type Picked = SmallVec<[usize; 4]>;
 
 impl Policy {
     pub fn new(limiters: Vec<LimiterSpec>) -> Self {
+        let reads_bodies = limiters
+            .iter()
+            .any(|l| l.key.body_field().is_some() && l.mode != Mode::Off);
         Self {
             limiters: limiters.into_iter().map(Arc::new).collect(),
             memo: RouteMemo::default(),
+            reads_bodies,
+            fields: RouteMemo::default(),
         }
     }
 
@@ -123,22 +136,25 @@ impl Policy {
 
     /// The body fields the `body:<field>` limiters that could meter a request of `method` (and
     /// the methods `also` names by override) on `path` read, whatever credential it carries:
-    /// the fields whose values the request's body must be read for. Empty, at the cost of one
-    /// pass over the limiters, when no limiter is keyed on the body: such requests stream.
-    pub fn body_fields(
-        &self,
-        method: &str,
-        also: &[&str],
-        path: &CanonicalPath<'_>,
-    ) -> SmallVec<[Arc<str>; 2]> {
-        let mut out: SmallVec<[Arc<str>; 2]> = SmallVec::new();
-        if !self
-            .limiters
-            .iter()
-            .any(|l| l.key.body_field().is_some() && l.mode != Mode::Off)
-        {
-            return out;
+    /// the fields whose values the request's body must be read for. Empty at once when no
+    /// limiter is keyed on the body: such requests stream.
+    pub fn body_fields(&self, method: &str, also: &[&str], path: &CanonicalPath<'_>) -> BodyFields {
+        if !self.reads_bodies {
+            return BodyFields::new();
         }
+        // Matched once per distinct path, like the limiters themselves: a request that names
+        // no other method (nearly all) reads the remembered answer.
+        if also.is_empty() {
+            return self.fields.get_or_insert(method, path.as_str(), 0, || {
+                self.fields_read(method, &[], path)
+            });
+        }
+        self.fields_read(method, also, path)
+    }
+
+    /// [`Policy::body_fields`], matched now.
+    fn fields_read(&self, method: &str, also: &[&str], path: &CanonicalPath<'_>) -> BodyFields {
+        let mut out = BodyFields::new();
         for cred in Credential::ALL {
             for i in self.picked_any(method, also, path, cred) {
                 if let crate::keys::KeyKind::Body(field) | crate::keys::KeyKind::BodyIp(field) =

@@ -256,3 +256,68 @@ fn the_route_memo_is_bounded_and_never_answers_for_another_path() {
         "POST /api/agent/heartbeat 0"
     );
 }
+
+#[test]
+fn body_fields_from_the_memo_are_the_fields_matched_now() {
+    use crate::config::Loader;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fleet-limiter.toml");
+    std::fs::write(
+        &file,
+        r#"
+[limiters.per-recipient]
+limit = 5
+window = "1h"
+routes = ["POST /api/share/*"]
+key = "body:recipient"
+
+[limiters.invites]
+limit = 5
+window = "1h"
+routes = ["POST /api/invite"]
+key = "body:email+ip"
+
+[limiters.writes-ip]
+limit = 50
+window = "1h"
+routes = ["POST /api/share/*", "POST /api/invite"]
+key = "ip"
+group = "writes-ip"
+"#,
+    )
+    .unwrap();
+    let cfg = Loader::new().file(&file).load().unwrap();
+    let p = Policy::new(cfg.limiters);
+    let fields = |method: &str, also: &[&str], path: &str| -> Vec<String> {
+        let path = CanonicalPath::parse(path, PathRules::STRICT).unwrap();
+        let got = p.body_fields(method, also, &path);
+        assert_eq!(got, p.fields_read(method, also, &path), "{method} {path}");
+        got.iter().map(|f| f.to_string()).collect()
+    };
+    for _ in 0..2 {
+        assert_eq!(fields("POST", &[], "/api/share/42"), ["recipient"]);
+        assert_eq!(fields("POST", &[], "/api/invite"), ["email"]);
+        assert_eq!(fields("GET", &[], "/api/share/42"), Vec::<String>::new());
+        // A GET named POST by override reads what the POST route reads; the memo is not asked.
+        assert_eq!(fields("GET", &["POST"], "/api/share/42"), ["recipient"]);
+        assert_eq!(
+            fields("POST", &[], "/api/agent/heartbeat"),
+            Vec::<String>::new()
+        );
+    }
+    // A flood of fresh paths never grows the memo past its slots, nor answers for another path.
+    for i in 0..10_000 {
+        let path = format!("/api/share/{i}");
+        assert_eq!(fields("POST", &[], &path), ["recipient"]);
+        assert_eq!(
+            fields("POST", &[], &format!("/api/x/{i}")),
+            Vec::<String>::new()
+        );
+    }
+    assert!(p.fields.held() <= ROUTE_MEMO_CAP, "{}", p.fields.held());
+    // No limiter keyed on the body: no field, and nothing remembered.
+    let plain = Policy::new(crate::config::Config::default().limiters);
+    let path = CanonicalPath::parse("/api/share/1", PathRules::STRICT).unwrap();
+    assert!(plain.body_fields("POST", &[], &path).is_empty());
+    assert_eq!(plain.fields.held(), 0);
+}

@@ -121,7 +121,11 @@ impl MemoryStore {
 
     /// Decide synchronously: the memory store never needs to wait.
     pub fn decide_now(&self, checks: &[Check]) -> Vec<Verdict> {
-        let now = self.clock.now();
+        self.decide_at(checks, self.clock.now())
+    }
+
+    /// [`MemoryStore::decide_now`] at `now` on the store's clock, read by the caller.
+    pub fn decide_at(&self, checks: &[Check], now: Nanos) -> Vec<Verdict> {
         match checks {
             [] => Vec::new(),
             [one] => {
@@ -371,6 +375,10 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>> {
         let out = self.decide_now(checks);
         Box::pin(async move { Ok(out) })
+    }
+
+    fn decide_in_process(&self, checks: &[Check], now: Nanos) -> Option<Vec<Verdict>> {
+        Some(self.decide_at(checks, now))
     }
 
     fn give_back<'a>(&'a self, items: &'a [GiveBack]) -> BoxFuture<'a, Result<(), StoreError>> {

@@ -149,6 +149,18 @@ pub trait Store: Send + Sync + 'static {
     fn decide<'a>(&'a self, checks: &'a [Check])
         -> BoxFuture<'a, Result<Vec<Verdict>, StoreError>>;
 
+    /// [`Store::decide`] on the caller's thread at `now`, read from [`Store::clock`], for a
+    /// store that decides in the process without waiting (the memory store): no future to
+    /// allocate and no second reading of the clock. `None` (the default) for a store that
+    /// must be asked (Redis); the caller then awaits [`Store::decide`].
+    fn decide_in_process(
+        &self,
+        _checks: &[Check],
+        _now: crate::clock::Nanos,
+    ) -> Option<Vec<Verdict>> {
+        None
+    }
+
     /// Give back admitted requests whose answers say they should not have counted, each bucket
     /// at most by what the request still weighs on it. Runs after the answer, never on a
     /// decision's path.

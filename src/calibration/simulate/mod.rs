@@ -505,9 +505,9 @@ impl Sim {
         let settings = self.decider.settings();
         let outcome = self.decider.decide_with(&settings, &facts).await;
         if let Some(status) = status {
-            if let Some(work) =
-                self.decider
-                    .give_back(&settings, &outcome, status, std::time::Duration::ZERO)
+            if let Some(work) = self
+                .decider
+                .give_back(&settings, &outcome, status, || std::time::Duration::ZERO)
             {
                 work.await;
             }
