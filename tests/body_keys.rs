@@ -489,3 +489,45 @@ async fn a_body_trickled_to_a_body_route_is_cut_off_at_the_minimum_rate() {
         Some(1.0)
     );
 }
+
+/// The body fields a route's limiters read are remembered per path in bounded slots. A flood of
+/// fresh paths from many connections at once evicts the body route's answer, again and again;
+/// its next request is still read for the field, and metered by the recipient's budget (three),
+/// whichever address it comes from. Any upstream will do: the gateway's reading is tested.
+#[tokio::test]
+async fn a_flood_of_fresh_paths_never_lets_a_body_route_skip_its_field() {
+    let up = common::upstream().await;
+    let gw = std::sync::Arc::new(
+        Launch::serve()
+            .config_toml(EMAIL)
+            .upstream(&up.uri())
+            .spawn(),
+    );
+    let body = r#"{"email":"victim@example.com"}"#;
+    for wave in 0..6u32 {
+        let mut tasks = Vec::new();
+        for worker in 0..8u32 {
+            let gw = gw.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..128u32 {
+                    let p = format!("/auth/{wave}/{worker}/{i}");
+                    let status = send(&gw, &p, "198.51.100.7", &[JSON], body).await;
+                    assert_eq!(status, 200, "{p}");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("flood task");
+        }
+        let status = send(
+            &gw,
+            "/auth/forgot-password",
+            &format!("203.0.113.{wave}"),
+            &[JSON],
+            body,
+        )
+        .await;
+        let expected = if wave < 3 { 200 } else { 429 };
+        assert_eq!(status, expected, "wave {wave}");
+    }
+}
