@@ -339,19 +339,12 @@ impl Decider {
         if outcome.refused() {
             return None;
         }
-        if !outcome
-            .results
-            .iter()
-            .any(|r| r.verdict.allowed && !r.store_error && r.spec.gives_back(status))
-        {
+        if !outcome.results.iter().any(|r| r.gives_back(status)) {
             return None;
         }
         let elapsed = u64::try_from(since_decision().as_nanos()).unwrap_or(u64::MAX);
         let mut items: SmallVec<[(GiveBack, Option<LimiterMeter>, bool); 4]> = SmallVec::new();
-        for r in &outcome.results {
-            if !r.verdict.allowed || r.store_error || !r.spec.gives_back(status) {
-                continue;
-            }
+        for r in outcome.results.iter().filter(|r| r.gives_back(status)) {
             let meter = settings.meters.get(r.slot).cloned();
             items.push((
                 GiveBack {

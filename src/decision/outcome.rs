@@ -40,6 +40,13 @@ impl LimitResult {
     pub fn refuses(&self) -> bool {
         !self.verdict.allowed && self.spec.mode == Mode::Enforce
     }
+
+    /// Whether an answer with `status` gives back what this result took: the limiter allowed
+    /// and counted the request (its store decided) and its `count` says such an answer should
+    /// not have counted.
+    pub(crate) fn gives_back(&self, status: u16) -> bool {
+        self.verdict.allowed && !self.store_error && self.spec.gives_back(status)
+    }
 }
 
 /// Everything decided about one request.
