@@ -198,6 +198,7 @@ mod rls;
 mod rls_rules;
 mod serve;
 mod shaping;
+mod spread;
 mod store;
 mod tls;
 mod top;

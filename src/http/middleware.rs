@@ -41,7 +41,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
 use std::sync::Arc;
 
-const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
+pub(crate) const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The limiter as an actix-web middleware: `App::new().wrap(FleetLimiter::from_config(&cfg)?)`.
