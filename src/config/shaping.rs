@@ -99,6 +99,9 @@ pub struct ShapedRoute {
     pub max_in_flight: Option<u32>,
     /// Who that cap counts.
     pub in_flight_per: InFlightPer,
+    /// Whether the upstream's answers on these routes count toward its pressure
+    /// (`[shaping.upstream]`); `false` for routes slow by nature (reports, long polls).
+    pub watched: bool,
 }
 
 /// Who a route's in-flight cap counts (`in_flight_per`).
@@ -159,6 +162,7 @@ pub(super) struct RawShapedRoute {
     priority: Option<String>,
     max_in_flight: Option<i64>,
     in_flight_per: Option<String>,
+    watched: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -238,7 +242,11 @@ fn shaped_route(
             "is empty; name the routes this entry shapes, e.g. [\"POST /api/agent/heartbeat\"]",
         ));
     }
-    if r.interval.is_none() && r.priority.is_none() && r.max_in_flight.is_none() {
+    if r.interval.is_none()
+        && r.priority.is_none()
+        && r.max_in_flight.is_none()
+        && r.watched.is_none()
+    {
         return Err(ctx.err(
             &at("interval"),
             "is missing, and so are priority and max_in_flight, so the entry shapes nothing; set how often a caller should come, e.g. interval = \"60s\" (the agents' own cadence)",
@@ -326,6 +334,7 @@ fn shaped_route(
         priority,
         max_in_flight,
         in_flight_per,
+        watched: r.watched.unwrap_or(true),
     })
 }
 

@@ -209,16 +209,16 @@ impl Decider {
             crate::known_agents::grace(cfg.fleet.longest_gap_seconds()),
         ));
         let top = Arc::new(crate::top::TopTalkers::default());
-        let pressure = Arc::new(crate::shaping::Pressure::new());
+        let clock = store
+            .clock()
+            .unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let pressure = Arc::new(crate::shaping::Pressure::with_clock(clock.clone()));
         let metrics = Arc::new(Metrics::for_decider(
             store.clone(),
             known.clone(),
             top.clone(),
             pressure.clone(),
         ));
-        let clock = store
-            .clock()
-            .unwrap_or_else(|| Arc::new(SystemClock::new()));
         Self {
             give_backs: Arc::default(),
             overrides: Arc::new(crate::overrides::Overrides::new(
@@ -255,6 +255,11 @@ impl Decider {
     /// The time its buckets are decided on (ns since the Unix epoch; virtual in tests).
     pub(crate) fn now(&self) -> crate::clock::Nanos {
         self.clock.now()
+    }
+
+    /// The clock [`Decider::now`] reads.
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The agent ids its `new-agents` limiters know.
@@ -455,10 +460,10 @@ impl Decider {
         let ip = outcome.client_ip.unwrap_or(req.peer);
         let address = crate::shaping::address_of(ip, settings.ipv6_prefix);
         let agent = req.agent_id.and_then(keys::valid_agent_id);
-        let stretch = if shaping.upstream().is_some() {
-            self.pressure.stretch()
+        let step = if shaping.upstream().is_some() {
+            self.pressure.step()
         } else {
-            1.0
+            0
         };
         let hint = shaping.hint(
             route,
@@ -466,7 +471,7 @@ impl Decider {
             agent,
             self.clock.now(),
             outcome.retry_after_secs(),
-            stretch,
+            step,
         )?;
         route.meter.hint(hint);
         Some(hint)

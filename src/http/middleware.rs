@@ -238,7 +238,10 @@ where
             } else {
                 &outcome
             };
-            let waiting = shaped.sent(&limiter.decider);
+            let timing = shaped.timing(&limiter.decider);
+            if let Some(t) = &timing {
+                super::shaping::start_when_whole(&mut req, t.clone());
+            }
             let answered = service.call(req).await;
             // The answer's status decides whether limiters counting only failed (or only
             // succeeded) answers give the request back; an error is a failed answer. The
@@ -248,7 +251,9 @@ where
                 Ok(res) => res.status().as_u16(),
                 Err(e) => e.as_response_error().status_code().as_u16(),
             };
-            shaped.answered(&limiter.decider, waiting, status);
+            if let Some(t) = timing {
+                t.answered(status);
+            }
             if let Some(work) = limiter
                 .decider
                 .give_back(&settings, outcome, status, || decided_at.elapsed())

@@ -32,6 +32,10 @@ pub(crate) struct Route {
     /// The interval and the longest hint, in ns.
     interval: Option<u64>,
     max: Option<u64>,
+    /// Its stretch steps (empty: it does not stretch).
+    ladder: Vec<slots::Step>,
+    /// Whether its answers count toward the upstream's pressure (`watched`).
+    pub watched: bool,
     pub priority: Priority,
     /// What each principal has at the upstream on this route, when it is capped.
     in_flight: Option<Arc<InFlight>>,
@@ -67,6 +71,8 @@ impl Route {
 pub(crate) struct Shaping {
     routes: Vec<Route>,
     upstream: Option<Rules>,
+    /// The slots told lately (only when a route has an interval).
+    memory: Option<slots::SlotMemory>,
     /// Which route each (method, path) met took: matched once per distinct path.
     memo: crate::policy::RouteMemo<Option<u16>>,
 }
@@ -88,7 +94,7 @@ impl Shaping {
             return None;
         }
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        let routes = cfg
+        let routes: Vec<Route> = cfg
             .routes
             .iter()
             .map(|r| Route {
@@ -96,6 +102,11 @@ impl Shaping {
                 patterns: r.routes.clone(),
                 interval: r.interval.map(ns),
                 max: r.longest_hint().map(ns),
+                ladder: match (r.interval, r.longest_hint()) {
+                    (Some(i), Some(m)) if r.max_interval.is_some() => slots::ladder(ns(i), ns(m)),
+                    _ => Vec::new(),
+                },
+                watched: r.watched,
                 priority: r.priority,
                 in_flight: r.max_in_flight.map(|n| InFlight::new(n as usize)),
                 in_flight_per: r.in_flight_per,
@@ -104,9 +115,16 @@ impl Shaping {
                 }),
             })
             .collect();
+        // Each stretch step is held for the longest interval at least: one cycle of every route.
+        let hold = routes.iter().filter_map(|r| r.interval).max().unwrap_or(0);
+        let memory = routes
+            .iter()
+            .any(|r| r.interval.is_some())
+            .then(slots::SlotMemory::new);
         Some(Self {
             routes,
-            upstream: cfg.upstream.as_ref().map(Rules::from),
+            upstream: cfg.upstream.as_ref().map(|u| Rules::new(u, hold)),
+            memory,
             memo: crate::policy::RouteMemo::default(),
         })
     }
@@ -134,8 +152,19 @@ impl Shaping {
     }
 
     /// `X-Poll-Interval` for a request on `route` from `address` (normalised) with agent id
-    /// `agent` (valid, or none), at `now`, refused for `retry_after_secs` (if it was), with
-    /// intervals stretched by `stretch`: `None` on a route with no interval.
+    /// `agent` (valid, or none), at `now`, refused for `retry_after_secs` (if it was), at stretch
+    /// step `step`: `None` on a route with no interval.
+    ///
+    /// At stretch step 0 the hint is the caller's next slot at least half an interval away. At a
+    /// higher step, the slots fall on a grid of the step (a whole fraction of the interval) and
+    /// the hint is the last point of the caller's grid within the step's period: an agent that
+    /// comes at its slot is sent one period on (90 s instead of 60 for the example's heartbeat),
+    /// and any other caller is told a slot between the period less one grid and the period
+    /// (60 to 90 s).
+    ///
+    /// The slot told is remembered: asked again, a caller is told the same slot while it is at
+    /// least half an interval away (and the step has not moved); come at its slot, it is sent
+    /// one period on. Otherwise the slot is derived afresh, as every instance derives it.
     pub(crate) fn hint(
         &self,
         route: &Route,
@@ -143,20 +172,74 @@ impl Shaping {
         agent: Option<&str>,
         now: Nanos,
         retry_after_secs: Option<u64>,
-        stretch: f64,
+        step: u8,
     ) -> Option<u64> {
         let interval = route.interval?;
         let max = route.max.unwrap_or(u64::MAX);
-        let at = slots::stretched(interval, stretch, max);
-        let phase = slots::phase(address, agent, interval);
-        // The phase keeps its place in the stretched interval.
-        let phase = if at == interval {
-            phase
-        } else {
-            (u128::from(phase) * u128::from(at) / u128::from(interval)) as u64
-        };
         let at_least = retry_after_secs.unwrap_or(0).saturating_mul(1_000_000_000);
-        Some(slots::capped_hint_secs(phase, at, now, at_least, max))
+        let step = if route.ladder.is_empty() {
+            0
+        } else {
+            step.min(u8::try_from(route.ladder.len()).unwrap_or(u8::MAX))
+        };
+        let rung = step
+            .checked_sub(1)
+            .and_then(|i| route.ladder.get(usize::from(i)).copied());
+        let period = rung.map_or(interval, |r| r.period);
+        let least = (interval / 2).max(at_least);
+        let most = max.max(at_least).saturating_add(slots::ON_TIME);
+        let said = |slot: u64| {
+            let secs = slots::secs_until(slot, now);
+            if at_least == 0 {
+                secs.min((max / 1_000_000_000).max(1))
+            } else {
+                secs
+            }
+        };
+        let index = self
+            .routes
+            .iter()
+            .position(|r| std::ptr::eq(r, route))
+            .unwrap_or(usize::MAX);
+        let memory = self
+            .memory
+            .as_ref()
+            .map(|m| (m, m.key(index, address, agent)));
+        if let Some((m, key)) = memory {
+            if let Some((told, at_step)) = m.recall(key) {
+                let ahead = told.saturating_sub(now);
+                if at_step == step && told > now && ahead >= least && ahead <= most {
+                    return Some(said(told));
+                }
+                // Come at the slot it was told while stretched: one period on. (Unstretched, the
+                // next slot of its phase is that already, and a caller off its phase comes
+                // back to it.)
+                if step > 0 && told.abs_diff(now) <= slots::ON_TIME {
+                    let next = told.saturating_add(period);
+                    let ahead = next.saturating_sub(now);
+                    if ahead >= least && ahead <= most {
+                        m.remember(key, step, next);
+                        return Some(said(next));
+                    }
+                }
+            }
+        }
+        let phase = slots::phase(address, agent, interval);
+        // Stretched, an agent that comes at its slot is sent one period on; any other caller is
+        // told the last point of its grid within one period.
+        let slot = match rung {
+            None => slots::base_slot(phase, interval, now, at_least, max),
+            Some(r) => slots::on_grid_next(phase, r, now)
+                .filter(|&next| {
+                    let ahead = next.saturating_sub(now);
+                    ahead >= least && ahead <= most
+                })
+                .unwrap_or_else(|| slots::stepped_slot(phase, r, now, at_least)),
+        };
+        if let Some((m, key)) = memory {
+            m.remember(key, step, slot);
+        }
+        Some(said(slot))
     }
 
     /// The interval (ns) of the route that names `method` on `path`, if it has one.
@@ -183,6 +266,7 @@ mod tests {
                 priority: Priority::Critical,
                 max_in_flight: None,
                 in_flight_per: InFlightPer::Address,
+                watched: true,
             }],
             upstream: None,
         })
@@ -190,38 +274,29 @@ mod tests {
     }
 
     #[test]
-    fn a_stretched_hint_never_passes_the_longest_and_keeps_the_fleet_spread() {
+    fn a_hint_stays_within_half_an_interval_and_the_longest_and_stretched_is_longer() {
         let s = heartbeat(Some(90));
         let route = s.route("POST", "/api/agent/heartbeat").expect("the route");
-        for stretch in [1.0, 1.2, 1.5, 3.0, 16.0] {
-            let mut thirds = [0u32; 3];
+        for step in 0..=4u8 {
+            let mut sum = 0u64;
             for i in 0..3000 {
                 let agent = format!("agent-{i}");
                 let now = 1_700_000_000 * S + (i as u64 % 97) * S / 7;
                 let h = s
-                    .hint(route, "198.51.100.7", Some(&agent), now, None, stretch)
+                    .hint(route, "198.51.100.7", Some(&agent), now, None, step)
                     .expect("a hint");
-                assert!((1..=90).contains(&h), "stretch {stretch}: {h}");
-                thirds[((h - 1) * 3 / 90).min(2) as usize] += 1;
+                assert!((30..=90).contains(&h), "step {step}: {h}");
+                sum += h;
             }
-            if stretch >= 3.0 {
-                // Stretched to its most, the fleet is told hints spread across the 88 s.
-                assert!(thirds.iter().all(|&n| n > 600), "{stretch}: {thirds:?}");
+            let mean = sum as f64 / 3000.0;
+            if step == 0 {
+                assert!((57.0..63.0).contains(&mean), "{mean}");
+            } else {
+                // Stretched, a caller asked at any moment is told 60 to 90 s.
+                assert!((72.0..78.0).contains(&mean), "step {step}: {mean}");
             }
         }
-        // Unstretched, the hint is the slot half an interval to one and a half away.
-        let h = s
-            .hint(
-                route,
-                "198.51.100.7",
-                Some("a"),
-                1_700_000_000 * S,
-                None,
-                1.0,
-            )
-            .expect("a hint");
-        assert!((30..=90).contains(&h), "{h}");
-        // A refusal's Retry-After is never cut short, cap or not.
+        // A refusal's Retry-After is never cut short.
         let h = s
             .hint(
                 route,
@@ -229,30 +304,101 @@ mod tests {
                 Some("a"),
                 1_700_000_000 * S,
                 Some(120),
-                16.0,
+                1,
             )
             .expect("a hint");
         assert!(h >= 120, "{h}");
     }
 
     #[test]
-    fn an_agent_that_follows_stretched_hints_comes_once_per_stretched_interval() {
+    fn an_agent_that_follows_its_hints_comes_once_a_period() {
         let s = heartbeat(Some(90));
         let route = s.route("POST", "/api/agent/heartbeat").expect("the route");
-        let mut now = 1_700_000_003 * S;
-        let mut gaps = Vec::new();
-        for _ in 0..40 {
-            let h = s
-                .hint(route, "203.0.113.9", Some("agent-7"), now, None, 16.0)
-                .expect("a hint");
-            gaps.push(h);
-            now += h * S + 80_000_000;
+        for (step, period) in [(0u8, 60u64), (1, 90)] {
+            let mut now = 1_700_000_003 * S;
+            let mut gaps = Vec::new();
+            for k in 0..30u64 {
+                let h = s
+                    .hint(route, "203.0.113.9", Some("agent-7"), now, None, step)
+                    .expect("a hint");
+                gaps.push(h);
+                // 80 ms on the way, and a timer early or late by up to 300 ms.
+                now += h * S + 80_000_000;
+                now = if k % 2 == 0 {
+                    now + 300_000_000
+                } else {
+                    now - 300_000_000
+                };
+            }
+            assert!(
+                gaps[1..].iter().all(|&g| g.abs_diff(period) <= 1),
+                "step {step}: {gaps:?}"
+            );
         }
-        // After its first, every gap is the stretched interval (88 s) to the rounding.
+    }
+
+    #[test]
+    fn asked_again_an_agent_is_told_the_same_slot_and_a_slot_moves_once_per_step() {
+        let s = heartbeat(Some(90));
+        let route = s.route("POST", "/api/agent/heartbeat").expect("the route");
+        let t0 = 1_700_000_000 * S;
+        let mut moved = 0;
+        for i in 0..200 {
+            let agent = format!("agent-{i}");
+            let slot = |now: u64, step: u8| {
+                now / S
+                    + s.hint(route, "198.51.100.7", Some(&agent), now, None, step)
+                        .expect("a hint")
+            };
+            let a = slot(t0 + 12 * S, 1);
+            let b = slot(t0 + 15 * S, 1);
+            assert!(a.abs_diff(b) <= 1, "{agent}: {a} then {b}");
+            let mut seen = vec![slot(t0, 0), slot(t0 + 4 * S, 0)];
+            seen.extend([slot(t0 + 8 * S, 1), slot(t0 + 12 * S, 1)]);
+            seen.sort_unstable();
+            seen.dedup_by(|x, y| x.abs_diff(*y) <= 1);
+            if seen.len() > 2 {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, 0);
+        // Every instance derives the same slot: a fresh one tells the first ask the same.
+        let other = heartbeat(Some(90));
+        let route2 = other
+            .route("POST", "/api/agent/heartbeat")
+            .expect("the route");
+        for i in 0..50 {
+            let agent = format!("agent-{i}");
+            let now = t0 + 20 * S;
+            let fresh = heartbeat(Some(90));
+            let r = fresh.route("POST", "/api/agent/heartbeat").expect("route");
+            assert_eq!(
+                fresh.hint(r, "198.51.100.7", Some(&agent), now, None, 1),
+                other.hint(route2, "198.51.100.7", Some(&agent), now, None, 1)
+            );
+        }
+    }
+
+    #[test]
+    fn the_ladder_of_the_example_routes() {
+        use slots::Step;
+        let l = slots::ladder(60 * S, 90 * S);
+        assert_eq!(l.len(), 4);
         assert!(
-            gaps[1..].iter().all(|&g| (87..=89).contains(&g)),
-            "{gaps:?}"
+            l.iter().all(|&st| st
+                == Step {
+                    grid: 30 * S,
+                    period: 90 * S
+                }),
+            "{l:?}"
         );
+        let p: Vec<u64> = slots::ladder(30 * S, 120 * S)
+            .iter()
+            .map(|s| s.period / S)
+            .collect();
+        assert_eq!(p, [45, 60, 90, 120]);
+        // No room to stretch.
+        assert!(slots::ladder(60 * S, 60 * S).is_empty());
     }
 
     #[test]

@@ -14,9 +14,6 @@ use sha2::{Digest, Sha256};
 use std::net::IpAddr;
 
 const NANOS: u64 = 1_000_000_000;
-/// How far below its longest hint a stretched interval stays, so that an agent a little early
-/// for its slot is still sent to its next one.
-const SLACK: u64 = 2 * NANOS;
 
 /// A caller's phase in `interval` (ns): where in every interval its slot falls.
 pub(crate) fn phase(address: &str, agent: Option<&str>, interval: u64) -> u64 {
@@ -53,6 +50,7 @@ pub(crate) fn hint_secs(phase: u64, interval: u64, now: Nanos, at_least: u64) ->
 
 /// [`hint_secs`] never past `cap` (ns) unless `at_least` is: where the slot at least half an
 /// interval away lies past the cap, the slot before it (sooner than half an interval) is said.
+#[cfg(test)]
 pub(crate) fn capped_hint_secs(
     phase: u64,
     interval: u64,
@@ -60,6 +58,11 @@ pub(crate) fn capped_hint_secs(
     at_least: u64,
     cap: u64,
 ) -> u64 {
+    secs_until(base_slot(phase, interval, now, at_least, cap), now)
+}
+
+/// The slot (ns since the epoch) [`capped_hint_secs`] names.
+pub(crate) fn base_slot(phase: u64, interval: u64, now: Nanos, at_least: u64, cap: u64) -> u64 {
     let interval = interval.max(NANOS);
     let into = now % interval;
     let mut ahead = (phase % interval + interval - into) % interval;
@@ -73,17 +76,177 @@ pub(crate) fn capped_hint_secs(
             pushed
         };
     }
-    ((ahead + NANOS / 2) / NANOS).max(1)
+    now.saturating_add(ahead)
 }
 
-/// The interval a route of `interval` (ns) runs at under `stretch`, never within [`SLACK`] of
-/// its longest hint `max` (ns): the caller's phase keeps its place in it, scaled.
-pub(crate) fn stretched(interval: u64, stretch: f64, max: u64) -> u64 {
-    if stretch <= 1.0 || max <= interval + SLACK {
-        return interval;
+/// One stretch step of a route: its callers' slots fall on a grid of `grid` (ns, a whole
+/// fraction of the interval, so the grid holds every base slot), and the hint is the last grid
+/// point at most `period` away. An agent that follows its hints comes once every `period`; an
+/// agent asked at any moment is told a slot in `(period - grid, period]`, never less than half
+/// the interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Step {
+    pub grid: u64,
+    pub period: u64,
+}
+
+/// The fewest grid points per interval tried: a grid is at least a third of the interval, so a
+/// fleet asked at one moment under a stretch still lands across a third of it.
+const MOST_GRID_PARTS: u64 = 3;
+
+/// A route's stretch steps: for each nominal factor of [`super::pressure::STEPS`] past the
+/// first, the longest period within `factor * interval` and `max` (ns) whose grid keeps every
+/// hint at least half an interval away; a factor no longer period serves repeats the step below
+/// it. Empty when the route cannot stretch (`max` within the interval).
+pub(crate) fn ladder(interval: u64, max: u64) -> Vec<Step> {
+    let mut out: Vec<Step> = Vec::new();
+    for &factor in &super::pressure::STEPS[1..] {
+        let want = ((interval as f64 * factor).min(u64::MAX as f64) as u64).min(max);
+        let mut best: Option<Step> = None;
+        for parts in 1..=MOST_GRID_PARTS {
+            if interval % (parts * 1_000_000) != 0 {
+                continue;
+            }
+            let grid = interval / parts;
+            let period = want / grid * grid;
+            let fits = period > interval && period - grid >= interval / 2;
+            if fits && best.is_none_or(|b| period > b.period) {
+                best = Some(Step { grid, period });
+            }
+        }
+        match (best, out.last()) {
+            (Some(step), _) => out.push(step),
+            (None, Some(&below)) => out.push(below),
+            (None, None) => {}
+        }
     }
-    let want = (interval as f64 * stretch).min(u64::MAX as f64) as u64;
-    want.min(max - SLACK).max(interval)
+    // A ladder whose first factor found no step found none at all.
+    if out.len() < super::pressure::STEPS.len() - 1 {
+        out.clear();
+    }
+    out
+}
+
+/// Under `step`, the slot (ns since the epoch) of the caller of `phase` asked at `now`: the last
+/// point of its grid at most `step.period` away, or where a refusal asks for `at_least`, the
+/// first point at least that far.
+pub(crate) fn stepped_slot(phase: u64, step: Step, now: Nanos, at_least: u64) -> u64 {
+    let grid = step.grid.max(NANOS);
+    let offset = phase % grid;
+    let last = |x: u64| -> u64 {
+        // The last point of the grid at or before x.
+        x - (x + grid - offset) % grid
+    };
+    let slot = last(now.saturating_add(step.period));
+    if slot.saturating_sub(now) >= at_least {
+        slot
+    } else {
+        let want = now.saturating_add(at_least);
+        let l = last(want);
+        if l == want {
+            l
+        } else {
+            l.saturating_add(grid)
+        }
+    }
+}
+
+/// Under `step`, the slot one period after the grid point the caller of `phase` came at, if
+/// `now` is within [`ON_TIME`] of one: an agent that came at its slot.
+pub(crate) fn on_grid_next(phase: u64, step: Step, now: Nanos) -> Option<u64> {
+    let grid = step.grid.max(NANOS);
+    let offset = phase % grid;
+    let since = (now + grid - offset) % grid;
+    let point = if since <= ON_TIME {
+        now - since
+    } else if grid - since <= ON_TIME {
+        now + (grid - since)
+    } else {
+        return None;
+    };
+    Some(point.saturating_add(step.period))
+}
+
+/// Whole seconds from `now` to `slot`, rounded to the nearest, at least 1.
+pub(crate) fn secs_until(slot: u64, now: Nanos) -> u64 {
+    ((slot.saturating_sub(now) + NANOS / 2) / NANOS).max(1)
+}
+
+/// How close to its remembered slot an agent must come to count as having come at it.
+pub(crate) const ON_TIME: u64 = NANOS;
+
+/// The slots told lately, per caller and route, so that an agent asked again is told the slot
+/// it was told, and an agent that comes at its slot is sent one period on: a fixed number of
+/// entries (a caller whose entry another took is told the slot derived afresh, which every
+/// instance derives alike).
+pub(crate) struct SlotMemory {
+    entries: Box<[parking_lot::Mutex<Remembered>]>,
+    keys: (u64, u64),
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Remembered {
+    key: u64,
+    slot: u64,
+    step: u8,
+}
+
+/// Entries a memory holds.
+pub(crate) const MEMORY_ENTRIES: usize = 1 << 16;
+
+impl std::fmt::Debug for SlotMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotMemory")
+            .field("entries", &self.entries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SlotMemory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SlotMemory {
+    pub(crate) fn new() -> Self {
+        let entries = (0..MEMORY_ENTRIES)
+            .map(|_| parking_lot::Mutex::new(Remembered::default()))
+            .collect();
+        Self {
+            entries,
+            keys: (rand::random(), rand::random()),
+        }
+    }
+
+    /// The key of a caller on route number `route`.
+    pub(crate) fn key(&self, route: usize, address: &str, agent: Option<&str>) -> u64 {
+        use std::hash::Hasher;
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(self.keys.0, self.keys.1);
+        h.write_usize(route);
+        h.write(address.as_bytes());
+        h.write_u8(0xff);
+        if let Some(a) = agent {
+            h.write(a.as_bytes());
+        }
+        // 0 marks an empty entry.
+        h.finish().max(1)
+    }
+
+    fn entry(&self, key: u64) -> &parking_lot::Mutex<Remembered> {
+        &self.entries[(key as usize) & (MEMORY_ENTRIES - 1)]
+    }
+
+    /// The slot told to `key`, and the stretch step it was told under, if it is remembered.
+    pub(crate) fn recall(&self, key: u64) -> Option<(u64, u8)> {
+        let e = *self.entry(key).lock();
+        (e.key == key).then_some((e.slot, e.step))
+    }
+
+    /// Remember `slot` as told to `key` under `step`.
+    pub(crate) fn remember(&self, key: u64, step: u8, slot: u64) {
+        *self.entry(key).lock() = Remembered { key, slot, step };
+    }
 }
 
 /// The normalised address of `ip` as a poll slot reads it (the limiters' IPv6 prefix).

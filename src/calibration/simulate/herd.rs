@@ -36,6 +36,7 @@ use crate::shaping::{Pressure, Rules, Shaping};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Agents in the herd.
@@ -174,17 +175,17 @@ impl Herd {
     /// Agent `i`'s `X-Poll-Interval` for a heartbeat decided at `t`, as the gateway answers it.
     #[cfg(test)]
     fn hint(&self, slots: &Shaping, i: usize, t: Nanos, retry_after: Option<u64>) -> Option<u64> {
-        self.hint_stretched(slots, i, t, retry_after, 1.0)
+        self.hint_stretched(slots, i, t, retry_after, 0)
     }
 
-    /// [`Herd::hint`] with intervals stretched by `stretch`.
+    /// [`Herd::hint`] at stretch step `step`.
     fn hint_stretched(
         &self,
         slots: &Shaping,
         i: usize,
         t: Nanos,
         retry_after: Option<u64>,
-        stretch: f64,
+        step: u8,
     ) -> Option<u64> {
         let route = slots.route(traffic::HEARTBEAT.0, traffic::HEARTBEAT.1)?;
         slots.hint(
@@ -193,7 +194,7 @@ impl Herd {
             Some(&self.ids[i]),
             ORIGIN + t,
             retry_after,
-            stretch,
+            step,
         )
     }
 }
@@ -244,9 +245,9 @@ enum Ev {
 
 /// A request at the backend: whose heartbeat it is (none: a low-priority one), and its place
 /// in the pressure's waiting list.
-struct Pending<'a> {
+struct Pending {
     agent: Option<usize>,
-    waiting: Option<crate::shaping::pressure::Waiting<'a>>,
+    waiting: Option<crate::shaping::pressure::Waiting>,
 }
 
 /// One run in progress: the queue of the agents' next heartbeats and the tallies.
@@ -256,12 +257,12 @@ struct HerdSim<'a> {
     cadence: Nanos,
     timeout: Nanos,
     /// The controller watching the backend, and its rules (the backend-aware run only).
-    aware: Option<(&'a Pressure, Rules)>,
+    aware: Option<(&'a Arc<Pressure>, Rules)>,
     sim: Sim,
     rng: Rng,
     q: Queue<Ev>,
     backend: Backend,
-    pending: HashMap<u64, Pending<'a>>,
+    pending: HashMap<u64, Pending>,
     next_token: u64,
     /// When each agent's last admitted heartbeat was answered (its return counts as one).
     last: Vec<Nanos>,
@@ -276,19 +277,21 @@ struct HerdSim<'a> {
 }
 
 impl<'a> HerdSim<'a> {
-    /// How far the heartbeat's interval stretches now.
-    fn stretch(&mut self) -> f64 {
-        let stretch = self.aware.map_or(1.0, |(p, _)| p.stretch());
+    /// The stretch step now.
+    fn step(&mut self) -> u8 {
+        let (step, stretch) = self
+            .aware
+            .map_or((0, 1.0), |(p, _)| (p.step(), p.stretch()));
         self.max_stretch = self.max_stretch.max(stretch);
-        stretch
+        step
     }
 
     /// Agent `i`'s hint at `t`, tallied.
     fn hint(&mut self, i: usize, t: Nanos, retry_after: Option<u64>) -> Option<u64> {
-        let stretch = self.stretch();
+        let step = self.step();
         let hint = self
             .slots
-            .and_then(|s| self.herd.hint_stretched(s, i, t, retry_after, stretch));
+            .and_then(|s| self.herd.hint_stretched(s, i, t, retry_after, step));
         if let Some(h) = hint {
             self.longest_hint = Some(self.longest_hint.unwrap_or(0).max(h));
         }
@@ -298,8 +301,10 @@ impl<'a> HerdSim<'a> {
     /// A request admitted at `t` goes to the backend; its answer comes back later.
     fn forward(&mut self, t: Nanos, agent: Option<usize>) {
         let latency = self.backend.take(t);
-        let waiting = self.aware.map(|(p, rules)| p.sent(t, &rules));
         let token = self.next_token;
+        // Each agent is a caller of its own; low-priority requests come from 64 dashboards.
+        let caller = agent.map_or(u64::MAX - token % 64, |i| i as u64);
+        let waiting = self.aware.map(|(p, rules)| p.sent(t, caller, &rules));
         self.next_token += 1;
         self.pending.insert(token, Pending { agent, waiting });
         self.q.push(t + latency, Ev::Answer(token));
@@ -429,7 +434,7 @@ async fn run_once(
     seed: u64,
     herd: &Herd,
     slots: Option<&Shaping>,
-    aware: Option<(&Pressure, Rules)>,
+    aware: Option<(&Arc<Pressure>, Rules)>,
 ) -> HerdRun {
     let n = herd.ids.len();
     let mut q = Queue::default();
@@ -496,6 +501,7 @@ fn heartbeat_route(interval: Duration, max_interval: Option<Duration>) -> Shaped
         priority: Priority::Critical,
         max_in_flight: None,
         in_flight_per: Default::default(),
+        watched: true,
     }
 }
 
@@ -524,7 +530,10 @@ fn aware_shaping(cfg: &Config, interval: u64) -> Option<(Shaping, Rules)> {
         )],
         upstream: Some(upstream),
     };
-    Shaping::of(&shaping).map(|s| (s, Rules::from(&upstream)))
+    Shaping::of(&shaping).and_then(|s| {
+        let rules = s.upstream().copied()?;
+        Some((s, rules))
+    })
 }
 
 /// Run the `herd` scenario: [`AGENTS`] agents.
@@ -545,7 +554,7 @@ pub(crate) async fn run_agents(cfg: &Config, seed: u64, n: usize) -> HerdReport 
     let own_cadence = run_once(cfg, seed, &herd, None, None).await;
     let poll_slots = run_once(cfg, seed, &herd, slots.as_ref(), None).await;
     let aware = aware_shaping(cfg, cadence);
-    let pressure = Pressure::new();
+    let pressure = Arc::new(Pressure::new());
     let backend_aware = run_once(
         cfg,
         seed,
@@ -638,6 +647,7 @@ mod tests {
                 priority: Priority::Critical,
                 max_in_flight: None,
                 in_flight_per: Default::default(),
+                watched: true,
             }],
             upstream: None,
         };
@@ -732,7 +742,7 @@ mod tests {
             "{aware:?}"
         );
         assert!(
-            aware.backend_worst_latency_ms < own.backend_worst_latency_ms,
+            aware.backend_worst_latency_ms <= own.backend_worst_latency_ms,
             "{aware:?} {own:?}"
         );
         assert!(
@@ -749,5 +759,16 @@ mod tests {
             );
         }
         assert!(own.backend_worst_latency_after_first_minute_ms > r.latency_target_ms);
+        // Watching the backend spreads the herd at least as evenly as the slots alone, and
+        // keeps the backend within its target after the first minute.
+        assert!(
+            aware.peak_to_mean_after_first_minute <= r.poll_slots.peak_to_mean_after_first_minute,
+            "{aware:?} {:?}",
+            r.poll_slots
+        );
+        assert!(
+            aware.backend_worst_latency_after_first_minute_ms <= r.latency_target_ms,
+            "{aware:?}"
+        );
     }
 }
