@@ -465,7 +465,7 @@ impl Decider {
         } else {
             0
         };
-        let hint = shaping.hint(
+        let (hint, came) = shaping.hint_followed(
             route,
             &address,
             agent,
@@ -473,6 +473,10 @@ impl Decider {
             outcome.retry_after_secs(),
             step,
         )?;
+        if let (Some(came), Some(_), None) = (came, shaping.upstream(), outcome.retry_after_secs())
+        {
+            self.pressure.hinted(came);
+        }
         route.meter.hint(hint);
         Some(hint)
     }

@@ -169,7 +169,7 @@ impl Collector for PressureGauges {
         one(
             &mut encoder,
             "fleet_limiter_upstream_pressure_seconds",
-            "The upstream's latency signal on this instance: the larger of the moving average of its answers' heads and the wait of the oldest request still waiting for one ([shaping.upstream] compares it with latency_target)",
+            "The upstream's latency signal on this instance: the latency that at least three callers, and at least half of all callers, reached over the last 2 s, from when the upstream had the whole request to its answer's head (a request still waiting counts what it has waited); 0 with fewer than three callers ([shaping.upstream] compares it with latency_target)",
             &ConstGauge::new(r.signal as f64 / 1e9),
         )?;
         one(
@@ -181,7 +181,7 @@ impl Collector for PressureGauges {
         one(
             &mut encoder,
             "fleet_limiter_shaping_stretch",
-            "How far the upstream's pressure stretches poll intervals now (1: not at all); each route's hints stay within its max_interval",
+            "The nominal factor of the stretch step poll intervals are at now (1: not stretched; 1.5, 2, 3, 4: steps 1 to 4); each route's period at a step stays within its max_interval",
             &ConstGauge::new(r.stretch),
         )?;
         one(

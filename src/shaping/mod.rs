@@ -174,6 +174,21 @@ impl Shaping {
         retry_after_secs: Option<u64>,
         step: u8,
     ) -> Option<u64> {
+        self.hint_followed(route, address, agent, now, retry_after_secs, step)
+            .map(|(secs, _)| secs)
+    }
+
+    /// [`Shaping::hint`], and whether the caller came at its slot (the one it was told, or a
+    /// point of its grid, to within a second): `None` for a caller asking again before its slot.
+    pub(crate) fn hint_followed(
+        &self,
+        route: &Route,
+        address: &str,
+        agent: Option<&str>,
+        now: Nanos,
+        retry_after_secs: Option<u64>,
+        step: u8,
+    ) -> Option<(u64, Option<bool>)> {
         let interval = route.interval?;
         let max = route.max.unwrap_or(u64::MAX);
         let at_least = retry_after_secs.unwrap_or(0).saturating_mul(1_000_000_000);
@@ -205,11 +220,24 @@ impl Shaping {
             .memory
             .as_ref()
             .map(|m| (m, m.key(index, address, agent)));
+        let phase = slots::phase(address, agent, interval);
+        let mut came = {
+            let grid = rung.map_or(interval, |r| r.grid).max(1);
+            let since = (now + grid - phase % grid) % grid;
+            since <= slots::ON_TIME || grid - since <= slots::ON_TIME
+        };
         if let Some((m, key)) = memory {
             if let Some((told, at_step)) = m.recall(key) {
+                came |= told.abs_diff(now) <= slots::ON_TIME;
                 let ahead = told.saturating_sub(now);
                 if at_step == step && told > now && ahead >= least && ahead <= most {
-                    return Some(said(told));
+                    return Some((said(told), None));
+                }
+                // The step moved: a slot that lies where the new step would put one is kept.
+                let low = rung.map_or(least, |r| least.max(r.period.saturating_sub(r.grid) + 1));
+                if at_step != step && told > now && ahead >= low && ahead <= most {
+                    m.remember(key, step, told);
+                    return Some((said(told), None));
                 }
                 // Come at the slot it was told while stretched: one period on. (Unstretched, the
                 // next slot of its phase is that already, and a caller off its phase comes
@@ -219,12 +247,11 @@ impl Shaping {
                     let ahead = next.saturating_sub(now);
                     if ahead >= least && ahead <= most {
                         m.remember(key, step, next);
-                        return Some(said(next));
+                        return Some((said(next), Some(true)));
                     }
                 }
             }
         }
-        let phase = slots::phase(address, agent, interval);
         // Stretched, an agent that comes at its slot is sent one period on; any other caller is
         // told the last point of its grid within one period.
         let slot = match rung {
@@ -239,7 +266,7 @@ impl Shaping {
         if let Some((m, key)) = memory {
             m.remember(key, step, slot);
         }
-        Some(said(slot))
+        Some((said(slot), Some(came)))
     }
 
     /// The interval (ns) of the route that names `method` on `path`, if it has one.

@@ -21,10 +21,13 @@
 //!   to 2 (`normal`) at 3 s and to 3 (`high`) at 6 s; `critical` is never shed. It falls by one
 //!   for every `recover` the target is met, counted in time: a quiet upstream recovers whether or
 //!   not a request arrives;
-//! - the stretch step rises by one once the target has been missed for [`STRETCH_AFTER`], and
-//!   moves again (up while it is missed, down once it has been met for `recover`) only after the
-//!   step has been held for `hold` (the longest shaped interval): a slot moves at most once per
-//!   step, and instances that see the same step tell an agent the same slot.
+//! - the stretch step rises by one once the target has been missed for [`STRETCH_AFTER`] while
+//!   a fleet follows its slots (at least a quarter of the hinted callers come at them: a herd
+//!   back from an outage asks off its slots and
+//!   is spread by the slots themselves: stretching it would bunch it), and moves again (up while
+//!   it is missed, down once it has been met for `recover`) only after the step has been held
+//!   for `hold` (the longest shaped interval): a slot moves at most once per step, and
+//!   instances that see the same step tell an agent the same slot.
 //!
 //! Readers take atomics; the bookkeeping is one short lock per request start and answer, paid
 //! only when `[shaping.upstream]` is set. Memory is bounded: at most [`MAX_CALLERS`] callers per
@@ -36,7 +39,7 @@ use crate::clock::{Clock, Nanos};
 use crate::config::shaping::{Priority, UpstreamTarget};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 const MS: Nanos = 1_000_000;
@@ -55,9 +58,12 @@ pub(crate) const MIN_CALLERS: usize = 3;
 pub(crate) const MIN_ERRORS: u32 = 5;
 /// The most callers one slice keeps.
 pub(crate) const MAX_CALLERS: usize = 2048;
-/// How long a miss lasts before the first stretch step: longer than a herd takes to drain (a
-/// herd after an outage is spread by the slots themselves; stretching it would bunch it).
-pub(crate) const STRETCH_AFTER: Nanos = 15 * S;
+/// How long a miss lasts before the first stretch step.
+pub(crate) const STRETCH_AFTER: Nanos = 5 * S;
+/// How far back the share of hinted callers that came at their slots is read.
+const FOLLOW_WINDOW: Nanos = 10 * S;
+/// The fewest hints that can say a fleet is not following its slots.
+const MIN_HINTS: u32 = 20;
 /// How long a miss must last, without a break, for each shed level (1: `low`, 2: `normal`,
 /// 3: `high`).
 const SHED_AFTER: [Nanos; 3] = [S, 3 * S, 6 * S];
@@ -153,6 +159,9 @@ struct State {
     missed: bool,
     /// The rules of the last call, for a reading between requests.
     rules: Option<Rules>,
+    /// Hints told per evaluation over [`FOLLOW_WINDOW`]: when, to callers at their slot, and
+    /// to others.
+    follows: VecDeque<(Nanos, u32, u32)>,
 }
 
 /// The controller. One per gateway (it survives reloads; its rules are read at each call).
@@ -160,6 +169,9 @@ pub(crate) struct Pressure {
     state: Mutex<State>,
     step: AtomicU8,
     shed: AtomicU8,
+    /// Hints told since the last evaluation: to callers that came at their slot, and to others.
+    on_slot: AtomicU32,
+    off_slot: AtomicU32,
     /// The time of the next evaluation: whoever passes it first moves the controller.
     next_eval: AtomicU64,
     /// The decider's clock, for a reading between requests (metrics).
@@ -229,9 +241,12 @@ impl Pressure {
                 signal: 0,
                 missed: false,
                 rules: None,
+                follows: VecDeque::new(),
             }),
             step: AtomicU8::new(0),
             shed: AtomicU8::new(0),
+            on_slot: AtomicU32::new(0),
+            off_slot: AtomicU32::new(0),
             next_eval: AtomicU64::new(0),
             clock: None,
         }
@@ -270,6 +285,19 @@ impl Pressure {
             let ns = u64::from(level - rank).saturating_mul(rules.recover);
             crate::limiter::wait_secs(ns)
         })
+    }
+
+    /// A hint was told to a caller that came at its slot (`on_slot`), or to another (new, back
+    /// from an outage, off its slot). The stretch rises only while a quarter come at their slots:
+    /// a herd asking off its slots is spread by the slots themselves, and stretching it would
+    /// bunch it.
+    pub(crate) fn hinted(&self, on_slot: bool) {
+        let c = if on_slot {
+            &self.on_slot
+        } else {
+            &self.off_slot
+        };
+        c.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The upstream has the whole of a request of `caller` at `now`: its wait for the answer's
@@ -368,6 +396,16 @@ impl Pressure {
             return;
         };
         s.rules = Some(*rules);
+        let on = self.on_slot.swap(0, Ordering::Relaxed);
+        let off = self.off_slot.swap(0, Ordering::Relaxed);
+        s.follows.push_back((now, on, off));
+        while s
+            .follows
+            .front()
+            .is_some_and(|&(at, _, _)| at + FOLLOW_WINDOW < now)
+        {
+            s.follows.pop_front();
+        }
         s.eval(now, rules);
         self.step.store(s.step, Ordering::Relaxed);
         self.shed.store(s.shed, Ordering::Relaxed);
@@ -474,6 +512,7 @@ impl State {
                 self.shed = level.min(MAX_SHED);
             }
             if lasted >= STRETCH_AFTER
+                && self.following()
                 && self.step < MAX_STEP
                 && (self.step == 0 || now.saturating_sub(self.step_since) >= rules.hold)
             {
@@ -503,6 +542,21 @@ impl State {
         }
         self.missed = missed;
         self.signal = signal;
+    }
+}
+
+impl State {
+    /// Whether at least a quarter of the callers hinted of late came at their slots (or too few
+    /// were hinted to say otherwise).
+    fn following(&self) -> bool {
+        let (on, off) = self
+            .follows
+            .iter()
+            .fold((0u32, 0u32), |(a, b), &(_, on, off)| {
+                (a.saturating_add(on), b.saturating_add(off))
+            });
+        let total = on.saturating_add(off);
+        total < MIN_HINTS || on.saturating_mul(4) >= total
     }
 }
 

@@ -175,7 +175,7 @@ impl Herd {
     /// Agent `i`'s `X-Poll-Interval` for a heartbeat decided at `t`, as the gateway answers it.
     #[cfg(test)]
     fn hint(&self, slots: &Shaping, i: usize, t: Nanos, retry_after: Option<u64>) -> Option<u64> {
-        self.hint_stretched(slots, i, t, retry_after, 0)
+        self.hint_stretched(slots, i, t, retry_after, 0, None)
     }
 
     /// [`Herd::hint`] at stretch step `step`.
@@ -186,16 +186,24 @@ impl Herd {
         t: Nanos,
         retry_after: Option<u64>,
         step: u8,
+        pressure: Option<&Pressure>,
     ) -> Option<u64> {
         let route = slots.route(traffic::HEARTBEAT.0, traffic::HEARTBEAT.1)?;
-        slots.hint(
-            route,
-            &self.addresses[i],
-            Some(&self.ids[i]),
-            ORIGIN + t,
-            retry_after,
-            step,
-        )
+        slots
+            .hint_followed(
+                route,
+                &self.addresses[i],
+                Some(&self.ids[i]),
+                ORIGIN + t,
+                retry_after,
+                step,
+            )
+            .map(|(secs, came)| {
+                if let (Some(came), Some(p), None) = (came, pressure, retry_after) {
+                    p.hinted(came);
+                }
+                secs
+            })
     }
 }
 
@@ -289,9 +297,11 @@ impl<'a> HerdSim<'a> {
     /// Agent `i`'s hint at `t`, tallied.
     fn hint(&mut self, i: usize, t: Nanos, retry_after: Option<u64>) -> Option<u64> {
         let step = self.step();
-        let hint = self
-            .slots
-            .and_then(|s| self.herd.hint_stretched(s, i, t, retry_after, step));
+        let pressure = self.aware.map(|(p, _)| p.as_ref());
+        let hint = self.slots.and_then(|s| {
+            self.herd
+                .hint_stretched(s, i, t, retry_after, step, pressure)
+        });
         if let Some(h) = hint {
             self.longest_hint = Some(self.longest_hint.unwrap_or(0).max(h));
         }
