@@ -34,14 +34,18 @@ const HEARTBEAT_TIMEOUT: u64 = 60;
 const BACKOFF_CAP: u64 = 15;
 const AGENTS_PER_LOOP: usize = 50;
 /// Seconds from the agents' start: the stall runs from `STALL_AT` for `STALL` s (the first
-/// `HANG` s of it hung), and by `BACK_ON_SLOTS` (the longest hint and a little after it) every
-/// agent is back on its slot; the run ends three intervals later.
+/// `HANG` s of it hung), and by `BACK_ON_SLOTS` every agent is back on its slot: the stretch
+/// step comes down once the target has been met for `recover` (5 s, after the 2 s latency
+/// window) and the step has been held one interval (the 5xx of the stall's last seconds are
+/// read over 10 s), and a stretched agent (on a grid of half the interval) is back on its own
+/// slot within the longest hint; the run ends three intervals later.
 const STALL_AT: f64 = 30.0;
 const HANG: f64 = 14.0;
 /// The loops' request timeout (10 s in both).
 const AGENT_TIMEOUT: f64 = 10.0;
 const STALL: f64 = 20.0;
-const BACK_ON_SLOTS: f64 = STALL_AT + STALL + MAX_INTERVAL as f64 + 2.0;
+const BACK_ON_SLOTS: f64 =
+    STALL_AT + STALL + 7.0 + 2.0 * INTERVAL as f64 + MAX_INTERVAL as f64 + 2.0;
 const END: f64 = BACK_ON_SLOTS + 3.0 * INTERVAL as f64;
 
 /// What the upstream does with a request.

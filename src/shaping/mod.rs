@@ -117,13 +117,28 @@ impl Shaping {
             .collect();
         // Each stretch step is held for the longest interval at least: one cycle of every route.
         let hold = routes.iter().filter_map(|r| r.interval).max().unwrap_or(0);
+        // The last step that changes some route's period.
+        let max_step = routes
+            .iter()
+            .map(|r| {
+                let mut last = 0u8;
+                for (i, w) in r.ladder.iter().enumerate() {
+                    let below = i.checked_sub(1).and_then(|j| r.ladder.get(j));
+                    if below.is_none_or(|b| b.period != w.period) {
+                        last = u8::try_from(i + 1).unwrap_or(u8::MAX);
+                    }
+                }
+                last
+            })
+            .max()
+            .unwrap_or(0);
         let memory = routes
             .iter()
             .any(|r| r.interval.is_some())
             .then(slots::SlotMemory::new);
         Some(Self {
             routes,
-            upstream: cfg.upstream.as_ref().map(|u| Rules::new(u, hold)),
+            upstream: cfg.upstream.as_ref().map(|u| Rules::new(u, hold, max_step)),
             memory,
             memo: crate::policy::RouteMemo::default(),
         })

@@ -85,11 +85,13 @@ pub(crate) struct Rules {
     pub recover: Nanos,
     /// The least time a stretch step is held (the longest shaped interval).
     pub hold: Nanos,
+    /// The highest step any route stretches to (steps past it would change no hint).
+    pub max_step: u8,
 }
 
 impl Rules {
-    /// `[shaping.upstream]`, each stretch step held for `hold` at least.
-    pub(crate) fn new(t: &UpstreamTarget, hold: Nanos) -> Self {
+    /// `[shaping.upstream]`, each stretch step held for `hold` at least, up to `max_step`.
+    pub(crate) fn new(t: &UpstreamTarget, hold: Nanos, max_step: u8) -> Self {
         Self {
             target: u64::try_from(t.latency_target.as_nanos())
                 .unwrap_or(u64::MAX)
@@ -99,13 +101,8 @@ impl Rules {
                 .unwrap_or(u64::MAX)
                 .max(1),
             hold: hold.max(S),
+            max_step: max_step.min(MAX_STEP),
         }
-    }
-}
-
-impl From<&UpstreamTarget> for Rules {
-    fn from(t: &UpstreamTarget) -> Self {
-        Self::new(t, S)
     }
 }
 
@@ -513,7 +510,7 @@ impl State {
             }
             if lasted >= STRETCH_AFTER
                 && self.following()
-                && self.step < MAX_STEP
+                && self.step < rules.max_step
                 && (self.step == 0 || now.saturating_sub(self.step_since) >= rules.hold)
             {
                 self.step += 1;
@@ -532,7 +529,10 @@ impl State {
                 self.shed = self.shed.saturating_sub(down);
                 self.down_from += steps * rules.recover;
             }
-            if self.step > 0
+            if self.step > rules.max_step {
+                self.step = rules.max_step;
+                self.step_since = now;
+            } else if self.step > 0
                 && now.saturating_sub(met_since) >= rules.recover
                 && now.saturating_sub(self.step_since) >= rules.hold
             {

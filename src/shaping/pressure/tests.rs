@@ -8,6 +8,7 @@ fn rules() -> Rules {
         errors: 0.5,
         recover: 5 * S,
         hold: 60 * S,
+        max_step: MAX_STEP,
     }
 }
 
