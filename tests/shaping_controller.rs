@@ -538,3 +538,57 @@ async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_i
         shed_polls.len()
     );
 }
+
+/// Five callers each waiting on a report the upstream takes 20 s over, and an export probe
+/// every 250 ms for 6 s: whether the probe was ever shed.
+async fn reports_shed_exports(extra: &str) -> bool {
+    let (upstream, _) = upstream().await;
+    let gw = Launch::serve()
+        .config_toml(format!("{EXAMPLE}\n{extra}"))
+        .upstream(&upstream.uri())
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .spawn();
+    let start = Instant::now();
+    let client = common::client();
+    let reports: Vec<_> = (0..5)
+        .map(|i| {
+            tokio::spawn(ask(
+                client
+                    .get(gw.url("/api/reports/yearly"))
+                    .header("x-forwarded-for", format!("192.0.2.{}", 30 + i)),
+                start,
+            ))
+        })
+        .collect();
+    let mut shed = false;
+    while start.elapsed() < Duration::from_secs(6) {
+        let probe = ask(
+            client
+                .get(gw.url("/api/export/probe.csv"))
+                .header("x-forwarded-for", "192.0.2.99"),
+            start,
+        )
+        .await;
+        shed |= probe.status == 503;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for r in reports {
+        r.abort();
+    }
+    shed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_route_slow_by_nature_left_out_of_the_signal_sheds_nothing() {
+    let unwatched = "[shaping.routes.reports]\nroutes = [\"GET /api/reports/**\"]\nwatched = false\n";
+    assert!(
+        !reports_shed_exports(unwatched).await,
+        "slow reports on an unwatched route shed exports"
+    );
+    // Watched, five callers' slow reports are the upstream missing its target.
+    let watched = "[shaping.routes.reports]\nroutes = [\"GET /api/reports/**\"]\n";
+    assert!(
+        reports_shed_exports(&format!("{watched}priority = \"normal\"\n")).await,
+        "five callers' slow reports on a watched route are a miss"
+    );
+}
