@@ -27,6 +27,32 @@ pub(crate) fn spread_secs(wait: u64, who: &[u8]) -> u64 {
     w.saturating_add(extra)
 }
 
+/// Who a request from `peer` with `headers` is, as a spread reads it: its client address
+/// (trusted proxies of `settings` applied, normalised as keys are) and its agent id when it
+/// carries a valid one. Shared by every answer that spreads a wait: shed and admission 503s,
+/// and a store that cannot answer.
+pub(crate) fn caller(
+    peer: Option<std::net::SocketAddr>,
+    headers: &actix_web::http::header::HeaderMap,
+    settings: &crate::decision::Settings,
+) -> Vec<u8> {
+    let ip = crate::http::request::client_address(peer, headers, settings);
+    caller_at(ip, settings.ipv6_prefix, headers)
+}
+
+/// [`caller`] for a client address already read (`ip`, normalised to `ipv6_prefix`).
+pub(crate) fn caller_at(
+    ip: std::net::IpAddr,
+    ipv6_prefix: u8,
+    headers: &actix_web::http::header::HeaderMap,
+) -> Vec<u8> {
+    let address = crate::keys::normalize_ip(ip, ipv6_prefix);
+    let agent = headers
+        .get(crate::http::middleware::X_AGENT_ID)
+        .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
+    principal_bytes(&address, agent)
+}
+
 /// A caller's principal bytes as a spread reads them: its normalised address, and its agent id
 /// when it carries a valid one.
 pub(crate) fn principal_bytes(address: &str, agent: Option<&str>) -> Vec<u8> {
