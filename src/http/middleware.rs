@@ -256,7 +256,14 @@ where
                 actix_web::rt::spawn(work);
             }
             let mut res = answered?;
-            response::apply_headers(res.headers_mut(), outcome, &settings.headers, decided_wall);
+            let told = told_wait(&res);
+            response::apply_headers_told(
+                res.headers_mut(),
+                outcome,
+                &settings.headers,
+                decided_wall,
+                told,
+            );
             Ok(shaped.hold_until_sent(res))
         })
     }
@@ -376,6 +383,23 @@ async fn answer_early<B>(
         drain_small_body(&mut payload).await;
     }
     ServiceResponse::new(http_req, res).map_into_right_body()
+}
+
+/// The `Retry-After` of a 503 the gateway made itself behind the limiter (admission control
+/// shed the request): the limit headers' resets say the same.
+fn told_wait<B>(res: &ServiceResponse<B>) -> Option<u64> {
+    if res.status() != actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        || !res
+            .response()
+            .extensions()
+            .contains::<response::GatewayMade>()
+    {
+        return None;
+    }
+    res.headers()
+        .get(actix_web::http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 /// The answer to a request a limiter refused: 429 with the limit headers and `Retry-After` of

@@ -174,6 +174,12 @@ impl ShedReason {
         ShedReason::BodyHold,
     ];
 
+    /// Shed because the group is overloaded (503), not because of the client's own share (429)
+    /// or its body (408).
+    pub(crate) fn is_overload(self) -> bool {
+        matches!(self, ShedReason::QueueFull | ShedReason::QueueTimeout)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ShedReason::QueueFull => "queue_full",

@@ -120,3 +120,28 @@ async fn a_refusal_a_hidden_limiter_takes_part_in_carries_no_limit_header() {
     assert!(shown.contains("\"per-src\";r=0;t="), "{shown}");
     assert!(!shown.contains("per-dst"), "{shown}");
 }
+
+#[actix_rt::test]
+async fn an_answer_told_a_wait_says_it_in_every_reset() {
+    let d = two(&[("FLEET_LIMITER_HEADERS_LEGACY_RESET", "delta")]);
+    let allowed = rotate(&d).await;
+    assert!(!allowed.refused());
+    for standard in ["draft-6", "draft-7", "draft-10"] {
+        let d = two(&[
+            ("FLEET_LIMITER_HEADERS_STANDARD", standard),
+            ("FLEET_LIMITER_HEADERS_LEGACY_RESET", "delta"),
+        ]);
+        let mut headers = HeaderMap::new();
+        apply_headers_told(&mut headers, &allowed, &d.settings().headers, None, Some(7));
+        let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert_eq!(get("x-ratelimit-reset"), "7", "{standard}: {headers:?}");
+        match standard {
+            "draft-6" => assert_eq!(get("ratelimit-reset"), "7", "{headers:?}"),
+            "draft-7" => assert!(get("ratelimit").ends_with("reset=7"), "{headers:?}"),
+            _ => {
+                let v = get("ratelimit");
+                assert_eq!(v.matches(";t=7;").count(), 2, "{v}");
+            }
+        }
+    }
+}
