@@ -403,7 +403,7 @@ fn told_wait<B>(res: &ServiceResponse<B>) -> Option<u64> {
 }
 
 /// The answer to a request a limiter refused: 429 with the limit headers and `Retry-After` of
-/// the outcome. A refused upgrade (a WebSocket handshake) has nothing to drain, and what the
+/// the outcome, or 503 when only the store's failure refused it (see [`response::refusal`]). A refused upgrade (a WebSocket handshake) has nothing to drain, and what the
 /// client sends next on its connection would not be HTTP: it closes. Any other drains a small
 /// body so its connection can stay open.
 async fn answer_refusal<B>(
@@ -412,7 +412,12 @@ async fn answer_refusal<B>(
     req: ServiceRequest,
     decided_wall: Option<std::time::SystemTime>,
 ) -> ServiceResponse<EitherBody<B>> {
-    let mut res = response::too_many_requests(outcome, &settings.headers, decided_wall);
+    let who = if outcome.store_unavailable() {
+        crate::spread::caller(req.peer_addr(), req.headers(), settings)
+    } else {
+        Vec::new()
+    };
+    let mut res = response::refusal(outcome, &settings.headers, decided_wall, &who);
     let (http_req, mut payload) = req.into_parts();
     if http_req.head().upgrade() {
         res.head_mut()

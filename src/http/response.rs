@@ -51,6 +51,25 @@ impl Problem {
         }
     }
 
+    /// The store could not answer and a limiter with `on_store_error = "deny"` refused: the
+    /// server's failure, not the caller's budget (that is [`Problem::rate_limited`]).
+    pub(crate) fn store_unavailable(retry_after: u64) -> Self {
+        let unit = if retry_after == 1 {
+            "second"
+        } else {
+            "seconds"
+        };
+        Self {
+            kind: "urn:fleet-limiter:problem:store-unavailable",
+            title: "Service Unavailable",
+            status: 503,
+            detail: format!(
+                "The rate limiter's store cannot answer, and this route is refused while it cannot (on_store_error = \"deny\"); this is not the client's budget; retry after {retry_after} {unit}."
+            ),
+            retry_after: Some(retry_after),
+        }
+    }
+
     /// Admission control turned the request away: every slot of its group was taken and the
     /// queue was full, or it waited the queue timeout for one (503); or its client address
     /// already held its share of the group's slots (429).
@@ -559,9 +578,11 @@ fn expiring(outcome: &Outcome) -> Option<&LimitResult> {
 }
 
 /// Which limiters the limit headers describe: those that decided (the store answered, or a
-/// `local` bucket did).
-fn shown(_outcome: &Outcome) -> impl Fn(&LimitResult) -> bool {
-    |r: &LimitResult| !r.store_error
+/// `local` bucket did); and, when the store's failure alone refused the request, the limiters
+/// that refused for it (nothing left now, back when `Retry-After` says).
+fn shown(outcome: &Outcome) -> impl Fn(&LimitResult) -> bool {
+    let store_down = outcome.store_unavailable();
+    move |r: &LimitResult| !r.store_error || (store_down && r.refuses())
 }
 
 /// Seconds until a limiter's quota resets (is whole again), rounded up: the reset of draft 6,
@@ -794,6 +815,31 @@ pub fn too_many_requests(
     let headers = res.headers_mut();
     headers.insert(RETRY_AFTER, HeaderValue::from(wait));
     apply_headers(headers, outcome, profile, decided_at);
+    res
+}
+
+/// The answer to a refused outcome, as the gateway, the middleware and the decision endpoint
+/// give it: a spent budget is [`too_many_requests`]; a refusal only because the store could
+/// not answer (see [`Outcome::store_unavailable`]) is `503` problem+json
+/// (`urn:fleet-limiter:problem:store-unavailable`) whose `Retry-After` is the wait a `429`
+/// would say (at least 1 s) spread over `[w, 2w]` by `who` (the caller's normalised address
+/// and agent id), so that a fleet refused at once does not come back at once; every limit
+/// header's reset says the same.
+pub fn refusal(
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+    who: &[u8],
+) -> HttpResponse {
+    if !outcome.store_unavailable() {
+        return too_many_requests(outcome, profile, decided_at);
+    }
+    let w = outcome.retry_after_secs().unwrap_or(1).max(1);
+    let wait = crate::spread::spread_secs(w, who);
+    let mut res = Problem::store_unavailable(wait).into_response();
+    let headers = res.headers_mut();
+    headers.insert(RETRY_AFTER, HeaderValue::from(wait));
+    apply_headers_told(headers, outcome, profile, decided_at, Some(wait));
     res
 }
 

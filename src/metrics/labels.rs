@@ -75,14 +75,17 @@ pub enum RequestFate {
     Forwarded,
     /// An enforcing limiter refused: 429.
     Refused,
+    /// Refused only because the store could not answer (`on_store_error = "deny"`): 503.
+    StoreUnavailable,
     /// No limiter applies to the route (or limiting is switched off).
     Unmetered,
 }
 
 impl RequestFate {
-    pub(super) const ALL: [RequestFate; 3] = [
+    pub(super) const ALL: [RequestFate; 4] = [
         RequestFate::Forwarded,
         RequestFate::Refused,
+        RequestFate::StoreUnavailable,
         RequestFate::Unmetered,
     ];
 
@@ -90,6 +93,7 @@ impl RequestFate {
         match self {
             RequestFate::Forwarded => "forwarded",
             RequestFate::Refused => "refused",
+            RequestFate::StoreUnavailable => "store_unavailable",
             RequestFate::Unmetered => "unmetered",
         }
     }
