@@ -382,11 +382,12 @@ fn number(buf: &mut BytesMut, n: u64) -> Slot {
 
 /// Every limit header of `profile`, handed to `out` as it is made. `told`: the seconds an
 /// answer's `Retry-After` says when it is not the outcome's own (a spread wait, an admission
-/// 503): every reset sent says the same (on an outcome that was not refused, every limiter's). `RateLimit-Policy` depends
-/// only on which limiters decided (and, in its draft-6/7 form, which one the single-limit
-/// headers describe), so it is reused from the previous response on this thread when those
-/// are the same; the other values are written into one buffer (one allocation for all of them)
-/// and handed out as slices of it, or taken from a table of small numbers.
+/// 503): every reset sent says the same (on an outcome that was not refused, every limiter's).
+/// `RateLimit-Policy` depends only on which limiters decided (and, in its draft-6/7 form, which
+/// one the single-limit headers describe), so it is reused from the previous response on this
+/// thread when those are the same; the other values are written into one buffer (one
+/// allocation for all of them) and handed out as slices of it, or taken from a table of small
+/// numbers.
 fn render(
     outcome: &Outcome,
     profile: &HeaderProfile,
@@ -561,7 +562,9 @@ fn disclosed(outcome: &Outcome) -> Option<std::borrow::Cow<'_, Outcome>> {
 
 /// The limiter the single-limit headers (draft 6 and 7, legacy) describe: on a refusal the
 /// enforcing limiter that refused with the longest wait (the one `Retry-After` is from), else
-/// the one closest to refusing. `None` when no limiter decided (the store failed for all).
+/// the one closest to refusing; when only the store's failure refused, the limiter that refused
+/// for it with the longest wait. `None` when no limiter decided and none refused (the store
+/// failed for all, and they let the request through).
 fn expiring(outcome: &Outcome) -> Option<&LimitResult> {
     let shown = shown(outcome);
     outcome
