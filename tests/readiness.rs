@@ -213,8 +213,8 @@ async fn store_down(res: reqwest::Response, who: &str) -> StoreDown {
 /// of its own, never 429; each client is told a wait of its own over [w, 2w] (w = the
 /// emission interval a 429 would say: key-rotation's 3 in 15 minutes, 300 s), the same one on
 /// every asking, and every reset the limit headers send says it. The decision endpoint tells
-/// a client the same wait the gateway does (nginx's path carries it as 403 with the status in a
-/// header), and the metrics count these apart from spent budgets.
+/// a client the same wait the gateway does (nginx's path carries it as 403, Envoy's as 429,
+/// each with the status in a header), and the metrics count these apart from spent budgets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deny_limiter_with_its_store_down_answers_each_client_503_with_a_wait_of_its_own() {
     let dead = common::dead_addr();
@@ -302,11 +302,29 @@ async fn a_deny_limiter_with_its_store_down_answers_each_client_503_with_a_wait_
         assert_eq!(res.status(), 403, "nginx passes on only 401 and 403");
         assert_eq!(res.headers()["x-fleetlimiter-status"], "503");
         assert_eq!(number(&res, "retry-after"), Some(want), "client {i}");
+        // Envoy's ext_authz takes a 5xx for its own failure (403, or let through under
+        // failure_mode_allow): the refusal goes back as 429, saying 503 beside it.
+        let res = http
+            .post(format!("http://{decision}/envoy{ROTATE}"))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .header("x-agent-id", format!("agent-{i}"))
+            .send()
+            .await
+            .expect("the decision endpoint answers");
+        assert_eq!(res.status(), 429, "client {i}");
+        assert_eq!(res.headers()["x-fleetlimiter-status"], "503");
+        assert_eq!(number(&res, "retry-after"), Some(want), "client {i}");
+        assert_eq!(number(&res, "ratelimit-reset"), Some(want), "client {i}");
+        let p: serde_json::Value = res.json().await.expect("problem+json");
+        assert_eq!(
+            p["type"], "urn:fleet-limiter:problem:store-unavailable",
+            "{p}"
+        );
     }
     assert_eq!(
         gw.metric(r#"fleet_limiter_requests_total{outcome="store_unavailable"}"#)
             .await,
-        Some(220.0)
+        Some(230.0)
     );
     assert_eq!(
         gw.metric(r#"fleet_limiter_requests_total{outcome="refused"}"#)
@@ -318,7 +336,7 @@ async fn a_deny_limiter_with_its_store_down_answers_each_client_503_with_a_wait_
             r#"fleet_limiter_decisions_total{limiter="key-rotation",outcome="store_error_refused"}"#
         )
         .await,
-        Some(220.0)
+        Some(230.0)
     );
 }
 

@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `/nginx` | `X-Original-Method`, `X-Original-URI` | `403` (nginx passes only 401 and 403 on), with `X-FleetLimiter-Status: 429` and the problem document in `X-FleetLimiter-Problem` for the proxy to answer with |
 //! | `/caddy`, `/traefik`, `/forward` | `X-Forwarded-Method`, `X-Forwarded-Uri` | `429` problem+json with `Retry-After`, which the proxy sends to the client as it is |
-//! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above |
+//! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above (a store that cannot answer too, with `X-FleetLimiter-Status: 503`: Envoy takes a 5xx for its own failure to ask) |
 //!
 //! Allowed: `200`, empty, with the `RateLimit*` headers for the proxy to copy onto its answer.
 //!
@@ -441,7 +441,11 @@ fn methods_and_overrides(
 
 /// The proxy's answer for an outcome, with the limit headers of `profile`: `429` for a spent
 /// budget, `503` when only the store's failure refused (its wait spread by `who`, the original
-/// client's address and agent id; see [`response::refusal`]).
+/// client's address and agent id; see [`response::refusal`]). Envoy's `ext_authz` takes any 5xx
+/// from this endpoint for its own failure to ask (a 403 to the client, or the request let
+/// through under `failure_mode_allow`), so on `/envoy` that 503 goes back as `429`, its problem
+/// document and `Retry-After` unchanged and `X-FleetLimiter-Status: 503` beside them: the refusal
+/// `deny` asks for stays a refusal.
 fn render(
     flavour: Flavour,
     outcome: &Outcome,
@@ -454,7 +458,13 @@ fn render(
         } else {
             Vec::new()
         };
-        return for_proxy(flavour, response::refusal(outcome, profile, None, &who));
+        let mut res = response::refusal(outcome, profile, None, &who);
+        if flavour == Flavour::Envoy && res.status() == StatusCode::SERVICE_UNAVAILABLE {
+            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            res.headers_mut()
+                .insert(STATUS_HEADER, HeaderValue::from(503u16));
+        }
+        return for_proxy(flavour, res);
     }
     let mut res = HttpResponse::Ok().finish();
     response::apply_headers(res.headers_mut(), outcome, profile, None);
