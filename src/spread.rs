@@ -29,27 +29,48 @@ pub(crate) fn spread_secs(wait: u64, who: &[u8]) -> u64 {
 
 /// Who a request from `peer` with `headers` is, as a spread reads it: its client address
 /// (trusted proxies of `settings` applied, normalised as keys are) and its agent id when it
-/// carries a valid one. Shared by every answer that spreads a wait: shed and admission 503s,
-/// and a store that cannot answer.
+/// carries a valid one. Shared by every answer that spreads a wait: admission control's 503 and
+/// a store that cannot answer (and shaping's shed 503, which reads the same two things of a
+/// request itself).
+pub(crate) fn who<'h>(
+    peer: Option<std::net::SocketAddr>,
+    headers: &'h actix_web::http::header::HeaderMap,
+    settings: &crate::decision::Settings,
+) -> (String, Option<&'h str>) {
+    let ip = crate::http::request::client_address(peer, headers, settings);
+    who_at(ip, settings.ipv6_prefix, headers)
+}
+
+/// [`who`] for a client address already read (`ip`, normalised to `ipv6_prefix`).
+pub(crate) fn who_at(
+    ip: std::net::IpAddr,
+    ipv6_prefix: u8,
+    headers: &actix_web::http::header::HeaderMap,
+) -> (String, Option<&str>) {
+    let address = crate::keys::normalize_ip(ip, ipv6_prefix);
+    let agent = headers
+        .get(crate::http::middleware::X_AGENT_ID)
+        .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
+    (address, agent)
+}
+
+/// [`who`] as the bytes a spread is keyed on.
 pub(crate) fn caller(
     peer: Option<std::net::SocketAddr>,
     headers: &actix_web::http::header::HeaderMap,
     settings: &crate::decision::Settings,
 ) -> Vec<u8> {
-    let ip = crate::http::request::client_address(peer, headers, settings);
-    caller_at(ip, settings.ipv6_prefix, headers)
+    let (address, agent) = who(peer, headers, settings);
+    principal_bytes(&address, agent)
 }
 
-/// [`caller`] for a client address already read (`ip`, normalised to `ipv6_prefix`).
+/// [`who_at`] as the bytes a spread is keyed on.
 pub(crate) fn caller_at(
     ip: std::net::IpAddr,
     ipv6_prefix: u8,
     headers: &actix_web::http::header::HeaderMap,
 ) -> Vec<u8> {
-    let address = crate::keys::normalize_ip(ip, ipv6_prefix);
-    let agent = headers
-        .get(crate::http::middleware::X_AGENT_ID)
-        .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
+    let (address, agent) = who_at(ip, ipv6_prefix, headers);
     principal_bytes(&address, agent)
 }
 

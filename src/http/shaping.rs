@@ -170,7 +170,13 @@ async fn principal(
 /// Who `req` is, as a spread wait reads it: its client address (trusted proxies applied,
 /// normalised) and its agent id when valid.
 pub(super) fn caller(req: &ServiceRequest, settings: &Settings) -> Vec<u8> {
-    crate::spread::caller(req.peer_addr(), req.headers(), settings)
+    let ip = super::request::client_address(req.peer_addr(), req.headers(), settings);
+    let address = crate::shaping::address_of(ip, settings.ipv6_prefix);
+    let agent = req
+        .headers()
+        .get(super::middleware::X_AGENT_ID)
+        .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
+    crate::spread::principal_bytes(&address, agent)
 }
 
 /// The 503 of a request shed at `level`.
