@@ -11,7 +11,7 @@
 //! | keys | `keys.rs` | principal keys, IP normalisation, digests | [`BucketKey`], [`normalize_ip`], [`digest`] |
 //! | store | `store/` | one decision per key, memory or Redis, same math from `limiter/` | [`Store`], [`MemoryStore`], [`RedisStore`] |
 //! | decision | `decision/` | runs the steps above; all limiters must allow | [`Decider`], [`Outcome`] |
-//! | response | `http/response.rs` | `RateLimit*` headers, or 429 problem+json with `Retry-After` | [`limit_headers`], [`too_many_requests`] |
+//! | response | `http/response.rs` | `RateLimit*` headers, or 429 problem+json with `Retry-After` (503 when the store cannot answer) | [`limit_headers`], [`too_many_requests`], [`refusal`] |
 //! | admission | `admission.rs` | caps allowed requests in flight to the upstream; a short queue, then 503 | |
 //! | proxy | `http/proxy/` | streams allowed requests to the upstream and back | [`serve_gateway`] |
 //!
@@ -37,7 +37,8 @@
 //!   table of every setting (path, variable, flag, default, live or restart on reload).
 //! - [`Decider`]: the limiter with no HTTP in it, fed [`RequestFacts`], answering an
 //!   [`Outcome`] of one [`LimitResult`] per limiter; [`limit_headers`], [`apply_headers`] and
-//!   [`too_many_requests`] render it as the gateway does.
+//!   [`too_many_requests`] render it as the gateway does ([`refusal`] picks `429` for a spent
+//!   budget or `503` for a store that cannot answer, as the gateway does).
 //! - [`Store`]: the store trait, with [`MemoryStore`] and [`RedisStore`]; [`Check`],
 //!   [`Quota`] and [`Verdict`] are its terms.
 //! - [`normalize_ip`], [`principal_key`], [`digest`], [`BucketKey`]: how a principal becomes a
@@ -230,7 +231,9 @@ pub use http::demo_upstream::{run_demo_upstream, DEMO_UPSTREAM_LISTEN};
 #[cfg(feature = "actix-governor")]
 pub use http::governor::{AgentDeviceKey, ClientAddress, MaskedIpKey, VerifiedUserKey};
 pub use http::middleware::{Decided, FleetLimiter};
-pub use http::response::{apply_headers, limit_header_names, limit_headers, too_many_requests};
+pub use http::response::{
+    apply_headers, limit_header_names, limit_headers, refusal, too_many_requests,
+};
 pub use identity::{bearer_token, Credential, NoVerifier, TokenClaims, TokenVerifier, Verified};
 pub use keys::{digest, normalize_ip, principal_key, valid_agent_id, BucketKey, KeyKind};
 pub use limiter::calendar::{Calendar, CalendarUnit, Zone};

@@ -27,6 +27,53 @@ pub(crate) fn spread_secs(wait: u64, who: &[u8]) -> u64 {
     w.saturating_add(extra)
 }
 
+/// Who a request from `peer` with `headers` is, as a spread reads it: its client address
+/// (trusted proxies of `settings` applied, normalised as keys are) and its agent id when it
+/// carries a valid one. Shared by every answer that spreads a wait: admission control's 503 and
+/// a store that cannot answer (and shaping's shed 503, which reads the same two things of a
+/// request itself).
+pub(crate) fn who<'h>(
+    peer: Option<std::net::SocketAddr>,
+    headers: &'h actix_web::http::header::HeaderMap,
+    settings: &crate::decision::Settings,
+) -> (String, Option<&'h str>) {
+    let ip = crate::http::request::client_address(peer, headers, settings);
+    who_at(ip, settings.ipv6_prefix, headers)
+}
+
+/// [`who`] for a client address already read (`ip`, normalised to `ipv6_prefix`).
+pub(crate) fn who_at(
+    ip: std::net::IpAddr,
+    ipv6_prefix: u8,
+    headers: &actix_web::http::header::HeaderMap,
+) -> (String, Option<&str>) {
+    let address = crate::keys::normalize_ip(ip, ipv6_prefix);
+    let agent = headers
+        .get(crate::http::middleware::X_AGENT_ID)
+        .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
+    (address, agent)
+}
+
+/// [`who`] as the bytes a spread is keyed on.
+pub(crate) fn caller(
+    peer: Option<std::net::SocketAddr>,
+    headers: &actix_web::http::header::HeaderMap,
+    settings: &crate::decision::Settings,
+) -> Vec<u8> {
+    let (address, agent) = who(peer, headers, settings);
+    principal_bytes(&address, agent)
+}
+
+/// [`who_at`] as the bytes a spread is keyed on.
+pub(crate) fn caller_at(
+    ip: std::net::IpAddr,
+    ipv6_prefix: u8,
+    headers: &actix_web::http::header::HeaderMap,
+) -> Vec<u8> {
+    let (address, agent) = who_at(ip, ipv6_prefix, headers);
+    principal_bytes(&address, agent)
+}
+
 /// A caller's principal bytes as a spread reads them: its normalised address, and its agent id
 /// when it carries a valid one.
 pub(crate) fn principal_bytes(address: &str, agent: Option<&str>) -> Vec<u8> {

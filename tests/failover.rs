@@ -22,20 +22,22 @@ enum Answer {
     Allowed(u32),
     /// Decided and refused (a 429 with limit headers).
     Refused,
-    /// The store did not answer and `on_store_error` did: no limit headers.
+    /// The store did not answer and `on_store_error` did: `allow`'s 200 without limit headers,
+    /// or `deny`'s 503 (the server's failure, never a 429).
     Fallback(u16),
 }
 
 async fn ask(client: &reqwest::Client, url: &str) -> Answer {
     let r = client.get(url).send().await.expect("the gateway answers");
     let status = r.status().as_u16();
-    assert!(status == 200 || status == 429, "never a {status}");
+    assert!(matches!(status, 200 | 429 | 503), "never a {status}");
     let remaining = r
         .headers()
         .get("x-ratelimit-remaining")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
     match (status, remaining) {
+        (503, _) => Answer::Fallback(503),
         (200, Some(n)) => Answer::Allowed(n),
         (429, Some(_)) => Answer::Refused,
         (s, None) => Answer::Fallback(s),

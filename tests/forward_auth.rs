@@ -1247,3 +1247,70 @@ fn every_header_profile_passes_through_both_proxies() {
         }
     }
 }
+
+/// A `deny` limiter whose store cannot answer, through nginx and Caddy configured with the
+/// files in `docs/forward-auth/`: each client gets the limiter's 503 `store-unavailable` (never
+/// a 429; nginx turns the endpoint's 403 back into it), with the wait the gateway tells that
+/// same client, and the upstream never sees the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_both_proxies_a_store_that_cannot_answer_is_the_limiters_503() {
+    let (up, received) = recording_upstream();
+    let dead = common::dead_addr();
+    let gw = Gateway::serve()
+        .upstream(&format!("http://{up}"))
+        .decision()
+        .env("FLEET_LIMITER_TRUST_PROXY", "127.0.0.1")
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .env("FLEET_LIMITER_STORE_URL", format!("redis://{dead}"))
+        .env("FLEET_LIMITER_LIMITER_KEY_ROTATION_ON_STORE_ERROR", "deny")
+        .spawn();
+    let decision = gw.decision_addr.expect("decision listener");
+    for (kind, via, base) in [
+        (ProxyKind::Nginx, "nginx", 40u8),
+        (ProxyKind::Caddy, "caddy", 60),
+    ] {
+        let Some(proxy) = proxy(kind, decision, &up) else {
+            continue;
+        };
+        let mut told = std::collections::BTreeSet::new();
+        for i in 0..8u8 {
+            let from = [127, 0, 0, base + i];
+            let client = client_from(from);
+            let through = post(&client, &proxy.url(ROTATE), None).await;
+            let direct = post(&client, &gw.url(ROTATE), None).await;
+            for (seen, what) in [(&through, via), (&direct, "gateway")] {
+                assert_eq!(seen.status, 503, "{what}: {seen:?}\n{}", proxy.log());
+                assert_eq!(
+                    seen.content_type.as_deref(),
+                    Some("application/problem+json"),
+                    "{what}: {seen:?}"
+                );
+                let body: Value = serde_json::from_str(&seen.body).expect("problem json");
+                assert_eq!(
+                    body["type"], "urn:fleet-limiter:problem:store-unavailable",
+                    "{what}: {seen:?}"
+                );
+                let wait = body["retry_after"].as_u64().expect("retry_after");
+                // key-rotation, 3 in 15 minutes: w = 300 s.
+                assert!((300..=600).contains(&wait), "{what}: {wait}");
+                assert_eq!(
+                    seen.retry_after.as_deref(),
+                    Some(wait.to_string().as_str()),
+                    "{what}"
+                );
+                assert_eq!(seen.remaining.as_deref(), Some("0"), "{what}: {seen:?}");
+            }
+            assert_eq!(
+                through.retry_after, direct.retry_after,
+                "{via}: the gateway tells this client the same wait"
+            );
+            told.insert(through.retry_after.clone());
+        }
+        assert!(told.len() >= 3, "{via}: {told:?}");
+    }
+    let seen = received.lock().map(|r| r.clone()).unwrap_or_default();
+    assert!(
+        !seen.iter().any(|r| r.contains("rotate-key")),
+        "never forwarded: {seen:?}"
+    );
+}

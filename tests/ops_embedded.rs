@@ -261,3 +261,88 @@ near_limit_percent = 95
         "{text}"
     );
 }
+
+/// The embedded middleware answers a `deny` limiter whose store cannot answer as the gateway
+/// does: 503 `store-unavailable`, never 429, each caller (here: each agent id at one address)
+/// told a wait of its own over [w, 2w], the same on every asking, every reset saying it.
+#[actix_web::test]
+async fn embedded_middleware_answers_a_store_that_cannot_answer_with_a_spread_503() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"
+[store]
+backend = "redis"
+url = "redis://{dead}"
+
+[headers]
+legacy_reset = "delta"
+
+[limiters.embedded-closed]
+limit = 2
+window = "1m"
+key = "ip"
+routes = ["/work/**"]
+on_store_error = "deny"
+"#
+        ),
+    )
+    .expect("write");
+    let cfg = Loader::new().file(&file).load().expect("config");
+    let limiter = FleetLimiter::from_config(&cfg).expect("limiter");
+    let server = HttpServer::new(move || {
+        App::new()
+            .wrap(limiter.clone())
+            .route("/work/{x}", web::get().to(handler))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind("127.0.0.1:0")
+    .expect("bind");
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let number = |res: &reqwest::Response, name: &str| -> Option<u64> {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    };
+    let mut told = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let mut waits = Vec::new();
+        for _ in 0..2 {
+            let res = client
+                .get(format!("http://{addr}/work/x"))
+                .header("x-agent-id", format!("agent-{i}"))
+                .send()
+                .await
+                .expect("an answer");
+            assert_eq!(res.status(), 503, "agent-{i}: never a 429");
+            let wait = number(&res, "retry-after").expect("Retry-After");
+            // 2 a minute: w = 30 s.
+            assert!((30..=60).contains(&wait), "agent-{i}: {wait}");
+            assert_eq!(number(&res, "ratelimit-reset"), Some(wait), "{res:?}");
+            assert_eq!(number(&res, "x-ratelimit-reset"), Some(wait), "{res:?}");
+            let body: serde_json::Value = res.json().await.expect("problem+json");
+            assert_eq!(body["type"], "urn:fleet-limiter:problem:store-unavailable");
+            assert_eq!(body["retry_after"], wait);
+            waits.push(wait);
+        }
+        assert_eq!(waits[0], waits[1], "agent-{i}: one wait");
+        told.insert(waits[0]);
+    }
+    assert!(told.len() >= 3, "{told:?}");
+    handle.stop(true).await;
+}

@@ -163,10 +163,181 @@ async fn a_store_never_reached_with_a_deny_limiter_is_a_refusal_not_unreadiness(
     assert!(ready["on_store_error"]["allow"]
         .as_array()
         .is_some_and(|a| a.iter().any(|n| n == "agent-device")));
-    // The deny limiter refuses its own route, as configured; every other route is served.
-    assert_eq!(send(&gw, reqwest::Method::POST, ROTATE).await, 429);
+    // The deny limiter refuses its own route, as configured, with a 503 (the server's failure,
+    // not the client's budget); every other route is served.
+    assert_eq!(send(&gw, reqwest::Method::POST, ROTATE).await, 503);
     assert_eq!(send(&gw, reqwest::Method::POST, HEARTBEAT).await, 200);
     assert_eq!(store_healthz(&gw).await.0, 503);
+}
+
+/// One answer of a `deny` limiter whose store is down, as a client reads it.
+#[derive(Debug, PartialEq, Eq)]
+struct StoreDown {
+    retry_after: u64,
+    /// `RateLimit-Reset` (draft 6) and `X-RateLimit-Reset` (in seconds).
+    resets: (Option<u64>, Option<u64>),
+    remaining: Option<u64>,
+    problem: serde_json::Value,
+}
+
+fn number(res: &reqwest::Response, name: &str) -> Option<u64> {
+    res.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Read a 503 of a store that cannot answer; fails on anything else.
+async fn store_down(res: reqwest::Response, who: &str) -> StoreDown {
+    assert_eq!(
+        res.status(),
+        503,
+        "{who}: never a 429 for a store's failure"
+    );
+    let retry_after = number(&res, "retry-after").expect("Retry-After in seconds");
+    let resets = (
+        number(&res, "ratelimit-reset"),
+        number(&res, "x-ratelimit-reset"),
+    );
+    let remaining = number(&res, "ratelimit-remaining");
+    let problem: serde_json::Value = res.json().await.expect("problem+json");
+    StoreDown {
+        retry_after,
+        resets,
+        remaining,
+        problem,
+    }
+}
+
+/// `on_store_error = "deny"` with the store down is the server's failure: 503 with a problem
+/// of its own, never 429; each client is told a wait of its own over [w, 2w] (w = the
+/// emission interval a 429 would say: key-rotation's 3 in 15 minutes, 300 s), the same one on
+/// every asking, and every reset the limit headers send says it. The decision endpoint tells
+/// a client the same wait the gateway does (nginx's path carries it as 403, Envoy's as 429,
+/// each with the status in a header), and the metrics count these apart from spent budgets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deny_limiter_with_its_store_down_answers_each_client_503_with_a_wait_of_its_own() {
+    let dead = common::dead_addr();
+    let up = redis_support::upstream();
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .decision()
+        .args(["--trust-proxy", "127.0.0.1"])
+        .env("FLEET_LIMITER_DECISION_ALLOW_FROM", "127.0.0.1")
+        .env("FLEET_LIMITER_STORE_URL", format!("redis://{dead}"))
+        .env("FLEET_LIMITER_LIMITER_KEY_ROTATION_ON_STORE_ERROR", "deny")
+        .env("FLEET_LIMITER_HEADERS_STANDARD", "draft-6")
+        .env("FLEET_LIMITER_HEADERS_LEGACY_RESET", "delta")
+        .spawn();
+    let http = client();
+    let ask = |i: usize| {
+        http.post(gw.url(ROTATE))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .header("x-agent-id", format!("agent-{i}"))
+            .send()
+    };
+    let mut told = std::collections::BTreeMap::<u64, u32>::new();
+    let mut waits = Vec::new();
+    for i in 1..=100 {
+        let who = format!("client {i}");
+        let first = store_down(ask(i).await.expect("an answer"), &who).await;
+        assert!((300..=600).contains(&first.retry_after), "{who}: {first:?}");
+        assert_eq!(
+            first.resets,
+            (Some(first.retry_after), Some(first.retry_after)),
+            "{who}: every reset is Retry-After: {first:?}"
+        );
+        assert_eq!(first.remaining, Some(0), "{who}: {first:?}");
+        let p = &first.problem;
+        assert_eq!(
+            p["type"], "urn:fleet-limiter:problem:store-unavailable",
+            "{p}"
+        );
+        assert_eq!(p["title"], "Service Unavailable", "{p}");
+        assert_eq!(p["status"], 503, "{p}");
+        assert_eq!(p["retry_after"], first.retry_after, "{p}");
+        let said = format!("retry after {} seconds", first.retry_after);
+        assert!(
+            p["detail"].as_str().is_some_and(|d| d.contains(&said)),
+            "{p}"
+        );
+        let again = store_down(ask(i).await.expect("an answer"), &who).await;
+        assert_eq!(again, first, "{who}: the same wait on every asking");
+        *told.entry(first.retry_after).or_default() += 1;
+        waits.push(first.retry_after);
+    }
+    eprintln!(
+        "100 clients were told {} distinct waits, from {:?} to {:?} s",
+        told.len(),
+        told.keys().next(),
+        told.keys().last()
+    );
+    assert!(told.len() >= 3, "{told:?}");
+    // No one wait is told to most of the fleet.
+    assert!(told.values().all(|&n| n <= 10), "{told:?}");
+    // The decision endpoint, asked about the same clients, tells each the gateway's wait.
+    let decision = gw.decision_addr.expect("the decision listener");
+    for (i, want) in waits.iter().enumerate().take(10).map(|(i, w)| (i + 1, *w)) {
+        let res = http
+            .get(format!("http://{decision}/caddy"))
+            .header("x-forwarded-method", "POST")
+            .header("x-forwarded-uri", ROTATE)
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .header("x-agent-id", format!("agent-{i}"))
+            .send()
+            .await
+            .expect("the decision endpoint answers");
+        let got = store_down(res, &format!("/caddy, client {i}")).await;
+        assert_eq!(got.retry_after, want, "client {i}");
+        let res = http
+            .get(format!("http://{decision}/nginx"))
+            .header("x-original-method", "POST")
+            .header("x-original-uri", ROTATE)
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .header("x-agent-id", format!("agent-{i}"))
+            .send()
+            .await
+            .expect("the decision endpoint answers");
+        assert_eq!(res.status(), 403, "nginx passes on only 401 and 403");
+        assert_eq!(res.headers()["x-fleetlimiter-status"], "503");
+        assert_eq!(number(&res, "retry-after"), Some(want), "client {i}");
+        // Envoy's ext_authz takes a 5xx for its own failure (403, or let through under
+        // failure_mode_allow): the refusal goes back as 429, saying 503 beside it.
+        let res = http
+            .post(format!("http://{decision}/envoy{ROTATE}"))
+            .header("x-forwarded-for", format!("198.51.100.{i}"))
+            .header("x-agent-id", format!("agent-{i}"))
+            .send()
+            .await
+            .expect("the decision endpoint answers");
+        assert_eq!(res.status(), 429, "client {i}");
+        assert_eq!(res.headers()["x-fleetlimiter-status"], "503");
+        assert_eq!(number(&res, "retry-after"), Some(want), "client {i}");
+        assert_eq!(number(&res, "ratelimit-reset"), Some(want), "client {i}");
+        let p: serde_json::Value = res.json().await.expect("problem+json");
+        assert_eq!(
+            p["type"], "urn:fleet-limiter:problem:store-unavailable",
+            "{p}"
+        );
+    }
+    assert_eq!(
+        gw.metric(r#"fleet_limiter_requests_total{outcome="store_unavailable"}"#)
+            .await,
+        Some(230.0)
+    );
+    assert_eq!(
+        gw.metric(r#"fleet_limiter_requests_total{outcome="refused"}"#)
+            .await,
+        Some(0.0)
+    );
+    assert_eq!(
+        gw.metric(
+            r#"fleet_limiter_decisions_total{limiter="key-rotation",outcome="store_error_refused"}"#
+        )
+        .await,
+        Some(230.0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -729,8 +729,15 @@ fn a_store_that_cannot_answer_answers_each_limiters_on_store_error() {
     // The YAML's own rule allows (on_store_error = "allow"); `shared` denies, as configured.
     assert_eq!(status(&a, 0)["code"], "OK", "{a}");
     assert_eq!(status(&a, 1)["code"], "OVER_LIMIT", "{a}");
-    assert!(seconds(&status(&a, 1)["duration_until_reset"]) > 0.0, "{a}");
+    // The protocol's refusal, unspread (docs/envoy-rls.md): one emission interval (3 a minute),
+    // and the limit headers describe the limiter that refused for the store, reset alike.
+    assert_eq!(seconds(&status(&a, 1)["duration_until_reset"]), 20.0, "{a}");
     assert_eq!(ok(&a)["overall_code"], "OVER_LIMIT");
+    let ratelimit = header(&a, "ratelimit").unwrap_or_default();
+    assert!(
+        ratelimit.starts_with("\"shared\";r=0;t=20;"),
+        "{ratelimit}: {a}"
+    );
 }
 
 #[tokio::test]

@@ -61,7 +61,9 @@ export interface Decision {
   /**
    * 200 when allowed; otherwise the status to answer with (429; 400 for a path the limiter will
    * not meter as given, decided here without asking when it is not visible ASCII starting with
-   * `/`; 501 for a method it does not serve; or 503 with onError "deny").
+   * `/`; 501 for a method it does not serve; 503 while the limiter's store cannot answer and
+   * it refuses meanwhile (`store-unavailable`, whatever onError says); or 503 with onError
+   * "deny" when the limiter cannot be reached).
    */
   status: number;
   /** RateLimit, RateLimit-Policy, X-RateLimit-*, and Retry-After (or Allow) on a refusal. */

@@ -186,9 +186,14 @@ async function ask(o, req) {
       if (v !== null) out[name] = v;
     }
     const body = await res.text();
-    // 501 is the limiter's answer for a method it does not let through, not a failure.
+    // 501 is the limiter's answer for a method it does not let through, not a failure. 503
+    // `store-unavailable` is its answer too: its store cannot answer and the limiter is set to
+    // refuse meanwhile (`on_store_error = "deny"`), so the client is told the server failed and
+    // when to come back (a Retry-After of its own); `onError` is for a limiter that cannot be
+    // reached, and never lets such a request through.
     const unsupported = res.status === 501 && body.includes('urn:fleet-limiter:problem:unsupported-method');
-    if (res.status >= 500 && !unsupported) throw new Error(`the limiter answered ${res.status}`);
+    const storeDown = res.status === 503 && body.includes('urn:fleet-limiter:problem:store-unavailable');
+    if (res.status >= 500 && !unsupported && !storeDown) throw new Error(`the limiter answered ${res.status}`);
     if (res.status === 403 && body.includes('not-an-allowed-proxy')) {
       throw new Error('this address is not in the limiter\'s decision.allow_from');
     }
@@ -230,7 +235,8 @@ function routedTarget(req) {
 /**
  * Express middleware: `app.use(fleetLimiter({ url: 'http://127.0.0.1:7392' }))`.
  * Allowed requests get the RateLimit headers and go on; refused ones get the limiter's answer
- * (429, or 400 for a path it will not meter as Express routes it) and never reach a route.
+ * (429 for a spent budget, 503 while its store cannot answer and the limiter refuses
+ * meanwhile, or 400 for a path it will not meter as Express routes it) and never reach a route.
  * The client address sent is `req.ip`, the address Express computed under the app's own
  * `trust proxy` setting: left unset (the default) for an app clients reach directly, it is the
  * connection's peer and cannot be forged; behind one proxy that appends to X-Forwarded-For, set

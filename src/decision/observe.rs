@@ -38,6 +38,8 @@ pub(crate) fn decision(
 fn count(metrics: &Metrics, meters: &[LimiterMeter], outcome: &Outcome, elapsed: Duration) {
     let request = if outcome.results.is_empty() {
         RequestFate::Unmetered
+    } else if outcome.store_unavailable() {
+        RequestFate::StoreUnavailable
     } else if outcome.refused() {
         RequestFate::Refused
     } else {

@@ -66,6 +66,15 @@ impl Outcome {
         self.results.iter().any(LimitResult::refuses)
     }
 
+    /// Refused only because the store could not answer: every enforcing limiter that refused
+    /// is an `on_store_error = "deny"` answer, none a budget that was counted and found spent.
+    /// The server's failure, not the caller's: answered `503`, where a spent budget is `429`.
+    /// A request refused by both a spent budget and a store failure is a spent budget's.
+    pub fn store_unavailable(&self) -> bool {
+        let mut refusing = self.results.iter().filter(|r| r.refuses()).peekable();
+        refusing.peek().is_some() && refusing.all(|r| r.store_error)
+    }
+
     /// The longest wait among the refusing limiters, in whole seconds rounded up, at least 1.
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.results

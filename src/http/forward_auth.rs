@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `/nginx` | `X-Original-Method`, `X-Original-URI` | `403` (nginx passes only 401 and 403 on), with `X-FleetLimiter-Status: 429` and the problem document in `X-FleetLimiter-Problem` for the proxy to answer with |
 //! | `/caddy`, `/traefik`, `/forward` | `X-Forwarded-Method`, `X-Forwarded-Uri` | `429` problem+json with `Retry-After`, which the proxy sends to the client as it is |
-//! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above |
+//! | `/envoy/<path>` | the check request's own method, and its path after `/envoy` | `429`, as above (a store that cannot answer too, with `X-FleetLimiter-Status: 503`: Envoy takes a 5xx for its own failure to ask) |
 //!
 //! Allowed: `200`, empty, with the `RateLimit*` headers for the proxy to copy onto its answer.
 //!
@@ -37,7 +37,9 @@ use crate::http::response::{self, Problem};
 use crate::methods::{At, Named, Overrides, RefusalReason};
 use crate::path::{CanonicalPath, Class, PathRules, Rejected};
 use actix_web::body::MessageBody;
-use actix_web::http::header::{HeaderMap, HeaderName, HeaderValue, ALLOW, CONTENT_TYPE};
+use actix_web::http::header::{
+    HeaderMap, HeaderName, HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER,
+};
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use ipnet::IpNet;
@@ -204,7 +206,9 @@ pub(crate) async fn answer(req: HttpRequest, endpoint: web::Data<Endpoint>) -> H
     endpoint
         .decider
         .observe(&settings, &outcome, started.elapsed());
-    render(flavour, &outcome, &settings.headers)
+    render(flavour, &outcome, &settings.headers, || {
+        crate::spread::caller(req.peer_addr(), headers, &settings)
+    })
 }
 
 /// Why a question is not answered with a decision.
@@ -435,10 +439,32 @@ fn methods_and_overrides(
     }
 }
 
-/// The proxy's answer for an outcome, with the limit headers of `profile`.
-fn render(flavour: Flavour, outcome: &Outcome, profile: &HeaderProfile) -> HttpResponse {
+/// The proxy's answer for an outcome, with the limit headers of `profile`: `429` for a spent
+/// budget, `503` when only the store's failure refused (its wait spread by `who`, the original
+/// client's address and agent id; see [`response::refusal`]). Envoy's `ext_authz` takes any 5xx
+/// from this endpoint for its own failure to ask (a 403 to the client, or the request let
+/// through under `failure_mode_allow`), so on `/envoy` that 503 goes back as `429`, its problem
+/// document and `Retry-After` unchanged and `X-FleetLimiter-Status: 503` beside them: the refusal
+/// `deny` asks for stays a refusal.
+fn render(
+    flavour: Flavour,
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    who: impl FnOnce() -> Vec<u8>,
+) -> HttpResponse {
     if outcome.refused() {
-        return for_proxy(flavour, response::too_many_requests(outcome, profile, None));
+        let who = if outcome.store_unavailable() {
+            who()
+        } else {
+            Vec::new()
+        };
+        let mut res = response::refusal(outcome, profile, None, &who);
+        if flavour == Flavour::Envoy && res.status() == StatusCode::SERVICE_UNAVAILABLE {
+            *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+            res.headers_mut()
+                .insert(STATUS_HEADER, HeaderValue::from(503u16));
+        }
+        return for_proxy(flavour, res);
     }
     let mut res = HttpResponse::Ok().finish();
     response::apply_headers(res.headers_mut(), outcome, profile, None);
@@ -457,9 +483,10 @@ fn bad_request(flavour: Flavour, detail: String) -> HttpResponse {
 }
 
 /// `res` as this proxy can pass it on. nginx treats anything but 2xx, 401 and 403 from an
-/// `auth_request` as its own error (a 500 to the client), and drops the body: a refusal goes
-/// back as 403 (a bad request as 401) with the client's status and problem document in
-/// headers, for the nginx configuration to answer with.
+/// `auth_request` as its own error (a 500 to the client), and drops the body: a refusal (a
+/// spent budget's 429, a store that cannot answer's 503) goes back as 403 (a bad request as
+/// 401) with the client's status and problem document in headers, for the nginx
+/// configuration to answer with.
 fn for_proxy(flavour: Flavour, res: HttpResponse) -> HttpResponse {
     if flavour != Flavour::Nginx {
         return res;
@@ -470,7 +497,9 @@ fn for_proxy(flavour: Flavour, res: HttpResponse) -> HttpResponse {
         Ok(b) => b,
         Err(_) => bytes::Bytes::new(),
     };
-    let carried = if status == StatusCode::TOO_MANY_REQUESTS {
+    let refused = status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::SERVICE_UNAVAILABLE && headers.contains_key(RETRY_AFTER));
+    let carried = if refused {
         StatusCode::FORBIDDEN
     } else {
         StatusCode::UNAUTHORIZED

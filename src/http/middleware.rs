@@ -261,7 +261,14 @@ where
                 actix_web::rt::spawn(work);
             }
             let mut res = answered?;
-            response::apply_headers(res.headers_mut(), outcome, &settings.headers, decided_wall);
+            let told = told_wait(&res);
+            response::apply_headers_told(
+                res.headers_mut(),
+                outcome,
+                &settings.headers,
+                decided_wall,
+                told,
+            );
             Ok(shaped.hold_until_sent(res))
         })
     }
@@ -383,8 +390,25 @@ async fn answer_early<B>(
     ServiceResponse::new(http_req, res).map_into_right_body()
 }
 
+/// The `Retry-After` of a 503 the gateway made itself behind the limiter (admission control
+/// shed the request): the limit headers' resets say the same.
+fn told_wait<B>(res: &ServiceResponse<B>) -> Option<u64> {
+    if res.status() != actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        || !res
+            .response()
+            .extensions()
+            .contains::<response::GatewayMade>()
+    {
+        return None;
+    }
+    res.headers()
+        .get(actix_web::http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
 /// The answer to a request a limiter refused: 429 with the limit headers and `Retry-After` of
-/// the outcome. A refused upgrade (a WebSocket handshake) has nothing to drain, and what the
+/// the outcome, or 503 when only the store's failure refused it (see [`response::refusal`]). A refused upgrade (a WebSocket handshake) has nothing to drain, and what the
 /// client sends next on its connection would not be HTTP: it closes. Any other drains a small
 /// body so its connection can stay open.
 async fn answer_refusal<B>(
@@ -393,7 +417,12 @@ async fn answer_refusal<B>(
     req: ServiceRequest,
     decided_wall: Option<std::time::SystemTime>,
 ) -> ServiceResponse<EitherBody<B>> {
-    let mut res = response::too_many_requests(outcome, &settings.headers, decided_wall);
+    let who = if outcome.store_unavailable() {
+        crate::spread::caller(req.peer_addr(), req.headers(), settings)
+    } else {
+        Vec::new()
+    };
+    let mut res = response::refusal(outcome, &settings.headers, decided_wall, &who);
     let (http_req, mut payload) = req.into_parts();
     if http_req.head().upgrade() {
         res.head_mut()

@@ -51,6 +51,25 @@ impl Problem {
         }
     }
 
+    /// The store could not answer and a limiter with `on_store_error = "deny"` refused: the
+    /// server's failure, not the caller's budget (that is [`Problem::rate_limited`]).
+    pub(crate) fn store_unavailable(retry_after: u64) -> Self {
+        let unit = if retry_after == 1 {
+            "second"
+        } else {
+            "seconds"
+        };
+        Self {
+            kind: "urn:fleet-limiter:problem:store-unavailable",
+            title: "Service Unavailable",
+            status: 503,
+            detail: format!(
+                "The rate limiter's store cannot answer, and this route is refused while it cannot (on_store_error = \"deny\"); this is not the client's budget; retry after {retry_after} {unit}."
+            ),
+            retry_after: Some(retry_after),
+        }
+    }
+
     /// Admission control turned the request away: every slot of its group was taken and the
     /// queue was full, or it waited the queue timeout for one (503); or its client address
     /// already held its share of the group's slots (429).
@@ -333,7 +352,7 @@ pub fn limit_headers(
     decided_at: Option<SystemTime>,
 ) -> Vec<(HeaderName, String)> {
     let mut out = Vec::new();
-    render(outcome, profile, decided_at, |name, v| {
+    render(outcome, profile, decided_at, None, |name, v| {
         out.push((
             name.clone(),
             String::from_utf8_lossy(v.as_bytes()).into_owned(),
@@ -361,15 +380,19 @@ fn number(buf: &mut BytesMut, n: u64) -> Slot {
     }
 }
 
-/// Every limit header of `profile`, handed to `out` as it is made. `RateLimit-Policy` depends
-/// only on which limiters decided (and, in its draft-6/7 form, which one the single-limit
-/// headers describe), so it is reused from the previous response on this thread when those
-/// are the same; the other values are written into one buffer (one allocation for all of them)
-/// and handed out as slices of it, or taken from a table of small numbers.
+/// Every limit header of `profile`, handed to `out` as it is made. `told`: the seconds an
+/// answer's `Retry-After` says when it is not the outcome's own (a spread wait, an admission
+/// 503): every reset sent says the same (on an outcome that was not refused, every limiter's).
+/// `RateLimit-Policy` depends only on which limiters decided (and, in its draft-6/7 form, which
+/// one the single-limit headers describe), so it is reused from the previous response on this
+/// thread when those are the same; the other values are written into one buffer (one
+/// allocation for all of them) and handed out as slices of it, or taken from a table of small
+/// numbers.
 fn render(
     outcome: &Outcome,
     profile: &HeaderProfile,
     decided_at: Option<SystemTime>,
+    told: Option<u64>,
     mut out: impl FnMut(&'static HeaderName, HeaderValue),
 ) {
     // On a shaped route, whatever the limit headers' profile: when to come next.
@@ -387,11 +410,14 @@ fn render(
         return;
     };
     // On a refusal, the wait every reset speaks of: Retry-After's.
-    let wait = if outcome.refused() {
-        outcome.retry_after_secs()
-    } else {
-        None
+    let refused = outcome.refused();
+    let wait = match told {
+        Some(w) => Some(w),
+        None if refused => outcome.retry_after_secs(),
+        None => None,
     };
+    // Told a wait on an outcome that refused nothing: every limiter's reset is that wait.
+    let every = told.is_some() && !refused;
     let single_reset = wait.unwrap_or_else(|| reset_secs(expiring).unwrap_or(0));
     let limit = u64::from(expiring.verdict.limit);
     let remaining = u64::from(expiring.verdict.remaining);
@@ -427,7 +453,7 @@ fn render(
                 Slot::Ready(policy_value(outcome, PolicyForm::Named, usize::MAX)),
             ));
             let start = buf.len();
-            write_service_limits(&mut buf, outcome, wait, profile.standard);
+            write_service_limits(&mut buf, outcome, wait, every, profile.standard);
             values.push((RATELIMIT, Slot::Range(start, buf.len())));
         }
         Standard::Draft7 => {
@@ -536,12 +562,15 @@ fn disclosed(outcome: &Outcome) -> Option<std::borrow::Cow<'_, Outcome>> {
 
 /// The limiter the single-limit headers (draft 6 and 7, legacy) describe: on a refusal the
 /// enforcing limiter that refused with the longest wait (the one `Retry-After` is from), else
-/// the one closest to refusing. `None` when no limiter decided (the store failed for all).
+/// the one closest to refusing; when only the store's failure refused, the limiter that refused
+/// for it with the longest wait. `None` when no limiter decided and none refused (the store
+/// failed for all, and they let the request through).
 fn expiring(outcome: &Outcome) -> Option<&LimitResult> {
+    let shown = shown(outcome);
     outcome
         .results
         .iter()
-        .filter(|r| !r.store_error && r.refuses())
+        .filter(|r| shown(r) && r.refuses())
         .max_by_key(|r| {
             (
                 r.verdict.retry_after_ns,
@@ -549,6 +578,14 @@ fn expiring(outcome: &Outcome) -> Option<&LimitResult> {
             )
         })
         .or_else(|| outcome.tightest())
+}
+
+/// Which limiters the limit headers describe: those that decided (the store answered, or a
+/// `local` bucket did); and, when the store's failure alone refused the request, the limiters
+/// that refused for it (nothing left now, back when `Retry-After` says).
+fn shown(outcome: &Outcome) -> impl Fn(&LimitResult) -> bool {
+    let store_down = outcome.store_unavailable();
+    move |r: &LimitResult| !r.store_error || (store_down && r.refuses())
 }
 
 /// Seconds until a limiter's quota resets (is whole again), rounded up: the reset of draft 6,
@@ -568,16 +605,19 @@ fn reset_secs(r: &LimitResult) -> Option<u64> {
 /// The `RateLimit` value of draft 8 and 10: `"name";r=29;t=2;pk=:…:` for each limiter that
 /// decided. On a refusal (`wait`), the limiters that refused carry `t` = `Retry-After` and the
 /// others none (nothing was taken from them, and their own resets do not say when the request
-/// can succeed).
+/// can succeed). `every`: each limiter carries `t` = `wait` (an answer that refused what every
+/// limiter allowed).
 fn write_service_limits(
     buf: &mut BytesMut,
     outcome: &Outcome,
     wait: Option<u64>,
+    every: bool,
     standard: Standard,
 ) {
     use base64::Engine;
     let mut num = itoa::Buffer::new();
-    let decided = outcome.results.iter().filter(|r| !r.store_error);
+    let shown = shown(outcome);
+    let decided = outcome.results.iter().filter(|r| shown(r));
     for (i, r) in decided.enumerate() {
         if i > 0 {
             buf.extend_from_slice(b", ");
@@ -587,7 +627,7 @@ fn write_service_limits(
         buf.extend_from_slice(b"\";r=");
         buf.extend_from_slice(num.format(r.verdict.remaining).as_bytes());
         let t = match wait {
-            Some(w) => r.refuses().then_some(w),
+            Some(w) => (every || r.refuses()).then_some(w),
             None if standard == Standard::Draft10 => more_quota_after_secs(&r.quota, &r.verdict),
             None => reset_secs(r),
         };
@@ -663,7 +703,8 @@ fn window_secs(quota: &crate::limiter::Quota) -> u64 {
 /// `RateLimit-Policy` in `form` for the limiters that decided, `first` (a policy slot, for
 /// [`PolicyForm::Numbers`]) leading.
 fn policy_value(outcome: &Outcome, form: PolicyForm, first: usize) -> HeaderValue {
-    let decided = || outcome.results.iter().filter(|r| !r.store_error);
+    let shown = shown(outcome);
+    let decided = || outcome.results.iter().filter(|r| shown(r));
     // The limiters' budgets too: a plan or an override judges a bucket by another.
     let same = |f: PolicyForm, specs: &[(Arc<LimiterSpec>, crate::limiter::Quota)], at: usize| {
         f == form
@@ -734,6 +775,18 @@ pub fn apply_headers(
     profile: &HeaderProfile,
     decided_at: Option<SystemTime>,
 ) {
+    apply_headers_told(headers, outcome, profile, decided_at, None);
+}
+
+/// [`apply_headers`] on an answer whose `Retry-After` says `told` seconds (a 503 the gateway
+/// made: admission control's, a store that cannot answer): every reset sent says the same.
+pub(crate) fn apply_headers_told(
+    headers: &mut HeaderMap,
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+    told: Option<u64>,
+) {
     if !profile.sends_any() {
         return;
     }
@@ -744,7 +797,7 @@ pub fn apply_headers(
         matches!(k.as_str().as_bytes().first(), Some(b'r' | b'x'))
             && (standard.contains(k) || legacy.contains(k))
     });
-    render(outcome, profile, decided_at, |name, value| {
+    render(outcome, profile, decided_at, told, |name, value| {
         if clash {
             headers.insert(name.clone(), value);
         } else {
@@ -765,6 +818,31 @@ pub fn too_many_requests(
     let headers = res.headers_mut();
     headers.insert(RETRY_AFTER, HeaderValue::from(wait));
     apply_headers(headers, outcome, profile, decided_at);
+    res
+}
+
+/// The answer to a refused outcome, as the gateway, the middleware and the decision endpoint
+/// give it: a spent budget is [`too_many_requests`]; a refusal only because the store could
+/// not answer (see [`Outcome::store_unavailable`]) is `503` problem+json
+/// (`urn:fleet-limiter:problem:store-unavailable`) whose `Retry-After` is the wait a `429`
+/// would say (at least 1 s) spread over `[w, 2w]` by `who` (the caller's normalised address
+/// and agent id), so that a fleet refused at once does not come back at once; every limit
+/// header's reset says the same.
+pub fn refusal(
+    outcome: &Outcome,
+    profile: &HeaderProfile,
+    decided_at: Option<SystemTime>,
+    who: &[u8],
+) -> HttpResponse {
+    if !outcome.store_unavailable() {
+        return too_many_requests(outcome, profile, decided_at);
+    }
+    let w = outcome.retry_after_secs().unwrap_or(1).max(1);
+    let wait = crate::spread::spread_secs(w, who);
+    let mut res = Problem::store_unavailable(wait).into_response();
+    let headers = res.headers_mut();
+    headers.insert(RETRY_AFTER, HeaderValue::from(wait));
+    apply_headers_told(headers, outcome, profile, decided_at, Some(wait));
     res
 }
 

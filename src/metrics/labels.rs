@@ -75,14 +75,17 @@ pub enum RequestFate {
     Forwarded,
     /// An enforcing limiter refused: 429.
     Refused,
+    /// Refused only because the store could not answer (`on_store_error = "deny"`): 503.
+    StoreUnavailable,
     /// No limiter applies to the route (or limiting is switched off).
     Unmetered,
 }
 
 impl RequestFate {
-    pub(super) const ALL: [RequestFate; 3] = [
+    pub(super) const ALL: [RequestFate; 4] = [
         RequestFate::Forwarded,
         RequestFate::Refused,
+        RequestFate::StoreUnavailable,
         RequestFate::Unmetered,
     ];
 
@@ -90,6 +93,7 @@ impl RequestFate {
         match self {
             RequestFate::Forwarded => "forwarded",
             RequestFate::Refused => "refused",
+            RequestFate::StoreUnavailable => "store_unavailable",
             RequestFate::Unmetered => "unmetered",
         }
     }
@@ -173,6 +177,12 @@ impl ShedReason {
         ShedReason::ClientShare,
         ShedReason::BodyHold,
     ];
+
+    /// Shed because the group is overloaded (503), not because of the client's own share (429)
+    /// or its body (408).
+    pub(crate) fn is_overload(self) -> bool {
+        matches!(self, ShedReason::QueueFull | ShedReason::QueueTimeout)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {

@@ -53,7 +53,7 @@ pub struct Metrics {
     give_backs: Family<LimiterResultLabels, Counter>,
     retry_after: Family<LimiterLabel, Histogram, RetryAfterBuckets>,
     /// By [`RequestFate`].
-    requests: [Counter; 3],
+    requests: [Counter; RequestFate::ALL.len()],
     decision_latency: Histogram,
     store_latency: Histogram,
     /// By [`StoreErrorKind`], in `StoreErrorKind::ALL` order.

@@ -213,7 +213,7 @@ struct DecisionFamilies {
     near_limit: Family<LimiterLabel, Counter>,
     give_backs: Family<LimiterResultLabels, Counter>,
     retry_after: Family<LimiterLabel, Histogram, RetryAfterBuckets>,
-    requests: [Counter; 3],
+    requests: [Counter; RequestFate::ALL.len()],
     decision_latency: Histogram,
 }
 

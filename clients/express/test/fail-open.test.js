@@ -68,6 +68,41 @@ test('failing closed is warned about too, and is no fail-open', async () => {
   assert.equal(hooked, 0);
 });
 
+test('a 503 for a store that cannot answer is the limiter\'s refusal, never a failure to reach it', async () => {
+  const problem = JSON.stringify({
+    type: 'urn:fleet-limiter:problem:store-unavailable',
+    title: 'Service Unavailable',
+    status: 503,
+    detail: 'The rate limiter\'s store cannot answer; retry after 417 seconds.',
+    retry_after: 417,
+  });
+  const storeDown = async () => new Response(problem, {
+    status: 503,
+    headers: { 'content-type': 'application/problem+json', 'retry-after': '417', 'ratelimit-reset': '417' },
+  });
+  for (const onError of ['allow', 'deny']) {
+    const lines = [];
+    let hooked = 0;
+    const d = await check({
+      url: 'http://127.0.0.17:9', fetch: storeDown, onError,
+      warn: (l) => lines.push(l), onFailOpen: () => { hooked += 1; },
+    }, question);
+    assert.equal(d.allowed, false, onError);
+    assert.equal(d.status, 503, onError);
+    assert.equal(d.error, undefined, 'the limiter answered: nothing failed here');
+    assert.equal(d.headers['retry-after'], '417', 'its own wait, not 1');
+    assert.equal(d.headers['ratelimit-reset'], '417');
+    assert.equal(JSON.parse(d.body).type, 'urn:fleet-limiter:problem:store-unavailable');
+    assert.deepEqual(lines, [], 'no unreachable-limiter warning');
+    assert.equal(hooked, 0, 'never let through unchecked');
+  }
+  // Any other 5xx is still a limiter that cannot answer: onError decides.
+  const broken = async () => new Response('oops', { status: 503 });
+  const d = await check({ url: 'http://127.0.0.18:9', fetch: broken, warn: () => {} }, question);
+  assert.equal(d.allowed, true);
+  assert.match(d.error.message, /answered 503/);
+});
+
 test('a hook or a logger that throws decides nothing', async () => {
   const d = await check({
     url: 'http://127.0.0.15:9', fetch: unreachable(),

@@ -45,7 +45,7 @@ async function waitFor(port) {
 }
 
 /** fleet-limiter serve with the decision endpoint (and a gateway when `upstream` is given). */
-async function limiter({ upstream, redis } = {}) {
+async function limiter({ upstream, redis, extraEnv } = {}) {
   const decision = await freePort();
   const listen = await freePort();
   const args = ['serve', '--decision-listen', `127.0.0.1:${decision}`, '--admin-listen', '127.0.0.1:0'];
@@ -55,6 +55,7 @@ async function limiter({ upstream, redis } = {}) {
   // The named items of draft 10 say which limiters metered (test/headers.test.js: every profile).
   env.FLEET_LIMITER_HEADERS_STANDARD = 'draft-10';
   if (redis) env.FLEET_LIMITER_STORE_URL = redis;
+  Object.assign(env, extraEnv || {});
   const log = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'fl-express-')), 'stderr.log');
   const child = spawn(BIN, args, { env, stdio: ['ignore', 'ignore', fs.openSync(log, 'w')] });
   const exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
@@ -322,4 +323,40 @@ test('an Express app and a gateway on one Redis share one budget', async (t) => 
   assert.equal(last.headers['x-ratelimit-remaining'], '0');
   assert.equal((await post(site.url + ROTATE, who)).status, 429);
   assert.equal((await post(gateway.gateway + ROTATE, who)).status, 429);
+});
+
+test('a deny limiter whose store cannot answer: the app answers its 503, each caller its own wait', async () => {
+  // Nothing listens at the store's address: every decision fails, and key-rotation denies.
+  const dead = await freePort();
+  const lim = await limiter({
+    redis: `redis://127.0.0.1:${dead}`,
+    extraEnv: { FLEET_LIMITER_LIMITER_KEY_ROTATION_ON_STORE_ERROR: 'deny' },
+  });
+  const lines = [];
+  const a = await countingApp({ url: lim.decision, warn: (l) => lines.push(l) });
+  try {
+    const told = new Set();
+    for (let i = 0; i < 12; i++) {
+      const waits = [];
+      for (let k = 0; k < 2; k++) {
+        const res = await post(a.url + ROTATE, '127.0.0.1', { 'x-agent-id': `agent-${i}` });
+        assert.equal(res.status, 503, res.body);
+        assert.equal(JSON.parse(res.body).type, 'urn:fleet-limiter:problem:store-unavailable');
+        const wait = Number(res.headers['retry-after']);
+        // key-rotation, 3 in 15 minutes: one interval is 300 s, spread up to twice that.
+        assert.ok(wait >= 300 && wait <= 600, String(wait));
+        assert.equal(JSON.parse(res.body).retry_after, wait);
+        assert.match(res.headers.ratelimit, new RegExp(`^"key-rotation";r=0;t=${wait};`));
+        waits.push(wait);
+      }
+      assert.equal(waits[0], waits[1], `agent-${i}: the same wait when it asks again`);
+      told.add(waits[0]);
+    }
+    assert.ok(told.size >= 3, [...told].join(' '));
+    assert.deepEqual(a.served, [], 'never reaches a route, whatever onError says');
+    assert.deepEqual(lines, [], 'the limiter answered: nothing to warn about');
+  } finally {
+    a.close();
+    lim.stop();
+  }
 });

@@ -113,13 +113,16 @@ pub(super) fn answer(
     }
 }
 
-/// The 503 for a request admission control turned away: `Retry-After`, problem+json, and the
-/// body of a small request read so the connection can stay open (an upgrade's closes).
+/// The 503 for a request admission control turned away: `Retry-After` (the queue timeout,
+/// spread over `[w, 2w]` by `who`, the caller's address and agent id; a client past its own
+/// share, answered 429, is told `w`), problem+json, and the body of a small request read so
+/// the connection can stay open (an upgrade's closes).
 pub(super) async fn overloaded(
     upgrading: bool,
     mut payload: web::Payload,
     admission: &Admission,
     shed: &crate::admission::Shed,
+    who: &[u8],
 ) -> HttpResponse {
     tracing::debug!(
         group = %shed.group,
@@ -127,6 +130,11 @@ pub(super) async fn overloaded(
         "admission control shed a request"
     );
     let wait = admission.retry_after();
+    let wait = if shed.reason.is_overload() {
+        crate::spread::spread_secs(wait, who)
+    } else {
+        wait
+    };
     let mut res = Problem::overloaded(&shed.group, shed.reason, wait).into_response();
     res.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(wait));

@@ -121,6 +121,20 @@ impl ClientAddresses {
             ),
         }
     }
+
+    /// Who `req` is, as a spread wait reads it (see [`crate::spread::caller`]).
+    pub(crate) fn caller(&self, req: &HttpRequest) -> Vec<u8> {
+        match &self.0 {
+            None => crate::spread::caller_at(
+                self.of(req),
+                crate::config::defaults::IPV6_PREFIX,
+                req.headers(),
+            ),
+            Some(decider) => {
+                crate::spread::caller(req.peer_addr(), req.headers(), &decider.current())
+            }
+        }
+    }
 }
 
 impl Upstream {
@@ -182,7 +196,10 @@ pub(crate) async fn forward(
             .await
         {
             Ok(slot) => Some(slot),
-            Err(shed) => return overloaded(upgrading, payload, admission, &shed).await,
+            Err(shed) => {
+                let who = upstream.clients.caller(&req);
+                return overloaded(upgrading, payload, admission, &shed, &who).await;
+            }
         },
         None => None,
     };

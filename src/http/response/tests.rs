@@ -5,6 +5,7 @@ use crate::decision::{Decider, KeyHeaders, RequestFacts};
 use crate::identity::NoVerifier;
 use crate::path::CanonicalPath;
 use crate::store::memory::MemoryStore;
+use actix_web::body::MessageBody;
 
 fn decider(env: &[(&str, &str)]) -> Decider {
     let cfg = Loader::new()
@@ -119,4 +120,138 @@ async fn a_refusal_a_hidden_limiter_takes_part_in_carries_no_limit_header() {
     let shown = names(&limit_headers(&refused, &profile, None));
     assert!(shown.contains("\"per-src\";r=0;t="), "{shown}");
     assert!(!shown.contains("per-dst"), "{shown}");
+}
+
+/// `outcome` as a store that cannot answer would leave it: every limiter's verdict its
+/// `on_store_error` answer, `deny` for all (refused, nothing left, one emission interval).
+fn store_down(outcome: &Outcome) -> Outcome {
+    let mut o = outcome.clone();
+    for r in &mut o.results {
+        r.store_error = true;
+        r.verdict.allowed = false;
+        r.verdict.remaining = 0;
+        r.verdict.reset_after_ns = 0;
+        r.verdict.retry_after_ns = r.quota.emission_interval_ns();
+    }
+    o.store_error = Some(crate::store::StoreError::new(
+        crate::store::StoreErrorKind::Connection,
+        "down",
+    ));
+    o
+}
+
+fn number(res: &HttpResponse, name: &str) -> Option<u64> {
+    res.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+#[actix_rt::test]
+async fn a_store_that_cannot_answer_is_a_503_with_a_wait_of_each_callers_own() {
+    let d = two(&[("FLEET_LIMITER_HEADERS_LEGACY_RESET", "delta")]);
+    let profile = d.settings().headers;
+    let down = store_down(&rotate(&d).await);
+    assert!(down.refused() && down.store_unavailable());
+    // per-dst, 2 in 15 minutes: a 429 would say 450 s.
+    assert_eq!(down.retry_after_secs(), Some(450));
+    let mut told = std::collections::BTreeSet::new();
+    for i in 0..50 {
+        let who = crate::spread::principal_bytes(&format!("198.51.100.{i}"), Some("agent-1"));
+        let res = refusal(&down, &profile, None, &who);
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let wait = number(&res, "retry-after").expect("Retry-After");
+        assert!((450..=900).contains(&wait), "{wait}");
+        assert_eq!(number(&res, "ratelimit-reset"), Some(wait), "{res:?}");
+        assert_eq!(number(&res, "x-ratelimit-reset"), Some(wait), "{res:?}");
+        assert_eq!(number(&res, "ratelimit-remaining"), Some(0), "{res:?}");
+        let again = refusal(&down, &profile, None, &who);
+        assert_eq!(
+            number(&again, "retry-after"),
+            Some(wait),
+            "one caller, one wait"
+        );
+        let body = res.into_body().try_into_bytes().unwrap_or_default();
+        let p: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        assert_eq!(
+            p["type"], "urn:fleet-limiter:problem:store-unavailable",
+            "{p}"
+        );
+        assert_eq!(p["status"], 503, "{p}");
+        assert_eq!(p["retry_after"], wait, "{p}");
+        let said = format!("retry after {wait} seconds");
+        assert!(
+            p["detail"].as_str().is_some_and(|s| s.contains(&said)),
+            "{p}"
+        );
+        told.insert(wait);
+    }
+    assert!(told.len() >= 10, "{told:?}");
+    // Draft 10: the refusing limiters' `t` is the spread wait too.
+    let d10 = two(&[("FLEET_LIMITER_HEADERS_STANDARD", "draft-10")]);
+    let res = refusal(&down, &d10.settings().headers, None, b"someone");
+    let wait = number(&res, "retry-after").expect("Retry-After");
+    let ratelimit = res
+        .headers()
+        .get("ratelimit")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        ratelimit.contains(&format!("\"per-dst\";r=0;t={wait};")),
+        "{ratelimit}"
+    );
+}
+
+#[actix_rt::test]
+async fn a_spent_budget_is_a_429_even_while_the_store_fails_for_another_limiter() {
+    let d = two(&[]);
+    let profile = d.settings().headers;
+    for _ in 0..2 {
+        assert!(!rotate(&d).await.refused());
+    }
+    let spent = rotate(&d).await;
+    assert!(spent.refused() && !spent.store_unavailable());
+    // per-src's store failed and denied; per-dst's own budget is spent.
+    let mut both = spent.clone();
+    let src = both
+        .results
+        .iter_mut()
+        .find(|r| &*r.spec.name == "per-src")
+        .expect("per-src decided");
+    src.store_error = true;
+    src.verdict.allowed = false;
+    src.verdict.retry_after_ns = src.quota.emission_interval_ns();
+    assert!(!both.store_unavailable(), "a spent own budget is a 429");
+    for o in [&spent, &both] {
+        let res = refusal(o, &profile, None, b"anyone");
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(number(&res, "retry-after"), o.retry_after_secs());
+        assert_eq!(number(&res, "ratelimit-reset"), o.retry_after_secs());
+    }
+}
+
+#[actix_rt::test]
+async fn an_answer_told_a_wait_says_it_in_every_reset() {
+    let d = two(&[("FLEET_LIMITER_HEADERS_LEGACY_RESET", "delta")]);
+    let allowed = rotate(&d).await;
+    assert!(!allowed.refused());
+    for standard in ["draft-6", "draft-7", "draft-10"] {
+        let d = two(&[
+            ("FLEET_LIMITER_HEADERS_STANDARD", standard),
+            ("FLEET_LIMITER_HEADERS_LEGACY_RESET", "delta"),
+        ]);
+        let mut headers = HeaderMap::new();
+        apply_headers_told(&mut headers, &allowed, &d.settings().headers, None, Some(7));
+        let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert_eq!(get("x-ratelimit-reset"), "7", "{standard}: {headers:?}");
+        match standard {
+            "draft-6" => assert_eq!(get("ratelimit-reset"), "7", "{headers:?}"),
+            "draft-7" => assert!(get("ratelimit").ends_with("reset=7"), "{headers:?}"),
+            _ => {
+                let v = get("ratelimit");
+                assert_eq!(v.matches(";t=7;").count(), 2, "{v}");
+            }
+        }
+    }
 }
