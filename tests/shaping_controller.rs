@@ -580,7 +580,8 @@ async fn reports_shed_exports(extra: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_route_slow_by_nature_left_out_of_the_signal_sheds_nothing() {
-    let unwatched = "[shaping.routes.reports]\nroutes = [\"GET /api/reports/**\"]\nwatched = false\n";
+    let unwatched =
+        "[shaping.routes.reports]\nroutes = [\"GET /api/reports/**\"]\nwatched = false\n";
     assert!(
         !reports_shed_exports(unwatched).await,
         "slow reports on an unwatched route shed exports"

@@ -301,13 +301,7 @@ pub(super) fn caller<'r>(
     req: &'r ServiceRequest,
     settings: &Settings,
 ) -> (String, Option<&'r str>) {
-    let ip = super::request::client_address(req.peer_addr(), req.headers(), settings);
-    let address = crate::shaping::address_of(ip, settings.ipv6_prefix);
-    let agent = req
-        .headers()
-        .get(super::middleware::X_AGENT_ID)
-        .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
-    (address, agent)
+    crate::spread::who(req.peer_addr(), req.headers(), settings)
 }
 
 /// The 503 of a request shed at `level`.

@@ -104,7 +104,7 @@ pub(crate) fn ladder(interval: u64, max: u64) -> Vec<Step> {
         let want = ((interval as f64 * factor).min(u64::MAX as f64) as u64).min(max);
         let mut best: Option<Step> = None;
         for parts in 1..=MOST_GRID_PARTS {
-            if interval % (parts * 1_000_000) != 0 {
+            if !interval.is_multiple_of(parts * 1_000_000) {
                 continue;
             }
             let grid = interval / parts;
