@@ -115,15 +115,33 @@ impl AsyncWrite for Io {
 }
 
 impl Io {
-    /// Whether an idle connection is still open with nothing unasked-for on it: one read
-    /// tried without waiting must find nothing to read yet. The end of the stream (the
-    /// upstream closed it), an error, or bytes nobody asked for all mean it cannot carry a
-    /// request.
-    fn idle_and_open(&mut self) -> bool {
-        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-        let mut probe = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut probe);
-        Pin::new(self).poll_read(&mut cx, &mut buf).is_pending()
+    /// Whether an idle connection is still open with nothing unasked-for on it. The socket is
+    /// asked itself (a peek that must find nothing to read yet), not the runtime's record of
+    /// readiness, which lags behind what has arrived until the worker next polls its events:
+    /// bytes that arrived an instant ago count. The end of the stream (the upstream closed it),
+    /// an error, bytes nobody asked for, or for TLS any record or plaintext not yet read all
+    /// mean it cannot carry a request.
+    pub(super) fn idle_and_open(&mut self) -> bool {
+        match self {
+            Io::Plain(s) => nothing_to_read(s),
+            Io::Tls(s) => {
+                let (tcp, conn) = s.get_mut();
+                let quiet = conn.process_new_packets().is_ok_and(|state| {
+                    state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
+                });
+                quiet && nothing_to_read(tcp)
+            }
+        }
+    }
+}
+
+/// One non-blocking peek at the socket finds nothing: `WouldBlock`. A byte, the end of the
+/// stream or an error all say the connection is not idle.
+fn nothing_to_read(s: &tokio::net::TcpStream) -> bool {
+    let mut probe = [MaybeUninit::<u8>::uninit(); 1];
+    match socket2::SockRef::from(s).peek(&mut probe) {
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+        Ok(_) => false,
     }
 }
 
@@ -282,7 +300,8 @@ impl UpstreamClient {
     }
 
     /// Send `head` and `body` on a pooled connection (on another, or a new one, when one fails
-    /// before it took a byte) and read the answer's head. The answer's body is read
+    /// before it took a byte) and read the answer's head and the first piece of its body
+    /// (`None`: it has none, or it ended). The rest of the answer's body is read
     /// by the [`Exchange`] that comes with it, which also sends what is left of the request's
     /// body and hands the connection back to the pool at the end.
     pub(super) async fn send(
@@ -291,7 +310,7 @@ impl UpstreamClient {
         body: ProxyBody,
         framing: Framing,
         method_is_head: bool,
-    ) -> Result<(Head, Exchange), UpstreamError> {
+    ) -> Result<(Head, Exchange, Option<Bytes>), UpstreamError> {
         let mut x = Exchange::new(head, body, framing, method_is_head, self.idle.clone());
         for attempt in 0..3 {
             let pooled = if attempt < 2 { self.idle.take() } else { None };
@@ -300,7 +319,18 @@ impl UpstreamClient {
                 None => self.connect().await?,
             });
             match std::future::poll_fn(|cx| x.poll_head(cx)).await {
-                Ok(head) => return Ok((head, x)),
+                Ok(head) => {
+                    // The answer's head goes to the client with the first of its body (or its
+                    // end): an answer whose framing breaks at once is a 502, not a status line
+                    // the client never gets.
+                    return match std::future::poll_fn(|cx| x.poll_first(cx)).await {
+                        Ok(first) => Ok((head, x, first)),
+                        Err(e) => {
+                            x.abandon();
+                            Err(e)
+                        }
+                    };
+                }
                 // A connection (pooled, or closed while the head waited for the body) that
                 // failed before it took any of the request.
                 Err(UpstreamError::Io(_) | UpstreamError::Closed) if x.written == 0 => {
@@ -405,7 +435,11 @@ pub(super) struct Exchange {
     written: u64,
     method_is_head: bool,
     reading: Reading,
-    /// The upstream keeps the connection open after this answer.
+    /// The upstream keeps the connection open after this answer, and nothing about the
+    /// answer leaves doubt where it ended: it is not a HEAD's, a 204 or a 304 (after which a
+    /// buggy upstream may still send the body it thinks it owes), and it did not come before
+    /// the request was written whole (an upstream that answers without reading the body may
+    /// read that body as a request of its own and answer it too).
     keep_alive: bool,
     pool: Rc<Pool>,
 }
@@ -654,6 +688,13 @@ impl Exchange {
             }
             Err(_) => return Err(UpstreamError::Protocol("the answer's head does not parse")),
         };
+        // Lines end in CRLF only: a bare LF that a lenient parser takes for a line break (and
+        // so a header of the upstream's text: `X-L: a\nSet-Cookie: x`), or a bare CR, is refused.
+        if !crlf_only(&self.read[..used]) {
+            return Err(UpstreamError::Protocol(
+                "a bare LF or CR in the answer's head",
+            ));
+        }
         let code = res.code.unwrap_or(0);
         let http10 = res.version == Some(0);
         match code {
@@ -698,7 +739,16 @@ impl Exchange {
                 }
             }
         }
-        let reading = if code == 204 || code == 304 || self.method_is_head {
+        if te && first_cl.is_some() {
+            // Read as chunked, a length beside it would be the client's framing: it is the
+            // answer that is wrong, so it goes no further (hyper reads the chunks and passes
+            // the length on, cutting the body the client gets).
+            return Err(UpstreamError::Protocol(
+                "both Transfer-Encoding and Content-Length",
+            ));
+        }
+        let bodiless = code == 204 || code == 304 || self.method_is_head;
+        let reading = if bodiless {
             Reading::Done
         } else if te {
             if http10 {
@@ -718,7 +768,8 @@ impl Exchange {
         };
         self.keep_alive = if http10 { keep_alive } else { !close }
             && reading != Reading::Close
-            && !(te && first_cl.is_some());
+            && !bodiless
+            && self.sent;
         self.reading = match reading {
             Reading::Length(0) => Reading::Done,
             r => r,
@@ -752,6 +803,24 @@ impl Exchange {
         };
         self.read.advance(used);
         Ok(Parsed::Head(head))
+    }
+
+    /// The first piece of the answer's body (`None` when it has none), sending what is left of
+    /// the request meanwhile.
+    fn poll_first(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, UpstreamError>> {
+        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        match ready!(self.poll_data(cx)) {
+            Some(Ok(data)) => Poll::Ready(Ok(Some(data))),
+            Some(Err(e)) => Poll::Ready(Err(e)),
+            None => Poll::Ready(Ok(None)),
+        }
+    }
+
+    /// Whether the answer has been read to its end.
+    pub(super) fn answered(&self) -> bool {
+        self.reading == Reading::Done
     }
 
     /// The next piece of the answer's body; `None` at its end.
@@ -882,9 +951,13 @@ impl Exchange {
     /// Give the connection back to the pool if it can carry another request: the request
     /// written whole, the answer read to its end with nothing after it, and the upstream
     /// keeping it open. Otherwise it is closed.
-    fn finish(&mut self) {
-        if let Some(io) = self.io.take() {
-            if self.keep_alive && self.sent && self.reading == Reading::Done && self.read.is_empty()
+    pub(super) fn finish(&mut self) {
+        if let Some(mut io) = self.io.take() {
+            if self.keep_alive
+                && self.sent
+                && self.reading == Reading::Done
+                && self.read.is_empty()
+                && io.idle_and_open()
             {
                 self.pool.put_back(io);
             }
@@ -907,6 +980,20 @@ enum Parsed {
     Head(Head),
     Informational,
     Partial,
+}
+
+/// Whether every LF in `head` ends a CRLF and every CR begins one.
+fn crlf_only(head: &[u8]) -> bool {
+    let mut prev = 0u8;
+    for (i, &b) in head.iter().enumerate() {
+        match b {
+            b'\n' if prev != b'\r' => return false,
+            b'\r' if head.get(i + 1) != Some(&b'\n') => return false,
+            _ => {}
+        }
+        prev = b;
+    }
+    true
 }
 
 /// `value` without leading and trailing spaces and tabs.
@@ -971,6 +1058,8 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
 pub(super) struct ExchangeBody {
     pub(super) x: Exchange,
     pub(super) slot: Option<Slot>,
+    /// What was read of the body before the head went to the client.
+    pub(super) first: Option<Bytes>,
 }
 
 impl Stream for ExchangeBody {
@@ -978,6 +1067,15 @@ impl Stream for ExchangeBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(first) = this.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if this.x.answered() {
+            // Read to its end (the connection finished with) before the client took it all.
+            this.x.finish();
+            this.slot = None;
+            return Poll::Ready(None);
+        }
         if let Poll::Ready(Err(e)) = this.x.poll_send(cx) {
             this.x.abandon();
             this.slot = None;

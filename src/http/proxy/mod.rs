@@ -231,11 +231,11 @@ pub(crate) async fn forward(
         Either::Right(_) => Err(UpstreamError::Silent),
     };
     match (sent, watch.failed.get()) {
-        (Ok((head, exchange)), _) => {
+        (Ok((head, exchange, first)), _) => {
             upstream
                 .metrics
                 .upstream_response(head.res.status().as_u16(), started.elapsed());
-            forwarded(head, exchange, slot, upstream.read_timeout)
+            forwarded(head, exchange, first, slot, upstream.read_timeout)
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
         (Err(_), Some(ClientFault::TooSlow(trip))) => closing(request_timeout(trip, &rules)),
