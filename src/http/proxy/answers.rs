@@ -6,6 +6,7 @@ use super::body::IdleTimeout;
 use super::client::{Exchange, ExchangeBody, Head, UpstreamError};
 use super::headers::{end_to_end_headers, parse_length};
 use super::pace::{BodyRules, Trip};
+use super::stall::ClientSocket;
 use crate::admission::{Admission, Slot};
 use crate::http::response::Problem;
 use crate::metrics::Metrics;
@@ -66,6 +67,7 @@ pub(super) fn forwarded(
     first: Option<Bytes>,
     mut slot: Option<Slot>,
     read_timeout: Duration,
+    client_socket: Option<ClientSocket>,
 ) -> HttpResponse {
     let back = head.res;
     if matches!(back.status().as_u16(), 204 | 304) {
@@ -83,7 +85,16 @@ pub(super) fn forwarded(
         x.finish();
         slot = None;
     }
-    let body = IdleTimeout::new(ExchangeBody { x, slot, first }, read_timeout);
+    let body = IdleTimeout::new(
+        ExchangeBody {
+            x,
+            slot,
+            first,
+            stall: client_socket.map(|s| (s, read_timeout)),
+            taken: None,
+        },
+        read_timeout,
+    );
     match head.length {
         Some(len) => back
             .set_body(SizedStream::new(len, body))

@@ -1060,6 +1060,25 @@ pub(super) struct ExchangeBody {
     pub(super) slot: Option<Slot>,
     /// What was read of the body before the head went to the client.
     pub(super) first: Option<Bytes>,
+    /// The client's socket and the read timeout: a client that does not take a piece within
+    /// it has its connection ended ([`super::stall`]), watched from the first piece on.
+    pub(super) stall: Option<(super::stall::ClientSocket, Duration)>,
+    pub(super) taken: Option<Rc<super::stall::Taken>>,
+}
+
+impl ExchangeBody {
+    /// A piece of the answer goes to the client's side: from now on it must be taken.
+    fn give(&mut self, data: Bytes) -> Poll<Option<Result<Bytes, UpstreamError>>> {
+        if self.taken.is_none() && !self.x.answered() {
+            if let Some((socket, limit)) = self.stall {
+                self.taken = Some(super::stall::watch(socket, limit));
+            }
+        }
+        if let Some(t) = &self.taken {
+            t.given();
+        }
+        Poll::Ready(Some(Ok(data)))
+    }
 }
 
 impl Stream for ExchangeBody {
@@ -1067,13 +1086,17 @@ impl Stream for ExchangeBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(t) = &this.taken {
+            t.asked();
+        }
         if let Some(first) = this.first.take() {
-            return Poll::Ready(Some(Ok(first)));
+            return this.give(first);
         }
         if this.x.answered() {
             // Read to its end (the connection finished with) before the client took it all.
             this.x.finish();
             this.slot = None;
+            this.taken = None;
             return Poll::Ready(None);
         }
         if let Poll::Ready(Err(e)) = this.x.poll_send(cx) {
@@ -1082,15 +1105,17 @@ impl Stream for ExchangeBody {
             return Poll::Ready(Some(Err(e)));
         }
         match this.x.poll_data(cx) {
-            Poll::Ready(Some(Ok(data))) => Poll::Ready(Some(Ok(data))),
+            Poll::Ready(Some(Ok(data))) => this.give(data),
             Poll::Ready(Some(Err(e))) => {
                 this.x.abandon();
                 this.slot = None;
+                this.taken = None;
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
                 this.x.finish();
                 this.slot = None;
+                this.taken = None;
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,

@@ -22,6 +22,10 @@
 //! (the [`upgrade`] module): a place among the open upgraded connections (in all and per client
 //! address), a fresh upstream connection, and on `101` the two connections spliced.
 //!
+//! An answer's client side is bounded by the read timeout too ([`stall`]): a piece of the
+//! answer the client has not taken within it ends the exchange, so a client that stops reading
+//! holds no upstream connection, admission slot or in-flight place for longer.
+//!
 //! With admission control on, a request holding a slot may keep the gateway waiting for its
 //! body for at most its group's `body_hold` in all (a third pace rule): a body trickled just
 //! above the minimum rate is cut off then (408) and its slot given back.
@@ -31,6 +35,7 @@ mod body;
 mod client;
 mod headers;
 pub(crate) mod pace;
+mod stall;
 pub(crate) mod upgrade;
 
 use crate::admission::Admission;
@@ -48,6 +53,7 @@ pub(crate) use client::{UpstreamClient, UpstreamTls};
 use futures_util::future::{select, Either};
 use headers::{parse_length, request_head, Framing};
 use pace::BodyRules;
+pub(crate) use stall::remember_client_socket;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -235,7 +241,15 @@ pub(crate) async fn forward(
             upstream
                 .metrics
                 .upstream_response(head.res.status().as_u16(), started.elapsed());
-            forwarded(head, exchange, first, slot, upstream.read_timeout)
+            let client_socket = req.conn_data::<stall::ClientSocket>().copied();
+            forwarded(
+                head,
+                exchange,
+                first,
+                slot,
+                upstream.read_timeout,
+                client_socket,
+            )
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
         (Err(_), Some(ClientFault::TooSlow(trip))) => closing(request_timeout(trip, &rules)),
