@@ -976,6 +976,60 @@ impl Drop for Exchange {
     }
 }
 
+/// An answer as this client reads it from `bytes` (everything the upstream sent, then the end
+/// of the stream), to a request written whole: its status, the headers it passes on, the
+/// length it declares to the client, its body; or why it is refused. For the differential
+/// check against hyper's client ([`super::differential`]).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) fn read_answer(
+    bytes: &[u8],
+    method_is_head: bool,
+) -> Result<(u16, Vec<(String, Vec<u8>)>, Option<u64>, Vec<u8>), String> {
+    let mut x = Exchange::new(
+        BytesMut::new(),
+        ProxyBody::Empty,
+        Framing::None,
+        method_is_head,
+        Rc::new(Pool::default()),
+    );
+    x.sent = true;
+    x.read.extend_from_slice(bytes);
+    let head = loop {
+        match x.parse_head().map_err(|e| e.to_string())? {
+            Parsed::Head(head) => break head,
+            Parsed::Informational => continue,
+            Parsed::Partial => return Err("the head is incomplete".to_owned()),
+        }
+    };
+    let status = head.res.status().as_u16();
+    let headers = head
+        .res
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    let mut body = Vec::new();
+    if !matches!(status, 204 | 304) {
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        loop {
+            match x.poll_data(&mut cx) {
+                Poll::Ready(Some(Ok(data))) => body.extend_from_slice(&data),
+                Poll::Ready(None) => break,
+                // The end of the stream ends an answer read until the connection closes.
+                Poll::Ready(Some(Err(UpstreamError::Closed)))
+                    if x.reading == Reading::Close && x.read.is_empty() =>
+                {
+                    break
+                }
+                Poll::Ready(Some(Err(e))) => return Err(e.to_string()),
+                Poll::Pending => return Err("waits for more".to_owned()),
+            }
+        }
+    }
+    x.abandon();
+    Ok((status, headers, head.length, body))
+}
+
 enum Parsed {
     Head(Head),
     Informational,

@@ -33,6 +33,8 @@
 mod answers;
 mod body;
 mod client;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod differential;
 mod headers;
 pub(crate) mod pace;
 mod stall;
