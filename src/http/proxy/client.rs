@@ -976,15 +976,16 @@ impl Drop for Exchange {
     }
 }
 
+/// Status, the headers passed on (names lower case, in order), the declared length, the body.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) type ReadAnswer = (u16, Vec<(String, Vec<u8>)>, Option<u64>, Vec<u8>);
+
 /// An answer as this client reads it from `bytes` (everything the upstream sent, then the end
 /// of the stream), to a request written whole: its status, the headers it passes on, the
 /// length it declares to the client, its body; or why it is refused. For the differential
 /// check against hyper's client ([`super::differential`]).
 #[cfg(any(test, feature = "fuzzing"))]
-pub(super) fn read_answer(
-    bytes: &[u8],
-    method_is_head: bool,
-) -> Result<(u16, Vec<(String, Vec<u8>)>, Option<u64>, Vec<u8>), String> {
+pub(super) fn read_answer(bytes: &[u8], method_is_head: bool) -> Result<ReadAnswer, String> {
     let mut x = Exchange::new(
         BytesMut::new(),
         ProxyBody::Empty,
