@@ -718,6 +718,14 @@ impl Exchange {
         for h in res.headers.iter() {
             let name = h.name;
             if name.eq_ignore_ascii_case("transfer-encoding") {
+                if !h
+                    .value
+                    .iter()
+                    .all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b))
+                {
+                    // Read as text or as bytes, its codings are not one list.
+                    return Err(UpstreamError::Protocol("an unreadable Transfer-Encoding"));
+                }
                 te = true;
                 te_chunked = last_token_is(h.value, b"chunked");
             } else if name.eq_ignore_ascii_case("content-length") {
@@ -933,6 +941,11 @@ impl Exchange {
                     return Err(UpstreamError::Protocol("trailer line without CRLF"));
                 }
                 let empty = eol == 1;
+                if !empty && !trailer_field(&line[..line.len() - 1]) {
+                    return Err(UpstreamError::Protocol(
+                        "a trailer line that is not a field",
+                    ));
+                }
                 self.read.advance(eol + 1);
                 let seen = seen + eol + 1;
                 if seen > MAX_TRAILERS {
@@ -1035,6 +1048,23 @@ enum Parsed {
     Head(Head),
     Informational,
     Partial,
+}
+
+/// A trailer line (without its CRLF) that is a field: a name of token characters, a colon,
+/// and a value of visible bytes, spaces and tabs (obsolete text above 0x7f allowed, as in a
+/// head).
+fn trailer_field(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && value
+            .iter()
+            .all(|&b| b == b'\t' || b == b' ' || (0x21..=0x7e).contains(&b) || b >= 0x80)
 }
 
 /// Whether every LF in `head` ends a CRLF and every CR begins one.
