@@ -160,11 +160,21 @@ fn serve(conn: TcpStream) -> Option<()> {
                 "chunk-negative-late" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"-5\r\nhello\r\n0\r\n\r\n"),
                 "chunk-bare-lf-late" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"5\nhello\r\n0\r\n\r\n"),
                 "length-cut" => (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", b""),
+                // Slow but within the read timeout at each step: the head after 2 s, its body
+                // 2 s after the head.
+                "slow" => {
+                    std::thread::sleep(Duration::from_secs(2));
+                    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", b"whole")
+                }
                 _ => (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nwhole", b""),
             };
             write(&mut out, now)?;
             if !later.is_empty() {
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(if kind == "slow" {
+                    Duration::from_secs(2)
+                } else {
+                    Duration::from_millis(50)
+                });
                 write(&mut out, later)?;
             }
             if kind == "length-cut" {
@@ -332,4 +342,15 @@ fn an_answer_broken_before_the_head_was_sent_is_a_502() {
     let r = exchange(gw.addr, &get("GET", "/victim/last")).expect("an answer");
     assert_eq!(r.body, b"victim-last");
     assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+/// The head waits for the first piece of the body, and the upstream's silence counts from the
+/// head: a head 2 s after the request and its body 2 s after the head pass whole at a 3 s read
+/// timeout.
+#[test]
+fn the_silence_before_the_first_piece_counts_from_the_head() {
+    let upstream = spawn_upstream();
+    let gw = gateway(&upstream);
+    let r = exchange(gw.addr, &get("GET", "/frame/slow")).expect("an answer");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"whole"[..]), "{r:?}");
 }

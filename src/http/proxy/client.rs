@@ -310,6 +310,7 @@ impl UpstreamClient {
         body: ProxyBody,
         framing: Framing,
         method_is_head: bool,
+        watch: &super::body::BodyWatch,
     ) -> Result<(Head, Exchange, Option<Bytes>), UpstreamError> {
         let mut x = Exchange::new(head, body, framing, method_is_head, self.idle.clone());
         for attempt in 0..3 {
@@ -322,7 +323,8 @@ impl UpstreamClient {
                 Ok(head) => {
                     // The answer's head goes to the client with the first of its body (or its
                     // end): an answer whose framing breaks at once is a 502, not a status line
-                    // the client never gets.
+                    // the client never gets. The upstream's silence counts from the head.
+                    watch.touch();
                     return match std::future::poll_fn(|cx| x.poll_first(cx)).await {
                         Ok(first) => Ok((head, x, first)),
                         Err(e) => {
