@@ -112,3 +112,36 @@ for body in ['{"email":"victim@example.com","password":"x"}', '{"email":"decoy@x
 for body in ["email=victim%40example.com&password=x", "email=a&email=b", "email[]=victim%40example.com",
              "email=+Victim%2Btag%40Example.COM.+&n=%zz", "x=1&&email=%E2%80%8Bv%40x.io"]:
     write("body_keys", "1" + body)
+
+# 9. Upstream answers for the proxy's client against hyper's: a method byte ("0" GET, "1" HEAD),
+# then the raw answer (the misframings of src/http/proxy/differential.rs SEEDS).
+ANSWERS = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello worldHTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Injected: 1\r\n\r\ninjected",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-L: a\nSet-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nX-L: a\rSet-Cookie: evil=1\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1ffffffffffffffff\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-T: 1\r\n\r\n",
+    b"HTTP/1.1 204 No Content\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\ninjected",
+    b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\n\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc",
+    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nX-Up: close\r\n\r\nuntil the connection closes",
+    b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 3\r\n\r\nnew",
+    b"HTTP/1.1 200 OK\r\nConnection: X-Named\r\nX-Named: 1\r\nKeep-Alive: timeout=5\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nX-Up: fold\r\n  ed\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\nraw",
+    b"HTTP/1.1 20 OK\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX\xd2T: 1\r\n\r\n200 OK",
+    b"HTTP/1.1 200 OKb\r\nTransfer-Encoding: gzi\xa5, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+]
+for a in ANSWERS:
+    write("proxy_answers", b"0" + a)
+    write("proxy_answers", b"1" + a)

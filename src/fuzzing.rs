@@ -254,3 +254,18 @@ pub fn body_email(json: bool, body: &[u8]) -> Result<Option<String>, &'static st
 pub fn body_normalize(raw: &str) -> Option<String> {
     crate::keys::body::normalize(raw)
 }
+
+// ------------------------------------------------------------------------------------------
+// The proxy's HTTP/1.1 client against hyper's (src/http/proxy/differential.rs)
+// ------------------------------------------------------------------------------------------
+
+/// `None` when the proxy's client reads `bytes` (all the upstream sent, to a GET, or to a HEAD
+/// with `head`) as hyper's client does, or refuses it; else what differs.
+pub fn proxy_answer_differs(bytes: &[u8], head: bool) -> Option<String> {
+    crate::http::proxy::differential::differs(bytes, head)
+}
+
+/// The raw answers the fuzz target's corpus is seeded with.
+pub fn proxy_answer_seeds() -> &'static [&'static [u8]] {
+    crate::http::proxy::differential::SEEDS
+}

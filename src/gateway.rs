@@ -217,6 +217,7 @@ fn traffic_server(
             .wrap(cors.clone())
             .default_service(web::to(proxy::forward))
     })
+    .on_connect(proxy::remember_client_socket)
     .disable_signals()
     .shutdown_timeout(cfg.ops.shutdown_grace.as_secs_f64().ceil() as u64);
     let socket = listeners::listener(cfg, listeners::Role::Traffic, cfg.server.listen);

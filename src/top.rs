@@ -72,10 +72,46 @@ impl Label {
             s
         };
         Self {
-            principal: cut(principal),
-            address: address.map(cut),
+            principal: cut(shown(&principal).into_owned()),
+            address: address.map(|a| cut(shown(&a).into_owned())),
         }
     }
+}
+
+/// Whether `c` would change how a line around it reads without being seen itself: a
+/// bidirectional control (U+202A–U+202E embeddings and overrides, U+2066–U+2069 isolates,
+/// U+200E/U+200F marks, U+061C), a zero-width character (U+200B–U+200D, U+2060, U+FEFF), or a
+/// control character (a terminal's escape sequences among them).
+pub(crate) fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{200e}'
+            | '\u{200f}'
+            | '\u{061c}'
+            | '\u{200b}'..='\u{200d}'
+            | '\u{2060}'
+            | '\u{feff}'
+    ) || c.is_control()
+}
+
+/// `s` with every [`invisible`] character written as its escape (`\u{202e}`), as `top` and the
+/// `/top` page show a label: a principal cannot reorder or hide the operator's line.
+pub(crate) fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(invisible) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if invisible(c) {
+            use std::fmt::Write as _;
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[derive(Debug, Clone)]

@@ -15,7 +15,10 @@
 //!
 //! `FLEET_LIMITER_BLESS=1 cargo test --test proxy_differential` writes the golden file from
 //! the build under test (done once, on the proxy built on hyper's client, before the proxy's
-//! own client replaced it).
+//! own client replaced it). Two answers differ from hyper's on purpose, stricter: an answer
+//! with both `Transfer-Encoding: chunked` and `Content-Length` (hyper read the chunks and
+//! passed the length on, cutting the body) and an answer whose first chunk line is broken
+//! (hyper's gateway closed the client's connection without a status line) are 502s.
 
 mod common;
 

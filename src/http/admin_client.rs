@@ -326,8 +326,8 @@ fn top_table(v: &serde_json::Value) -> String {
                     } else {
                         String::new()
                     },
-                    text(r, "principal"),
-                    text(r, "address")
+                    crate::top::shown(&text(r, "principal")),
+                    crate::top::shown(&text(r, "address"))
                 );
             }
         }

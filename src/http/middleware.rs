@@ -187,6 +187,14 @@ where
                 }
                 None => CanonicalPath::checked(req.path()),
             };
+            // A header a limiter keys on, sent twice, has no one value: keyed on the address
+            // instead, a spent key beside a second one would pass where an upstream that reads
+            // the first value serves the spent key. Refused, as two `Content-Length` are.
+            if settings.enabled {
+                if let Some(name) = repeated_key_header(&settings, req.headers()) {
+                    return Ok(refuse_repeated_header(req, &name).await);
+                }
+            }
             // Shaping: a priority shed while the upstream misses its target, or an address at
             // its route's in-flight cap, is answered at once, before any limiter is charged.
             let shaped = match super::shaping::admit(&limiter, &settings, &req, path.as_str()).await
@@ -463,6 +471,40 @@ async fn refuse_body<B>(
             .set_connection_type(actix_web::http::ConnectionType::Close);
         return ServiceResponse::new(http_req, res).map_into_right_body();
     }
+    drain_small_body(&mut payload).await;
+    ServiceResponse::new(http_req, res).map_into_right_body()
+}
+
+/// The first header a limiter keys on that `headers` holds more than once.
+fn repeated_key_header(settings: &Settings, headers: &HeaderMap) -> Option<Arc<str>> {
+    settings
+        .policy
+        .key_headers()
+        .iter()
+        .find(|name| headers.get_all(&***name).nth(1).is_some())
+        .cloned()
+}
+
+/// Answer 400 for a key header sent more than once, before any limiter or the app sees it.
+async fn refuse_repeated_header<B>(
+    req: ServiceRequest,
+    name: &str,
+) -> ServiceResponse<EitherBody<B>> {
+    tracing::debug!(
+        header = name,
+        "request refused: a key header sent more than once"
+    );
+    let res = Problem {
+        kind: "urn:fleet-limiter:problem:repeated-key-header",
+        title: "Bad Request",
+        status: 400,
+        detail: format!(
+            "The `{name}` header was sent more than once. A rate limiter keys on it, and its values would be read differently here and upstream; send it once."
+        ),
+        retry_after: None,
+    }
+    .into_response();
+    let (http_req, mut payload) = req.into_parts();
     drain_small_body(&mut payload).await;
     ServiceResponse::new(http_req, res).map_into_right_body()
 }

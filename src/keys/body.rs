@@ -220,7 +220,9 @@ pub(crate) fn values(
 ///   trimmed, lower case;
 /// - a value with an `@` is an email address: a quoted local part is unquoted
 ///   (`"victim"@example.com`), a `+tag` dropped, the domain's trailing dots dropped and the
-///   domain in its IDNA ASCII form (`bücher.example` and `xn--bcher-kva.example` are one).
+///   domain in its IDNA ASCII form (`bücher.example` and `xn--bcher-kva.example` are one);
+///   then a provider's own rule from [`MAIL_PROVIDERS`] (Gmail ignores dots in the local part,
+///   and `googlemail.com` is `gmail.com`).
 ///
 /// `None` (the request is refused) when what is left is empty, longer than [`MAX_VALUE_LEN`]
 /// bytes, or holds a control character; and for an address that is a list or a display form
@@ -308,8 +310,45 @@ fn address(v: &str) -> Option<String> {
     {
         return None;
     }
+    if let Some(p) = MAIL_PROVIDERS.iter().find(|p| p.domain == domain) {
+        let local: String = if p.dots_ignored {
+            local.chars().filter(|&c| c != '.').collect()
+        } else {
+            local.to_owned()
+        };
+        if local.is_empty() {
+            return None;
+        }
+        return Some(format!("{local}@{}", p.inbox_domain));
+    }
     Some(format!("{local}@{domain}"))
 }
+
+/// A mail provider's own rule for which spellings reach one inbox, beyond the rules every
+/// address gets (case, a `+tag`, the domain's trailing dots and IDNA form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MailProvider {
+    /// The domain as an address spells it (lower case, ASCII).
+    pub(crate) domain: &'static str,
+    /// The domain of the inbox it delivers to: its key's domain.
+    pub(crate) inbox_domain: &'static str,
+    /// Dots in the local part are not part of the inbox's name (`v.i.c.t.i.m` is `victim`).
+    pub(crate) dots_ignored: bool,
+}
+
+/// The built-in mail-provider rules, one row a domain (docs/configuration.md shows this table).
+pub(crate) const MAIL_PROVIDERS: &[MailProvider] = &[
+    MailProvider {
+        domain: "gmail.com",
+        inbox_domain: "gmail.com",
+        dots_ignored: true,
+    },
+    MailProvider {
+        domain: "googlemail.com",
+        inbox_domain: "gmail.com",
+        dots_ignored: true,
+    },
+];
 
 /// What a body says of one field.
 #[derive(Debug, Clone, PartialEq, Eq)]

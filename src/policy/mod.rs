@@ -35,6 +35,9 @@ pub struct Policy {
     reads_bodies: bool,
     /// [`Policy::body_fields`] of requests that name no other method, by (method, path).
     fields: RouteMemo<BodyFields>,
+    /// The headers a limiter that is not off keys on (`header:` and `client-header:` keys),
+    /// lower case, each once.
+    key_headers: Vec<Arc<str>>,
 }
 
 /// The body fields a request's limiters read (see [`Policy::body_fields`]).
@@ -48,12 +51,27 @@ impl Policy {
         let reads_bodies = limiters
             .iter()
             .any(|l| l.key.body_field().is_some() && l.mode != Mode::Off);
+        let mut key_headers: Vec<Arc<str>> = Vec::new();
+        for l in limiters.iter().filter(|l| l.mode != Mode::Off) {
+            if let Some(name) = l.key.header() {
+                if !key_headers.iter().any(|h| &**h == name) {
+                    key_headers.push(Arc::from(name));
+                }
+            }
+        }
         Self {
             limiters: limiters.into_iter().map(Arc::new).collect(),
             memo: RouteMemo::default(),
             reads_bodies,
             fields: RouteMemo::default(),
+            key_headers,
         }
+    }
+
+    /// The headers a limiter keys on (lower case): a request that sends one of them more
+    /// than once is refused, never keyed on its address.
+    pub(crate) fn key_headers(&self) -> &[Arc<str>] {
+        &self.key_headers
     }
 
     /// Every configured limiter, in configuration order.

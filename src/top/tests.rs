@@ -235,3 +235,30 @@ fn workers_counting_at_once_lose_nothing_and_every_stripe_is_listed() {
     assert_eq!(top[0].refused.iter().map(|r| r.count).sum::<u64>(), 12_800);
     assert_eq!(t.counts(), vec![(Arc::from("api-key"), 128, 0)]);
 }
+
+#[test]
+fn labels_show_direction_controls_and_zero_width_characters_escaped() {
+    let l = Label::new(
+        "user \u{202e}nimda\u{200b}x\u{2066}\u{feff}\u{61c}\u{200f}\u{1b}[2J".to_owned(),
+        None,
+    );
+    assert_eq!(
+        l.principal,
+        "user \\u{202e}nimda\\u{200b}x\\u{2066}\\u{feff}\\u{61c}\\u{200f}\\u{1b}[2J"
+    );
+    for c in ('\u{202a}'..='\u{202e}')
+        .chain('\u{2066}'..='\u{2069}')
+        .chain(['\u{200e}', '\u{200f}', '\u{61c}', '\u{2060}', '\u{feff}'])
+        .chain('\u{200b}'..='\u{200d}')
+    {
+        assert!(
+            !Label::new(format!("a{c}b"), None).principal.contains(c),
+            "{c:?}"
+        );
+    }
+    // Text that needs nothing is kept as it is.
+    assert_eq!(
+        Label::new("user élodie".into(), None).principal,
+        "user élodie"
+    );
+}

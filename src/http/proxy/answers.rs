@@ -6,6 +6,7 @@ use super::body::IdleTimeout;
 use super::client::{Exchange, ExchangeBody, Head, UpstreamError};
 use super::headers::{end_to_end_headers, parse_length};
 use super::pace::{BodyRules, Trip};
+use super::stall::ClientSocket;
 use crate::admission::{Admission, Slot};
 use crate::http::response::Problem;
 use crate::metrics::Metrics;
@@ -62,20 +63,38 @@ pub(super) fn closing(mut res: HttpResponse) -> HttpResponse {
 /// exchange reads it (and the connection back to its pool at its end).
 pub(super) fn forwarded(
     head: Head,
-    x: Exchange,
-    slot: Option<Slot>,
+    mut x: Exchange,
+    first: Option<Bytes>,
+    mut slot: Option<Slot>,
     read_timeout: Duration,
+    client_socket: Option<ClientSocket>,
 ) -> HttpResponse {
     let back = head.res;
     if matches!(back.status().as_u16(), 204 | 304) {
         // No body, whatever the answer's headers say: the client's side writes none (a
         // streamed body would end in a chunk terminator the client never asked for, a
         // declared length in a body that never comes). The exchange is complete: its
-        // connection goes back to the pool, and the slot is given back, here.
+        // connection is closed (a 204 or 304 never goes back to the pool), and the slot is
+        // given back, here.
         drop((x, slot));
         return back;
     }
-    let body = IdleTimeout::new(ExchangeBody { x, slot }, read_timeout);
+    if x.answered() {
+        // Read whole already (a small answer): the connection and the slot are done with
+        // before the client takes a byte of it.
+        x.finish();
+        slot = None;
+    }
+    let body = IdleTimeout::new(
+        ExchangeBody {
+            x,
+            slot,
+            first,
+            stall: client_socket.map(|s| (s, read_timeout)),
+            taken: None,
+        },
+        read_timeout,
+    );
     match head.length {
         Some(len) => back
             .set_body(SizedStream::new(len, body))
@@ -162,6 +181,11 @@ pub(super) fn upstream_error(metrics: &Metrics, e: &UpstreamError) -> HttpRespon
     metrics.upstream_failed(timed_out);
     if timed_out {
         Problem::gateway_timeout("The upstream API did not answer in time.").into_response()
+    } else if matches!(e, UpstreamError::Protocol(_)) {
+        Problem::bad_gateway(
+            "The upstream API's answer was malformed or ambiguous, and was not passed on.",
+        )
+        .into_response()
     } else {
         Problem::bad_gateway("The upstream API could not be reached.").into_response()
     }

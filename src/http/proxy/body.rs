@@ -38,6 +38,13 @@ impl BodyWatch {
     }
 }
 
+impl BodyWatch {
+    /// The upstream moved: its answer's head came (the silence it may keep starts again).
+    pub(super) fn touch(&self) {
+        self.moved.set(Instant::now());
+    }
+}
+
 /// Why the client's body did not make it to the upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ClientFault {

@@ -115,15 +115,33 @@ impl AsyncWrite for Io {
 }
 
 impl Io {
-    /// Whether an idle connection is still open with nothing unasked-for on it: one read
-    /// tried without waiting must find nothing to read yet. The end of the stream (the
-    /// upstream closed it), an error, or bytes nobody asked for all mean it cannot carry a
-    /// request.
-    fn idle_and_open(&mut self) -> bool {
-        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
-        let mut probe = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut probe);
-        Pin::new(self).poll_read(&mut cx, &mut buf).is_pending()
+    /// Whether an idle connection is still open with nothing unasked-for on it. The socket is
+    /// asked itself (a peek that must find nothing to read yet), not the runtime's record of
+    /// readiness, which lags behind what has arrived until the worker next polls its events:
+    /// bytes that arrived an instant ago count. The end of the stream (the upstream closed it),
+    /// an error, bytes nobody asked for, or for TLS any record or plaintext not yet read all
+    /// mean it cannot carry a request.
+    pub(super) fn idle_and_open(&mut self) -> bool {
+        match self {
+            Io::Plain(s) => nothing_to_read(s),
+            Io::Tls(s) => {
+                let (tcp, conn) = s.get_mut();
+                let quiet = conn.process_new_packets().is_ok_and(|state| {
+                    state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
+                });
+                quiet && nothing_to_read(tcp)
+            }
+        }
+    }
+}
+
+/// One non-blocking peek at the socket finds nothing: `WouldBlock`. A byte, the end of the
+/// stream or an error all say the connection is not idle.
+fn nothing_to_read(s: &tokio::net::TcpStream) -> bool {
+    let mut probe = [MaybeUninit::<u8>::uninit(); 1];
+    match socket2::SockRef::from(s).peek(&mut probe) {
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+        Ok(_) => false,
     }
 }
 
@@ -282,7 +300,8 @@ impl UpstreamClient {
     }
 
     /// Send `head` and `body` on a pooled connection (on another, or a new one, when one fails
-    /// before it took a byte) and read the answer's head. The answer's body is read
+    /// before it took a byte) and read the answer's head and the first piece of its body
+    /// (`None`: it has none, or it ended). The rest of the answer's body is read
     /// by the [`Exchange`] that comes with it, which also sends what is left of the request's
     /// body and hands the connection back to the pool at the end.
     pub(super) async fn send(
@@ -291,7 +310,8 @@ impl UpstreamClient {
         body: ProxyBody,
         framing: Framing,
         method_is_head: bool,
-    ) -> Result<(Head, Exchange), UpstreamError> {
+        watch: &super::body::BodyWatch,
+    ) -> Result<(Head, Exchange, Option<Bytes>), UpstreamError> {
         let mut x = Exchange::new(head, body, framing, method_is_head, self.idle.clone());
         for attempt in 0..3 {
             let pooled = if attempt < 2 { self.idle.take() } else { None };
@@ -300,7 +320,19 @@ impl UpstreamClient {
                 None => self.connect().await?,
             });
             match std::future::poll_fn(|cx| x.poll_head(cx)).await {
-                Ok(head) => return Ok((head, x)),
+                Ok(head) => {
+                    // The answer's head goes to the client with the first of its body (or its
+                    // end): an answer whose framing breaks at once is a 502, not a status line
+                    // the client never gets. The upstream's silence counts from the head.
+                    watch.touch();
+                    return match std::future::poll_fn(|cx| x.poll_first(cx)).await {
+                        Ok(first) => Ok((head, x, first)),
+                        Err(e) => {
+                            x.abandon();
+                            Err(e)
+                        }
+                    };
+                }
                 // A connection (pooled, or closed while the head waited for the body) that
                 // failed before it took any of the request.
                 Err(UpstreamError::Io(_) | UpstreamError::Closed) if x.written == 0 => {
@@ -405,7 +437,11 @@ pub(super) struct Exchange {
     written: u64,
     method_is_head: bool,
     reading: Reading,
-    /// The upstream keeps the connection open after this answer.
+    /// The upstream keeps the connection open after this answer, and nothing about the
+    /// answer leaves doubt where it ended: it is not a HEAD's, a 204 or a 304 (after which a
+    /// buggy upstream may still send the body it thinks it owes), and it did not come before
+    /// the request was written whole (an upstream that answers without reading the body may
+    /// read that body as a request of its own and answer it too).
     keep_alive: bool,
     pool: Rc<Pool>,
 }
@@ -654,6 +690,13 @@ impl Exchange {
             }
             Err(_) => return Err(UpstreamError::Protocol("the answer's head does not parse")),
         };
+        // Lines end in CRLF only: a bare LF that a lenient parser takes for a line break (and
+        // so a header of the upstream's text: `X-L: a\nSet-Cookie: x`), or a bare CR, is refused.
+        if !crlf_only(&self.read[..used]) {
+            return Err(UpstreamError::Protocol(
+                "a bare LF or CR in the answer's head",
+            ));
+        }
         let code = res.code.unwrap_or(0);
         let http10 = res.version == Some(0);
         match code {
@@ -677,6 +720,14 @@ impl Exchange {
         for h in res.headers.iter() {
             let name = h.name;
             if name.eq_ignore_ascii_case("transfer-encoding") {
+                if !h
+                    .value
+                    .iter()
+                    .all(|&b| b == b' ' || b == b'\t' || (0x21..=0x7e).contains(&b))
+                {
+                    // Read as text or as bytes, its codings are not one list.
+                    return Err(UpstreamError::Protocol("an unreadable Transfer-Encoding"));
+                }
                 te = true;
                 te_chunked = last_token_is(h.value, b"chunked");
             } else if name.eq_ignore_ascii_case("content-length") {
@@ -698,7 +749,16 @@ impl Exchange {
                 }
             }
         }
-        let reading = if code == 204 || code == 304 || self.method_is_head {
+        if te && first_cl.is_some() {
+            // Read as chunked, a length beside it would be the client's framing: it is the
+            // answer that is wrong, so it goes no further (hyper reads the chunks and passes
+            // the length on, cutting the body the client gets).
+            return Err(UpstreamError::Protocol(
+                "both Transfer-Encoding and Content-Length",
+            ));
+        }
+        let bodiless = code == 204 || code == 304 || self.method_is_head;
+        let reading = if bodiless {
             Reading::Done
         } else if te {
             if http10 {
@@ -718,7 +778,8 @@ impl Exchange {
         };
         self.keep_alive = if http10 { keep_alive } else { !close }
             && reading != Reading::Close
-            && !(te && first_cl.is_some());
+            && !bodiless
+            && self.sent;
         self.reading = match reading {
             Reading::Length(0) => Reading::Done,
             r => r,
@@ -752,6 +813,24 @@ impl Exchange {
         };
         self.read.advance(used);
         Ok(Parsed::Head(head))
+    }
+
+    /// The first piece of the answer's body (`None` when it has none), sending what is left of
+    /// the request meanwhile.
+    fn poll_first(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, UpstreamError>> {
+        if let Poll::Ready(Err(e)) = self.poll_send(cx) {
+            return Poll::Ready(Err(e));
+        }
+        match ready!(self.poll_data(cx)) {
+            Some(Ok(data)) => Poll::Ready(Ok(Some(data))),
+            Some(Err(e)) => Poll::Ready(Err(e)),
+            None => Poll::Ready(Ok(None)),
+        }
+    }
+
+    /// Whether the answer has been read to its end.
+    pub(super) fn answered(&self) -> bool {
+        self.reading == Reading::Done
     }
 
     /// The next piece of the answer's body; `None` at its end.
@@ -864,6 +943,11 @@ impl Exchange {
                     return Err(UpstreamError::Protocol("trailer line without CRLF"));
                 }
                 let empty = eol == 1;
+                if !empty && !trailer_field(&line[..line.len() - 1]) {
+                    return Err(UpstreamError::Protocol(
+                        "a trailer line that is not a field",
+                    ));
+                }
                 self.read.advance(eol + 1);
                 let seen = seen + eol + 1;
                 if seen > MAX_TRAILERS {
@@ -882,9 +966,13 @@ impl Exchange {
     /// Give the connection back to the pool if it can carry another request: the request
     /// written whole, the answer read to its end with nothing after it, and the upstream
     /// keeping it open. Otherwise it is closed.
-    fn finish(&mut self) {
-        if let Some(io) = self.io.take() {
-            if self.keep_alive && self.sent && self.reading == Reading::Done && self.read.is_empty()
+    pub(super) fn finish(&mut self) {
+        if let Some(mut io) = self.io.take() {
+            if self.keep_alive
+                && self.sent
+                && self.reading == Reading::Done
+                && self.read.is_empty()
+                && io.idle_and_open()
             {
                 self.pool.put_back(io);
             }
@@ -903,10 +991,96 @@ impl Drop for Exchange {
     }
 }
 
+/// Status, the headers passed on (names lower case, in order), the declared length, the body.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) type ReadAnswer = (u16, Vec<(String, Vec<u8>)>, Option<u64>, Vec<u8>);
+
+/// An answer as this client reads it from `bytes` (everything the upstream sent, then the end
+/// of the stream), to a request written whole: its status, the headers it passes on, the
+/// length it declares to the client, its body; or why it is refused. For the differential
+/// check against hyper's client ([`super::differential`]).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(super) fn read_answer(bytes: &[u8], method_is_head: bool) -> Result<ReadAnswer, String> {
+    let mut x = Exchange::new(
+        BytesMut::new(),
+        ProxyBody::Empty,
+        Framing::None,
+        method_is_head,
+        Rc::new(Pool::default()),
+    );
+    x.sent = true;
+    x.read.extend_from_slice(bytes);
+    let head = loop {
+        match x.parse_head().map_err(|e| e.to_string())? {
+            Parsed::Head(head) => break head,
+            Parsed::Informational => continue,
+            Parsed::Partial => return Err("the head is incomplete".to_owned()),
+        }
+    };
+    let status = head.res.status().as_u16();
+    let headers = head
+        .res
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+        .collect();
+    let mut body = Vec::new();
+    if !matches!(status, 204 | 304) {
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        loop {
+            match x.poll_data(&mut cx) {
+                Poll::Ready(Some(Ok(data))) => body.extend_from_slice(&data),
+                Poll::Ready(None) => break,
+                // The end of the stream ends an answer read until the connection closes.
+                Poll::Ready(Some(Err(UpstreamError::Closed)))
+                    if x.reading == Reading::Close && x.read.is_empty() =>
+                {
+                    break
+                }
+                Poll::Ready(Some(Err(e))) => return Err(e.to_string()),
+                Poll::Pending => return Err("waits for more".to_owned()),
+            }
+        }
+    }
+    x.abandon();
+    Ok((status, headers, head.length, body))
+}
+
 enum Parsed {
     Head(Head),
     Informational,
     Partial,
+}
+
+/// A trailer line (without its CRLF) that is a field: a name of token characters, a colon,
+/// and a value of visible bytes, spaces and tabs (obsolete text above 0x7f allowed, as in a
+/// head).
+fn trailer_field(line: &[u8]) -> bool {
+    let Some(colon) = line.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, value) = (&line[..colon], &line[colon + 1..]);
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        && value
+            .iter()
+            .all(|&b| b == b'\t' || b == b' ' || (0x21..=0x7e).contains(&b) || b >= 0x80)
+}
+
+/// Whether every LF in `head` ends a CRLF and every CR begins one.
+fn crlf_only(head: &[u8]) -> bool {
+    let mut prev = 0u8;
+    for (i, &b) in head.iter().enumerate() {
+        match b {
+            b'\n' if prev != b'\r' => return false,
+            b'\r' if head.get(i + 1) != Some(&b'\n') => return false,
+            _ => {}
+        }
+        prev = b;
+    }
+    true
 }
 
 /// `value` without leading and trailing spaces and tabs.
@@ -971,6 +1145,27 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
 pub(super) struct ExchangeBody {
     pub(super) x: Exchange,
     pub(super) slot: Option<Slot>,
+    /// What was read of the body before the head went to the client.
+    pub(super) first: Option<Bytes>,
+    /// The client's socket and the read timeout: a client that does not take a piece within
+    /// it has its connection ended ([`super::stall`]), watched from the first piece on.
+    pub(super) stall: Option<(super::stall::ClientSocket, Duration)>,
+    pub(super) taken: Option<Rc<super::stall::Taken>>,
+}
+
+impl ExchangeBody {
+    /// A piece of the answer goes to the client's side: from now on it must be taken.
+    fn give(&mut self, data: Bytes) -> Poll<Option<Result<Bytes, UpstreamError>>> {
+        if self.taken.is_none() && !self.x.answered() {
+            if let Some((socket, limit)) = self.stall {
+                self.taken = Some(super::stall::watch(socket, limit));
+            }
+        }
+        if let Some(t) = &self.taken {
+            t.given();
+        }
+        Poll::Ready(Some(Ok(data)))
+    }
 }
 
 impl Stream for ExchangeBody {
@@ -978,21 +1173,36 @@ impl Stream for ExchangeBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
+        if let Some(t) = &this.taken {
+            t.asked();
+        }
+        if let Some(first) = this.first.take() {
+            return this.give(first);
+        }
+        if this.x.answered() {
+            // Read to its end (the connection finished with) before the client took it all.
+            this.x.finish();
+            this.slot = None;
+            this.taken = None;
+            return Poll::Ready(None);
+        }
         if let Poll::Ready(Err(e)) = this.x.poll_send(cx) {
             this.x.abandon();
             this.slot = None;
             return Poll::Ready(Some(Err(e)));
         }
         match this.x.poll_data(cx) {
-            Poll::Ready(Some(Ok(data))) => Poll::Ready(Some(Ok(data))),
+            Poll::Ready(Some(Ok(data))) => this.give(data),
             Poll::Ready(Some(Err(e))) => {
                 this.x.abandon();
                 this.slot = None;
+                this.taken = None;
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
                 this.x.finish();
                 this.slot = None;
+                this.taken = None;
                 Poll::Ready(None)
             }
             Poll::Pending => Poll::Pending,

@@ -22,6 +22,10 @@
 //! (the [`upgrade`] module): a place among the open upgraded connections (in all and per client
 //! address), a fresh upstream connection, and on `101` the two connections spliced.
 //!
+//! An answer's client side is bounded by the read timeout too ([`stall`]): a piece of the
+//! answer the client has not taken within it ends the exchange, so a client that stops reading
+//! holds no upstream connection, admission slot or in-flight place for longer.
+//!
 //! With admission control on, a request holding a slot may keep the gateway waiting for its
 //! body for at most its group's `body_hold` in all (a third pace rule): a body trickled just
 //! above the minimum rate is cut off then (408) and its slot given back.
@@ -29,8 +33,11 @@
 mod answers;
 mod body;
 mod client;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod differential;
 mod headers;
 pub(crate) mod pace;
+mod stall;
 pub(crate) mod upgrade;
 
 use crate::admission::Admission;
@@ -48,6 +55,7 @@ pub(crate) use client::{UpstreamClient, UpstreamTls};
 use futures_util::future::{select, Either};
 use headers::{parse_length, request_head, Framing};
 use pace::BodyRules;
+pub(crate) use stall::remember_client_socket;
 use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -242,17 +250,25 @@ pub(crate) async fn forward(
     let method_is_head = req.method() == actix_web::http::Method::HEAD;
     let started = Instant::now();
     let silence = silent_for(watch.clone(), upstream.read_timeout);
-    let send = client.send(head, body, framing, method_is_head);
+    let send = client.send(head, body, framing, method_is_head, &watch);
     let sent = match select(pin!(send), pin!(silence)).await {
         Either::Left((sent, _)) => sent,
         Either::Right(_) => Err(UpstreamError::Silent),
     };
     match (sent, watch.failed.get()) {
-        (Ok((head, exchange)), _) => {
+        (Ok((head, exchange, first)), _) => {
             upstream
                 .metrics
                 .upstream_response(head.res.status().as_u16(), started.elapsed());
-            forwarded(head, exchange, slot, upstream.read_timeout)
+            let client_socket = req.conn_data::<stall::ClientSocket>().copied();
+            forwarded(
+                head,
+                exchange,
+                first,
+                slot,
+                upstream.read_timeout,
+                client_socket,
+            )
         }
         // The upstream request failed because the client's body did: not the upstream's fault.
         (Err(_), Some(ClientFault::TooSlow(trip))) => closing(request_timeout(trip, &rules)),

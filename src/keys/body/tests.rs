@@ -236,11 +236,21 @@ fn every_spelling_of_one_inbox_is_one_key() {
         ("victim@B\u{dc}CHER.example", "victim@xn--bcher-kva.example"),
         ("\u{c9}lodie@exemple.fr", "\u{e9}lodie@exemple.fr"),
         ("+tag@example.com", "+tag@example.com"),
+        // The mail providers' own rules: Gmail ignores dots, googlemail.com is gmail.com.
+        ("v.i.c.t.i.m@gmail.com", "victim@gmail.com"),
+        ("Vic.Tim+reset@GMail.com.", "victim@gmail.com"),
+        ("victim@googlemail.com", "victim@gmail.com"),
+        ("v.ictim+x@googlemail.com", "victim@gmail.com"),
+        ("\"v.i.ctim\"@gmail.com", "victim@gmail.com"),
+        // Elsewhere a dot is part of the inbox's name.
+        ("v.ictim@example.com", "v.ictim@example.com"),
+        ("victim@gmail.com.example", "victim@gmail.com.example"),
     ] {
         assert_eq!(normalize(raw).as_deref(), Some(key), "{raw:?}");
     }
     // Lists, display forms, two at signs, empty parts: never one inbox.
     for refused in [
+        "...@gmail.com",
         "victim@example.com,decoy@x.test",
         "victim@example.com;decoy@x.test",
         "Victim <victim@example.com>",
