@@ -209,14 +209,19 @@ impl Default for SlotMemory {
 }
 
 impl SlotMemory {
+    /// A memory keyed by a secret of this process, so that no caller can aim at another's
+    /// entry.
     pub(crate) fn new() -> Self {
+        Self::with_keys((rand::random(), rand::random()))
+    }
+
+    /// A memory keyed by `keys`: the simulator's, so that a seeded run is told the same slots
+    /// every time.
+    pub(crate) fn with_keys(keys: (u64, u64)) -> Self {
         let entries = (0..MEMORY_ENTRIES)
             .map(|_| parking_lot::Mutex::new(Remembered::default()))
             .collect();
-        Self {
-            entries,
-            keys: (rand::random(), rand::random()),
-        }
+        Self { entries, keys }
     }
 
     /// The key of a caller on route number `route`.
