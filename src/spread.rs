@@ -49,7 +49,7 @@ pub(crate) fn who_at(
 ) -> (String, Option<&str>) {
     let address = crate::keys::normalize_ip(ip, ipv6_prefix);
     let agent = headers
-        .get(crate::http::middleware::X_AGENT_ID)
+        .get("x-agent-id")
         .and_then(|v| crate::keys::valid_agent_id(v.as_bytes()));
     (address, agent)
 }
