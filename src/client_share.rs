@@ -16,6 +16,25 @@ use std::hash::Hash;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
 
+/// The client address of a request from `peer` with `headers`, as the limiter's keys read it:
+/// the peer, or the rightmost untrusted hop behind the `trusted` proxies, normalised
+/// ([`client_address`]: IPv4-mapped IPv6 as IPv4, IPv6 masked to `prefix`).
+pub(crate) fn request_address(
+    peer: Option<std::net::SocketAddr>,
+    headers: &actix_web::http::header::HeaderMap,
+    trusted: &crate::client_ip::TrustedProxies,
+    prefix: u8,
+) -> IpAddr {
+    let peer = peer.map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| a.ip());
+    let forwarded = headers
+        .get_all(trusted.header.header_name())
+        .map(actix_web::http::header::HeaderValue::as_bytes);
+    client_address(
+        crate::client_ip::client_ip(peer, forwarded, trusted),
+        prefix,
+    )
+}
+
 /// `ip` as the per-client counts key it: IPv4 (an IPv4-mapped address as its IPv4 address), or
 /// the IPv6 prefix of `v6_prefix` bits (clamped to 32..=64, as keys are) with the rest zero.
 pub(crate) fn client_address(ip: IpAddr, v6_prefix: u8) -> IpAddr {

@@ -144,7 +144,7 @@ pub fn header_cost(value: Option<&[u8]>, max: NonZeroU32) -> NonZeroU32 {
 
 /// The value of cookie `name` among these `Cookie` header values.
 pub fn session_cookie<'a>(values: &[&'a [u8]], name: &str) -> Option<&'a str> {
-    crate::http::middleware::cookie_value(values.iter().copied(), name)
+    crate::http::request::cookie_value(values.iter().copied(), name)
 }
 
 // ------------------------------------------------------------------------------------------

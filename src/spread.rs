@@ -37,7 +37,12 @@ pub(crate) fn who<'h>(
     headers: &'h actix_web::http::header::HeaderMap,
     settings: &crate::decision::Settings,
 ) -> (String, Option<&'h str>) {
-    let ip = crate::http::request::client_address(peer, headers, settings);
+    let ip = crate::client_share::request_address(
+        peer,
+        headers,
+        &settings.trusted,
+        settings.ipv6_prefix,
+    );
     who_at(ip, settings.ipv6_prefix, headers)
 }
 

@@ -14,7 +14,9 @@ use std::time::Duration;
 /// Prometheus exporter), 4317/4318 (OTLP), 9901 (Envoy's admin), or the ports apps and dev
 /// servers take by default (3000, 5000, 8000, 8080, 8081, 8443, 8888, 9000); loopback only.
 pub(crate) const ADMIN_LISTEN: &str = "127.0.0.1:7391";
-pub(crate) use crate::metrics::NEAR_LIMIT_PERCENT;
+/// An allowed decision counts as near the limit when less than this share of the budget
+/// remains, in percent, unless `ops.near_limit_percent` says otherwise.
+pub(crate) const NEAR_LIMIT_PERCENT: u8 = 20;
 /// How long the listeners keep accepting after SIGTERM while `/readyz` answers 503: longer than
 /// Kubernetes takes to drop a terminating pod from its endpoints, and than two failed checks of a
 /// load balancer polling every two seconds.

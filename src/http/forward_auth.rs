@@ -32,7 +32,7 @@
 use crate::config::headers::HeaderProfile;
 use crate::config::Config;
 use crate::decision::{Decider, Outcome, RequestFacts, Settings};
-use crate::http::middleware::header_facts;
+use crate::http::request::header_facts;
 use crate::http::response::{self, Problem};
 use crate::methods::{At, Named, Overrides, RefusalReason};
 use crate::path::{CanonicalPath, Class, PathRules, Rejected};

@@ -22,7 +22,7 @@
 
 use crate::client_ip::{client_ip, TrustedProxies};
 use crate::config::defaults::IPV6_PREFIX;
-use crate::http::middleware::cookie_value;
+use crate::http::request::cookie_value;
 use crate::identity::{bearer_token, API_KEY_PREFIX};
 use crate::keys::{self, KeyKind};
 use actix_governor::{KeyExtractor, SimpleKeyExtractionError};

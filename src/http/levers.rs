@@ -472,7 +472,7 @@ pub(crate) async fn explain(
         }
     };
     let session_cookie = control.current_config().identity.session_cookie.clone();
-    let h = super::middleware::header_facts(
+    let h = super::request::header_facts(
         &f.headers,
         f.peer,
         &settings.trusted,
@@ -558,7 +558,7 @@ pub(crate) async fn reset(
         Err(r) => return *r,
     };
     let session_cookie = control.current_config().identity.session_cookie.clone();
-    let h = super::middleware::header_facts(
+    let h = super::request::header_facts(
         &f.headers,
         f.peer,
         &settings.trusted,

@@ -19,30 +19,26 @@
 //! # }
 //! ```
 
-use crate::client_ip::{ForwardedHeader, TrustedProxies};
+use super::early::{
+    answer_early, answer_refusal, refuse_body, refuse_method, refuse_override,
+    refuse_repeated_header, reject_path, repeated_key_header, told_wait,
+};
+use super::request::{header_facts, only_value};
+use super::response;
+use super::rewrite::{overrides, rewrite_path, strip_overrides, strip_path_overrides};
+use super::shaping::Admitted;
 use crate::config::Config;
 use crate::decision::{BodyValue, Decider, Outcome, RequestFacts, Settings};
-use crate::http::request::{drain_small_body, only_value};
-use crate::http::response::{self, Problem};
-use crate::keys::body::Unreadable;
-use crate::methods::{At, MethodRules, Named, Overrides, Refusal, RefusalReason, Source};
-use crate::path::{CanonicalPath, Rejected};
+use crate::methods::{Named, Overrides};
+use crate::path::CanonicalPath;
 use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{forward_ready, Service, ServiceRequest, ServiceResponse, Transform};
-use actix_web::http::header::{
-    HeaderMap, HeaderName, HeaderValue, ALLOW, AUTHORIZATION, COOKIE, FORWARDED,
-};
-use actix_web::http::uri::PathAndQuery;
-use actix_web::http::{Method, Uri};
-use actix_web::{Error, HttpMessage, HttpResponse};
+use actix_web::{Error, HttpMessage};
 use futures_util::future::{ready, LocalBoxFuture, Ready};
 use smallvec::SmallVec;
 use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
 use std::sync::Arc;
-
-pub(crate) const X_AGENT_ID: HeaderName = HeaderName::from_static("x-agent-id");
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// The limiter as an actix-web middleware: `App::new().wrap(FleetLimiter::from_config(&cfg)?)`.
 #[derive(Clone)]
@@ -138,415 +134,220 @@ where
 
     forward_ready!(service);
 
-    fn call(&self, mut req: ServiceRequest) -> Self::Future {
+    fn call(&self, req: ServiceRequest) -> Self::Future {
         let service = self.service.clone();
         let limiter = self.limiter.clone();
-        Box::pin(async move {
-            let settings = limiter.decider.current();
-            // A method no upstream route is there to serve is answered here, never forwarded.
-            if !settings.methods.allows(req.method().as_str()) {
-                return Ok(refuse_method(&limiter, &settings, req).await);
+        Box::pin(async move { limit(&limiter, &*service, req).await })
+    }
+}
+
+/// One request through the limiter, step by step: its methods and path judged, its shaping
+/// admitted, its body keys read, the decision taken, then refused or passed on.
+async fn limit<S, B>(
+    limiter: &FleetLimiter,
+    service: &S,
+    mut req: ServiceRequest,
+) -> Result<ServiceResponse<EitherBody<B>>, Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
+    B: MessageBody + 'static,
+{
+    let settings = limiter.decider.current();
+    let decider = &*limiter.decider;
+    let named = match judge_methods(decider, &settings, &mut req) {
+        Ok(named) => named,
+        Err(early) => return Ok(early.answer(decider, &settings, req).await),
+    };
+    // Headers that some frameworks route on instead of the target (`X-Original-URL`)
+    // never reach what runs after the limiter: the path decided on is the path served.
+    strip_path_overrides(&mut req);
+    if named.is_empty() && crate::http::cors::is_preflight(req.method(), req.headers()) {
+        return Ok(service.call(req).await?.map_into_left_body());
+    }
+    // The one path: made canonical here, decided on, and what the request carries on.
+    let rewritten = match CanonicalPath::parse(req.path(), settings.paths) {
+        Ok(p) if !p.is_rewritten() => None,
+        Ok(p) => Some(p.into_owned()),
+        Err(rejected) => return Ok(reject_path(decider, req, &rejected).await),
+    };
+    let path = match rewritten {
+        Some(p) => {
+            if let Err(rejected) = rewrite_path(&mut req, p.as_str()) {
+                return Ok(reject_path(decider, req, &rejected).await);
             }
-            // A request that names another method by override is metered as that method too,
-            // has the override removed, or is refused (`methods.override`).
-            let named = match overrides(&settings, &req) {
-                Overrides::None => Named::default(),
-                Overrides::Meter(named) => {
-                    limiter.decider.metrics().method_override(false);
-                    named
-                }
-                Overrides::Strip => {
-                    if let Err(why) = strip_overrides(&mut req, &settings.methods) {
-                        return Ok(refuse_override(&limiter, &settings, req, &why).await);
-                    }
-                    limiter.decider.metrics().method_override(true);
-                    Named::default()
-                }
-                Overrides::Refuse(why) => {
-                    return Ok(refuse_override(&limiter, &settings, req, &why).await)
-                }
-            };
-            // Headers that some frameworks route on instead of the target (`X-Original-URL`)
-            // never reach what runs after the limiter: the path decided on is the path served.
-            strip_path_overrides(&mut req);
-            if named.is_empty() && crate::http::cors::is_preflight(req.method(), req.headers()) {
-                return Ok(service.call(req).await?.map_into_left_body());
-            }
-            // The one path: made canonical here, decided on, and what the request carries on.
-            let rewritten = match CanonicalPath::parse(req.path(), settings.paths) {
-                Ok(p) if !p.is_rewritten() => None,
-                Ok(p) => Some(p.into_owned()),
-                Err(rejected) => return Ok(reject_path(&limiter, req, &rejected).await),
-            };
-            let path = match rewritten {
-                Some(p) => {
-                    if let Err(rejected) = rewrite_path(&mut req, p.as_str()) {
-                        return Ok(reject_path(&limiter, req, &rejected).await);
-                    }
-                    p
-                }
-                None => CanonicalPath::checked(req.path()),
-            };
-            // A header a limiter keys on, sent twice, has no one value: keyed on the address
-            // instead, a spent key beside a second one would pass where an upstream that reads
-            // the first value serves the spent key. Refused, as two `Content-Length` are.
-            if settings.enabled {
-                if let Some(name) = repeated_key_header(&settings, req.headers()) {
-                    return Ok(refuse_repeated_header(req, &name).await);
-                }
-            }
-            // Shaping: a priority shed while the upstream misses its target, or an address at
-            // its route's in-flight cap, is answered at once, before any limiter is charged.
-            let shaped = match super::shaping::admit(&limiter, &settings, &req, path.as_str()).await
-            {
-                Ok(shaped) => shaped,
-                Err(res) => return Ok(answer_early(req, *res).await),
-            };
-            // A route a `body:<field>` limiter meters: its body is read (bounded in size and
-            // time) and put back as it came; every other request's body streams untouched.
-            let fields = if settings.enabled {
-                let also = named.methods(&settings.methods);
-                settings
-                    .policy
-                    .body_fields(req.method().as_str(), &also, &path)
-            } else {
-                SmallVec::new()
-            };
-            let (path, body_values) = if fields.is_empty() {
-                (path, Vec::new())
-            } else {
-                // The path stops borrowing the request while its body is read.
-                let path = path.into_owned();
-                match super::body_keys::read(&mut req, &settings, &fields).await {
-                    Ok(values) => (path, values),
-                    Err(why) => {
-                        return Ok(refuse_body(&limiter, &settings, req, &fields, why).await)
-                    }
-                }
-            };
-            let started = std::time::Instant::now();
-            let outcome = decide(&limiter, &settings, &req, path, named, &body_values).await;
-            let decided_at = std::time::Instant::now();
-            // The wall clock only when a header counts from it (a Unix-time reset).
-            let decided_wall = settings
+            p
+        }
+        None => CanonicalPath::checked(req.path()),
+    };
+    // A header a limiter keys on, sent twice, has no one value: keyed on the address
+    // instead, a spent key beside a second one would pass where an upstream that reads
+    // the first value serves the spent key. Refused, as two `Content-Length` are.
+    if settings.enabled {
+        if let Some(name) = repeated_key_header(&settings, req.headers()) {
+            return Ok(refuse_repeated_header(req, &name).await);
+        }
+    }
+    // Shaping: a priority shed while the upstream misses its target, or an address at
+    // its route's in-flight cap, is answered at once, before any limiter is charged.
+    let cookie = limiter.session_cookie();
+    let shaped = match super::shaping::admit(decider, cookie, &settings, &req, path.as_str()).await
+    {
+        Ok(shaped) => shaped,
+        Err(res) => return Ok(answer_early(req, *res).await),
+    };
+    // A route a `body:<field>` limiter meters: its body is read (bounded in size and
+    // time) and put back as it came; every other request's body streams untouched.
+    let fields = if settings.enabled {
+        let also = named.methods(&settings.methods);
+        settings
+            .policy
+            .body_fields(req.method().as_str(), &also, &path)
+    } else {
+        SmallVec::new()
+    };
+    let (path, body_values) = if fields.is_empty() {
+        (path, Vec::new())
+    } else {
+        // The path stops borrowing the request while its body is read.
+        let path = path.into_owned();
+        match super::body_keys::read(&mut req, &settings, &fields).await {
+            Ok(values) => (path, values),
+            Err(why) => return Ok(refuse_body(decider, &settings, req, &fields, why).await),
+        }
+    };
+    let started = std::time::Instant::now();
+    let outcome = decide(limiter, &settings, &req, path, named, &body_values).await;
+    let decided = DecidedAt::now(&settings);
+    decider.observe(&settings, &outcome, decided.at.duration_since(started));
+    if outcome.refused() {
+        return Ok(answer_refusal(&outcome, &settings, req, decided.wall).await);
+    }
+    pass_on(limiter, service, &settings, req, outcome, shaped, decided).await
+}
+
+/// A method override refused or a method not forwarded: answered before anything else.
+enum EarlyMethod {
+    Method,
+    Override(crate::methods::Refusal),
+}
+
+impl EarlyMethod {
+    async fn answer<B>(
+        self,
+        decider: &Decider,
+        settings: &Settings,
+        req: ServiceRequest,
+    ) -> ServiceResponse<EitherBody<B>> {
+        match self {
+            Self::Method => refuse_method(decider, settings, req).await,
+            Self::Override(why) => refuse_override(decider, settings, req, &why).await,
+        }
+    }
+}
+
+/// The request's method and the methods it names by override: a method no upstream route is
+/// there to serve is answered here, never forwarded; a request that names another method by
+/// override is metered as that method too, has the override removed, or is refused
+/// (`methods.override`).
+fn judge_methods(
+    decider: &Decider,
+    settings: &Settings,
+    req: &mut ServiceRequest,
+) -> Result<Named, EarlyMethod> {
+    if !settings.methods.allows(req.method().as_str()) {
+        return Err(EarlyMethod::Method);
+    }
+    match overrides(settings, req) {
+        Overrides::None => Ok(Named::default()),
+        Overrides::Meter(named) => {
+            decider.metrics().method_override(false);
+            Ok(named)
+        }
+        Overrides::Strip => {
+            strip_overrides(req, &settings.methods).map_err(EarlyMethod::Override)?;
+            decider.metrics().method_override(true);
+            Ok(Named::default())
+        }
+        Overrides::Refuse(why) => Err(EarlyMethod::Override(why)),
+    }
+}
+
+/// When the decision was taken: the monotonic instant, and the wall clock only when a header
+/// counts from it (a Unix-time reset).
+struct DecidedAt {
+    at: std::time::Instant,
+    wall: Option<std::time::SystemTime>,
+}
+
+impl DecidedAt {
+    fn now(settings: &Settings) -> Self {
+        Self {
+            at: std::time::Instant::now(),
+            wall: settings
                 .headers
                 .reads_wall_clock()
-                .then(std::time::SystemTime::now);
-            limiter
-                .decider
-                .observe(&settings, &outcome, decided_at.duration_since(started));
-            if outcome.refused() {
-                return Ok(answer_refusal(&outcome, &settings, req, decided_wall).await);
-            }
-            let shared: Arc<Outcome>;
-            let outcome: &Outcome = if limiter.outcome_extension {
-                shared = Arc::new(outcome);
-                req.extensions_mut().insert(Decided(shared.clone()));
-                &shared
-            } else {
-                &outcome
-            };
-            let timing = shaped.timing(&limiter.decider);
-            if let Some(t) = &timing {
-                super::shaping::start_when_whole(&mut req, t.clone());
-            }
-            let answered = service.call(req).await;
-            // The answer's status decides whether limiters counting only failed (or only
-            // succeeded) answers give the request back; an error is a failed answer. The
-            // give-back runs after the response, never in its way. A client that disconnects
-            // before the answer drops this future: the request stays counted.
-            let status = match &answered {
-                Ok(res) => res.status().as_u16(),
-                Err(e) => e.as_response_error().status_code().as_u16(),
-            };
-            if let Some(t) = timing {
-                t.answered(status);
-            }
-            if let Some(work) = limiter
-                .decider
-                .give_back(&settings, outcome, status, || decided_at.elapsed())
-            {
-                actix_web::rt::spawn(work);
-            }
-            let mut res = answered?;
-            let told = told_wait(&res);
-            response::apply_headers_told(
-                res.headers_mut(),
-                outcome,
-                &settings.headers,
-                decided_wall,
-                told,
-            );
-            Ok(shaped.hold_until_sent(res))
-        })
+                .then(std::time::SystemTime::now),
+        }
     }
 }
 
-/// What to do about the method overrides `req` names (see [`crate::methods`]).
-fn overrides(settings: &Settings, req: &ServiceRequest) -> Overrides {
-    let headers = req
-        .headers()
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_bytes()));
-    settings
-        .methods
-        .judge(headers, req.uri().query(), At::Gateway)
-}
-
-/// Remove the headers with which some frameworks route a request to another path
-/// ([`crate::path::PATH_OVERRIDE_HEADERS`], in any spelling).
-fn strip_path_overrides(req: &mut ServiceRequest) {
-    let named = req
-        .headers()
-        .keys()
-        .any(|name| crate::path::is_path_override_header(name.as_str()));
-    if !named {
-        return;
-    }
-    let names: SmallVec<[HeaderName; 2]> = req
-        .headers()
-        .keys()
-        .filter(|name| crate::path::is_path_override_header(name.as_str()))
-        .cloned()
-        .collect();
-    for name in names {
-        req.headers_mut().remove(name);
-    }
-}
-
-/// Remove every override header and query parameter from `req`, so that what runs after the
-/// limiter (the gateway's proxy, or the app) never sees them.
-fn strip_overrides(req: &mut ServiceRequest, rules: &MethodRules) -> Result<(), Refusal> {
-    let names: SmallVec<[HeaderName; 2]> = req
-        .headers()
-        .keys()
-        .filter(|name| rules.is_override_header(name.as_str()))
-        .cloned()
-        .collect();
-    for name in names {
-        req.headers_mut().remove(name);
-    }
-    let Some(query) = req.uri().query().and_then(|q| rules.strip_query(q)) else {
-        return Ok(());
-    };
-    let pq = if query.is_empty() {
-        req.path().to_owned()
-    } else {
-        format!("{}?{query}", req.path())
-    };
-    // The query is the request's own, less some parameters, so this cannot fail; if it did,
-    // the request could not be forwarded without them, so it is refused.
-    let unusable = || {
-        let name = rules.params().next().unwrap_or("_method");
-        Refusal::Unstrippable(Source::Param(name.into()))
-    };
-    let mut parts = req.uri().clone().into_parts();
-    parts.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| unusable())?);
-    let uri = Uri::from_parts(parts).map_err(|_| unusable())?;
-    req.match_info_mut().get_mut().update(&uri);
-    req.head_mut().uri = uri;
-    Ok(())
-}
-
-/// Answer 501 with `Allow` for a method outside `methods.allowed`, before any limiter or the
-/// app sees the request.
-async fn refuse_method<B>(
+/// An allowed request on to the app: the decision put in its extensions (when asked for), its
+/// wait at the upstream timed (when shaped), limiters counting only some answers given back
+/// after the answer, and the limit headers put on the answer.
+async fn pass_on<S, B>(
     limiter: &FleetLimiter,
+    service: &S,
     settings: &Settings,
-    req: ServiceRequest,
-) -> ServiceResponse<EitherBody<B>> {
-    limiter
+    mut req: ServiceRequest,
+    outcome: Outcome,
+    shaped: Admitted,
+    decided: DecidedAt,
+) -> Result<ServiceResponse<EitherBody<B>>, Error>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
+    B: MessageBody + 'static,
+{
+    let shared: Arc<Outcome>;
+    let outcome: &Outcome = if limiter.outcome_extension {
+        shared = Arc::new(outcome);
+        req.extensions_mut().insert(Decided(shared.clone()));
+        &shared
+    } else {
+        &outcome
+    };
+    let timing = shaped.timing(&limiter.decider);
+    if let Some(t) = &timing {
+        super::shaping::start_when_whole(&mut req, t.clone());
+    }
+    let answered = service.call(req).await;
+    // The answer's status decides whether limiters counting only failed (or only
+    // succeeded) answers give the request back; an error is a failed answer. The
+    // give-back runs after the response, never in its way. A client that disconnects
+    // before the answer drops this future: the request stays counted.
+    let status = match &answered {
+        Ok(res) => res.status().as_u16(),
+        Err(e) => e.as_response_error().status_code().as_u16(),
+    };
+    if let Some(t) = timing {
+        t.answered(status);
+    }
+    let at = decided.at;
+    if let Some(work) = limiter
         .decider
-        .metrics()
-        .method_refused(RefusalReason::Method);
-    tracing::debug!(method = %req.method(), "method not forwarded");
-    let allow = settings.methods.allow();
-    let mut res = Problem::unsupported_method(req.method().as_str(), allow).into_response();
-    if let Ok(v) = HeaderValue::from_str(allow) {
-        res.headers_mut().insert(ALLOW, v);
-    }
-    answer_early(req, res).await
-}
-
-/// Answer 400 for a method override refused, before any limiter or the app sees the request.
-async fn refuse_override<B>(
-    limiter: &FleetLimiter,
-    settings: &Settings,
-    req: ServiceRequest,
-    why: &Refusal,
-) -> ServiceResponse<EitherBody<B>> {
-    limiter.decider.metrics().method_refused(why.reason());
-    tracing::debug!(reason = why.reason().as_str(), "method override refused");
-    let res = Problem::method_override(why.detail(&settings.methods)).into_response();
-    answer_early(req, res).await
-}
-
-/// Send a gateway-made answer in place of the request. After a CONNECT (whose body runs until
-/// the connection ends) or an upgrade, what the client sends next on this connection would not
-/// be HTTP: it closes. Otherwise a small body is drained so the connection can stay open.
-async fn answer_early<B>(
-    req: ServiceRequest,
-    mut res: HttpResponse,
-) -> ServiceResponse<EitherBody<B>> {
-    let (http_req, mut payload) = req.into_parts();
-    if http_req.method() == Method::CONNECT || http_req.head().upgrade() {
-        res.head_mut()
-            .set_connection_type(actix_web::http::ConnectionType::Close);
-    } else {
-        drain_small_body(&mut payload).await;
-    }
-    ServiceResponse::new(http_req, res).map_into_right_body()
-}
-
-/// The `Retry-After` of a 503 the gateway made itself behind the limiter (admission control
-/// shed the request): the limit headers' resets say the same.
-fn told_wait<B>(res: &ServiceResponse<B>) -> Option<u64> {
-    if res.status() != actix_web::http::StatusCode::SERVICE_UNAVAILABLE
-        || !res
-            .response()
-            .extensions()
-            .contains::<response::GatewayMade>()
+        .give_back(settings, outcome, status, || at.elapsed())
     {
-        return None;
+        actix_web::rt::spawn(work);
     }
-    res.headers()
-        .get(actix_web::http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-}
-
-/// The answer to a request a limiter refused: 429 with the limit headers and `Retry-After` of
-/// the outcome, or 503 when only the store's failure refused it (see [`response::refusal`]). A refused upgrade (a WebSocket handshake) has nothing to drain, and what the
-/// client sends next on its connection would not be HTTP: it closes. Any other drains a small
-/// body so its connection can stay open.
-async fn answer_refusal<B>(
-    outcome: &Outcome,
-    settings: &Settings,
-    req: ServiceRequest,
-    decided_wall: Option<std::time::SystemTime>,
-) -> ServiceResponse<EitherBody<B>> {
-    let who = if outcome.store_unavailable() {
-        crate::spread::caller(req.peer_addr(), req.headers(), settings)
-    } else {
-        Vec::new()
-    };
-    let mut res = response::refusal(outcome, &settings.headers, decided_wall, &who);
-    let (http_req, mut payload) = req.into_parts();
-    if http_req.head().upgrade() {
-        res.head_mut()
-            .set_connection_type(actix_web::http::ConnectionType::Close);
-    } else {
-        drain_small_body(&mut payload).await;
-    }
-    ServiceResponse::new(http_req, res).map_into_right_body()
-}
-
-/// A request on a `body:` route whose body cannot be read with certainty: refused with the
-/// reason's status and a problem document naming it; no limiter is charged. Counted by reason
-/// and logged at debug level (the body is the client's, never logged).
-async fn refuse_body<B>(
-    limiter: &FleetLimiter,
-    settings: &Settings,
-    req: ServiceRequest,
-    fields: &[Arc<str>],
-    why: Unreadable,
-) -> ServiceResponse<EitherBody<B>> {
-    let field = fields.first().map_or("", |f| &**f);
-    let max_bytes = settings.body_key_max_bytes;
-    limiter.decider().metrics().body_refused(why);
-    tracing::debug!(
-        reason = why.as_str(),
-        field,
-        "request body refused for a body key"
+    let mut res = answered?;
+    let told = told_wait(&res);
+    response::apply_headers_told(
+        res.headers_mut(),
+        outcome,
+        &settings.headers,
+        decided.wall,
+        told,
     );
-    let res = Problem::unreadable_body(why, field, max_bytes).into_response();
-    let (http_req, mut payload) = req.into_parts();
-    if matches!(
-        why,
-        Unreadable::TooLarge | Unreadable::TooSlow | Unreadable::Broken
-    ) {
-        // What is left of a body too large or too slow is not waited for: the connection closes.
-        let mut res = res;
-        res.head_mut()
-            .set_connection_type(actix_web::http::ConnectionType::Close);
-        return ServiceResponse::new(http_req, res).map_into_right_body();
-    }
-    drain_small_body(&mut payload).await;
-    ServiceResponse::new(http_req, res).map_into_right_body()
-}
-
-/// The first header a limiter keys on that `headers` holds more than once.
-fn repeated_key_header(settings: &Settings, headers: &HeaderMap) -> Option<Arc<str>> {
-    settings
-        .policy
-        .key_headers()
-        .iter()
-        .find(|name| headers.get_all(&***name).nth(1).is_some())
-        .cloned()
-}
-
-/// Answer 400 for a key header sent more than once, before any limiter or the app sees it.
-async fn refuse_repeated_header<B>(
-    req: ServiceRequest,
-    name: &str,
-) -> ServiceResponse<EitherBody<B>> {
-    tracing::debug!(
-        header = name,
-        "request refused: a key header sent more than once"
-    );
-    let res = Problem {
-        kind: "urn:fleet-limiter:problem:repeated-key-header",
-        title: "Bad Request",
-        status: 400,
-        detail: format!(
-            "The `{name}` header was sent more than once. A rate limiter keys on it, and its values would be read differently here and upstream; send it once."
-        ),
-        retry_after: None,
-    }
-    .into_response();
-    let (http_req, mut payload) = req.into_parts();
-    drain_small_body(&mut payload).await;
-    ServiceResponse::new(http_req, res).map_into_right_body()
-}
-
-/// Answer 400 for a path with no canonical form, before any limiter or the app sees it.
-async fn reject_path<B>(
-    limiter: &FleetLimiter,
-    req: ServiceRequest,
-    rejected: &Rejected,
-) -> ServiceResponse<EitherBody<B>> {
-    limiter.decider.metrics().path_rejected(rejected.class);
-    tracing::debug!(
-        class = rejected.class.as_str(),
-        at = rejected.at,
-        "path refused"
-    );
-    let res = Problem::non_canonical_path(rejected).into_response();
-    let (http_req, mut payload) = req.into_parts();
-    drain_small_body(&mut payload).await;
-    ServiceResponse::new(http_req, res).map_into_right_body()
-}
-
-/// Give the request its canonical path (the query unchanged), so that what runs after the
-/// limiter — the gateway's proxy, or the app's own routes — sees the path that was decided on.
-fn rewrite_path(req: &mut ServiceRequest, path: &str) -> Result<(), Rejected> {
-    let uri = req.uri();
-    let pq = match uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_owned(),
-    };
-    let mut parts = uri.clone().into_parts();
-    // The canonical form is ASCII made of URI characters only, so this cannot fail; if it did,
-    // the request could not be forwarded as decided, so it is refused rather than passed on.
-    let unusable = Rejected {
-        class: crate::path::Class::InvalidEscape,
-        at: 0,
-    };
-    parts.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| unusable)?);
-    let uri = Uri::from_parts(parts).map_err(|_| unusable)?;
-    req.match_info_mut().get_mut().update(&uri);
-    req.head_mut().uri = uri;
-    Ok(())
+    Ok(shaped.hold_until_sent(res))
 }
 
 async fn decide(
@@ -571,7 +372,7 @@ async fn decide(
         &settings.trusted,
         limiter.session_cookie.as_deref(),
     );
-    let lookup = |name: &str| crate::http::middleware::only_value(headers, name);
+    let lookup = |name: &str| only_value(headers, name);
     let facts = RequestFacts {
         peer,
         method: req.method().as_str(),
@@ -589,75 +390,11 @@ async fn decide(
         .await
 }
 
-/// What a decision reads from a request's headers, borrowed from them.
-pub(crate) struct HeaderFacts<'a> {
-    /// Every value of the configured forwarding header, only when the peer is a trusted proxy.
-    pub forwarded: SmallVec<[&'a [u8]; 2]>,
-    pub agent_id: Option<&'a [u8]>,
-    pub authorization: Option<&'a [u8]>,
-    /// The dashboard session token from the `session_cookie` cookie, when one was sent.
-    pub session_token: Option<&'a str>,
-}
-
-/// The header facts of a request from `peer`: the same reading for the middleware and for the
-/// decision endpoint (where the headers are the original request's, passed on by the proxy).
-pub(crate) fn header_facts<'a>(
-    headers: &'a HeaderMap,
-    peer: IpAddr,
-    trusted: &TrustedProxies,
-    session_cookie: Option<&str>,
-) -> HeaderFacts<'a> {
-    // Forwarding headers count only from a trusted proxy: from anyone else they are not read.
-    let forwarded = if trusted.contains(peer) {
-        headers
-            .get_all(forwarded_header(trusted.header))
-            .map(|v| v.as_bytes())
-            .collect()
-    } else {
-        SmallVec::new()
-    };
-    HeaderFacts {
-        forwarded,
-        agent_id: headers.get(X_AGENT_ID).map(|v| v.as_bytes()),
-        authorization: headers.get(AUTHORIZATION).map(|v| v.as_bytes()),
-        session_token: session_cookie
-            .and_then(|name| cookie_value(headers.get_all(COOKIE).map(|v| v.as_bytes()), name)),
-    }
-}
-
-fn forwarded_header(h: ForwardedHeader) -> HeaderName {
-    match h {
-        ForwardedHeader::XForwardedFor => X_FORWARDED_FOR,
-        ForwardedHeader::Forwarded => FORWARDED,
-    }
-}
-
-/// The value of cookie `name` among `Cookie` header values; malformed pairs are skipped.
-pub(crate) fn cookie_value<'a>(
-    values: impl Iterator<Item = &'a [u8]>,
-    name: &str,
-) -> Option<&'a str> {
-    for v in values {
-        let Ok(s) = std::str::from_utf8(v) else {
-            continue;
-        };
-        for pair in s.split(';') {
-            if let Some((k, val)) = pair.split_once('=') {
-                if k.trim() == name {
-                    let val = val.trim().trim_matches('"');
-                    if !val.is_empty() {
-                        return Some(val);
-                    }
-                }
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use actix_web::http::header::ALLOW;
+    use actix_web::http::Method;
     use actix_web::{test, web, App, HttpRequest, HttpResponse};
 
     /// The app behind the limiter says what it was given: method, target and override header.

@@ -7,6 +7,7 @@ mod body_keys;
 pub(crate) mod control;
 pub(crate) mod cors;
 pub(crate) mod demo_upstream;
+mod early;
 pub(crate) mod forward_auth;
 #[cfg(feature = "actix-governor")]
 pub(crate) mod governor;
@@ -16,5 +17,6 @@ pub(crate) mod middleware;
 pub(crate) mod proxy;
 pub(crate) mod request;
 pub(crate) mod response;
+mod rewrite;
 mod shaping;
 mod top;

@@ -14,12 +14,11 @@
 //! Nothing here waits: every answer is at once, and the controller's state is two atomics and
 //! one short lock.
 
-use super::middleware::FleetLimiter;
 use super::response::Problem;
 use crate::clock::Clock;
 use crate::config::shaping::InFlightPer;
 use crate::config::shaping::Priority;
-use crate::decision::Settings;
+use crate::decision::{Decider, Settings};
 use crate::shaping::in_flight::{Place, Principal};
 use crate::shaping::{pressure::Waiting, Pressure, Rules};
 use actix_web::body::{BodySize, BoxBody, EitherBody, MessageBody};
@@ -51,7 +50,8 @@ pub(super) struct Admitted {
 /// Step 1 and 2 for a request of `method` on the canonical `path`: `Ok` with what to keep,
 /// or `Err` with the answer to send at once.
 pub(super) async fn admit(
-    limiter: &FleetLimiter,
+    decider: &Decider,
+    session_cookie: Option<&str>,
     settings: &Settings,
     req: &ServiceRequest,
     path: &str,
@@ -59,7 +59,6 @@ pub(super) async fn admit(
     let Some(shaping) = &settings.shaping else {
         return Ok(Admitted::default());
     };
-    let decider = limiter.decider();
     let route = shaping.route(req.method().as_str(), path);
     let rules = shaping.upstream().copied();
     if let Some(rules) = &rules {
@@ -101,7 +100,7 @@ pub(super) async fn admit(
     let hold = match route.filter(|r| r.capped()) {
         None => None,
         Some(route) => {
-            let who = principal(limiter, settings, req, route.in_flight_per).await;
+            let who = principal(decider, session_cookie, settings, req, route.in_flight_per).await;
             match route.take(who) {
                 Some(hold) => hold,
                 None => {
@@ -259,7 +258,8 @@ impl futures_util::Stream for WholeBody {
 /// Who a cap counts: the verified token's subject with `in_flight_per = "user"` when the
 /// request carries a token that verifies, else its client address.
 async fn principal(
-    limiter: &FleetLimiter,
+    decider: &Decider,
+    session_cookie: Option<&str>,
     settings: &Settings,
     req: &ServiceRequest,
     per: InFlightPer,
@@ -271,14 +271,9 @@ async fn principal(
             .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| {
                 a.ip()
             });
-        let h = super::middleware::header_facts(
-            headers,
-            peer,
-            &settings.trusted,
-            limiter.session_cookie(),
-        );
+        let h = super::request::header_facts(headers, peer, &settings.trusted, session_cookie);
         let id = crate::identity::identify(
-            limiter.decider().verifier().as_ref(),
+            decider.verifier().as_ref(),
             None,
             h.authorization,
             h.session_token,

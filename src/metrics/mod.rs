@@ -18,9 +18,7 @@ mod tests;
 
 use crate::keys::body::Unreadable;
 
-/// An allowed decision counts as near the limit when less than this share of the budget
-/// remains, in percent, unless `ops.near_limit_percent` says otherwise.
-pub(crate) const NEAR_LIMIT_PERCENT: u8 = 20;
+pub(crate) use crate::config::ops::NEAR_LIMIT_PERCENT;
 pub(crate) use histogram::Histogram;
 use histogram::RetryAfterBuckets;
 
@@ -37,6 +35,7 @@ pub(crate) use meter::{AdmissionMeter, LimiterMeter, ShapingMeter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+pub(crate) use scrape::{PressureSnapshot, ReadPressure};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

@@ -65,7 +65,7 @@ impl Metrics {
         store: Arc<dyn Store>,
         known: Arc<KnownAgents>,
         top: Arc<crate::top::TopTalkers>,
-        pressure: Arc<crate::shaping::Pressure>,
+        pressure: Arc<dyn scrape::ReadPressure>,
     ) -> Self {
         let mut m = Self::build(Some(store), crate::log_sink::lines_dropped);
         m.registry

@@ -148,11 +148,30 @@ impl Collector for TopGauges {
     }
 }
 
-/// The upstream's pressure (`[shaping.upstream]`), as the controller's last tick left it.
-pub(super) struct PressureGauges(Arc<crate::shaping::Pressure>);
+/// What the upstream's pressure (`[shaping.upstream]`) reads now: a plain snapshot, taken at
+/// each scrape from whatever watches the upstream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PressureSnapshot {
+    /// The callers' latency signal (ns).
+    pub signal_ns: u64,
+    /// The stretch step's nominal factor (1: not stretched).
+    pub stretch: f64,
+    /// Priorities shed now (0 none … 3 all but critical).
+    pub shed: u8,
+    /// Whether the upstream misses its target now.
+    pub missed: bool,
+}
+
+/// What the metrics read the upstream's pressure from, at each scrape.
+pub(crate) trait ReadPressure: Send + Sync {
+    fn snapshot(&self) -> PressureSnapshot;
+}
+
+/// The upstream's pressure (`[shaping.upstream]`), as read at the scrape.
+pub(super) struct PressureGauges(Arc<dyn ReadPressure>);
 
 impl PressureGauges {
-    pub(super) fn new(pressure: Arc<crate::shaping::Pressure>) -> Self {
+    pub(super) fn new(pressure: Arc<dyn ReadPressure>) -> Self {
         Self(pressure)
     }
 }
@@ -165,12 +184,12 @@ impl std::fmt::Debug for PressureGauges {
 
 impl Collector for PressureGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let r = self.0.reading();
+        let r = self.0.snapshot();
         one(
             &mut encoder,
             "fleet_limiter_upstream_pressure_seconds",
             "The upstream's latency signal on this instance: the latency that at least three callers, and at least half of all callers, reached over the last 2 s, from when the upstream had the whole request to its answer's head (a request still waiting counts what it has waited); 0 with fewer than three callers ([shaping.upstream] compares it with latency_target)",
-            &ConstGauge::new(r.signal as f64 / 1e9),
+            &ConstGauge::new(r.signal_ns as f64 / 1e9),
         )?;
         one(
             &mut encoder,

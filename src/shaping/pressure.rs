@@ -190,6 +190,18 @@ impl Default for Pressure {
     }
 }
 
+impl crate::metrics::ReadPressure for Pressure {
+    fn snapshot(&self) -> crate::metrics::PressureSnapshot {
+        let r = self.reading();
+        crate::metrics::PressureSnapshot {
+            signal_ns: r.signal,
+            stretch: r.stretch,
+            shed: r.shed,
+            missed: r.missed,
+        }
+    }
+}
+
 /// One request the upstream has whole, waiting for its answer's head; dropped without
 /// [`Pressure::answered`] (the client went away), it leaves the waiting list with nothing
 /// measured.
