@@ -1,10 +1,11 @@
 //! The `fleet-limiter` command line: `serve`, `check`, `simulate`, `replay`, and the levers of a
 //! running instance (`override`, `reset`, `explain`) (and nothing else belongs here).
 
-use clap::{Parser, Subcommand};
-use fleet_limiter::calibration::Format;
-use fleet_limiter::{AllowUnsafeCalibration, ConfigFile, Loader, SettingFlags};
-use std::path::PathBuf;
+mod cli;
+
+use clap::Parser;
+use cli::{Cli, Command, ConfigArgs};
+use fleet_limiter::Loader;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,166 +13,6 @@ use std::sync::Arc;
 /// thread-local free lists serve them faster than the system allocator (docs/benchmarks.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-#[derive(Parser)]
-#[command(
-    name = "fleet-limiter",
-    version,
-    about = "Principal-keyed rate limiter for agent-fleet HTTP APIs"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the gateway: rate-limit every request by its principal, forward the allowed ones.
-    Serve(Box<ServeArgs>),
-    /// Check the calibration against the fleet's declared cadences; exit 1 if it is unsafe (or,
-    /// with --fail-on-risk, at risk).
-    Check(CheckArgs),
-    /// Run scripted populations through the real limiter in virtual time and report what they met.
-    Simulate(SimulateArgs),
-    /// Replay access logs through the real limiter in the logs' own time and report what it would have refused.
-    #[command(
-        after_help = "Exit status: 0 when every file was read to its end and no more than --max-skipped of the lines went unreplayed; 1 when a file could not be read to its end or more lines than --max-skipped allows were late, outliers or malformed (the report and a summary of what was skipped, with the option that fixes each, are printed first); 2 when an option, a configuration or --log-format cannot be used."
-    )]
-    Replay(ReplayArgs),
-    /// A stand-in API for trying the gateway without one: answers every request 200 with the
-    /// method and path it served.
-    DemoUpstream {
-        /// Where it listens.
-        #[arg(long, default_value = fleet_limiter::DEMO_UPSTREAM_LISTEN, value_name = "ADDR")]
-        listen: String,
-    },
-    /// A running instance's overrides: list, add (at once, on every instance), remove.
-    Override {
-        #[command(flatten)]
-        target: fleet_limiter::AdminTarget,
-        #[command(subcommand)]
-        command: fleet_limiter::OverrideCommand,
-    },
-    /// Forget one principal's bucket of one limiter on a running instance (unblock it).
-    Reset {
-        #[command(flatten)]
-        target: fleet_limiter::AdminTarget,
-        /// The limiter whose bucket to forget.
-        #[arg(long)]
-        limiter: String,
-        #[command(flatten)]
-        request: fleet_limiter::AskedRequest,
-        /// Who asks, for the instance's log.
-        #[arg(long)]
-        by: Option<String>,
-    },
-    /// Who each limiter of a running instance refused and metered most in the last minutes
-    /// (every instance on its Redis store together), refreshed like `top`.
-    Top {
-        #[command(flatten)]
-        target: fleet_limiter::AdminTarget,
-        #[command(flatten)]
-        args: fleet_limiter::TopArgs,
-    },
-    /// What a request would meet on a running instance now, consuming nothing: the limiters,
-    /// their keys described, their buckets, and whether it would be allowed.
-    Explain {
-        #[command(flatten)]
-        target: fleet_limiter::AdminTarget,
-        #[arg(long, default_value = "GET")]
-        method: String,
-        #[arg(long, default_value = "/")]
-        path: String,
-        #[command(flatten)]
-        request: fleet_limiter::AskedRequest,
-    },
-}
-
-#[derive(clap::Args)]
-struct ReplayArgs {
-    #[command(flatten)]
-    cfg: ConfigArgs,
-    /// A second configuration to replay the same logs through, shown beside the first.
-    #[arg(long, value_name = "OTHER.toml")]
-    against: Option<PathBuf>,
-    /// `combined` (nginx, Express morgan), `alb` (AWS ALB), `json` or `json:key=field,...`
-    /// (JSON lines), or an nginx `log_format` string.
-    #[arg(long = "log-format", default_value = "combined", value_name = "FORMAT")]
-    log_format: String,
-    /// How many seconds out of order a timestamp may arrive and still be replayed in order. The
-    /// default, 120, is twice the 60 s request timeout servers and proxies default to, for
-    /// logs written as requests complete (Apache's own access log, say).
-    #[arg(long, default_value_t = fleet_limiter::calibration::DEFAULT_REORDER_SECONDS, value_name = "SECONDS")]
-    reorder_seconds: u64,
-    /// The share of lines that may go unreplayed (late, outliers, malformed) before the exit
-    /// status is 1: 0 to 100, with or without `%`. 100 never fails on skipped lines; the
-    /// summary is printed either way.
-    #[arg(long = "max-skipped", default_value = "1", value_name = "PERCENT", allow_hyphen_values = true, value_parser = fleet_limiter::calibration::parse_max_skipped)]
-    max_skipped: f64,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "table")]
-    format: Format,
-    /// Also draw each limiter's admitted and refused requests over the logs' time, as SVG.
-    #[arg(long, value_name = "FILE.svg")]
-    plot: Option<PathBuf>,
-    /// Access logs, plain or gzip.
-    #[arg(required = true, value_name = "LOG")]
-    logs: Vec<PathBuf>,
-}
-
-#[derive(clap::Args)]
-struct CheckArgs {
-    #[command(flatten)]
-    cfg: ConfigArgs,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "table")]
-    format: Format,
-    /// Also exit 1 when a limiter is at risk: dashboards keyed on the IP for want of an
-    /// `[identity]` token verifier, more than their shared bucket carries.
-    #[arg(long)]
-    fail_on_risk: bool,
-}
-
-#[derive(clap::Args)]
-struct SimulateArgs {
-    #[command(flatten)]
-    cfg: ConfigArgs,
-    /// fleet, rollout, analysts, abuse, rotation, failed-only, table-flood, auth-ceilings, herd,
-    /// or all; also nat-rollout (2 000 endpoints behind one NAT, with and without an override), by name.
-    #[arg(long, default_value = "all", value_name = "NAME")]
-    scenario: String,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "table")]
-    format: Format,
-    /// Seed of the scripted randomness: the same seed gives the same run.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    seed: u64,
-    /// Also draw the runs over time to this SVG file (checked before the run; its path is printed on stderr).
-    #[arg(long, value_name = "FILE.svg")]
-    plot: Option<PathBuf>,
-    /// Also write the scenario's requests as a JSON-lines access log, for `replay --log-format json`
-    /// (one --scenario only).
-    #[arg(long, value_name = "FILE")]
-    emit_log: Option<PathBuf>,
-}
-
-/// Flags shared by every command that reads the configuration.
-#[derive(clap::Args, Clone)]
-struct ConfigArgs {
-    #[command(flatten)]
-    file: ConfigFile,
-}
-
-#[derive(clap::Args)]
-struct ServeArgs {
-    #[command(flatten)]
-    cfg: ConfigArgs,
-    /// Every setting's flag (`--listen`, `--upstream`, `--trust-proxy`, ...).
-    #[command(flatten)]
-    settings: SettingFlags,
-    #[command(flatten)]
-    allow_unsafe: AllowUnsafeCalibration,
-}
 
 fn loader(args: &ConfigArgs) -> Loader {
     args.file.loader()
@@ -189,7 +30,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => {
             let allow_unsafe = args.allow_unsafe.0;
-            let args: Arc<ServeArgs> = Arc::from(args);
+            let args: Arc<cli::ServeArgs> = Arc::from(args);
             fleet_limiter::serve(move || args.settings.apply(loader(&args.cfg)), allow_unsafe)
         }
         Command::Check(args) => {
