@@ -11,7 +11,7 @@
 //! | keys | `keys.rs` | principal keys, IP normalisation, digests | [`BucketKey`], [`normalize_ip`], [`digest`] |
 //! | store | `store/` | one decision per key, memory or Redis, same math from `limiter/` | [`Store`], [`MemoryStore`], [`RedisStore`] |
 //! | decision | `decision/` | runs the steps above; all limiters must allow | [`Decider`], [`Outcome`] |
-//! | response | `http/response.rs` | `RateLimit*` headers, or 429 problem+json with `Retry-After` (503 when the store cannot answer) | [`limit_headers`], [`too_many_requests`], [`refusal`] |
+//! | response | `http/response/` | `RateLimit*` headers, or 429 problem+json with `Retry-After` (503 when the store cannot answer) | [`limit_headers`], [`too_many_requests`], [`refusal`] |
 //! | admission | `admission.rs` | caps allowed requests in flight to the upstream; a short queue, then 503 | |
 //! | proxy | `http/proxy/` | streams allowed requests to the upstream and back | [`serve_gateway`] |
 //!

@@ -6,6 +6,8 @@ use crate::identity::NoVerifier;
 use crate::path::CanonicalPath;
 use crate::store::memory::MemoryStore;
 use actix_web::body::MessageBody;
+use actix_web::http::StatusCode;
+use std::sync::Arc;
 
 fn decider(env: &[(&str, &str)]) -> Decider {
     let cfg = Loader::new()
