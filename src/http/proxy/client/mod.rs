@@ -1,9 +1,11 @@
-//! The upstream client: connecting and its pool (`pool`), the request written (`request`) and
-//! the answer read (`answer`), put together here as the exchange of one request and its answer
-//! on one connection, HTTP/1.1 on the request's own task.
+//! The upstream client's front: the exchange of one request and its answer on one pooled
+//! connection, HTTP/1.1 on the request's own task, and the answer's body as the client gets it.
+//! Connecting and the pool are `pool`, the request written `request`, the answer read `answer`
+//! (its framing rules `framing`), the one error `error`.
 
 mod answer;
 mod error;
+mod framing;
 mod pool;
 mod request;
 
@@ -82,9 +84,13 @@ impl UpstreamClient {
 /// request's own task: first by [`UpstreamClient::send`] until the answer's head, then by the
 /// answer's body, which keeps sending what is left of the request while it reads.
 pub(super) struct Exchange {
+    /// The connection, until it goes back to the pool or is closed.
     io: Option<Io>,
+    /// The request's head and body, written.
     request: Outgoing,
+    /// The answer, read.
     answer: Incoming,
+    /// Where the connection goes back.
     pool: Rc<Pool>,
 }
 
