@@ -50,10 +50,10 @@ use answers::{
     bad_request, bad_request_body, closing, forwarded, overloaded, request_timeout, upstream_error,
 };
 use body::{silent_for, BodyWatch, ClientFault, ProxyBody};
-use client::{Pool, UpstreamError};
+use client::{request_head, Pool, UpstreamError};
 pub(crate) use client::{UpstreamClient, UpstreamTls};
 use futures_util::future::{select, Either};
-use headers::{parse_length, request_head, Framing};
+use headers::{parse_length, Framing};
 use pace::BodyRules;
 pub(crate) use stall::remember_client_socket;
 use std::pin::pin;
@@ -213,7 +213,16 @@ pub(crate) async fn forward(
     };
     if let Some(place) = place {
         // A handshake holds its slot until the upstream answers it; an open WebSocket holds none.
-        let res = upgrade::forward(&req, path, payload, &client, &upstream, place).await;
+        let res = upgrade::forward(
+            &req,
+            path,
+            payload,
+            &client,
+            upstream.read_timeout,
+            &upstream.metrics,
+            place,
+        )
+        .await;
         drop(slot);
         return res;
     }

@@ -22,9 +22,8 @@
 
 use super::answers::{answer, bad_request, closing, upstream_error};
 use super::body::{later, ProxyBody};
-use super::client::{UpstreamClient, UpstreamError};
-use super::headers::{connection_named, end_to_end_headers, parse_length, upstream_request};
-use super::Upstream;
+use super::client::{upstream_request, UpstreamClient, UpstreamError};
+use super::headers::{connection_named, end_to_end_headers, parse_length};
 use crate::client_share::{ClientHold, ClientShares};
 use crate::config::websocket::Caps;
 use crate::http::response::Problem;
@@ -187,11 +186,10 @@ pub(super) async fn forward(
     path: &str,
     payload: web::Payload,
     client: &UpstreamClient,
-    upstream: &Upstream,
+    read_timeout: Duration,
+    metrics: &Arc<Metrics>,
     place: Place,
 ) -> HttpResponse {
-    let read_timeout = upstream.read_timeout;
-    let metrics = &upstream.metrics;
     if declares_body(req) {
         return closing(bad_request("An upgrade request cannot carry a body."));
     }
