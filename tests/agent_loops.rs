@@ -225,19 +225,14 @@ fn spread(times: impl Iterator<Item = f64>) -> (Vec<u32>, f64) {
     (bins, ratio)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_through_a_stall() {
-    let Some(python) = common::tool("python3", "apt-get install python3") else {
-        return;
-    };
-    let Some(go) = common::tool("go", "apt-get install golang-go") else {
-        return;
-    };
-    let dir = tempfile::tempdir().expect("temp dir");
+/// The loops of docs/shaping.md written into `dir` as they are: the Python one as a script, the
+/// Go one formatted, vetted and built once for its 50 agents. The script's path and the Go
+/// binary's.
+fn write_the_loops(go: &Path, dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let (py, go_src, go_bin) = (
-        dir.path().join("heartbeat.py"),
-        dir.path().join("heartbeat.go"),
-        dir.path().join("heartbeat-go"),
+        dir.join("heartbeat.py"),
+        dir.join("heartbeat.go"),
+        dir.join("heartbeat-go"),
     );
     std::fs::write(&py, loop_block("python")).expect("write the Python loop");
     std::fs::write(&go_src, loop_block("go")).expect("write the Go loop");
@@ -267,14 +262,14 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
             go_src.as_os_str(),
         ],
     ] {
-        let mut cmd = Command::new(&go);
-        cmd.args(&args).current_dir(dir.path());
+        let mut cmd = Command::new(go);
+        cmd.args(&args).current_dir(dir);
         if ["GOCACHE", "XDG_CACHE_HOME", "HOME"]
             .iter()
             .all(|v| std::env::var_os(v).is_none())
         {
             // Go keeps its build cache under $HOME: without one, in the temporary directory.
-            cmd.env("GOCACHE", dir.path().join("go-cache"));
+            cmd.env("GOCACHE", dir.join("go-cache"));
         }
         let out = cmd.output().expect("go");
         assert!(
@@ -284,8 +279,16 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    (py, go_bin)
+}
 
-    // The upstream: every request recorded; what it answers set by `mode`.
+/// The upstream: every request recorded in the log; what it answers set by the mode sent.
+async fn start_upstream() -> (
+    String,
+    watch::Sender<Mode>,
+    Log,
+    tokio::task::JoinHandle<()>,
+) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let upstream = format!("http://{}", listener.local_addr().expect("addr"));
     let (mode, modes) = watch::channel(Mode::Serve);
@@ -298,29 +301,41 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
             }
         })
     };
-    let gw = common::Launch::serve()
+    (upstream, mode, log, accepting)
+}
+
+/// The real binary in front of `upstream`, with the `[shaping]` heartbeat route.
+fn start_gateway(upstream: &str) -> common::Gateway {
+    common::Launch::serve()
         .config_toml(format!(
             "[fleet]\nheartbeat_interval_seconds = {INTERVAL}\nheartbeat_timeout_seconds = {HEARTBEAT_TIMEOUT}\n\n\
              [shaping.upstream]\nlatency_target = \"250ms\"\nerrors_percent = 50\nrecover = \"5s\"\n\n\
              [shaping.routes.heartbeat]\nroutes = [\"POST /api/agent/heartbeat\"]\n\
              interval = \"{INTERVAL}s\"\nmax_interval = \"{MAX_INTERVAL}s\"\npriority = \"critical\"\n"
         ))
-        .upstream(&upstream)
+        .upstream(upstream)
         .admin()
-        .spawn();
-    let url = gw.url("/api/agent/heartbeat");
+        .spawn()
+}
 
-    // 100 agents, all at once, as a site comes back from an outage.
-    let t0 = Instant::now();
+/// 100 agents, all at once, as a site comes back from an outage: 50 of the Python loop, 50 of
+/// the Go one.
+fn start_agents(python: &Path, py: &Path, go_bin: &Path, url: &str, dir: &Path) -> Agents {
     let mut agents = Agents(Vec::new());
     for i in 0..AGENTS_PER_LOOP {
         let id = format!("agent-py-{i:02}");
-        let child = agent(&python, &[py.as_path()], &id, &url, dir.path());
+        let child = agent(python, &[py], &id, url, dir);
         agents.0.push((id, child));
         let id = format!("agent-go-{i:02}");
-        let child = agent(&go_bin, &[], &id, &url, dir.path());
+        let child = agent(go_bin, &[], &id, url, dir);
         agents.0.push((id, child));
     }
+    agents
+}
+
+/// The upstream's stall, timed from the agents' start `t0`: it hangs, then drops every
+/// connection, then serves again until the run ends.
+async fn stall_the_upstream(t0: Instant, mode: &watch::Sender<Mode>) {
     let at = |s: f64| tokio::time::sleep_until((t0 + Duration::from_secs_f64(s)).into());
     at(STALL_AT).await;
     mode.send_replace(Mode::Hang);
@@ -329,21 +344,22 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
     at(STALL_AT + STALL).await;
     mode.send_replace(Mode::Serve);
     at(END).await;
-    let refused = gw
-        .metric("fleet_limiter_requests_total{outcome=\"refused\"}")
-        .await
-        .unwrap_or(0.0);
+}
+
+/// Every agent still running at the end of the run.
+fn assert_every_agent_runs(agents: &mut Agents, dir: &Path) {
     for (id, child) in &mut agents.0 {
         assert!(
             matches!(child.try_wait(), Ok(None)),
             "agent {id} exited: {}",
-            std::fs::read_to_string(dir.path().join(format!("{id}.stderr"))).unwrap_or_default()
+            std::fs::read_to_string(dir.join(format!("{id}.stderr"))).unwrap_or_default()
         );
     }
-    drop(agents);
-    accepting.abort();
-    let log: Vec<Arrival> = log
-        .lock()
+}
+
+/// The upstream's log, each arrival timed in seconds since `t0`.
+fn read_log(log: &Log, t0: Instant) -> Vec<Arrival> {
+    log.lock()
         .expect("log")
         .iter()
         .map(|a| Arrival {
@@ -351,8 +367,11 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
             at: a.at.saturating_duration_since(t0).as_secs_f64(),
             admitted: a.admitted,
         })
-        .collect();
+        .collect()
+}
 
+/// The arrivals within the run, by agent; every agent among them.
+fn arrivals_by_agent(log: &[Arrival]) -> BTreeMap<String, Vec<Arrival>> {
     let mut by_agent: BTreeMap<String, Vec<Arrival>> = BTreeMap::new();
     for a in log.iter().filter(|a| a.at <= END) {
         by_agent.entry(a.agent.clone()).or_default().push(a.clone());
@@ -363,7 +382,30 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
         "every agent reached the upstream, with its id: {:?}",
         by_agent.keys().collect::<Vec<_>>()
     );
+    by_agent
+}
 
+/// What the agents did, each measured over its own arrivals.
+struct Walk {
+    /// When the last agent's first heartbeat came.
+    started: f64,
+    /// The longest any agent went without an admitted heartbeat, and which agent when.
+    longest_gap: (f64, String),
+    /// The farthest any agent came from its slot outside the stall, and which agent when.
+    off_slot: (f64, String),
+    /// The fewest and most requests from one agent, and the most from one during the stall.
+    fewest: usize,
+    most: usize,
+    most_in_stall: usize,
+    /// Every arrival on a slot: all but each agent's first (the herd's, before it had a hint).
+    on_slots: Vec<f64>,
+    /// After each request held past an agent's timeout, how long after the timeout it sent
+    /// the next (s).
+    retries: Vec<f64>,
+}
+
+/// Each agent's arrivals walked: online throughout, on its slot, its backoff, its count.
+fn walk_the_agents(by_agent: &BTreeMap<String, Vec<Arrival>>) -> Walk {
     let mut started = 0.0f64;
     let mut longest_gap = (0.0f64, String::new());
     let mut off_slot = (0.0f64, String::new());
@@ -371,7 +413,7 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
     // Every arrival on a slot: all but each agent's first (the herd's, before it had a hint).
     let mut on_slots = Vec::new();
     let mut retries = Vec::new();
-    for (id, arrivals) in &by_agent {
+    for (id, arrivals) in by_agent {
         // Online throughout: from its first admitted heartbeat to the end of the run, no agent
         // goes the heartbeat timeout without one.
         let admitted: Vec<f64> = arrivals
@@ -426,6 +468,30 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
             .count();
         most_in_stall = most_in_stall.max(in_stall);
     }
+    Walk {
+        started,
+        longest_gap,
+        off_slot,
+        fewest,
+        most,
+        most_in_stall,
+        on_slots,
+        retries,
+    }
+}
+
+/// The fleet as a whole: its spread over the interval two whole intervals before the stall and
+/// three after (arrivals per second of the interval, the busiest over the mean), and the
+/// requests per second right after the stall.
+struct Fleet {
+    before: (Vec<u32>, f64),
+    after: (Vec<u32>, f64),
+    recovery: Vec<u32>,
+    /// Requests at the upstream during the stall.
+    in_stall: usize,
+}
+
+fn measure_the_fleet(log: &[Arrival], on_slots: &[f64]) -> Fleet {
     // The fleet's spread over the interval: two whole intervals before the stall, three after.
     let window = |from: f64, to: f64| {
         spread(
@@ -435,8 +501,8 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
                 .filter(move |t| (from..to).contains(t)),
         )
     };
-    let (before, before_ratio) = window(STALL_AT - 2.0 * INTERVAL as f64, STALL_AT);
-    let (after, after_ratio) = window(BACK_ON_SLOTS, BACK_ON_SLOTS + 3.0 * INTERVAL as f64);
+    let before = window(STALL_AT - 2.0 * INTERVAL as f64, STALL_AT);
+    let after = window(BACK_ON_SLOTS, BACK_ON_SLOTS + 3.0 * INTERVAL as f64);
     // The seconds right after the stall: no herd.
     let stall_end = STALL_AT + STALL;
     let mut recovery = vec![0u32; MAX_INTERVAL as usize];
@@ -450,10 +516,35 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
         .iter()
         .filter(|a| (STALL_AT..stall_end).contains(&a.at))
         .count();
+    Fleet {
+        before,
+        after,
+        recovery,
+        in_stall,
+    }
+}
 
+/// The numbers docs/shaping.md gives, printed; the soonest and latest retry after a timeout.
+fn print_the_numbers(agents: usize, walk: &Walk, fleet: &Fleet, refused: f64) -> (f64, f64) {
+    let Walk {
+        started,
+        longest_gap,
+        off_slot,
+        fewest,
+        most,
+        most_in_stall,
+        retries,
+        ..
+    } = walk;
+    let Fleet {
+        before: (before, before_ratio),
+        after: (after, after_ratio),
+        recovery,
+        in_stall,
+    } = fleet;
     eprintln!(
         "{} agents ({AGENTS_PER_LOOP} Python, {AGENTS_PER_LOOP} Go); interval {INTERVAL} s, max_interval {MAX_INTERVAL} s, heartbeat timeout {HEARTBEAT_TIMEOUT} s, backoff cap {BACKOFF_CAP} s",
-        by_agent.len()
+        agents
     );
     eprintln!("the last agent's first heartbeat: {started:.1} s after they were started");
     eprintln!(
@@ -480,7 +571,22 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
     eprintln!(
         "requests per agent in {END} s: {fewest} to {most}; refused by the gateway: {refused}"
     );
+    (soonest, latest)
+}
 
+/// Online throughout, a jittered backoff after a timeout, on their slots, spread after the
+/// stall, and no hammering.
+fn assert_the_fleet_kept_its_loops(walk: &Walk, fleet: &Fleet, soonest: f64, latest: f64) {
+    let Walk {
+        longest_gap,
+        off_slot,
+        most,
+        most_in_stall,
+        retries,
+        ..
+    } = walk;
+    let (most, most_in_stall) = (*most, *most_in_stall);
+    let (after, after_ratio) = (&fleet.after.0, fleet.after.1);
     assert!(
         longest_gap.0 <= HEARTBEAT_TIMEOUT as f64,
         "an agent went {:.1} s without an admitted heartbeat ({}), past the {HEARTBEAT_TIMEOUT} s heartbeat timeout",
@@ -519,4 +625,39 @@ async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_th
         most_in_stall <= 2 * (STALL / INTERVAL as f64).ceil() as usize + 2,
         "an agent sent {most_in_stall} requests during the {STALL} s stall"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_agent_loops_keep_100_agents_online_and_on_their_slots_through_a_stall() {
+    let Some(python) = common::tool("python3", "apt-get install python3") else {
+        return;
+    };
+    let Some(go) = common::tool("go", "apt-get install golang-go") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (py, go_bin) = write_the_loops(&go, dir.path());
+
+    let (upstream, mode, log, accepting) = start_upstream().await;
+    let gw = start_gateway(&upstream);
+    let url = gw.url("/api/agent/heartbeat");
+
+    // 100 agents, all at once, as a site comes back from an outage.
+    let t0 = Instant::now();
+    let mut agents = start_agents(&python, &py, &go_bin, &url, dir.path());
+    stall_the_upstream(t0, &mode).await;
+    let refused = gw
+        .metric("fleet_limiter_requests_total{outcome=\"refused\"}")
+        .await
+        .unwrap_or(0.0);
+    assert_every_agent_runs(&mut agents, dir.path());
+    drop(agents);
+    accepting.abort();
+    let log = read_log(&log, t0);
+
+    let by_agent = arrivals_by_agent(&log);
+    let walk = walk_the_agents(&by_agent);
+    let fleet = measure_the_fleet(&log, &walk.on_slots);
+    let (soonest, latest) = print_the_numbers(by_agent.len(), &walk, &fleet, refused);
+    assert_the_fleet_kept_its_loops(&walk, &fleet, soonest, latest);
 }

@@ -125,29 +125,9 @@ type Hostile = (
 const JSON: (&str, &str) = ("content-type", "application/json");
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 
-#[tokio::test]
-async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
-    let Some(app) = express() else { return };
-    let gw = Launch::serve()
-        .config_toml(EMAIL)
-        .upstream(&app.url())
-        .admin()
-        .spawn();
-    let path = "/auth/forgot-password";
-    // The victim's budget, spent from three addresses.
-    for i in 0..3 {
-        let body = r#"{"email":"victim@example.com"}"#;
-        assert_eq!(
-            send(&gw, path, &format!("192.0.2.{i}"), &[JSON], body).await,
-            200
-        );
-    }
-    assert_eq!(app.count("victim@example.com").await.0, 3);
-    let v = "victim@example.com";
-    let pad = "x".repeat(2000);
-    let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
-    let mut hostile: Vec<Hostile> = vec![
-        // Read as Express reads them: the victim's, refused by its spent budget.
+/// Hostile bodies read as Express reads them: the victim's, refused by its spent budget.
+fn read_as_the_victims(v: &str) -> Vec<Hostile> {
+    vec![
         (
             "duplicate key, last wins",
             vec![JSON],
@@ -200,7 +180,15 @@ async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
             b"email=Victim%2Breset%40Example.COM".to_vec(),
             429,
         ),
-        // Refused: bodies the limiter cannot read with certainty.
+    ]
+}
+
+/// Refused: bodies the limiter cannot read with certainty (too large, too deep, badly encoded,
+/// compressed).
+fn unreadable_bodies(v: &str) -> Vec<Hostile> {
+    let pad = "x".repeat(2000);
+    let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+    vec![
         (
             "padded past the cap",
             vec![JSON],
@@ -236,6 +224,12 @@ async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
             deflate(format!(r#"{{"email":"{v}"}}"#).as_bytes()),
             415,
         ),
+    ]
+}
+
+/// Refused too: a value that is not one address, or a body of another media type.
+fn unclear_bodies(v: &str) -> Vec<Hostile> {
+    vec![
         (
             "array value",
             vec![JSON],
@@ -304,37 +298,57 @@ async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
             format!(r#"{{"email":"Victim <{v}>"}}"#).into_bytes(),
             400,
         ),
-    ];
+    ]
+}
+
+/// The victim's budget, spent from three addresses.
+async fn spend_the_victims_budget(gw: &Gateway, app: &Express, path: &str) {
+    for i in 0..3 {
+        let body = r#"{"email":"victim@example.com"}"#;
+        assert_eq!(
+            send(gw, path, &format!("192.0.2.{i}"), &[JSON], body).await,
+            200
+        );
+    }
+    assert_eq!(app.count("victim@example.com").await.0, 3);
+}
+
+/// Each hostile body, from an address of its own, gets the status it must.
+async fn assert_each_gets_its_status(gw: &Gateway, path: &str, hostile: &mut [Hostile]) {
     for (i, (what, headers, body, want)) in hostile.iter_mut().enumerate() {
-        let got = send(&gw, path, &format!("198.51.100.{i}"), headers, body.clone()).await;
+        let got = send(gw, path, &format!("198.51.100.{i}"), headers, body.clone()).await;
         assert_eq!(got, *want, "{what}");
     }
-    // Chunked, with no length: found larger than the cap while reading.
+}
+
+/// Chunked, with no length: found larger than the cap while reading.
+async fn assert_chunked_past_the_cap_refused(gw: &Gateway, path: &str, v: &str) {
     let big = format!(r#"{{"email":"{v}","pad":"{}"}}"#, "y".repeat(5000)).into_bytes();
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         big.chunks(300).map(|c| Ok(c.to_vec())).collect();
     let streamed = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
     assert_eq!(
-        send(&gw, path, "198.51.100.250", &[JSON], streamed).await,
+        send(gw, path, "198.51.100.250", &[JSON], streamed).await,
         413
     );
-    assert_eq!(
-        app.count("victim@example.com").await.0,
-        3,
-        "nothing reached the spent inbox"
-    );
-    // The punycode and Unicode forms of one domain are one inbox.
+}
+
+/// The punycode and Unicode forms of one domain are one inbox.
+async fn assert_punycode_and_unicode_one_inbox(gw: &Gateway, app: &Express, path: &str) {
     for i in 0..3 {
         let body = r#"{"email":"victim@xn--bcher-kva.example"}"#;
         assert_eq!(
-            send(&gw, path, &format!("192.0.2.{}", 10 + i), &[JSON], body).await,
+            send(gw, path, &format!("192.0.2.{}", 10 + i), &[JSON], body).await,
             200
         );
     }
     let body = "{\"email\":\"victim@B\u{fc}cher.example\"}";
-    assert_eq!(send(&gw, path, "192.0.2.20", &[JSON], body).await, 429);
+    assert_eq!(send(gw, path, "192.0.2.20", &[JSON], body).await, 429);
     assert_eq!(app.count("victim@xn--bcher-kva.example").await.0, 3);
-    // Each refusal was counted by its reason.
+}
+
+/// Each refusal was counted by its reason.
+async fn assert_refusals_counted_by_reason(gw: &Gateway) {
     for (reason, n) in [
         ("too-large", 2.0),
         ("encoding", 2.0),
@@ -344,6 +358,35 @@ async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
         let sample = format!("fleet_limiter_bodies_refused_total{{reason=\"{reason}\"}}");
         assert_eq!(gw.metric(&sample).await, Some(n), "{sample}");
     }
+}
+
+#[tokio::test]
+async fn no_body_encoding_or_spelling_reaches_an_inbox_whose_budget_is_spent() {
+    let Some(app) = express() else { return };
+    let gw = Launch::serve()
+        .config_toml(EMAIL)
+        .upstream(&app.url())
+        .admin()
+        .spawn();
+    let path = "/auth/forgot-password";
+    // The victim's budget, spent from three addresses.
+    spend_the_victims_budget(&gw, &app, path).await;
+    let v = "victim@example.com";
+    let mut hostile: Vec<Hostile> = read_as_the_victims(v);
+    hostile.extend(unreadable_bodies(v));
+    hostile.extend(unclear_bodies(v));
+    assert_each_gets_its_status(&gw, path, &mut hostile).await;
+    // Chunked, with no length: found larger than the cap while reading.
+    assert_chunked_past_the_cap_refused(&gw, path, v).await;
+    assert_eq!(
+        app.count("victim@example.com").await.0,
+        3,
+        "nothing reached the spent inbox"
+    );
+    // The punycode and Unicode forms of one domain are one inbox.
+    assert_punycode_and_unicode_one_inbox(&gw, &app, path).await;
+    // Each refusal was counted by its reason.
+    assert_refusals_counted_by_reason(&gw).await;
 }
 
 /// The audit's attempt ceiling as docs/examples/auth-ceilings.toml writes it: five wrong

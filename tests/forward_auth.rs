@@ -690,44 +690,64 @@ fn a_target_the_proxy_forwards_unrewritten_is_refused_never_metered_as_another_p
     }
 }
 
-/// Two `X-Original-URI` headers: the first used to win. Each original-request header sent twice
-/// is refused, so is one of the other proxy's kind naming another request, and a client cannot
-/// add its own through nginx or Caddy.
-#[test]
-fn original_request_headers_sent_twice_or_contradicting_each_other_are_refused() {
-    let (up, received) = recording_upstream();
-    let gw = limiter(&up);
-    let d = gw.decision_addr.expect("decision listener");
-    let proxy_peer = [127, 0, 0, 1];
-    let ask = |path: &str, method: &str, headers: &[(&str, &[u8])]| {
-        raw_from(proxy_peer, d, method, path.as_bytes(), headers)
-    };
-    let nginx_question: [(&str, &[u8]); 3] = [
-        ("X-Original-Method", b"POST"),
-        ("X-Original-URI", ROTATE.as_bytes()),
-        ("X-Forwarded-For", b"192.0.2.80"),
-    ];
-    let caddy_question: [(&str, &[u8]); 3] = [
-        ("X-Forwarded-Method", b"POST"),
-        ("X-Forwarded-Uri", ROTATE.as_bytes()),
-        ("X-Forwarded-For", b"192.0.2.81"),
-    ];
-    let bad_question = |res: &common::RawResponse, naming: &str, via: &str| {
-        let (kind, detail) = problem_of(res);
-        assert_eq!(kind, BAD_QUESTION, "{via}: {detail}");
-        assert!(detail.starts_with(naming), "{via}: {detail}");
-    };
+/// A question with one proxy's original-request headers, naming a key rotation.
+type Question = [(&'static str, &'static [u8]); 3];
 
-    // The example: a second X-Original-URI naming another path.
-    let mut two = nginx_question.to_vec();
+/// nginx's question, from 192.0.2.80.
+const NGINX_QUESTION: Question = [
+    ("X-Original-Method", b"POST"),
+    ("X-Original-URI", ROTATE.as_bytes()),
+    ("X-Forwarded-For", b"192.0.2.80"),
+];
+
+/// Caddy's question, from 192.0.2.81.
+const CADDY_QUESTION: Question = [
+    ("X-Forwarded-Method", b"POST"),
+    ("X-Forwarded-Uri", ROTATE.as_bytes()),
+    ("X-Forwarded-For", b"192.0.2.81"),
+];
+
+/// A question asked straight at the decision endpoint `d`, from the proxies' address.
+fn ask_as_the_proxy(
+    d: SocketAddr,
+    path: &str,
+    method: &str,
+    headers: &[(&str, &[u8])],
+) -> common::RawResponse {
+    let proxy_peer = [127, 0, 0, 1];
+    raw_from(proxy_peer, d, method, path.as_bytes(), headers)
+}
+
+/// A refused question: `bad-decision-request`, its detail starting with `naming`.
+fn assert_bad_question(res: &common::RawResponse, naming: &str, via: &str) {
+    let (kind, detail) = problem_of(res);
+    assert_eq!(kind, BAD_QUESTION, "{via}: {detail}");
+    assert!(detail.starts_with(naming), "{via}: {detail}");
+}
+
+/// `question` with one more header.
+fn with(
+    question: &[(&'static str, &'static [u8])],
+    extra: (&'static str, &'static [u8]),
+) -> Vec<(&'static str, &'static [u8])> {
+    let mut h = question.to_vec();
+    h.push(extra);
+    h
+}
+
+/// The example: a second X-Original-URI naming another path.
+fn assert_a_second_original_uri_refused(d: SocketAddr) {
+    let mut two = NGINX_QUESTION.to_vec();
     two.insert(2, ("X-Original-URI", b"/api/tasks"));
-    let res = ask("/nginx", "GET", &two);
+    let res = ask_as_the_proxy(d, "/nginx", "GET", &two);
     assert_eq!(res.status, 401, "{res:?}");
     assert_eq!(res.header("x-fleetlimiter-status"), Some("400"));
-    bad_question(&res, "X-Original-URI is sent more than once", "/nginx");
+    assert_bad_question(&res, "X-Original-URI is sent more than once", "/nginx");
+}
 
-    // Every original-request header, on both paths, even repeating the same value.
-    for (path, question) in [("/nginx", &nginx_question), ("/caddy", &caddy_question)] {
+/// Every original-request header, on both paths, even repeating the same value.
+fn assert_every_header_sent_twice_refused(d: SocketAddr) {
+    for (path, question) in [("/nginx", &NGINX_QUESTION), ("/caddy", &CADDY_QUESTION)] {
         for name in [
             "X-Original-Method",
             "X-Original-URI",
@@ -742,89 +762,97 @@ fn original_request_headers_sent_twice_or_contradicting_each_other_are_refused()
             };
             headers.push((name, value));
             headers.push((name, value));
-            let res = ask(path, "GET", &headers);
+            let res = ask_as_the_proxy(d, path, "GET", &headers);
             let expected = if path == "/nginx" { 401 } else { 400 };
             assert_eq!(res.status, expected, "{path} {name}: {res:?}");
-            bad_question(&res, &format!("{name} is sent more than once"), path);
+            assert_bad_question(&res, &format!("{name} is sent more than once"), path);
         }
     }
+}
 
-    // The other kind's headers: the same request is fine, another one is refused.
-    let with = |question: &[(&'static str, &'static [u8])],
-                extra: (&'static str, &'static [u8])| {
-        let mut h = question.to_vec();
-        h.push(extra);
-        h
-    };
-    let res = ask(
+/// The other kind's headers: the same request is fine, another one is refused.
+fn assert_the_other_kind_naming_another_refused(d: SocketAddr) {
+    let res = ask_as_the_proxy(
+        d,
         "/nginx",
         "GET",
-        &with(&nginx_question, ("X-Forwarded-Uri", ROTATE.as_bytes())),
+        &with(&NGINX_QUESTION, ("X-Forwarded-Uri", ROTATE.as_bytes())),
     );
     assert_eq!(res.status, 200, "{res:?}");
-    let res = ask(
+    let res = ask_as_the_proxy(
+        d,
         "/nginx",
         "GET",
-        &with(&nginx_question, ("X-Forwarded-Uri", b"/api/tasks")),
+        &with(&NGINX_QUESTION, ("X-Forwarded-Uri", b"/api/tasks")),
     );
     assert_eq!(res.status, 401, "{res:?}");
-    bad_question(
+    assert_bad_question(
         &res,
         "X-Forwarded-Uri names another target than X-Original-URI",
         "/nginx",
     );
-    let res = ask(
+    let res = ask_as_the_proxy(
+        d,
         "/caddy",
         "GET",
-        &with(&caddy_question, ("X-Original-URI", b"/api/tasks")),
+        &with(&CADDY_QUESTION, ("X-Original-URI", b"/api/tasks")),
     );
     assert_eq!(res.status, 400, "{res:?}");
-    bad_question(
+    assert_bad_question(
         &res,
         "X-Original-URI names another target than X-Forwarded-Uri",
         "/caddy",
     );
-    let res = ask(
+    let res = ask_as_the_proxy(
+        d,
         "/caddy",
         "GET",
-        &with(&caddy_question, ("X-Original-Method", b"GET")),
+        &with(&CADDY_QUESTION, ("X-Original-Method", b"GET")),
     );
     assert_eq!(res.status, 400, "{res:?}");
-    bad_question(
+    assert_bad_question(
         &res,
         "X-Original-Method names another method than X-Forwarded-Method",
         "/caddy",
     );
-    // Envoy's check request is the original: a header naming another target is refused, one
-    // naming it (query included) is not.
+}
+
+/// Envoy's check request is the original: a header naming another target is refused, one
+/// naming it (query included) is not.
+fn assert_envoy_header_naming_another_refused(d: SocketAddr) {
     let envoy = |uri: &'static [u8]| {
-        ask(
+        ask_as_the_proxy(
+            d,
             "/envoy/api/agent/rotate-key?r=1",
             "POST",
             &[("X-Forwarded-For", b"192.0.2.82"), ("X-Forwarded-Uri", uri)],
         )
     };
-    bad_question(
+    assert_bad_question(
         &envoy(b"/api/agent/rotate-key?r=2"),
         "X-Forwarded-Uri names another target than the check request's own",
         "/envoy",
     );
     assert_eq!(envoy(b"/api/agent/rotate-key?r=1").status, 200);
+}
 
-    // None of the refused questions spent a budget: 192.0.2.80 still has its 3 rotations (one
-    // spent by the agreeing question above).
+/// None of the refused questions spent a budget: 192.0.2.80 still has its 3 rotations (one
+/// spent by the agreeing question above).
+fn assert_no_refused_question_spent_a_budget(d: SocketAddr) {
     for left in ["1", "0"] {
-        let res = ask("/nginx", "GET", &nginx_question);
+        let res = ask_as_the_proxy(d, "/nginx", "GET", &NGINX_QUESTION);
         assert_eq!(res.status, 200, "{res:?}");
         assert_eq!(res.header("x-ratelimit-remaining"), Some(left));
     }
-    assert_eq!(ask("/nginx", "GET", &nginx_question).status, 403);
+    assert_eq!(
+        ask_as_the_proxy(d, "/nginx", "GET", &NGINX_QUESTION).status,
+        403
+    );
+}
 
-    // Through the real proxies: each sets its own pair, replacing whatever the client sent, and
-    // passes the other kind on from the client.
-    let Some(proxies) = both_proxies(d, &up) else {
-        return;
-    };
+/// Through the real proxies: each sets its own pair, replacing whatever the client sent, and
+/// passes the other kind on from the client.
+fn assert_each_proxy_replaces_its_own_headers(proxies: &[Proxy; 2]) {
     for (n, proxy) in proxies.iter().enumerate() {
         let via = proxy.kind.name();
         let (own, other): (&str, &str) = match proxy.kind {
@@ -862,6 +890,33 @@ fn original_request_headers_sent_twice_or_contradicting_each_other_are_refused()
             "{via}: {detail}"
         );
     }
+}
+
+/// Two `X-Original-URI` headers: the first used to win. Each original-request header sent twice
+/// is refused, so is one of the other proxy's kind naming another request, and a client cannot
+/// add its own through nginx or Caddy.
+#[test]
+fn original_request_headers_sent_twice_or_contradicting_each_other_are_refused() {
+    let (up, received) = recording_upstream();
+    let gw = limiter(&up);
+    let d = gw.decision_addr.expect("decision listener");
+
+    // The example: a second X-Original-URI naming another path.
+    assert_a_second_original_uri_refused(d);
+    // Every original-request header, on both paths, even repeating the same value.
+    assert_every_header_sent_twice_refused(d);
+    // The other kind's headers: the same request is fine, another one is refused.
+    assert_the_other_kind_naming_another_refused(d);
+    assert_envoy_header_naming_another_refused(d);
+    // None of the refused questions spent a budget.
+    assert_no_refused_question_spent_a_budget(d);
+
+    // Through the real proxies: each sets its own pair, replacing whatever the client sent, and
+    // passes the other kind on from the client.
+    let Some(proxies) = both_proxies(d, &up) else {
+        return;
+    };
+    assert_each_proxy_replaces_its_own_headers(&proxies);
     let seen = received.lock().map(|r| r.len()).unwrap_or_default();
     assert_eq!(
         seen, 2,

@@ -270,11 +270,18 @@ const XHMO: &str = "X-HTTP-Method-Override";
 /// The hostile spellings, each with what the app does with it (checked without the gateway
 /// too) and what the gateway must make of it in the default `meter` mode.
 fn spellings() -> Vec<Case> {
+    let mut cases = header_spellings();
+    cases.extend(parameter_spellings());
+    cases.extend(refused_spellings());
+    cases
+}
+
+/// Plain requests, and the override header spelled every way the app reads it and some it
+/// does not.
+fn header_spellings() -> Vec<Case> {
     use Expect::*;
     let d = DOWNLOAD;
-    let q = |s: &str| format!("{d}?{s}");
-    let refused = Refused(400, OVERRIDE_PROBLEM);
-    let mut cases = vec![
+    vec![
         // Plain requests: served as themselves (refusing everything cannot pass).
         case("POST", d, &[], Served("agent", "POST")),
         case("GET", d, &[], Served("download", "GET")),
@@ -336,6 +343,15 @@ fn spellings() -> Vec<Case> {
             Served("agent", "POST"),
         ),
         case("POST", d, &[(XHMO, "")], Served("agent", "POST")),
+    ]
+}
+
+/// The query parameter, alone and with the header, and overrides of methods other than POST.
+fn parameter_spellings() -> Vec<Case> {
+    use Expect::*;
+    let d = DOWNLOAD;
+    let q = |s: &str| format!("{d}?{s}");
+    vec![
         // The query parameter.
         case("POST", &q("_method=GET"), &[], Served("download", "GET")),
         case("POST", &q("_method=get"), &[], Served("download", "GET")),
@@ -393,6 +409,17 @@ fn spellings() -> Vec<Case> {
             &[("X-HTTP-Method", "POST")],
             Served("key-rotation", "POST"),
         ),
+    ]
+}
+
+/// What the gateway refuses: values it will not guess at, methods it does not forward, and
+/// the header sent too many times.
+fn refused_spellings() -> Vec<Case> {
+    use Expect::*;
+    let d = DOWNLOAD;
+    let q = |s: &str| format!("{d}?{s}");
+    let refused = Refused(400, OVERRIDE_PROBLEM);
+    let mut cases = vec![
         // Values the gateway will not guess at: the app would route some (PROPFIND, the
         // Kelvin sign that JavaScript lower-cases to `k`), so they are refused.
         case("POST", d, &[(XHMO, "PROPFIND")], refused),

@@ -9,7 +9,7 @@ use fleet_limiter::nonzero;
 use fleet_limiter::BucketKey;
 use fleet_limiter::ManualClock;
 use fleet_limiter::MemoryStore;
-use fleet_limiter::{Algorithm, Quota};
+use fleet_limiter::{Algorithm, Quota, Verdict};
 use fleet_limiter::{Check, GiveBack, Store, StoreErrorKind};
 use fleet_limiter::{RedisOptions, RedisStore, RedisTarget};
 use rand::rngs::StdRng;
@@ -68,14 +68,13 @@ async fn ttl_ms(con: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
         .expect("PTTL")
 }
 
-/// Feed the memory store and the Redis store one random sequence; compare every verdict.
-/// Up to `together` requests at a time go to Redis concurrently (their order is the order they
-/// are polled in), to the memory store one after the other. Returns how many requests needed a
-/// cross-slot refund, and how many script calls were sent.
-async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
-    let run = unique("p");
+/// A limiter of the parity run: its name, its quota, whether it is a shadow.
+type ParityLimiter = (Arc<str>, Quota, bool);
+
+/// The parity run's limiters, named after `run`: GCRA, fixed windows, shadows and lockouts.
+fn parity_quotas(run: &str) -> Vec<ParityLimiter> {
     let lim = |n: &str| -> Arc<str> { Arc::from(format!("{run}-{n}")) };
-    let quotas: Vec<(Arc<str>, Quota, bool)> = vec![
+    vec![
         (
             lim("g1"),
             Quota::gcra(nonzero(3), Duration::from_secs(10)),
@@ -130,7 +129,147 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
                 .with_lockout(Some(Duration::from_secs(5))),
             true,
         ),
-    ];
+    ]
+}
+
+/// What the parity run's requests were, counted as they are decided.
+#[derive(Default)]
+struct Tally {
+    refused: usize,
+    shadow_refused: usize,
+    multi: usize,
+    twice: usize,
+    costly: usize,
+    given_back: usize,
+    /// Refusals by a limiter with a lockout: the one that locks (its wait the whole lockout),
+    /// and those while locked.
+    locking: usize,
+    while_locked: usize,
+}
+
+/// One step's requests, between 1 and `together` of them, each 1 to 3 random checks (one in ten
+/// with its first key twice).
+fn random_group(
+    rng: &mut StdRng,
+    quotas: &[ParityLimiter],
+    principals: &[&str],
+    together: usize,
+    tally: &mut Tally,
+) -> Vec<Vec<Check>> {
+    let mut group = Vec::new();
+    for _ in 0..rng.gen_range(1..=together) {
+        let n = rng.gen_range(1..=3);
+        let mut checks: Vec<Check> = (0..n)
+            .map(|_| {
+                let (name, quota, shadow) = &quotas[rng.gen_range(0..quotas.len())];
+                Check {
+                    key: BucketKey::new(
+                        name.clone(),
+                        principals[rng.gen_range(0..principals.len())],
+                    ),
+                    quota: *quota,
+                    shadow: *shadow,
+                    units: if rng.gen_bool(0.3) {
+                        fleet_limiter::nonzero(rng.gen_range(1..=quota.limit()))
+                    } else {
+                        std::num::NonZeroU32::MIN
+                    },
+                }
+            })
+            .collect();
+        if rng.gen_bool(0.1) {
+            checks.push(checks[0].clone());
+            tally.twice += 1;
+        }
+        group.push(checks);
+    }
+    group
+}
+
+impl Tally {
+    /// One request's verdicts counted; some admitted ones chosen to be given back (into
+    /// `backs`).
+    fn count(
+        &mut self,
+        checks: &[Check],
+        want: &[Verdict],
+        rng: &mut StdRng,
+        backs: &mut Vec<Vec<GiveBack>>,
+    ) {
+        self.multi += usize::from(checks.len() > 1);
+        self.costly += checks.iter().filter(|c| c.units.get() > 1).count();
+        // Some admitted requests are given back, as an answer that should not count would
+        // be, a random part of the way into their charge (after the whole group is decided,
+        // as Redis decided it): both stores must agree after.
+        if want.iter().zip(checks).all(|(v, c)| v.allowed || c.shadow) && rng.gen_bool(0.2) {
+            let back: Vec<GiveBack> = checks
+                .iter()
+                .zip(want)
+                .filter(|(_, v)| v.allowed)
+                .map(|(c, v)| GiveBack {
+                    key: c.key.clone(),
+                    quota: c.quota,
+                    units: c.units,
+                    outstanding_ns: v.reset_after_ns - v.reset_after_ns / rng.gen_range(1..=4),
+                })
+                .collect();
+            self.given_back += back.len();
+            backs.push(back);
+        }
+        for (c, v) in checks.iter().zip(want) {
+            if let (false, Some(l)) = (v.allowed, c.quota.lockout_ns()) {
+                if v.retry_after_ns == l {
+                    self.locking += 1;
+                } else {
+                    self.while_locked += 1;
+                }
+            }
+            if !v.allowed {
+                if c.shadow {
+                    self.shadow_refused += 1;
+                } else {
+                    self.refused += 1;
+                }
+            }
+        }
+    }
+
+    /// The sequence tried every kind of request enough.
+    fn assert_enough(&self) {
+        let Tally {
+            refused,
+            shadow_refused,
+            multi,
+            twice,
+            costly,
+            given_back,
+            locking,
+            while_locked,
+        } = *self;
+        assert!(refused > 150, "the sequence refused enough ({refused})");
+        assert!(
+            costly > 500 && given_back > 300,
+            "costs ({costly}), give-backs ({given_back})"
+        );
+        assert!(shadow_refused > 50, "shadow refusals ({shadow_refused})");
+        assert!(
+            locking > 30 && while_locked > 100,
+            "locks started ({locking}) and held ({while_locked})"
+        );
+        assert!(
+            multi > 1000 && twice > 100,
+            "multi-key requests ({multi}, same key twice {twice})"
+        );
+    }
+}
+
+/// Feed the memory store and the Redis store one random sequence; compare every verdict.
+/// Up to `together` requests at a time go to Redis concurrently (their order is the order they
+/// are polled in), to the memory store one after the other. Returns how many requests needed a
+/// cross-slot refund, and how many script calls were sent.
+async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
+    let run = unique("p");
+    let quotas = parity_quotas(&run);
     let principals = ["a", "b"];
     let clock = ManualClock::new(1_700_000_000_123_456_789);
     let memory = MemoryStore::new(100_000, Arc::new(clock.clone()));
@@ -151,84 +290,19 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
         31_000_000_000,
     ];
     let mut rng = StdRng::seed_from_u64(7);
-    let (mut refused, mut shadow_refused, mut multi, mut twice) = (0, 0, 0, 0);
-    let (mut costly, mut given_back) = (0, 0);
-    // Refusals by a limiter with a lockout: the one that locks (its wait the whole lockout),
-    // and those while locked.
-    let (mut locking, mut while_locked) = (0, 0);
+    let mut tally = Tally::default();
     let mut step = 0;
     while step < 3000 {
         clock.advance(Duration::from_nanos(
             steps_ns[rng.gen_range(0..steps_ns.len())],
         ));
-        let mut group = Vec::new();
-        for _ in 0..rng.gen_range(1..=together) {
-            let n = rng.gen_range(1..=3);
-            let mut checks: Vec<Check> = (0..n)
-                .map(|_| {
-                    let (name, quota, shadow) = &quotas[rng.gen_range(0..quotas.len())];
-                    Check {
-                        key: BucketKey::new(
-                            name.clone(),
-                            principals[rng.gen_range(0..principals.len())],
-                        ),
-                        quota: *quota,
-                        shadow: *shadow,
-                        units: if rng.gen_bool(0.3) {
-                            fleet_limiter::nonzero(rng.gen_range(1..=quota.limit()))
-                        } else {
-                            std::num::NonZeroU32::MIN
-                        },
-                    }
-                })
-                .collect();
-            if rng.gen_bool(0.1) {
-                checks.push(checks[0].clone());
-                twice += 1;
-            }
-            group.push(checks);
-        }
+        let group = random_group(&mut rng, &quotas, &principals, together, &mut tally);
         let got = futures_util::future::join_all(group.iter().map(|c| redis.decide(c))).await;
         let mut backs: Vec<Vec<GiveBack>> = Vec::new();
         for (checks, got) in group.iter().zip(got) {
             let want = memory.decide(checks).await.expect("memory decides");
             assert_eq!(got.expect("redis decides"), want, "step {step}: {checks:?}");
-            multi += usize::from(checks.len() > 1);
-            costly += checks.iter().filter(|c| c.units.get() > 1).count();
-            // Some admitted requests are given back, as an answer that should not count would
-            // be, a random part of the way into their charge (after the whole group is decided,
-            // as Redis decided it): both stores must agree after.
-            if want.iter().zip(checks).all(|(v, c)| v.allowed || c.shadow) && rng.gen_bool(0.2) {
-                let back: Vec<GiveBack> = checks
-                    .iter()
-                    .zip(&want)
-                    .filter(|(_, v)| v.allowed)
-                    .map(|(c, v)| GiveBack {
-                        key: c.key.clone(),
-                        quota: c.quota,
-                        units: c.units,
-                        outstanding_ns: v.reset_after_ns - v.reset_after_ns / rng.gen_range(1..=4),
-                    })
-                    .collect();
-                given_back += back.len();
-                backs.push(back);
-            }
-            for (c, v) in checks.iter().zip(&want) {
-                if let (false, Some(l)) = (v.allowed, c.quota.lockout_ns()) {
-                    if v.retry_after_ns == l {
-                        locking += 1;
-                    } else {
-                        while_locked += 1;
-                    }
-                }
-                if !v.allowed {
-                    if c.shadow {
-                        shadow_refused += 1;
-                    } else {
-                        refused += 1;
-                    }
-                }
-            }
+            tally.count(checks, &want, &mut rng, &mut backs);
             step += 1;
         }
         for back in &backs {
@@ -236,24 +310,21 @@ async fn parity(target: RedisTarget, together: usize) -> (u64, u64) {
             redis.give_back(back).await.expect("redis gives back");
         }
     }
+    let Tally {
+        refused,
+        shadow_refused,
+        multi,
+        twice,
+        costly,
+        given_back,
+        locking,
+        while_locked,
+    } = tally;
     eprintln!(
         "refused {refused}, shadow refused {shadow_refused}, multi-key {multi}, same key twice {twice}, costly {costly}, given back {given_back}, locks {locking} (refused while locked {while_locked}), {} calls",
         redis.round_trips()
     );
-    assert!(refused > 150, "the sequence refused enough ({refused})");
-    assert!(
-        costly > 500 && given_back > 300,
-        "costs ({costly}), give-backs ({given_back})"
-    );
-    assert!(shadow_refused > 50, "shadow refusals ({shadow_refused})");
-    assert!(
-        locking > 30 && while_locked > 100,
-        "locks started ({locking}) and held ({while_locked})"
-    );
-    assert!(
-        multi > 1000 && twice > 100,
-        "multi-key requests ({multi}, same key twice {twice})"
-    );
+    tally.assert_enough();
     assert_eq!(redis.errors(), 0);
     (redis.refunds(), redis.round_trips())
 }

@@ -474,18 +474,18 @@ fn numbers(text: &str) -> Vec<f64> {
         .collect()
 }
 
-#[test]
-fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
-    let dir = tempfile::tempdir().unwrap();
+/// `replay` of the refusal runs' log, under a long path, against the replaced calibration too,
+/// with a plot: the two reports and the plot.
+fn replay_with_a_plot(dir: &std::path::Path) -> (Vec<Value>, String) {
     // A long name: the title must be shortened, not cut off by the page.
-    let deep = dir.path().join("x".repeat(120)).join("y".repeat(120));
+    let deep = dir.join("x".repeat(120)).join("y".repeat(120));
     std::fs::create_dir_all(&deep).unwrap();
     let log = write(
         &deep,
         &format!("{}.log", "z".repeat(150)),
         &refusal_runs_log(),
     );
-    let svg_path = dir.path().join("replay.svg");
+    let svg_path = dir.join("replay.svg");
     let fmt = agent_format();
     let out = replay(
         &[
@@ -502,11 +502,13 @@ fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let reports = report(&out);
-    let reports = reports.as_array().expect("two reports");
+    let reports = reports.as_array().expect("two reports").clone();
     let svg = std::fs::read_to_string(&svg_path).unwrap();
-    let all = texts(&svg);
+    (reports, svg)
+}
 
-    // Each calibration's summary line.
+/// Each calibration's summary line.
+fn assert_summaries_are_the_reports(all: &[(String, String)], reports: &[Value], svg: &str) {
     let summaries: Vec<&(String, String)> = all
         .iter()
         .filter(|(a, _)| a.contains("data-summary"))
@@ -534,8 +536,63 @@ fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
             assert_eq!(attr(attrs, a), Some(r[k].to_string().as_str()), "{attrs}");
         }
     }
+}
 
-    // Each limiter's panel, in each calibration: its headline and its series.
+/// A limiter's chart `g` (calibration `i`): its headline and its series are the limiter's
+/// numbers `l`.
+fn assert_chart_is_the_limiters(g: &str, l: &Value, name: &str, i: usize) {
+    let panel = texts(g);
+    let headline = &panel
+        .iter()
+        .find(|(_, b)| b.contains(" metered, "))
+        .expect("headline")
+        .1;
+    let u = &l["unfinished_refusal_runs"];
+    let parts: Vec<&str> = headline.split("; ").collect();
+    assert_eq!(
+        numbers(parts[0]),
+        [
+            l["metered"].as_f64().unwrap(),
+            l["refused"].as_f64().unwrap(),
+            l["shadow_refused"].as_f64().unwrap()
+        ],
+        "{headline}"
+    );
+    let lockout = parts[1].strip_prefix("longest lockout ").expect(headline);
+    assert_eq!(
+        lockout
+            .split(" s")
+            .next()
+            .and_then(|v| v.parse::<f64>().ok()),
+        l["longest_refusal_run_seconds"].as_f64(),
+        "{headline}"
+    );
+    if let Some(p) = l["longest_refusal_run_principal"].as_str() {
+        assert!(lockout.contains(&format!("({p})")), "{headline}");
+    }
+    assert_eq!(
+        numbers(parts[2]),
+        [(u["still_refused_at_end"].as_u64().unwrap()
+            + u["never_seen_again"].as_u64().unwrap()
+            + u["returned_later"].as_u64().unwrap()) as f64],
+        "{headline}"
+    );
+    let sum = |series: &str| -> u64 {
+        let at = g.find(&format!(r#"data-series="{series}""#)).expect(series);
+        let v = g[at..].split("data-values=\"").nth(1).unwrap();
+        v[..v.find('"').unwrap()]
+            .split(' ')
+            .map(|x| x.parse::<u64>().unwrap())
+            .sum()
+    };
+    let refused = l["refused"].as_u64().unwrap() + l["shadow_refused"].as_u64().unwrap();
+    assert_eq!(sum("refused"), refused, "{name} #{i}");
+    assert_eq!(sum("admitted"), l["metered"].as_u64().unwrap() - refused);
+}
+
+/// Each limiter's panel, in each calibration: its headline and its series, or a note that it
+/// metered nothing. How many charts and how many notes.
+fn assert_panels_are_the_reports(svg: &str, reports: &[Value]) -> (usize, usize) {
     let mut charts = 0;
     let mut notes = 0;
     for (i, r) in reports.iter().enumerate() {
@@ -558,63 +615,18 @@ fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
                 continue;
             };
             charts += 1;
-            let panel = texts(g);
-            let headline = &panel
-                .iter()
-                .find(|(_, b)| b.contains(" metered, "))
-                .expect("headline")
-                .1;
-            let u = &l["unfinished_refusal_runs"];
-            let parts: Vec<&str> = headline.split("; ").collect();
-            assert_eq!(
-                numbers(parts[0]),
-                [
-                    l["metered"].as_f64().unwrap(),
-                    l["refused"].as_f64().unwrap(),
-                    l["shadow_refused"].as_f64().unwrap()
-                ],
-                "{headline}"
-            );
-            let lockout = parts[1].strip_prefix("longest lockout ").expect(headline);
-            assert_eq!(
-                lockout
-                    .split(" s")
-                    .next()
-                    .and_then(|v| v.parse::<f64>().ok()),
-                l["longest_refusal_run_seconds"].as_f64(),
-                "{headline}"
-            );
-            if let Some(p) = l["longest_refusal_run_principal"].as_str() {
-                assert!(lockout.contains(&format!("({p})")), "{headline}");
-            }
-            assert_eq!(
-                numbers(parts[2]),
-                [(u["still_refused_at_end"].as_u64().unwrap()
-                    + u["never_seen_again"].as_u64().unwrap()
-                    + u["returned_later"].as_u64().unwrap()) as f64],
-                "{headline}"
-            );
-            let sum = |series: &str| -> u64 {
-                let at = g.find(&format!(r#"data-series="{series}""#)).expect(series);
-                let v = g[at..].split("data-values=\"").nth(1).unwrap();
-                v[..v.find('"').unwrap()]
-                    .split(' ')
-                    .map(|x| x.parse::<u64>().unwrap())
-                    .sum()
-            };
-            let refused = l["refused"].as_u64().unwrap() + l["shadow_refused"].as_u64().unwrap();
-            assert_eq!(sum("refused"), refused, "{name} #{i}");
-            assert_eq!(sum("admitted"), l["metered"].as_u64().unwrap() - refused);
+            assert_chart_is_the_limiters(g, l, name, i);
         }
     }
-    // The replaced calibration has no agent-ip: it gets a panel saying so.
-    assert_eq!((charts, notes), (3, 1), "{svg}");
+    (charts, notes)
+}
 
-    // No text leaves the page: each one's estimated width (0.6 of its size per character,
-    // 0.66 bold) lies within the view box.
+/// No text leaves the page: each one's estimated width (0.6 of its size per character, 0.66
+/// bold) lies within the view box; the long file name is shortened.
+fn assert_no_text_leaves_the_page(all: &[(String, String)], svg: &str) {
     let width: f64 = attr(&svg[4..], "width").unwrap().parse().unwrap();
     let mut shortened = 0;
-    for (attrs, body) in &all {
+    for (attrs, body) in all {
         if attrs.contains("transform=") {
             continue;
         }
@@ -638,4 +650,23 @@ fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
         shortened += usize::from(body.contains('…'));
     }
     assert!(shortened >= 1, "the long file name is shortened: {svg}");
+}
+
+#[test]
+fn every_number_on_the_plot_is_the_reports_and_no_text_leaves_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (reports, svg) = replay_with_a_plot(dir.path());
+    let all = texts(&svg);
+
+    // Each calibration's summary line.
+    assert_summaries_are_the_reports(&all, &reports, &svg);
+
+    // Each limiter's panel, in each calibration: its headline and its series.
+    let (charts, notes) = assert_panels_are_the_reports(&svg, &reports);
+    // The replaced calibration has no agent-ip: it gets a panel saying so.
+    assert_eq!((charts, notes), (3, 1), "{svg}");
+
+    // No text leaves the page: each one's estimated width (0.6 of its size per character,
+    // 0.66 bold) lies within the view box.
+    assert_no_text_leaves_the_page(&all, &svg);
 }

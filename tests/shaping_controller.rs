@@ -345,85 +345,93 @@ fn follower(
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_its_slot() {
-    let (upstream, behaviour) = upstream().await;
-    let gw = gateway(&upstream.uri());
-    let client = common::client();
-    let start = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
-    // 240 agents follow their hints; after 100 s every one is on its slot.
-    let fleet: Vec<_> = (0..240)
-        .map(|i| follower(&gw, i, start, stop.clone()))
-        .collect();
-    tokio::time::sleep(Duration::from_secs(100)).await;
-    // The upstream stalls: a second for every answer, for 30 s.
-    behaviour.set(Duration::from_secs(1), 200);
-    let stalled = start.elapsed().as_millis() as u64;
-    let ask_twenty = |tag: &'static str| {
-        let (client, url) = (client.clone(), gw.url("/api/agent/heartbeat"));
+/// Twenty agents asking the heartbeat all at once: the slot each is told (s since the start).
+async fn ask_twenty(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    start: Instant,
+    tag: &'static str,
+) -> Vec<u64> {
+    let (client, url) = (client.clone(), gw.url("/api/agent/heartbeat"));
+    // All twenty at once: during the stall each answer takes a second.
+    futures_util::future::join_all((0..20).map(|i| {
+        let rb = client
+            .post(&url)
+            .header("x-forwarded-for", format!("192.0.2.{}", i + 100))
+            .header("x-agent-id", format!("{tag}-{i:02}"));
         async move {
-            // All twenty at once: during the stall each answer takes a second.
-            futures_util::future::join_all((0..20).map(|i| {
-                let rb = client
-                    .post(&url)
-                    .header("x-forwarded-for", format!("192.0.2.{}", i + 100))
-                    .header("x-agent-id", format!("{tag}-{i:02}"));
-                async move {
-                    let s = ask(rb, start).await;
-                    // The slot it names, from when it was asked (s since the start).
-                    (s.asked_ms + 500) / 1000 + s.hint.expect("a hint")
-                }
-            }))
+            let s = ask(rb, start).await;
+            // The slot it names, from when it was asked (s since the start).
+            (s.asked_ms + 500) / 1000 + s.hint.expect("a hint")
+        }
+    }))
+    .await
+}
+
+/// A sleep until `ms` into the stall (which began `stalled` ms after `start`).
+fn into_the_stall(start: Instant, stalled: u64, ms: u64) -> tokio::time::Sleep {
+    let now = start.elapsed().as_millis() as u64;
+    tokio::time::sleep(Duration::from_millis((stalled + ms).saturating_sub(now)))
+}
+
+/// Twenty agents asked four times over the stall's first 12 s (as absolute slots, s); twenty
+/// more asked 12 s in and again 3 s later.
+async fn ask_over_the_stall(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    start: Instant,
+    stalled: u64,
+) -> (Vec<Vec<u64>>, Vec<u64>, Vec<u64>) {
+    let mut four: Vec<Vec<u64>> = vec![Vec::new(); 20];
+    for k in 0..4u64 {
+        into_the_stall(start, stalled, k * 4_000).await;
+        for (i, slot) in ask_twenty(client, gw, start, "asked-four")
             .await
+            .into_iter()
+            .enumerate()
+        {
+            four[i].push(slot);
         }
+    }
+    let at_12 = ask_twenty(client, gw, start, "asked-twice").await;
+    into_the_stall(start, stalled, 15_000).await;
+    let at_15 = ask_twenty(client, gw, start, "asked-twice").await;
+    (four, at_12, at_15)
+}
+
+/// Once exports are shed, 300 of them within one second, from 300 callers.
+async fn burst_of_exports(client: &reqwest::Client, gw: &Gateway, start: Instant) -> Vec<Seen> {
+    let probe = || {
+        ask(
+            client
+                .get(gw.url("/api/export/probe.csv"))
+                .header("x-forwarded-for", "192.0.2.250"),
+            start,
+        )
     };
-    let at = |ms: u64| {
-        let now = start.elapsed().as_millis() as u64;
-        tokio::time::sleep(Duration::from_millis((stalled + ms).saturating_sub(now)))
-    };
-    // Twenty agents asked four times over the stall's first 12 s (as absolute slots, s); twenty
-    // more asked 12 s in and again 3 s later.
-    let asked = async {
-        let mut four: Vec<Vec<u64>> = vec![Vec::new(); 20];
-        for k in 0..4u64 {
-            at(k * 4_000).await;
-            for (i, slot) in ask_twenty("asked-four").await.into_iter().enumerate() {
-                four[i].push(slot);
-            }
+    while probe().await.status != 503 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    futures_util::future::join_all((0..300u32).map(|i| {
+        let rb = client
+            .get(gw.url("/api/export/devices.csv"))
+            .header("x-forwarded-for", format!("203.0.113.{}", i % 250 + 1))
+            .header("x-agent-id", format!("dashboard-{i:03}"));
+        async move {
+            tokio::time::sleep(Duration::from_millis(u64::from(i) * 2)).await;
+            ask(rb, start).await
         }
-        let at_12 = ask_twenty("asked-twice").await;
-        at(15_000).await;
-        let at_15 = ask_twenty("asked-twice").await;
-        (four, at_12, at_15)
-    };
-    // Once exports are shed, 300 of them within one second, from 300 callers.
-    let burst = async {
-        let probe = || {
-            ask(
-                client
-                    .get(gw.url("/api/export/probe.csv"))
-                    .header("x-forwarded-for", "192.0.2.250"),
-                start,
-            )
-        };
-        while probe().await.status != 503 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        futures_util::future::join_all((0..300u32).map(|i| {
-            let rb = client
-                .get(gw.url("/api/export/devices.csv"))
-                .header("x-forwarded-for", format!("203.0.113.{}", i % 250 + 1))
-                .header("x-agent-id", format!("dashboard-{i:03}"));
-            async move {
-                tokio::time::sleep(Duration::from_millis(u64::from(i) * 2)).await;
-                ask(rb, start).await
-            }
-        }))
-        .await
-    };
-    let ((four, at_12, at_15), exports) = tokio::join!(asked, burst);
-    // Polls from ten callers, shed or not, during the rest of the stall.
+    }))
+    .await
+}
+
+/// Polls from ten callers, shed or not, during the rest of the stall.
+async fn polls_through_the_stall(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    start: Instant,
+    stalled: u64,
+) -> Vec<Seen> {
     let mut polls = Vec::new();
     while start.elapsed().as_millis() as u64 - stalled < 29_000 {
         polls.extend(
@@ -440,15 +448,16 @@ async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_i
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let stretch = metric(&gw, "fleet_limiter_shaping_stretch").await;
-    behaviour.set(Duration::ZERO, 200);
-    let recovered = start.elapsed().as_millis() as u64;
-    stop.store(true, Ordering::Relaxed);
-    let mut met = Vec::new();
-    for f in fleet {
-        met.extend(f.await.expect("an agent"));
-    }
+    polls
+}
 
+/// No heartbeat refused or shed; every hint within 30 s and 90 s; the hints during the stall
+/// longer than while healthy. The mean hints healthy and during, and how many of each.
+fn assert_heartbeats_told_to_come_less_often(
+    met: &[Seen],
+    stalled: u64,
+    recovered: u64,
+) -> (f64, f64, usize, usize) {
     // No heartbeat refused or shed; every hint within 30 s and 90 s.
     let bad: Vec<&Seen> = met.iter().filter(|m| m.status != 200).collect();
     assert!(bad.is_empty(), "heartbeats not served: {bad:?}");
@@ -477,6 +486,12 @@ async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_i
         d >= 1.15 * h,
         "mean hint {d:.1} during the stall, {h:.1} healthy"
     );
+    (h, d, healthy.len(), during.len())
+}
+
+/// A slot moves at most once per step; asked again 3 s later, the same slot. How many of the
+/// twenty kept to each.
+fn assert_slots_kept(four: &[Vec<u64>], at_12: &[u64], at_15: &[u64]) -> (usize, usize) {
     // A slot moves at most once per step; asked again 3 s later, the same slot.
     let steady = four
         .iter()
@@ -490,10 +505,16 @@ async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_i
     assert!(steady >= 18, "{four:?}");
     let same = at_12
         .iter()
-        .zip(&at_15)
+        .zip(at_15)
         .filter(|(a, b)| a.abs_diff(**b) <= 2)
         .count();
     assert!(same >= 18, "{at_12:?} {at_15:?}");
+    (steady, same)
+}
+
+/// Shed exports are told to come back over a spread of times, no second busier than 1.5x: how
+/// many were shed, over how many seconds, the busiest second and the mean.
+fn assert_shed_exports_spread(exports: &[Seen]) -> (usize, u64, u32, f64) {
     // Shed exports are told to come back over a spread of times, no second busier than 1.5x.
     let shed: Vec<&Seen> = exports.iter().filter(|m| m.status == 503).collect();
     assert!(shed.len() >= 250, "{} of 300 exports shed", shed.len());
@@ -519,6 +540,12 @@ async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_i
         f64::from(busiest) <= 1.5 * mean_per_second,
         "busiest second {busiest}, mean {mean_per_second:.1}: {per:?}"
     );
+    (shed.len(), hi - lo, busiest, mean_per_second)
+}
+
+/// Every shed poll is told its slot: at least half its 30 s interval, and its Retry-After no
+/// shorter. How many were shed.
+fn assert_shed_polls_told_their_slot(polls: &[Seen]) -> usize {
     // Every shed poll is told its slot: at least half its 30 s interval, and its Retry-After
     // no shorter.
     let shed_polls: Vec<&Seen> = polls.iter().filter(|m| m.status == 503).collect();
@@ -528,14 +555,49 @@ async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_i
         assert!(h >= 15, "{m:?}");
         assert!(m.retry_after.expect("Retry-After") >= h, "{m:?}");
     }
+    shed_polls.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_a_stall_the_fleet_comes_less_often_in_a_step_each_agent_keeping_its_slot() {
+    let (upstream, behaviour) = upstream().await;
+    let gw = gateway(&upstream.uri());
+    let client = common::client();
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    // 240 agents follow their hints; after 100 s every one is on its slot.
+    let fleet: Vec<_> = (0..240)
+        .map(|i| follower(&gw, i, start, stop.clone()))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    // The upstream stalls: a second for every answer, for 30 s.
+    behaviour.set(Duration::from_secs(1), 200);
+    let stalled = start.elapsed().as_millis() as u64;
+    // Twenty agents asked four times over the stall's first 12 s, twenty more asked twice;
+    // meanwhile, once exports are shed, 300 of them within one second.
+    let ((four, at_12, at_15), exports) = tokio::join!(
+        ask_over_the_stall(&client, &gw, start, stalled),
+        burst_of_exports(&client, &gw, start)
+    );
+    // Polls from ten callers, shed or not, during the rest of the stall.
+    let polls = polls_through_the_stall(&client, &gw, start, stalled).await;
+    let stretch = metric(&gw, "fleet_limiter_shaping_stretch").await;
+    behaviour.set(Duration::ZERO, 200);
+    let recovered = start.elapsed().as_millis() as u64;
+    stop.store(true, Ordering::Relaxed);
+    let mut met = Vec::new();
+    for f in fleet {
+        met.extend(f.await.expect("an agent"));
+    }
+
+    let (h, d, healthy, during) =
+        assert_heartbeats_told_to_come_less_often(&met, stalled, recovered);
+    let (steady, same) = assert_slots_kept(&four, &at_12, &at_15);
+    let (shed, over, busiest, mean_per_second) = assert_shed_exports_spread(&exports);
+    let shed_polls = assert_shed_polls_told_their_slot(&polls);
     eprintln!(
-        "stall: mean heartbeat hint {d:.1} s ({} hints) against {h:.1} s healthy ({}): {:.2}x; stretch {stretch}; {steady}/20 told at most two slots over 12 s; {same}/20 told one slot 3 s apart; {} exports shed, told to come back over {} s, busiest second {busiest} (mean {mean_per_second:.1}); {} polls shed, each told its slot",
-        during.len(),
-        healthy.len(),
+        "stall: mean heartbeat hint {d:.1} s ({during} hints) against {h:.1} s healthy ({healthy}): {:.2}x; stretch {stretch}; {steady}/20 told at most two slots over 12 s; {same}/20 told one slot 3 s apart; {shed} exports shed, told to come back over {over} s, busiest second {busiest} (mean {mean_per_second:.1}); {shed_polls} polls shed, each told its slot",
         d / h,
-        shed.len(),
-        hi - lo,
-        shed_polls.len()
     );
 }
 
