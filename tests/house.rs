@@ -101,6 +101,48 @@ fn no_source_file_is_over_800_lines() {
     );
 }
 
+/// The lines of `files` that turn the length guard off: an attribute (`allow`, `expect`,
+/// `cfg_attr`) that names clippy's `too_many_lines`.
+fn guards_turned_off(files: &[(String, String)]) -> Vec<String> {
+    let lint = ["too_many", "_lines"].concat();
+    files
+        .iter()
+        .flat_map(|(f, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| l.trim_start().starts_with("#") && l.contains(&lint))
+                .map(move |(n, _)| format!("  {f}:{}", n + 1))
+        })
+        .collect()
+}
+
+#[test]
+fn no_function_turns_the_length_guard_off() {
+    let mut files: Vec<(String, String)> = product_sources()
+        .iter()
+        .map(|p| (rel(p), std::fs::read_to_string(p).unwrap_or_default()))
+        .collect();
+    let mut suites = Vec::new();
+    walk(&root().join("tests"), &mut suites);
+    files.extend(
+        suites
+            .iter()
+            .map(|p| (rel(p), std::fs::read_to_string(p).unwrap_or_default())),
+    );
+    let off = guards_turned_off(&files);
+    assert!(
+        off.is_empty(),
+        "functions that turn off clippy's too_many_lines:\n{}\n\nRemove the attribute and split \
+         the function by step into named functions (docs/architecture.md, \"Guards\").",
+        off.join("\n")
+    );
+    let planted = vec![(
+        "src/x.rs".to_owned(),
+        ["#[allow(clippy::", "too_many_lines)]\nfn f() {}"].concat(),
+    )];
+    assert_eq!(guards_turned_off(&planted), vec!["  src/x.rs:1"]);
+}
+
 #[test]
 fn the_length_guard_names_what_is_over() {
     let files = vec![("src/a.rs".to_owned(), 801), ("src/b.rs".to_owned(), 800)];
