@@ -135,23 +135,23 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let service = self.service.clone();
-        let limiter = self.limiter.clone();
-        Box::pin(async move { limit(&limiter, &*service, req).await })
+        Box::pin(limit(self.limiter.clone(), self.service.clone(), req))
     }
 }
 
 /// One request through the limiter, step by step: its methods and path judged, its shaping
 /// admitted, its body keys read, the decision taken, then refused or passed on.
 async fn limit<S, B>(
-    limiter: &FleetLimiter,
-    service: &S,
+    limiter: FleetLimiter,
+    service: Rc<S>,
     mut req: ServiceRequest,
 ) -> Result<ServiceResponse<EitherBody<B>>, Error>
 where
     S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
     B: MessageBody + 'static,
 {
+    let limiter = &limiter;
+    let service = &*service;
     let settings = limiter.decider.current();
     let decider = &*limiter.decider;
     let named = match judge_methods(decider, &settings, &mut req) {
@@ -249,6 +249,7 @@ impl EarlyMethod {
 /// there to serve is answered here, never forwarded; a request that names another method by
 /// override is metered as that method too, has the override removed, or is refused
 /// (`methods.override`).
+#[inline]
 fn judge_methods(
     decider: &Decider,
     settings: &Settings,
