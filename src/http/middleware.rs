@@ -26,7 +26,7 @@ use super::early::{
 use super::request::{header_facts, only_value};
 use super::response;
 use super::rewrite::{overrides, rewrite_path, strip_overrides, strip_path_overrides};
-use super::shaping::Admitted;
+use super::shaping::{Admitted, Timing};
 use crate::config::Config;
 use crate::decision::{BodyValue, Decider, Outcome, RequestFacts, Settings};
 use crate::methods::{Named, Overrides};
@@ -140,7 +140,7 @@ where
 }
 
 /// One request through the limiter, step by step: its methods and path judged, its shaping
-/// admitted, its body keys read, the decision taken, then refused or passed on.
+/// admitted, its body keys read, the decision taken, then refused or passed on to the app.
 async fn limit<S, B>(
     limiter: FleetLimiter,
     service: Rc<S>,
@@ -222,7 +222,11 @@ where
     if outcome.refused() {
         return Ok(answer_refusal(&outcome, &settings, req, decided.wall).await);
     }
-    pass_on(limiter, service, &settings, req, outcome, shaped, decided).await
+    let (kept, timing) = before_app(limiter, &mut req, outcome, &shaped);
+    let answered = service.call(req).await;
+    after_app(
+        limiter, &settings, &kept, answered, timing, &decided, shaped,
+    )
 }
 
 /// A method override refused or a method not forwarded: answered before anything else.
@@ -292,39 +296,63 @@ impl DecidedAt {
     }
 }
 
-/// An allowed request on to the app: the decision put in its extensions (when asked for), its
-/// wait at the upstream timed (when shaped), limiters counting only some answers given back
-/// after the answer, and the limit headers put on the answer.
-async fn pass_on<S, B>(
+/// The decision, kept for the answer: shared with the app through a request extension when
+/// asked for, else owned here.
+enum Kept {
+    Shared(Arc<Outcome>),
+    Owned(Outcome),
+}
+
+impl Kept {
+    fn get(&self) -> &Outcome {
+        match self {
+            Self::Shared(o) => o,
+            Self::Owned(o) => o,
+        }
+    }
+}
+
+/// An allowed request, before the app: the decision put in its extensions (when asked for)
+/// and its wait at the upstream timed (when shaped).
+fn before_app(
     limiter: &FleetLimiter,
-    service: &S,
-    settings: &Settings,
-    mut req: ServiceRequest,
+    req: &mut ServiceRequest,
     outcome: Outcome,
-    shaped: Admitted,
-    decided: DecidedAt,
-) -> Result<ServiceResponse<EitherBody<B>>, Error>
-where
-    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error>,
-    B: MessageBody + 'static,
-{
-    let shared: Arc<Outcome>;
-    let outcome: &Outcome = if limiter.outcome_extension {
-        shared = Arc::new(outcome);
+    shaped: &Admitted,
+) -> (Kept, Option<Rc<Timing>>) {
+    let kept = if limiter.outcome_extension {
+        let shared = Arc::new(outcome);
         req.extensions_mut().insert(Decided(shared.clone()));
-        &shared
+        Kept::Shared(shared)
     } else {
-        &outcome
+        Kept::Owned(outcome)
     };
     let timing = shaped.timing(&limiter.decider);
     if let Some(t) = &timing {
-        super::shaping::start_when_whole(&mut req, t.clone());
+        super::shaping::start_when_whole(req, t.clone());
     }
-    let answered = service.call(req).await;
+    (kept, timing)
+}
+
+/// The app's answer: limiters counting only some answers given back after it (an error is a
+/// failed answer), and the limit headers put on it.
+fn after_app<B>(
+    limiter: &FleetLimiter,
+    settings: &Settings,
+    kept: &Kept,
+    answered: Result<ServiceResponse<B>, Error>,
+    timing: Option<Rc<Timing>>,
+    decided: &DecidedAt,
+    shaped: Admitted,
+) -> Result<ServiceResponse<EitherBody<B>>, Error>
+where
+    B: MessageBody + 'static,
+{
+    let outcome = kept.get();
     // The answer's status decides whether limiters counting only failed (or only
-    // succeeded) answers give the request back; an error is a failed answer. The
-    // give-back runs after the response, never in its way. A client that disconnects
-    // before the answer drops this future: the request stays counted.
+    // succeeded) answers give the request back. The give-back runs after the response,
+    // never in its way. A client that disconnects before the answer drops the request's
+    // future: the request stays counted.
     let status = match &answered {
         Ok(res) => res.status().as_u16(),
         Err(e) => e.as_response_error().status_code().as_u16(),
