@@ -12,7 +12,6 @@ use actix_web::http::Uri;
 use smallvec::SmallVec;
 
 /// What to do about the method overrides `req` names (see [`crate::methods`]).
-#[inline]
 pub(super) fn overrides(settings: &Settings, req: &ServiceRequest) -> Overrides {
     let headers = req
         .headers()

@@ -53,7 +53,6 @@ pub(super) struct Declared {
 impl Declared {
     /// The framing and connection headers of `headers`; a `Transfer-Encoding` that is not one
     /// list of codings read as text or as bytes is refused.
-    #[inline]
     pub(super) fn of(headers: &[httparse::Header<'_>]) -> Result<Self, UpstreamError> {
         let mut d = Declared::default();
         for h in headers {
@@ -94,7 +93,6 @@ impl Declared {
     /// How the body is delimited: none (`bodiless`), chunked, to the close, or by its length;
     /// an answer with both framings, `Transfer-Encoding` in HTTP/1.0 or a `Content-Length`
     /// that does not read as one length is refused.
-    #[inline]
     pub(super) fn reading(&self, bodiless: bool, http10: bool) -> Result<Reading, UpstreamError> {
         if self.te && self.first_length.is_some() {
             // Read as chunked, a length beside it would be the client's framing: it is the
@@ -137,7 +135,6 @@ impl Declared {
 
 /// The client's response head: `status`, and the end-to-end headers of `headers` (hop-by-hop
 /// ones, those the `Connection` header names, and any the client's side cannot carry dropped).
-#[inline]
 pub(super) fn passed_on(
     status: StatusCode,
     headers: &[httparse::Header<'_>],
