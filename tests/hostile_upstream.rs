@@ -15,6 +15,7 @@ mod common;
 use common::{parse_raw, Gateway, RawResponse};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// The answer a misframing upstream sends after the one it meant.
@@ -22,6 +23,9 @@ const INJECTED: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nX-Injected: 1\
 
 /// How late a "late write" comes after its answer.
 const LATE: Duration = Duration::from_millis(10);
+/// Late writes the upstream has made: the test waits for the late bytes to be written (then
+/// they are in the gateway's socket, loopback), not for a time a loaded machine can outrun.
+static LATE_WRITTEN: AtomicUsize = AtomicUsize::new(0);
 
 /// How long after a HEAD's, 204's or 304's head the body it should not have comes.
 const BODY_AFTER_HEAD: Duration = Duration::from_millis(5);
@@ -132,7 +136,9 @@ fn serve(conn: TcpStream) -> Option<()> {
                 "late-write" => {
                     write(&mut out, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
                     std::thread::sleep(LATE);
-                    write(&mut out, INJECTED)?;
+                    let written = write(&mut out, INJECTED);
+                    LATE_WRITTEN.fetch_add(1, Ordering::SeqCst);
+                    written?;
                 }
                 // Answered at once; the body it never read is read as the next request
                 // (`GET /attack/smuggled`), and answered.
@@ -259,9 +265,16 @@ fn no_victim_gets_bytes_that_were_not_its_own_answer() {
     for n in 0..victims {
         let kind = ATTACKS[(n / 2) % ATTACKS.len()];
         if n % 2 == 0 {
+            let late_before = LATE_WRITTEN.load(Ordering::SeqCst);
             let _ = exchange(gw.addr, &attack(kind));
             if kind == "late-write" {
-                std::thread::sleep(LATE * 3);
+                let since = Instant::now();
+                while LATE_WRITTEN.load(Ordering::SeqCst) == late_before
+                    && since.elapsed() < Duration::from_secs(10)
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(LATE);
             }
         }
         let got = exchange(gw.addr, &get("GET", &format!("/victim/{n}")));
