@@ -259,13 +259,14 @@ pub(crate) async fn forward(
     let method_is_head = req.method() == actix_web::http::Method::HEAD;
     let started = Instant::now();
     let silence = silent_for(watch.clone(), upstream.read_timeout);
-    let send = client.send(head, body, framing, method_is_head, &watch);
+    let mut exchange = client.exchange(head, body, framing, method_is_head);
+    let send = client.send(&mut exchange, &watch);
     let sent = match select(pin!(send), pin!(silence)).await {
         Either::Left((sent, _)) => sent,
         Either::Right(_) => Err(UpstreamError::Silent),
     };
     match (sent, watch.failed.get()) {
-        (Ok((head, exchange, first)), _) => {
+        (Ok((head, first)), _) => {
             upstream
                 .metrics
                 .upstream_response(head.res.status().as_u16(), started.elapsed());

@@ -30,20 +30,29 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 impl UpstreamClient {
-    /// Send `head` and `body` on a pooled connection (on another, or a new one, when one fails
-    /// before it took a byte) and read the answer's head and the first piece of its body
-    /// (`None`: it has none, or it ended). The rest of the answer's body is read
-    /// by the [`Exchange`] that comes with it, which also sends what is left of the request's
-    /// body and hands the connection back to the pool at the end.
-    pub(super) async fn send(
+    /// The exchange of `head` and `body`, ready for [`UpstreamClient::send`]; it hands its
+    /// connection back to this client's pool at the end.
+    pub(super) fn exchange(
         &self,
         head: BytesMut,
         body: ProxyBody,
         framing: Framing,
         method_is_head: bool,
+    ) -> Exchange {
+        Exchange::new(head, body, framing, method_is_head, self.idle.clone())
+    }
+
+    /// Send the exchange's request on a pooled connection (on another, or a new one, when one
+    /// fails before it took a byte) and read the answer's head and the first piece of its body
+    /// (`None`: it has none, or it ended). The rest of the answer's body is read by the
+    /// [`Exchange`] itself, which also sends what is left of the request's body and hands the
+    /// connection back to the pool at the end. The exchange stays where the caller keeps it:
+    /// only the head and the first piece come back.
+    pub(super) async fn send(
+        &self,
+        x: &mut Exchange,
         watch: &super::body::BodyWatch,
-    ) -> Result<(Head, Exchange, Option<Bytes>), UpstreamError> {
-        let mut x = Exchange::new(head, body, framing, method_is_head, self.idle.clone());
+    ) -> Result<(Head, Option<Bytes>), UpstreamError> {
         for attempt in 0..3 {
             let pooled = if attempt < 2 { self.idle.take() } else { None };
             x.io = Some(match pooled {
@@ -57,7 +66,7 @@ impl UpstreamClient {
                     // the client never gets. The upstream's silence counts from the head.
                     watch.touch();
                     return match std::future::poll_fn(|cx| x.poll_first(cx)).await {
-                        Ok(first) => Ok((head, x, first)),
+                        Ok(first) => Ok((head, first)),
                         Err(e) => {
                             x.abandon();
                             Err(e)
