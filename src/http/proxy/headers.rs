@@ -26,14 +26,40 @@ pub(super) fn skip_header(name: &str, connection_named: &[String]) -> bool {
         .any(|c| c.eq_ignore_ascii_case(name))
 }
 
-/// The header names a `Connection` header lists (its values, comma-separated).
+/// The headers that describe one connection whatever the `Connection` header says: those
+/// [`skip_header`] names (a test holds the two lists together).
+const HOP_BY_HOP: [&str; 10] = [
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The header names a `Connection` header lists (its values, comma-separated) beyond those
+/// [`skip_header`] drops anyway, in lower case: for the common `Connection: keep-alive` or
+/// `close`, none (and nothing allocated).
 pub(super) fn connection_named<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    connection_tokens(values)
+        .filter(|t| !HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(t)))
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
+/// The tokens of `Connection` header values, trimmed, empty ones left out, as they came.
+pub(super) fn connection_tokens<'a>(
+    values: impl Iterator<Item = &'a [u8]>,
+) -> impl Iterator<Item = &'a str> {
     values
         .filter_map(|v| std::str::from_utf8(v).ok())
         .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
+        .map(str::trim)
         .filter(|s| !s.is_empty())
-        .collect()
 }
 
 pub(super) fn parse_length(value: Option<&[u8]>) -> Option<u64> {
@@ -90,5 +116,48 @@ pub(super) fn end_to_end_headers(
         ) {
             back.append_header((n, v));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hop_by_hop_list_is_what_skip_header_drops() {
+        for name in HOP_BY_HOP {
+            assert!(skip_header(name, &[]), "{name}");
+        }
+        for name in [
+            "content-type",
+            "x-connection",
+            "keep-alive-x",
+            "tes",
+            "date",
+        ] {
+            assert!(!skip_header(name, &[]), "{name}");
+        }
+    }
+
+    #[test]
+    fn connection_names_beyond_the_hop_by_hop_ones_are_kept_in_lower_case() {
+        let named = |v: &[&str]| connection_named(v.iter().map(|s| s.as_bytes()));
+        assert!(named(&["keep-alive"]).is_empty());
+        assert!(named(&["Keep-Alive", " Upgrade , TE"]).is_empty());
+        // `close` is a token, but a header of that name would be the connection's too.
+        assert_eq!(named(&["Close"]), ["close"]);
+        assert_eq!(
+            named(&["keep-alive, X-Secret", "x-other,,"]),
+            ["x-secret", "x-other"]
+        );
+        // What the filter leaves out is dropped anyway; what it keeps is dropped through it.
+        let kept = named(&["Keep-Alive, X-Secret"]);
+        for name in ["keep-alive", "x-secret"] {
+            assert!(skip_header(name, &kept), "{name}");
+        }
+        assert!(!skip_header("x-public", &kept));
+        let tokens: Vec<_> =
+            connection_tokens([b"Upgrade, ,keep-alive".as_slice()].into_iter()).collect();
+        assert_eq!(tokens, ["Upgrade", "keep-alive"]);
     }
 }

@@ -23,7 +23,7 @@
 use super::answers::{answer, bad_request, closing, upstream_error};
 use super::body::{later, ProxyBody};
 use super::client::{upstream_request, UpstreamClient, UpstreamError};
-use super::headers::{connection_named, end_to_end_headers, parse_length};
+use super::headers::{connection_tokens, end_to_end_headers, parse_length};
 use crate::client_share::{ClientHold, ClientShares};
 use crate::config::websocket::Caps;
 use crate::http::response::Problem;
@@ -155,12 +155,12 @@ pub(super) fn refused(
 /// and `Upgrade: websocket`.
 pub(super) fn requested(req: &HttpRequest) -> bool {
     let headers = req.headers();
-    let connection = connection_named(
+    connection_tokens(
         headers
             .get_all(header::CONNECTION)
             .map(HeaderValue::as_bytes),
-    );
-    connection.iter().any(|t| t == "upgrade")
+    )
+    .any(|t| t.eq_ignore_ascii_case("upgrade"))
         && headers.get_all(header::UPGRADE).any(|v| {
             v.to_str()
                 .is_ok_and(|v| v.trim().eq_ignore_ascii_case(WEBSOCKET))
