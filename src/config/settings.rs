@@ -441,9 +441,21 @@ pub(crate) const LOG_FILTER: CommandSetting = CommandSetting {
     help: "Which log lines are written, in `tracing` filter syntax (default: info)",
 };
 
+/// `--admin URL`, the levers (`override`, `reset`, `explain`, `top`): a running instance's
+/// admin listener. Known here so that `serve` and `check` do not call it unknown.
+pub(crate) const ADMIN_URL: CommandSetting = CommandSetting {
+    variable: "FLEET_LIMITER_ADMIN_URL",
+    flag: Some(Flag {
+        name: "admin",
+        value_name: "URL",
+        repeatable: false,
+    }),
+    help: "The running instance's admin listener the levers ask (default http://127.0.0.1:7391)",
+};
+
 /// What the commands read themselves.
 pub(crate) const COMMAND_SETTINGS: &[CommandSetting] =
-    &[CONFIG_FILE, LOG_FILTER, ALLOW_UNSAFE_CALIBRATION];
+    &[CONFIG_FILE, LOG_FILTER, ALLOW_UNSAFE_CALIBRATION, ADMIN_URL];
 
 /// The setting at this TOML path.
 pub(crate) fn setting(path: &str) -> Option<&'static Setting> {
