@@ -425,7 +425,7 @@ fn unreal_target(root: &Path, manifest: &str, words: &[&str]) -> Option<String> 
             || root.join(dir).join(name).join("main.rs").is_file()
     };
     if let Some(t) = after("--test") {
-        if !file("tests", t) && !manifest.contains(&format!("name = \"{t}\"")) {
+        if !file("tests", t) && !declared(manifest, "test", t) {
             return Some(format!("no test target `{t}` (tests/{t}.rs)"));
         }
     }
@@ -435,12 +435,12 @@ fn unreal_target(root: &Path, manifest: &str, words: &[&str]) -> Option<String> 
         }
     }
     if let Some(b) = after("--bench") {
-        if !file("benches", b) && !manifest.contains(&format!("name = \"{b}\"")) {
+        if !file("benches", b) && !declared(manifest, "bench", b) {
             return Some(format!("no bench target `{b}` (benches/{b}.rs)"));
         }
     }
     if let Some(b) = after("--bin") {
-        if b != "fleet-limiter" && !manifest.contains(&format!("name = \"{b}\"")) {
+        if b != "fleet-limiter" && !declared(manifest, "bin", b) {
             return Some(format!("no binary `{b}`"));
         }
     }
@@ -469,6 +469,15 @@ fn unreal_target(root: &Path, manifest: &str, words: &[&str]) -> Option<String> 
         }
     }
     None
+}
+
+/// Whether Cargo.toml declares a `[[kind]]` target named `name`.
+fn declared(manifest: &str, kind: &str, name: &str) -> bool {
+    manifest.split(&format!("[[{kind}]]")).skip(1).any(|t| {
+        t.lines()
+            .take_while(|l| !l.starts_with('['))
+            .any(|l| l.replace(' ', "") == format!("name=\"{name}\""))
+    })
 }
 
 /// Whether some library test's path (`module::…::name`) holds `filter`: a `#[test]` function
