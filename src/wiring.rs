@@ -37,10 +37,30 @@ pub fn build_decider(cfg: &config::Config) -> Result<decision::Decider, Error> {
         }
         config::StoreBackend::Redis => {
             let (target, opts) = redis_settings(&cfg.store)?;
-            Arc::new(store::redis::RedisStore::start(target, opts)?)
+            let redis = store::redis::RedisStore::start(target.clone(), opts)?;
+            if cfg.store.require && !redis.is_connected() {
+                return Err(unreachable_required(cfg, &target, redis.connect_error()));
+            }
+            Arc::new(redis)
         }
     };
     Ok(decision::Decider::new(cfg, store, build_verifier(cfg)?))
+}
+
+/// `store.require = true` and the store did not answer within the start's wait: the setting
+/// that names the store, where it was set, why it cannot be reached, and the two ways on.
+fn unreachable_required(
+    cfg: &config::Config,
+    target: &store::redis::RedisTarget,
+    why: Option<String>,
+) -> Error {
+    let setting = target.setting();
+    Error::config(format!(
+        "{}: {setting}: the Redis store {target} cannot be reached ({}), and store.require = true (set in {}) refuses to start without it; start Redis or correct {setting}, or remove store.require to start anyway, each limiter answering with its on_store_error until Redis answers",
+        cfg.origin(setting),
+        why.as_deref().unwrap_or("no answer within 2 s"),
+        cfg.origin("store.require"),
+    ))
 }
 
 /// The buckets `store.state_file` kept, if it can be used, taken by `memory`; the known agents

@@ -977,3 +977,122 @@ limit = 6
         (200, Some(3), Some(2))
     );
 }
+
+/// `override add --expires 2h`: the instance resolves the time from now on its own clock and
+/// answers the instant; hostile spellings are refused naming `expires`, an id given with `--id`
+/// removes it, and a file's `[[overrides]]` with a time from now is refused at load.
+#[actix_rt::test]
+async fn an_override_added_with_a_time_from_now_expires_then() {
+    let up = upstream();
+    let gw = Launch::serve()
+        .config_toml(AGENT_CONFIG)
+        .upstream(&up)
+        .admin()
+        .spawn();
+    let admin = gw.admin("");
+    let run = |args: &[&str]| {
+        let mut argv = vec![args[0].to_owned(), "--admin".to_owned(), admin.clone()];
+        argv.extend(args[1..].iter().map(|s| s.to_string()));
+        Launch::command(argv).run(Duration::from_secs(30))
+    };
+    let add = |expires: &str, id: &str| {
+        run(&[
+            "override",
+            "add",
+            "--limiter",
+            "device",
+            "--match",
+            "agent:cli-*",
+            "--limit",
+            "7",
+            "--window",
+            "1h",
+            "--expires",
+            expires,
+            "--id",
+            id,
+        ])
+    };
+    let before = now();
+    let added = add("2h", "rollout-2h");
+    assert_eq!(added.code, Some(0), "{}", added.stderr);
+    let v: Value = serde_json::from_str(&added.stdout).expect("JSON");
+    assert_eq!(v["id"], "rollout-2h", "{v}");
+    let expires = v["expires"]
+        .as_str()
+        .expect("an instant is answered")
+        .to_owned();
+    let listed = run(&["override", "list"]);
+    assert!(listed.stdout.contains(&expires), "{}", listed.stdout);
+    // The instant is two hours after the request, on the instance's clock (the same host's).
+    let (status, all) = admin_json(reqwest::Method::GET, &gw.admin("/overrides"), None, None).await;
+    assert_eq!(status, 200, "{all}");
+    let at = unix_of(&expires);
+    assert!(
+        (before + 7200..=now() + 7200).contains(&at),
+        "{expires} is not two hours from {before}"
+    );
+    assert_eq!(
+        get(&gw.url("/dev/a"), &[("x-agent-id", "cli-1")])
+            .await
+            .limit,
+        Some(7)
+    );
+    for (bad, says) in [
+        ("2026", "has no unit"),
+        ("0s", "at least 1s"),
+        ("367d", "further than 366d"),
+        ("2w", "neither a time from now"),
+        ("99999999999999999999d", "neither a time from now"),
+    ] {
+        let refused = add(bad, "refused-one");
+        assert_eq!(refused.code, Some(1), "{bad}: {}", refused.stderr);
+        assert!(refused.stderr.contains(says), "{bad}: {}", refused.stderr);
+    }
+    // Over HTTP the refusal names the field.
+    for bad in ["2026", "-2h", "2h ago", ""] {
+        let (status, body) = admin_json(
+            reqwest::Method::POST,
+            &gw.admin("/overrides"),
+            None,
+            Some(json!({"limiter": "device", "match": "agent:x", "limit": 7, "window": "1h", "expires": bad})),
+        )
+        .await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(body["field"], "expires", "{bad}: {body}");
+    }
+    let removed = run(&["override", "remove", "rollout-2h"]);
+    assert_eq!(removed.code, Some(0), "{}", removed.stderr);
+    assert_eq!(
+        get(&gw.url("/dev/a"), &[("x-agent-id", "cli-2")])
+            .await
+            .limit,
+        Some(2)
+    );
+    let file = Launch::command(["check"])
+        .config_toml(format!(
+            "{AGENT_CONFIG}\n[[overrides]]\nlimiter = \"device\"\nmatch = \"agent:x\"\nlimit = 5\nwindow = \"1h\"\nexpires = \"2h\"\n"
+        ))
+        .run(Duration::from_secs(30));
+    assert_eq!(file.code, Some(2), "{}", file.stderr);
+    assert!(
+        file.stderr
+            .contains("a time from now, which would move at every reload"),
+        "{}",
+        file.stderr
+    );
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` as seconds since the Unix epoch.
+fn unix_of(t: &str) -> u64 {
+    let n = |r: std::ops::Range<usize>| -> i64 { t[r].parse().expect("a number") };
+    let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+    // Days from 1970-01-01 to y-m-d (the proleptic Gregorian calendar).
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    (days * 86_400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19)) as u64
+}

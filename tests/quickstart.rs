@@ -1,8 +1,9 @@
 //! The README's quick start, run as written: the block between `<!-- quickstart -->` and
 //! `<!-- /quickstart -->`, by bash, against the binary this test build made (the `cargo build`
-//! line dropped, `target/release/` read as this build's directory, and the three ports moved to
-//! free ones so that the test never meets another listener). It must print `200 200 200 429`
-//! and a `429` with `Retry-After`.
+//! line dropped, from a directory whose `target/release/fleet-limiter` is this build's binary,
+//! and free ports in the `PORT`, `ADMIN_PORT` and `UPSTREAM_PORT` the block reads, so that the
+//! test never meets another listener). It must print `200 200 200 429` and a `429` with
+//! `Retry-After`, `RateLimit-Policy` and the problem document the README describes.
 
 mod common;
 
@@ -30,42 +31,45 @@ fn quickstart_block() -> String {
 
 #[test]
 fn the_readme_quick_start_reaches_a_429() {
-    let gateway = PathBuf::from(env!("CARGO_BIN_EXE_fleet-limiter"));
     let (up, listen, admin) = (
         common::free_port(),
         common::free_port(),
         common::free_port(),
     );
+    // The block runs as written but for its build line, from a directory whose
+    // target/release/fleet-limiter is this build's binary, with its ports in PORT, ADMIN_PORT
+    // and UPSTREAM_PORT.
     let script: String = quickstart_block()
         .lines()
         .filter(|l| !l.starts_with("cargo build"))
-        .map(|l| {
-            l.replace(
-                "demo-upstream &",
-                &format!("demo-upstream --listen 127.0.0.1:{up} &"),
-            )
-            .replace(
-                "target/release/fleet-limiter",
-                &gateway.display().to_string(),
-            )
-            .replace("127.0.0.1:3000", &format!("127.0.0.1:{up}"))
-            .replace("127.0.0.1:8080", &format!("127.0.0.1:{listen}"))
-            .replace("127.0.0.1:7391", &format!("127.0.0.1:{admin}"))
-        })
         .collect::<Vec<_>>()
         .join("\n");
-    assert!(
-        !script.contains("target/release"),
-        "every path of the block is one this test knows how to read:\n{script}"
-    );
+    for port in ["$PORT", "$ADMIN_PORT", "$UPSTREAM_PORT"] {
+        assert!(script.contains(port), "the block reads {port}:\n{script}");
+    }
+    for fixed in ["127.0.0.1:3000", "127.0.0.1:8080", "127.0.0.1:7391"] {
+        assert!(
+            !script.contains(fixed),
+            "the block fixes {fixed} instead of reading its variable:\n{script}"
+        );
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir_all(dir.path().join("target/release")).expect("target/release");
+    std::os::unix::fs::symlink(
+        PathBuf::from(env!("CARGO_BIN_EXE_fleet-limiter")),
+        dir.path().join("target/release/fleet-limiter"),
+    )
+    .expect("symlink");
     // Whatever happens, nothing the block started outlives the test.
     let wrapped = format!("trap 'kill $(jobs -p) 2>/dev/null' EXIT\n{script}\n");
     let started = Instant::now();
     let out = Command::new("bash")
         .arg("-c")
         .arg(&wrapped)
-        .env("FLEET_LIMITER_LISTEN", format!("127.0.0.1:{listen}"))
-        .env("FLEET_LIMITER_ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
+        .current_dir(dir.path())
+        .env("PORT", listen.to_string())
+        .env("ADMIN_PORT", admin.to_string())
+        .env("UPSTREAM_PORT", up.to_string())
         .env("FLEET_LIMITER_LOG", "warn")
         .output()
         .expect("bash");
@@ -87,6 +91,11 @@ fn the_readme_quick_start_reaches_a_429() {
     let lower = stdout.to_ascii_lowercase();
     assert!(lower.contains("http/1.1 429"), "{stdout}");
     assert!(lower.contains("retry-after: "), "{stdout}");
+    assert!(lower.contains("ratelimit-policy: 3;w=900"), "{stdout}");
+    assert!(
+        stdout.contains("\"type\":\"urn:fleet-limiter:problem:rate-limited\""),
+        "{stdout}"
+    );
 }
 
 /// `demo-upstream` on its own: every request answered 200 with what it served, a long path cut

@@ -596,3 +596,69 @@ async fn identity_is_off_without_a_key_source_and_available_with_a_fetched_key_s
         "fetched at start"
     );
 }
+
+/// `store.require = true`: with nothing listening at `store.url`, `serve` exits 2 naming the
+/// setting, the file and both ways on (without it, the same gateway starts and stays ready);
+/// with a real Redis, `/readyz` answers 503 while it is stopped and 200 again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_store_require_serve_refuses_to_start_without_redis_and_readyz_follows_it() {
+    let up = redis_support::upstream();
+    let nowhere = format!("redis://{}", common::dead_addr());
+    let required = format!("[store]\nurl = \"{nowhere}\"\nrequire = true\n");
+    let refused = match Launch::serve()
+        .upstream(&up)
+        .admin()
+        .config_toml(required)
+        .try_spawn()
+    {
+        Ok(gw) => panic!("started without its required store:\n{}", gw.stderr()),
+        Err(exited) => exited,
+    };
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    for says in [
+        "fleet-limiter.toml: store.url: the Redis store",
+        "cannot be reached",
+        "store.require = true (set in ",
+        "start Redis or correct store.url, or remove store.require",
+    ] {
+        assert!(refused.stderr.contains(says), "{says}: {}", refused.stderr);
+    }
+    // The same store, not required: the gateway starts, ready, the store reported down.
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .config_toml(format!("[store]\nurl = \"{nowhere}\"\n"))
+        .spawn();
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["store_up"], false, "{ready}");
+    drop(gw);
+
+    let Some(mut redis) = redis_support::own_server() else {
+        return;
+    };
+    let gw = Launch::serve()
+        .upstream(&up)
+        .admin()
+        .config_toml(format!(
+            "[store]\nurl = \"{}\"\nrequire = true\n",
+            redis.url()
+        ))
+        .spawn();
+    let (status, ready) = readyz(&gw).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["ready"], true, "{ready}");
+    redis.stop();
+    let (status, ready) =
+        readyz_until(&gw, "unready while the store is down", |s, _| s == 503).await;
+    assert_eq!(ready["ready"], false, "{ready}");
+    assert_eq!(ready["store_up"], false, "{ready}");
+    assert_eq!(ready["draining"], false, "{ready}");
+    let why = ready["error"].as_str().unwrap_or_default();
+    assert!(why.contains("store.require = true"), "{ready}");
+    assert_eq!(status, 503);
+    redis.start();
+    let (_, ready) = readyz_until(&gw, "ready again once the store answers", |s, _| s == 200).await;
+    assert_eq!(ready["store_up"], true, "{ready}");
+    assert_eq!(ready["error"], serde_json::Value::Null, "{ready}");
+}

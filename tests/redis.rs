@@ -1439,3 +1439,50 @@ async fn tracked_keys_counts_only_the_limiters_buckets() {
         .await;
     assert_eq!(n, 4.0);
 }
+
+/// A Redis URL the store could not use stops `check` and `serve` with exit code 2, naming
+/// `store.url` (or the `store.cluster` entry), where it was set, what is wrong and how to write
+/// it, and never the password. No Redis is needed: nothing is reached.
+#[test]
+fn a_bad_redis_url_stops_check_and_serve_naming_store_url() {
+    for (url, says) in [
+        (
+            "redis://127.0.0.1:6379/db0",
+            "store.url: `redis://127.0.0.1:6379/db0`: `/db0`: the database is a number: redis://127.0.0.1:6379/0",
+        ),
+        ("redis://:s3cret@cache:port", "`port` is not a port"),
+        ("http://127.0.0.1:6379", "`http://` is not a Redis scheme"),
+        ("redis://cache:6379/0?protocol=resp3", "has options"),
+        ("127.0.0.1:6379", "has no scheme"),
+    ] {
+        for cmd in ["check", "serve"] {
+            let mut launch = Launch::command([cmd])
+                .config_toml(format!("[store]\nurl = \"{url}\"\n"));
+            if cmd == "serve" {
+                launch = launch.args(["--upstream", "http://127.0.0.1:9"]);
+            }
+            let out = launch.run(Duration::from_secs(30));
+            assert_eq!(out.code, Some(2), "{cmd} {url}: {}", out.stderr);
+            assert!(
+                out.stderr.contains("fleet-limiter.toml: ") && out.stderr.contains(says),
+                "{cmd} {url}: {}",
+                out.stderr
+            );
+            assert!(!out.stderr.contains("s3cret"), "{}", out.stderr);
+        }
+    }
+    let out = Launch::command(["check"])
+        .env(
+            "FLEET_LIMITER_STORE_CLUSTER",
+            "redis://a:7000,redis://a:7000/0",
+        )
+        .run(Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "environment variable FLEET_LIMITER_STORE_CLUSTER: store.cluster: entries 1 and 2 name the same node"
+        ),
+        "{}",
+        out.stderr
+    );
+}

@@ -103,6 +103,7 @@ pub(super) struct RawStore {
     pub(super) ca_file: Option<String>,
     pub(super) insecure_skip_verify: Option<bool>,
     pub(super) state_file: Option<String>,
+    pub(super) require: Option<bool>,
 }
 
 pub(super) struct Ctx {
@@ -359,7 +360,14 @@ fn build_store(raw: RawStore, ctx: &Ctx) -> Result<StoreConfig, ConfigError> {
             }
             Some(p) => Some(PathBuf::from(p)),
         },
+        require: raw.require.unwrap_or(false),
     };
+    if store.require && backend == StoreBackend::Memory {
+        return Err(ctx.err(
+            "store.require",
+            "asks for a Redis store that must answer before serving starts, but the store is memory (no store.url or store.cluster is set), which lives in this process and cannot be down; set store.url (redis://host:6379) or store.cluster, or remove store.require (FLEET_LIMITER_STORE_REQUIRE)",
+        ));
+    }
     check_redis_urls(&store, ctx)?;
     Ok(store)
 }
@@ -392,13 +400,6 @@ fn store_backend(raw: &RawStore, ctx: &Ctx) -> Result<StoreBackend, ConfigError>
 /// The store's Redis URLs: Sentinel in `store.url` alone, every URL a Redis one, a cluster
 /// over TLS on every node or none, and a Redis backend given somewhere to connect.
 fn check_redis_urls(store: &StoreConfig, ctx: &Ctx) -> Result<(), ConfigError> {
-    let path_of = |u: &String| {
-        if store.url.as_ref() == Some(u) {
-            "store.url"
-        } else {
-            "store.cluster"
-        }
-    };
     if let Some(u) = store
         .cluster
         .iter()
@@ -420,20 +421,11 @@ fn check_redis_urls(store: &StoreConfig, ctx: &Ctx) -> Result<(), ConfigError> {
         if let Err(why) = crate::store::redis::parse_sentinel_url(u) {
             return Err(ctx.err("store.url", format!("`{}`: {why}", crate::redact::url(u))));
         }
-    } else if let Some(u) = store
-        .url
-        .iter()
-        .chain(&store.cluster)
-        .find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://")))
-    {
-        return Err(ctx.err(
-            path_of(u),
-            format!(
-                "`{}` is not a redis:// or rediss:// (TLS) URL, nor a redis+sentinel:// one",
-                crate::redact::url(u)
-            ),
-        ));
+    } else if let Some(u) = &store.url {
+        crate::store::redis::parse_server_url(u, false)
+            .map_err(|why| ctx.err("store.url", format!("`{}`: {why}", crate::redact::url(u))))?;
     }
+    check_cluster_nodes(&store.cluster, ctx)?;
     // One client speaks to every node: TLS for all of them or for none.
     let tls_urls = store
         .url
@@ -452,6 +444,30 @@ fn check_redis_urls(store: &StoreConfig, ctx: &Ctx) -> Result<(), ConfigError> {
             "store.backend",
             "the redis backend needs `store.url` (redis://host:6379) or a `store.cluster` list of node URLs",
         ));
+    }
+    Ok(())
+}
+
+/// Each `store.cluster` entry one node's URL, and no node listed twice.
+fn check_cluster_nodes(nodes: &[String], ctx: &Ctx) -> Result<(), ConfigError> {
+    let mut seen = std::collections::HashMap::new();
+    for (i, u) in nodes.iter().enumerate() {
+        let node = crate::store::redis::parse_server_url(u, true).map_err(|why| {
+            ctx.err(
+                "store.cluster",
+                format!("entry {} `{}`: {why}", i + 1, crate::redact::url(u)),
+            )
+        })?;
+        if let Some(first) = seen.insert((node.host, node.port), i + 1) {
+            return Err(ctx.err(
+                "store.cluster",
+                format!(
+                    "entries {first} and {} name the same node (`{}`); list each node once",
+                    i + 1,
+                    crate::redact::url(u)
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -133,6 +133,9 @@ pub struct StoreConfig {
     pub insecure_skip_verify: bool,
     /// The memory store's buckets are written here on stop and read back at start.
     pub state_file: Option<PathBuf>,
+    /// Redis: refuse to start when the store cannot be reached, and answer `/readyz` 503
+    /// while it does not answer.
+    pub require: bool,
 }
 
 impl StoreConfig {

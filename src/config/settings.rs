@@ -225,6 +225,8 @@ pub const SETTINGS: &[Setting] = &[
         "rediss:// and rediss+sentinel:// only: a PEM bundle of CA certificates trusted in addition to the system roots"),
     row("store.insecure_skip_verify", "FLEET_LIMITER_STORE_INSECURE_SKIP_VERIFY", Bool, Is("false"), restart!(store),
         "rediss:// and rediss+sentinel:// only: accept any server certificate (development only; warned at every start)"),
+    row("store.require", "FLEET_LIMITER_STORE_REQUIRE", Bool, Is("false"), restart!(store),
+        "Redis only: refuse to start (exit code 2) when the store cannot be reached, and answer /readyz 503 while it does not answer"),
     row("store.timeout", "FLEET_LIMITER_STORE_TIMEOUT", Duration, Is("50ms"), restart!(store),
         "The longest a decision waits for Redis before each limiter's on_store_error answers"),
     row("store.calls_in_flight", "FLEET_LIMITER_STORE_CALLS_IN_FLIGHT", Int, Is("1"), restart!(store),
@@ -439,9 +441,21 @@ pub(crate) const LOG_FILTER: CommandSetting = CommandSetting {
     help: "Which log lines are written, in `tracing` filter syntax (default: info)",
 };
 
+/// `--admin URL`, the levers (`override`, `reset`, `explain`, `top`): a running instance's
+/// admin listener. Known here so that `serve` and `check` do not call it unknown.
+pub(crate) const ADMIN_URL: CommandSetting = CommandSetting {
+    variable: "FLEET_LIMITER_ADMIN_URL",
+    flag: Some(Flag {
+        name: "admin",
+        value_name: "URL",
+        repeatable: false,
+    }),
+    help: "The running instance's admin listener the levers ask (default http://127.0.0.1:7391)",
+};
+
 /// What the commands read themselves.
 pub(crate) const COMMAND_SETTINGS: &[CommandSetting] =
-    &[CONFIG_FILE, LOG_FILTER, ALLOW_UNSAFE_CALIBRATION];
+    &[CONFIG_FILE, LOG_FILTER, ALLOW_UNSAFE_CALIBRATION, ADMIN_URL];
 
 /// The setting at this TOML path.
 pub(crate) fn setting(path: &str) -> Option<&'static Setting> {
@@ -645,6 +659,7 @@ mod tests {
                 ("store" | "store.url", _) => ("redis://127.0.0.1:6379", &[]),
                 ("store.backend", _) => ("redis", &[("FLEET_LIMITER_STORE_URL", "redis://a:1")]),
                 ("store.cluster", _) => ("redis://127.0.0.1:7000,redis://127.0.0.1:7001", &[]),
+                ("store.require", _) => ("true", &[("FLEET_LIMITER_STORE_URL", "redis://a:1")]),
                 ("identity.jwks_url", _) => ("https://idp.example/jwks.json", &[]),
                 ("client_ip.trust_proxy", _) => ("10.0.0.0/8", &[]),
                 ("client_ip.trust_all_addresses", _) => ("true", &[]),

@@ -97,11 +97,13 @@ struct Readiness {
 /// listeners (and the decision listener): that it answers at all means a configuration is
 /// loaded and they are bound.
 ///
-/// The store's health never makes the instance unready: every instance shares the store, so a
-/// store outage would take every instance out of rotation at once, and every limiter has an
-/// answer for it (`on_store_error`): `allow` keeps serving unmetered, `deny` refuses that
-/// limiter's routes on purpose, `local` meters them on the instance's own buckets, and either is what the operator chose; an instance out of
-/// rotation answers nothing at all, for every route. Verified identity the same way: without its
+/// The store's health never makes the instance unready unless `store.require` asks for it:
+/// every instance shares the store, so a store outage would take every instance out of rotation
+/// at once, and every limiter has an answer for it (`on_store_error`): `allow` keeps serving
+/// unmetered, `deny` refuses that limiter's routes on purpose, `local` meters them on the
+/// instance's own buckets, and either is what the operator chose; an instance out of rotation
+/// answers nothing at all, for every route. With `store.require = true` the operator chose
+/// otherwise: no traffic while the store does not answer. Verified identity the same way: without its
 /// key set, dashboard tokens do not verify and their requests are keyed on the client IP
 /// (degraded, not down).
 async fn readyz(control: web::Data<Control>) -> HttpResponse {
@@ -122,11 +124,18 @@ async fn readyz(control: web::Data<Control>) -> HttpResponse {
     }
     let identity = control.decider().verifier().availability();
     let draining = control.draining();
+    let store_missing = control.store_required && store.is_err();
+    let error = if draining {
+        Some("draining: a signal to stop arrived; the listeners close after ops.drain_delay and in-flight requests finish within ops.shutdown_grace".to_owned())
+    } else if store_missing {
+        Some("the store does not answer and store.require = true: no traffic until it does (store_error says why)".to_owned())
+    } else {
+        None
+    };
+    let ready = error.is_none();
     let body = Readiness {
-        ready: !draining,
-        error: draining.then(|| {
-            "draining: a signal to stop arrived; the listeners close after ops.drain_delay and in-flight requests finish within ops.shutdown_grace".to_owned()
-        }),
+        ready,
+        error,
         draining,
         enabled: settings.enabled,
         store: control.decider().store().kind(),
@@ -136,10 +145,10 @@ async fn readyz(control: web::Data<Control>) -> HttpResponse {
         identity: identity.as_str(),
         identity_error: identity.error().map(str::to_owned),
     };
-    let mut res = if draining {
-        HttpResponse::ServiceUnavailable()
-    } else {
+    let mut res = if ready {
         HttpResponse::Ok()
+    } else {
+        HttpResponse::ServiceUnavailable()
     };
     res.content_type(ContentType::json())
         .body(serde_json::to_string(&body).unwrap_or_default())

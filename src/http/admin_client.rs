@@ -46,12 +46,17 @@ pub enum OverrideCommand {
         /// The window: 30s, 15m, 1h, 1d.
         #[arg(long)]
         window: String,
-        /// When it stops applying (RFC 3339, e.g. 2026-12-01T18:00:00Z); none by default.
+        /// When it stops applying: a time from now on the instance's clock (30m, 2h, 7d, at most
+        /// 366d) or an RFC 3339 instant (2026-12-01T18:00:00Z); none by default.
         #[arg(long)]
         expires: Option<String>,
         /// Who asks, for the instance's log.
         #[arg(long)]
         by: Option<String>,
+        /// A stable id to remove it by (1-64 characters of a-z, 0-9 and `-`); one is made up
+        /// when left out. An id already in use is replaced.
+        #[arg(long)]
+        id: Option<String>,
     },
     /// Remove a run-time override by its id.
     Remove {
@@ -198,6 +203,7 @@ pub fn run_override(target: &AdminTarget, cmd: &OverrideCommand) -> ExitCode {
             window,
             expires,
             by,
+            id,
         } => {
             let mut body = serde_json::json!({
                 "limiter": limiter, "match": matcher, "limit": limit, "window": window,
@@ -207,6 +213,9 @@ pub fn run_override(target: &AdminTarget, cmd: &OverrideCommand) -> ExitCode {
             }
             if let Some(b) = by {
                 body["by"] = b.clone().into();
+            }
+            if let Some(i) = id {
+                body["id"] = i.clone().into();
             }
             call(target, reqwest::Method::POST, "/overrides", Some(body))
         }

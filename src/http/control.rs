@@ -51,6 +51,9 @@ pub(crate) struct Control {
     pub(super) draining: AtomicBool,
     /// Overrides and resets at run time, shared through the store.
     pub(super) levers: Arc<crate::overrides::shared::Levers>,
+    /// `store.require` as the process started (a reload cannot change it): `/readyz` answers
+    /// 503 while the store does not answer.
+    pub(super) store_required: bool,
 }
 
 impl Control {
@@ -69,6 +72,7 @@ impl Control {
             current: Mutex::new(cfg.clone()),
             certs: None,
             draining: AtomicBool::new(false),
+            store_required: cfg.store.require,
         }
     }
 

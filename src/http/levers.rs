@@ -130,7 +130,7 @@ pub(crate) async fn add(
         Err(e) => {
             return problem(
                 StatusCode::BAD_REQUEST,
-                &format!("not an override: {e}; send {{\"limiter\", \"match\", \"limit\", \"window\"}} and optionally \"expires\" (RFC 3339) and \"by\""),
+                &format!("not an override: {e}; send {{\"limiter\", \"match\", \"limit\", \"window\"}} and optionally \"expires\" (RFC 3339, or a time from now: \"2h\") and \"by\""),
                 None,
             )
         }
@@ -157,6 +157,14 @@ pub(crate) async fn add(
     };
     let levers = control.levers();
     let now = control.decider().overrides().unix_now();
+    if let Some(t) = wire.expires.as_deref() {
+        if crate::overrides::expiry::is_relative(t) {
+            match crate::overrides::expiry::resolve(t, now) {
+                Ok(at) => wire.expires = Some(crate::overrides::format_rfc3339(at)),
+                Err(e) => return problem(StatusCode::BAD_REQUEST, &e, Some("expires")),
+            }
+        }
+    }
     if wire.id.is_none() {
         wire.id = Some(crate::overrides::new_id());
     }

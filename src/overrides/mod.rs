@@ -9,6 +9,7 @@
 //! Exact agent ids, users and claim values are held as digests, never as written; a prefix
 //! (`org-*`) is held as written, since it names no one principal.
 
+pub(crate) mod expiry;
 pub(crate) mod shared;
 
 use crate::identity::TokenClaims;
@@ -371,6 +372,10 @@ impl Override {
         }
         let expires = match &w.expires {
             None => None,
+            Some(t) if expiry::is_relative(t) => return Err(err(
+                "expires",
+                format!("`{t}` is a time from now, which would move at every reload; write the instant (RFC 3339, e.g. \"2026-12-01T18:00:00Z\"), or add the override at run time: fleet-limiter override add --expires {t}"),
+            )),
             Some(t) => Some(parse_rfc3339(t).map_err(|e| err("expires", e))?),
         };
         let created = match &w.created {

@@ -33,7 +33,7 @@ fn store_shorthand() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.starts_with("environment variable FLEET_LIMITER_STORE_URL: store.url: `http://cache:6380` is not a redis:// or rediss:// (TLS) URL"),
+        err.starts_with("environment variable FLEET_LIMITER_STORE_URL: store.url: `http://cache:6380`: `http://` is not a Redis scheme; write redis://host:port (rediss:// for TLS)"),
         "{err}"
     );
     let err = Loader::new()
@@ -139,4 +139,81 @@ fn the_store_in_use_is_described_without_its_password() {
         cfg.store.describe(),
         "redis redis://default:***@10.0.0.5:6379/2"
     );
+}
+
+/// The error `[store]` written as `toml` gives.
+fn store_error(toml: &str) -> String {
+    file_error(toml, &[])
+}
+
+#[test]
+fn every_bad_redis_url_names_the_field_what_is_wrong_and_the_fix() {
+    let e = store_error("[store]\nurl = \"redis://127.0.0.1:6379/db0\"\n");
+    assert!(
+        e.contains("store.url: `redis://127.0.0.1:6379/db0`: `/db0`: the database is a number: redis://127.0.0.1:6379/0"),
+        "{e}"
+    );
+    assert!(e.starts_with("<dir>/"), "the file is named: {e}");
+    let e = store_error("[store]\nurl = \"redis://:s3cret@cache:port\"\n");
+    assert!(
+        e.contains("store.url: `redis://:***@cache:port`: `port` is not a port"),
+        "{e}"
+    );
+    assert!(!e.contains("s3cret"), "{e}");
+    let e = store_error("[store]\nurl = \"\"\n");
+    assert!(e.contains("store.url: ``: is empty"), "{e}");
+    let e = store_error("[store]\ncluster = [\"redis://a:7000\", \"\", \"redis://c:7002\"]\n");
+    assert!(e.contains("store.cluster: entry 2 ``: is empty"), "{e}");
+    let e = store_error("[store]\ncluster = [\"redis://a:7000\", \"redis://a:7000/0\"]\n");
+    assert!(
+        e.contains("store.cluster: entries 1 and 2 name the same node"),
+        "{e}"
+    );
+    let e = store_error("[store]\ncluster = [\"redis://a:7000/1\"]\n");
+    assert!(e.contains("store.cluster: entry 1 `redis://a:7000/1`: names database 1, and a Redis Cluster has database 0 only"), "{e}");
+    let e = store_error("[store]\ncluster = [\"a:7000\"]\n");
+    assert!(
+        e.contains(
+            "store.cluster: entry 1 `a:7000`: has no scheme; a Cluster node is redis://host:port"
+        ),
+        "{e}"
+    );
+    let err = Loader::new()
+        .env([(
+            "FLEET_LIMITER_STORE_URL".to_owned(),
+            "redis://cache:6379/0?protocol=resp3".to_owned(),
+        )])
+        .load()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("environment variable FLEET_LIMITER_STORE_URL: store.url: `redis://cache:6379/0?***`: has options"),
+        "{err}"
+    );
+}
+
+#[test]
+fn store_require_is_for_redis_and_off_by_default() {
+    assert!(!Config::default().store.require);
+    let cfg = Loader::new()
+        .env([
+            (
+                "FLEET_LIMITER_STORE_URL".to_owned(),
+                "redis://cache:6379".to_owned(),
+            ),
+            ("FLEET_LIMITER_STORE_REQUIRE".to_owned(), "true".to_owned()),
+        ])
+        .load()
+        .expect("valid");
+    assert!(cfg.store.require);
+    let e = store_error("[store]\nrequire = true\n");
+    assert!(
+        e.starts_with("<dir>/fleet-limiter.toml: store.require: asks for a Redis store")
+            && e.contains(
+                "set store.url (redis://host:6379) or store.cluster, or remove store.require"
+            ),
+        "{e}"
+    );
+    let e = store_error("[store]\nrequire = \"yes\"\n");
+    assert!(e.contains("store.require"), "{e}");
 }

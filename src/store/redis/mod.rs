@@ -39,11 +39,13 @@ mod levers;
 mod scripts;
 mod sentinel;
 mod shared_calls;
+mod url;
 
 pub use connection::RedisTls;
 pub(crate) use scripts::key_name;
 pub(crate) use sentinel::{is_sentinel_url, parse as parse_sentinel_url};
 pub(crate) use shared_calls::MAX_WAITING;
+pub(crate) use url::parse as parse_server_url;
 
 use self::cache::OverLimitCache;
 use self::conn::Conn;
@@ -369,6 +371,11 @@ impl RedisStore {
         }
     }
 
+    /// Why the last connection attempt failed, until one succeeds.
+    pub fn connect_error(&self) -> Option<String> {
+        self.inner.connect_error.lock().clone()
+    }
+
     /// Whether a connection is up right now.
     pub fn is_connected(&self) -> bool {
         self.inner.conn.read().is_some()
@@ -519,9 +526,15 @@ impl Store for RedisStore {
                     },
                 ));
             };
-            match tokio::time::timeout(self.inner.opts.timeout, conn.query(&redis::cmd("PING")))
-                .await
-            {
+            let answer =
+                tokio::time::timeout(self.inner.opts.timeout, conn.query(&redis::cmd("PING")))
+                    .await;
+            if !matches!(answer, Ok(Ok(_))) {
+                // A probe that finds the connection broken rebuilds it as a decision would: an
+                // instance out of rotation (`store.require`) makes no decisions to do it.
+                self.inner.failed_in_row();
+            }
+            match answer {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(e)) => Err(StoreError::new(
                     conn::classify(&e),
