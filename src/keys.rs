@@ -51,6 +51,11 @@ pub enum KeyKind {
     /// "claim:<name>"`: an organisation, a workspace), else `user:<sub>` for a verified token
     /// without it, else `ip:<ip>`, as `user-or-ip` falls back.
     Claim(Arc<str>),
+    /// `<ip>+path:<id>`: the client's address and the segment of the request's path that
+    /// stands where the route's `{name}` does (`key = "ip+path:<name>"`), for APIs that carry
+    /// the agent's id in the path; the segment counts under the `X-Agent-ID` rules
+    /// ([`valid_path_id`]), else `ip:<ip>`.
+    IpPath(Arc<str>),
     /// `global`: one bucket for every client of the limiter's routes.
     Global,
 }
@@ -91,6 +96,9 @@ pub struct Principal<'a> {
     pub body: Option<&'a str>,
     /// The value of the limiter's claim in the verified token (`claim:<name>` keys).
     pub claim: Option<&'a str>,
+    /// The id the request's path carries where the limiter's route names `{name}`
+    /// (`ip+path:<name>` keys), already validated ([`valid_path_id`]).
+    pub path: Option<&'a str>,
 }
 
 impl KeyKind {
@@ -106,6 +114,7 @@ impl KeyKind {
             KeyKind::Body(_) => "body",
             KeyKind::BodyIp(_) => "body+ip",
             KeyKind::Claim(_) => "claim",
+            KeyKind::IpPath(_) => "ip+path",
             KeyKind::Global => "global",
         }
     }
@@ -124,6 +133,14 @@ impl KeyKind {
     pub fn body_field(&self) -> Option<&str> {
         match self {
             KeyKind::Body(field) | KeyKind::BodyIp(field) => Some(field),
+            _ => None,
+        }
+    }
+
+    /// The path parameter an `ip+path:<name>` key reads, if it is one.
+    pub fn path_param(&self) -> Option<&str> {
+        match self {
+            KeyKind::IpPath(name) => Some(name),
             _ => None,
         }
     }
@@ -161,6 +178,7 @@ impl std::fmt::Display for KeyKind {
             KeyKind::Body(field) => write!(f, "body:{field}"),
             KeyKind::BodyIp(field) => write!(f, "body:{field}+ip"),
             KeyKind::Claim(name) => write!(f, "claim:{name}"),
+            KeyKind::IpPath(name) => write!(f, "ip+path:{name}"),
             other => f.write_str(other.as_str()),
         }
     }
@@ -212,6 +230,20 @@ pub fn valid_agent_id(raw: &[u8]) -> Option<&str> {
     } else {
         None
     }
+}
+
+/// An id read from a path segment (`ip+path:<name>` keys) counts under the `X-Agent-ID` rules:
+/// 1–128 characters of `[A-Za-z0-9._:-]`, read from the canonical path, the very path the
+/// upstream receives (escapes of unreserved characters already decoded there, so `ag%65nt-1`
+/// is `agent-1` for the gateway and the upstream alike). Any escape left in the segment
+/// (`%2F`, `%20`, a non-ASCII character), a `.` or `..` segment, and an empty or overlong one
+/// is not an id: the request keys on its address (`ip:<ip>`), where every such request of the
+/// address shares one bucket.
+pub(crate) fn valid_path_id(segment: &str) -> Option<&str> {
+    if segment == "." || segment == ".." {
+        return None;
+    }
+    valid_agent_id(segment.as_bytes())
 }
 
 /// The principal key of one kind, before digesting. `ip` is already normalised.
@@ -279,6 +311,10 @@ pub(crate) fn describe(kind: &KeyKind, p: &Principal<'_>) -> String {
             (Some(v), _) => format!("claim {name}: {v} (verified)"),
             (None, Some(u)) => format!("user {u} (verified token without {name})"),
             (None, None) => format!("{} (no verified token)", ip()),
+        },
+        KeyKind::IpPath(name) => match p.path {
+            Some(v) => format!("ip {} + path {name} {v}", p.ip),
+            None => format!("{} (no {{{name}}} id in the path)", ip()),
         },
         KeyKind::Global => "global (one bucket for every client)".to_owned(),
     }
@@ -411,6 +447,10 @@ fn principal_parts<'a>(kind: &KeyKind, p: &Principal<'a>) -> ([&'a str; 4], usiz
             (None, Some(sub)) => (["user:", sub, "", ""], 2),
             (None, None) => (["ip:", ip, "", ""], 2),
         },
+        KeyKind::IpPath(_) => match p.path {
+            Some(v) => ([ip, "+path:", v, ""], 3),
+            None => (["ip:", ip, "", ""], 2),
+        },
         KeyKind::Global => (["global", "", "", ""], 1),
     }
 }
@@ -530,6 +570,37 @@ mod tests {
         assert_eq!(valid_agent_id("caf\u{e9}".as_bytes()), None);
         assert_eq!(valid_agent_id(&[b'a'; 128]).map(str::len), Some(128));
         assert_eq!(valid_agent_id(&[b'a'; 129]), None);
+    }
+
+    #[test]
+    fn a_path_id_counts_under_the_agent_id_rules() {
+        assert_eq!(
+            valid_path_id("agent-01.site_a:x"),
+            Some("agent-01.site_a:x")
+        );
+        for junk in ["", ".", "..", "a%2Fb", "a%20b", "caf%C3%A9", "a b", "a/b"] {
+            assert_eq!(valid_path_id(junk), None, "{junk}");
+        }
+        assert_eq!(valid_path_id(&"a".repeat(128)).map(str::len), Some(128));
+        assert_eq!(valid_path_id(&"a".repeat(129)), None);
+        let kind = KeyKind::IpPath(Arc::from("id"));
+        let at = |path: Option<&str>| {
+            principal_key_of(
+                &kind,
+                &Principal {
+                    ip: "192.0.2.7",
+                    path,
+                    agent_id: Some("header-id"),
+                    ..Principal::default()
+                },
+            )
+        };
+        assert_eq!(at(Some("agent-1")), "192.0.2.7+path:agent-1");
+        assert_eq!(at(None), "ip:192.0.2.7", "no id: the address alone");
+        assert_ne!(at(Some("ip")), at(None));
+        assert_eq!(kind.to_string(), "ip+path:id");
+        assert_eq!(kind.path_param(), Some("id"));
+        assert!(!kind.names_target());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(super) enum DurationValue {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConfig {
     pub(super) enabled: Option<bool>,
+    pub(super) calibration: Option<String>,
     #[serde(default)]
     pub(super) server: RawServer,
     #[serde(default)]
@@ -167,7 +168,8 @@ pub(super) fn build(
     let client_ip = build_client_ip(raw.client_ip, ctx)?;
     let store = build_store(raw.store, ctx)?;
     let fleet = fleet::build_fleet(raw.fleet, ctx)?;
-    let limiters = build_limiter_set(raw.limiters, &fleet, &client_ip, ctx)?;
+    let calibration = super::base::build_calibration(raw.calibration, ctx)?;
+    let limiters = build_limiter_set(raw.limiters, calibration, &fleet, &client_ip, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
@@ -472,18 +474,22 @@ fn check_cluster_nodes(nodes: &[String], ctx: &Ctx) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `[limiters.*]`: the limiters built, the `agent-ip` ceiling derived, then the checks across
-/// them (header keys need a trusted proxy, client-chosen keys an address ceiling, lockouts a
-/// per-account one).
+/// `[limiters.*]`: the limiters built (over the built-in calibration, or over none), the
+/// `agent-ip` ceiling derived (the built-in one only), then the checks across them (header keys
+/// need a trusted proxy, client-chosen keys an address ceiling, lockouts a per-account one).
 fn build_limiter_set(
     raw: BTreeMap<String, RawLimiter>,
+    calibration: super::base::Calibration,
     fleet: &FleetConfig,
     client_ip: &ClientIpConfig,
     ctx: &Ctx,
 ) -> Result<Vec<LimiterSpec>, ConfigError> {
     let explicit = ceiling::Explicit::of(raw.get(ceiling::AGENT_IP));
-    let mut limiters = build_limiters(raw, fleet, ctx)?;
-    ceiling::derive_agent_ip(&mut limiters, explicit, fleet, ctx)?;
+    let mut limiters = build_limiters(raw, calibration, fleet, ctx)?;
+    // Without the built-in calibration, a limiter named agent-ip is the file's own, whole.
+    if calibration == super::base::Calibration::AgentFleet {
+        ceiling::derive_agent_ip(&mut limiters, explicit, fleet, ctx)?;
+    }
     if client_ip.trusted.ranges.is_empty() {
         if let Some(l) = limiters.iter().find(|l| {
             l.key.header().is_some() && !l.key.header_from_any_client() && l.mode != Mode::Off

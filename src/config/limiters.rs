@@ -5,9 +5,12 @@ use super::*;
 use std::num::NonZeroU32;
 
 mod checks;
+mod key;
 use checks::check_precedence;
 pub(crate) use checks::unguarded_client_chosen_key;
 pub(super) use checks::{check_client_chosen_keys, check_lockouts};
+pub(crate) use key::parse_key;
+use key::{MAX_KEY_HEADER_NAME, RESERVED_KEY_HEADERS};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,17 +135,19 @@ const MAX_LOCKOUT: Duration = Duration::from_secs(86_400);
 /// define new ones, each built in turn; route precedence checked across them.
 pub(super) fn build_limiters(
     given: BTreeMap<String, RawLimiter>,
+    calibration: super::base::Calibration,
     fleet: &FleetConfig,
     ctx: &Ctx,
 ) -> Result<Vec<LimiterSpec>, ConfigError> {
     let builtin_names: Vec<&str> = defaults::LIMITERS.iter().map(|b| b.name).collect();
-    let merged = merge_with_builtins(given);
+    let merged = merge_with_builtins(given, calibration.builtins());
     let mut out = Vec::with_capacity(merged.len());
     for (name, r, builtin) in merged {
         let table = Table {
             name: &name,
             builtin,
             builtin_names: &builtin_names,
+            calibration,
         };
         out.push(build_limiter(&table, r, fleet, ctx)?);
     }
@@ -152,8 +157,11 @@ pub(super) fn build_limiters(
 
 /// The built-ins in their order, each overlaid with its table if given, then the tables that
 /// define new limiters (by name); `true` marks a built-in.
-fn merge_with_builtins(mut given: BTreeMap<String, RawLimiter>) -> Vec<(String, RawLimiter, bool)> {
-    let mut merged: Vec<(String, RawLimiter, bool)> = defaults::LIMITERS
+fn merge_with_builtins(
+    mut given: BTreeMap<String, RawLimiter>,
+    builtins: &[defaults::BuiltIn],
+) -> Vec<(String, RawLimiter, bool)> {
+    let mut merged: Vec<(String, RawLimiter, bool)> = builtins
         .iter()
         .map(|b| {
             let base = builtin_raw(b);
@@ -174,6 +182,7 @@ struct Table<'a> {
     name: &'a str,
     builtin: bool,
     builtin_names: &'a [&'a str],
+    calibration: super::base::Calibration,
 }
 
 /// One `[limiters.<name>]` table read into a [`LimiterSpec`], field by field in the order
@@ -223,6 +232,7 @@ fn build_limiter(
     let except = parse_routes("except", r.except.as_deref(), ctx, &at)?;
     let group = r.group.as_deref().unwrap_or(name);
     let key = parse_key(r.key.as_deref().unwrap_or("ip")).map_err(|e| ctx.err(&at("key"), e))?;
+    check_path_param(&key, &routes, ctx, &at)?;
     let failed_statuses = build_failed_statuses(r.failed_statuses.as_deref(), ctx, &at)?;
     let new_agents = build_new_agents(&r, &key, fleet, ctx, &at)?;
     let quota = match calendar {
@@ -273,17 +283,47 @@ fn check_name_and_fields(t: &Table<'_>, r: &RawLimiter, ctx: &Ctx) -> Result<(),
     .filter(|(_, m)| *m)
     .map(|(f, _)| *f)
     .collect();
-    if !missing.is_empty() {
-        return Err(ctx.err(
-            &format!("limiters.{name}"),
-            format!(
-                "`{name}` is not a built-in limiter ({}), so it defines a new one and needs {}",
-                t.builtin_names.join(", "),
-                missing.join(", ")
-            ),
-        ));
+    if missing.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let why = if t.calibration == super::base::Calibration::None {
+        "calibration = \"none\" starts from no built-in limiter".to_owned()
+    } else {
+        format!(
+            "`{name}` is not a built-in limiter ({})",
+            t.builtin_names.join(", ")
+        )
+    };
+    Err(ctx.err(
+        &format!("limiters.{name}.{}", missing[0]),
+        format!(
+            "{why}, so [limiters.{name}] defines a new limiter, which needs limit, window, key and routes; add {}",
+            missing.join(", ")
+        ),
+    ))
+}
+
+/// An `ip+path:<name>` key reads the segment where each route names `{name}`: a route without
+/// it would key every request it matches on the address alone, which the operator did not ask
+/// for, so it is refused.
+fn check_path_param(
+    key: &KeyKind,
+    routes: &[RoutePattern],
+    ctx: &Ctx,
+    at: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    let Some(name) = key.path_param() else {
+        return Ok(());
+    };
+    match routes.iter().find(|r| !r.names_param(name)) {
+        None => Ok(()),
+        Some(r) => Err(ctx.err(
+            &at("routes"),
+            format!(
+                "`{r}` names no `{{{name}}}` segment, and key = \"{key}\" reads the agent id from it; write the segment that carries the id as `{{{name}}}` (e.g. \"POST /api/fleet/agents/{{{name}}}/checkin\"), or meter this route with another limiter"
+            ),
+        )),
+    }
 }
 
 /// `lockout`: how long a refused key stays refused, from 1s to 1d, or none.
@@ -615,119 +655,4 @@ fn build_cost(
             })
         }
     }
-}
-
-/// Longest header name a `header:<name>` key may name.
-const MAX_KEY_HEADER_NAME: usize = 64;
-
-/// Headers whose values a client or the gateway itself controls in other ways: keying on them
-/// would let the client choose its bucket, or would duplicate a key kind that does it right.
-const RESERVED_KEY_HEADERS: &[&str] = &[
-    "authorization",
-    "cookie",
-    "host",
-    "x-forwarded-for",
-    "forwarded",
-    "x-agent-id",
-    "connection",
-    "content-length",
-    "transfer-encoding",
-    "keep-alive",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-connection",
-];
-
-/// `ip`, `ip+agent`, `user-or-ip`, `credential`, `global`, `header:<name>` (the name
-/// lower-cased), or `body:<field>` (the field as written).
-pub(crate) fn parse_key(s: &str) -> Result<KeyKind, String> {
-    let kinds = "use ip, ip+agent, user-or-ip, credential, global, header:<name> (e.g. \"header:x-tenant-id\"), client-header:<name> (e.g. \"client-header:x-api-key\"), body:<field> (e.g. \"body:email\"), body:<field>+ip (e.g. \"body:email+ip\") or claim:<name> (e.g. \"claim:org_id\")";
-    if let Some(name) = s.strip_prefix("claim:") {
-        let name = name.trim();
-        if !crate::identity::valid_claim_name(name) {
-            return Err(format!(
-                "`{s}`: a claim name is 1-64 characters of A-Z, a-z, 0-9, `.`, `_`, `:` and `-`, named as the verified token spells it, e.g. \"claim:org_id\""
-            ));
-        }
-        if crate::identity::REGISTERED_CLAIMS.contains(&name) {
-            return Err(format!(
-                "`{s}`: `{name}` is a registered claim, not a principal; key on the subject with key = \"user-or-ip\", or name an organisation claim, e.g. \"claim:org_id\""
-            ));
-        }
-        return Ok(KeyKind::Claim(Arc::from(name)));
-    }
-    if let Some(field) = s.strip_prefix("body:") {
-        let field = field.trim();
-        if let Some(field) = field.strip_suffix("+ip") {
-            if !crate::keys::body::valid_field(field) {
-                return Err(format!(
-                    "`{s}`: a body field is 1-{} characters of A-Z, a-z, 0-9, `_`, `.` and `-`, named as the JSON or form body spells it, e.g. \"body:email+ip\"",
-                    crate::keys::body::MAX_FIELD_LEN
-                ));
-            }
-            return Ok(KeyKind::BodyIp(Arc::from(field)));
-        }
-        if !crate::keys::body::valid_field(field) {
-            return Err(format!(
-                "`{s}`: a body field is 1-{} characters of A-Z, a-z, 0-9, `_`, `.` and `-`, named as the JSON or form body spells it, e.g. \"body:email\"",
-                crate::keys::body::MAX_FIELD_LEN
-            ));
-        }
-        return Ok(KeyKind::Body(Arc::from(field)));
-    }
-    let (client, header) = match (s.strip_prefix("client-header:"), s.strip_prefix("header:")) {
-        (Some(n), _) => (true, Some(n)),
-        (None, n) => (false, n),
-    };
-    if let Some(name) = header {
-        let name = name.trim().to_ascii_lowercase();
-        let token = !name.is_empty()
-            && name.len() <= MAX_KEY_HEADER_NAME
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-        if !token {
-            return Err(format!(
-                "`{s}`: a header name is 1-{MAX_KEY_HEADER_NAME} characters of a-z, 0-9, `-` and `_`, e.g. \"header:x-tenant-id\""
-            ));
-        }
-        if RESERVED_KEY_HEADERS.contains(&name.as_str()) {
-            return Err(format!(
-                "`{s}`: `{name}` cannot key a limiter (the client or the gateway sets it); name the header your trusted proxy sets, e.g. \"header:x-tenant-id\", or use the key kind made for it"
-            ));
-        }
-        return Ok(if client {
-            KeyKind::ClientHeader(Arc::from(name.as_str()))
-        } else {
-            KeyKind::Header(Arc::from(name.as_str()))
-        });
-    }
-    let kind =
-        match s {
-            "ip" => KeyKind::Ip,
-            "ip+agent" => KeyKind::IpAgent,
-            "user-or-ip" => KeyKind::UserOrIp,
-            "credential" => KeyKind::Credential,
-            "global" => KeyKind::Global,
-            "header" => return Err(
-                "`header` needs the header's name: \"header:<name>\", e.g. \"header:x-tenant-id\""
-                    .to_owned(),
-            ),
-            "body" => {
-                return Err(
-                    "`body` needs the body field's name: \"body:<field>\", e.g. \"body:email\""
-                        .to_owned(),
-                )
-            }
-            "claim" => {
-                return Err(
-                    "`claim` needs the claim's name: \"claim:<name>\", e.g. \"claim:org_id\""
-                        .to_owned(),
-                )
-            }
-            other => return Err(format!("`{other}` is not a key kind; {kinds}")),
-        };
-    Ok(kind)
 }

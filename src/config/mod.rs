@@ -11,6 +11,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod admit;
+pub(crate) mod base;
 mod build;
 mod ceiling;
 pub(crate) mod check;

@@ -177,6 +177,8 @@ const PATH_ACTION: Kind = Choice(&["reject", "allow"]);
 pub const SETTINGS: &[Setting] = &[
     row("enabled", "FLEET_LIMITER_ENABLED", Bool, Is("true"), Live,
         "`false` forwards every request unmetered, with no limit headers"),
+    row("calibration", "FLEET_LIMITER_CALIBRATION", Choice(&["agent-fleet", "none"]), Is("agent-fleet"), Live,
+        "The limiters to start from: `agent-fleet` (the built-in ones, adjusted by [limiters]) or `none` (only those [limiters] defines)"),
     row("server.listen", "FLEET_LIMITER_LISTEN", Str, Is("127.0.0.1:8080"), restart!(server.listen),
         "Address to listen on").flag("listen", "ADDR"),
     row("server.upstream", "FLEET_LIMITER_UPSTREAM", Str, Unset, restart!(server.upstream),

@@ -98,6 +98,7 @@ impl<'a, 'r> Asked<'a, 'r> {
                 .body_field()
                 .and_then(|f| self.req.key_headers.body(f)),
             claim: l.key.claim().and_then(|c| self.id.claims().get(c)),
+            path: l.path_id(self.req.method, self.req.path.as_str()),
         }
     }
 

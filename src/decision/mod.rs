@@ -540,6 +540,7 @@ impl Decider {
             },
             body: spec.key.body_field().and_then(|f| req.key_headers.body(f)),
             claim: spec.key.claim().and_then(|c| id.claims().get(c)),
+            path: spec.path_id(req.method, req.path.as_str()),
         };
         let mut buckets = vec![self
             .digest

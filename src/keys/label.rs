@@ -41,6 +41,7 @@ impl Seed {
             KeyKind::Credential => p.credential.is_some(),
             KeyKind::ClientHeader(_) => p.header.is_some(),
             KeyKind::Body(_) | KeyKind::BodyIp(_) => p.body.is_some(),
+            KeyKind::IpPath(_) => p.path.is_some(),
             _ => false,
         };
         Seed::Keyed {
@@ -69,6 +70,7 @@ impl Seed {
                     credential: marker,
                     header: marker,
                     body: marker,
+                    path: marker,
                     ..Principal::default()
                 };
                 label(kind, &p, tag)
@@ -113,6 +115,10 @@ pub(crate) fn label(kind: &KeyKind, p: &Principal<'_>, tag: &str) -> (String, Op
         },
         KeyKind::BodyIp(field) => match p.body {
             Some(_) => (format!("body {field} #{tag} at {}", p.ip), None),
+            None => ip(),
+        },
+        KeyKind::IpPath(name) => match p.path {
+            Some(_) => (format!("{name} #{tag} at {}", p.ip), None),
             None => ip(),
         },
         KeyKind::Claim(name) => match (p.claim, p.user) {

@@ -11,7 +11,9 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use routes::{ambiguous_pair, most_specific, RoutePattern, Specificity};
+pub(crate) use routes::{
+    ambiguous_pair, most_specific, valid_param_name, RoutePattern, Specificity,
+};
 use routes::{fresh_segment, METHODS};
 pub use spec::Mode;
 pub(crate) use spec::{

@@ -20,11 +20,33 @@ pub(super) enum Seg {
     Lit(String),
     Star,
     DoubleStar,
+    /// `{name}`: one segment, as `*`, whose value a limiter may key on (`ip+path:<name>`).
+    Param(Box<str>),
+}
+
+/// Longest name of a path parameter (`{name}`).
+const MAX_PARAM_NAME: usize = 32;
+
+/// The name inside a `{name}` segment, as the canonical form writes the braces (`%7B…%7D`), or
+/// `None` when the segment is not one.
+fn param_name(seg: &str) -> Option<&str> {
+    seg.strip_prefix("%7B")?.strip_suffix("%7D")
+}
+
+/// A parameter's name: 1-32 characters of a-z, 0-9 and `_`, starting with a letter.
+pub(crate) fn valid_param_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_PARAM_NAME
+        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// `[METHOD ]/path/with/*/and/**`: `*` is one segment, `**` any number (zero included), so
-/// `/api/agent/download/**` also matches `/api/agent/download`. Matching ignores case and a
-/// trailing slash, as Express routing does.
+/// `/api/agent/download/**` also matches `/api/agent/download`; `{name}` is one segment, as
+/// `*`, that a limiter keyed `ip+path:<name>` reads. Matching ignores case and a trailing
+/// slash, as Express routing does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoutePattern {
     method: Option<String>,
@@ -67,12 +89,21 @@ impl FromStr for RoutePattern {
         let canonical = CanonicalPath::parse(path, all).map_err(|e| format!("`{raw}`: {e}"))?;
         let mut segs = Vec::new();
         for seg in canonical.as_str().split('/').filter(|s| !s.is_empty()) {
+            if let Some(name) = param_name(seg) {
+                segs.push(param_seg(raw, name, &segs)?);
+                continue;
+            }
             segs.push(match seg {
                 "*" => Seg::Star,
                 "**" => Seg::DoubleStar,
                 s if s.contains('*') => {
                     return Err(format!(
                         "`{raw}`: `*` and `**` must stand alone as a whole path segment"
+                    ))
+                }
+                s if s.contains("%7B") || s.contains("%7D") => {
+                    return Err(format!(
+                        "`{raw}`: a path parameter stands alone as a whole segment, `{{name}}` (e.g. \"POST /api/fleet/agents/{{id}}/checkin\")"
                     ))
                 }
                 s => Seg::Lit(s.to_ascii_lowercase()),
@@ -84,6 +115,30 @@ impl FromStr for RoutePattern {
             raw: raw.to_owned(),
         })
     }
+}
+
+/// A `{name}` segment of route `raw`, after the segments `before` it: a valid name, once per
+/// route, and before any `**` (so its position in a request's path is fixed).
+fn param_seg(raw: &str, name: &str, before: &[Seg]) -> Result<Seg, String> {
+    if !valid_param_name(name) {
+        return Err(format!(
+            "`{raw}`: `{{{name}}}` is not a path parameter; name it with 1-{MAX_PARAM_NAME} characters of a-z, 0-9 and `_`, starting with a letter, e.g. `{{id}}`"
+        ));
+    }
+    if before.contains(&Seg::DoubleStar) {
+        return Err(format!(
+            "`{raw}`: `{{{name}}}` follows `**`, so its place in a path is not fixed; put `{{{name}}}` before any `**`"
+        ));
+    }
+    if before
+        .iter()
+        .any(|s| matches!(s, Seg::Param(n) if **n == *name))
+    {
+        return Err(format!(
+            "`{raw}`: `{{{name}}}` is named twice; give each parameter its own name"
+        ));
+    }
+    Ok(Seg::Param(Box::from(name)))
 }
 
 impl fmt::Display for RoutePattern {
@@ -195,6 +250,30 @@ impl RoutePattern {
         &self.raw
     }
 
+    /// Whether the route names the path parameter `{name}`.
+    pub fn names_param(&self, name: &str) -> bool {
+        self.param_index(name).is_some()
+    }
+
+    /// Where `{name}` stands among the route's segments (before any `**`, so it is the same
+    /// index in every path the route matches).
+    fn param_index(&self, name: &str) -> Option<usize> {
+        self.segs
+            .iter()
+            .position(|s| matches!(s, Seg::Param(n) if **n == *name))
+    }
+
+    /// The segment of a request's path `segs` that stands where `{name}` does, when this route
+    /// matches the request and names `{name}`: as the canonical path spells it (the spelling
+    /// the upstream receives), not yet checked as a key.
+    pub fn param<'p>(&self, name: &str, method: &str, segs: &[&'p str]) -> Option<&'p str> {
+        let i = self.param_index(name)?;
+        if !self.matches(method, segs) {
+            return None;
+        }
+        segs.get(i).copied()
+    }
+
     /// Requests paths this route matches, its wildcards filled with `fresh`: `*` with one
     /// segment, `**` with none, one and two.
     pub(super) fn sample_paths(&self, fresh: &str) -> Vec<String> {
@@ -203,7 +282,7 @@ impl RoutePattern {
         for seg in &self.segs {
             let fills: Vec<&str> = match seg {
                 Seg::Lit(l) => vec![l.as_str()],
-                Seg::Star => vec![fresh],
+                Seg::Star | Seg::Param(_) => vec![fresh],
                 Seg::DoubleStar => vec!["", fresh, &two],
             };
             out = out
@@ -247,9 +326,9 @@ fn segs_cover(outer: &[Seg], inner: &[Seg]) -> bool {
         }
         (None, Some(_)) | (Some(_), None) => false,
         (Some((_, _)), Some((Seg::DoubleStar, _))) => false,
-        (Some((Seg::Star, or)), Some((_, ir))) => segs_cover(or, ir),
+        (Some((Seg::Star | Seg::Param(_), or)), Some((_, ir))) => segs_cover(or, ir),
         (Some((Seg::Lit(a), or)), Some((Seg::Lit(b), ir))) => a == b && segs_cover(or, ir),
-        (Some((Seg::Lit(_), _)), Some((Seg::Star, _))) => false,
+        (Some((Seg::Lit(_), _)), Some((Seg::Star | Seg::Param(_), _))) => false,
     }
 }
 
@@ -264,7 +343,7 @@ fn match_segs(pat: &[Seg], path: &[&str]) -> bool {
             Some((first, path_rest)) => {
                 let ok = match seg {
                     Seg::Lit(l) => l.eq_ignore_ascii_case(first),
-                    Seg::Star | Seg::DoubleStar => true,
+                    Seg::Star | Seg::DoubleStar | Seg::Param(_) => true,
                 };
                 ok && match_segs(rest, path_rest)
             }

@@ -328,4 +328,25 @@ impl LimiterSpec {
             .map(RoutePattern::specificity)
             .max()
     }
+
+    /// The id an `ip+path:<name>` limiter keys a request of `method` on the canonical `path` on:
+    /// the segment standing where `{name}` does in the most specific of its routes that matches,
+    /// if it counts as an id ([`crate::keys::valid_path_id`]). `None` for another key kind, a
+    /// path none of its routes matches, or a segment that is no id (the request then keys on
+    /// its address).
+    pub(crate) fn path_id<'p>(&self, method: &str, path: &'p str) -> Option<&'p str> {
+        let name = self.key.path_param()?;
+        let segs: smallvec::SmallVec<[&str; 16]> =
+            path.split('/').filter(|s| !s.is_empty()).collect();
+        let mut best: Option<(Specificity, &'p str)> = None;
+        for r in &self.routes {
+            if let Some(v) = r.param(name, method, &segs) {
+                let spec = r.specificity();
+                if best.is_none_or(|(b, _)| spec > b) {
+                    best = Some((spec, v));
+                }
+            }
+        }
+        best.and_then(|(_, v)| crate::keys::valid_path_id(v))
+    }
 }

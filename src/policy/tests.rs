@@ -321,3 +321,39 @@ group = "writes-ip"
     assert!(plain.body_fields("POST", &[], &path).is_empty());
     assert_eq!(plain.fields.held(), 0);
 }
+
+#[test]
+fn a_path_parameter_is_one_segment_whose_value_a_limiter_reads() {
+    let r = p("POST /api/fleet/agents/{id}/checkin");
+    assert_eq!(r.to_string(), "POST /api/fleet/agents/{id}/checkin");
+    assert!(r.names_param("id") && !r.names_param("other"));
+    let segs = ["api", "fleet", "agents", "Agent-7", "checkin"];
+    assert!(r.matches("POST", &segs));
+    assert_eq!(r.param("id", "POST", &segs), Some("Agent-7"), "as sent");
+    assert_eq!(r.param("id", "GET", &segs), None, "another method");
+    assert_eq!(
+        r.param("id", "POST", &["api", "fleet", "agents", "checkin"]),
+        None
+    );
+    // It ranks, overlaps and covers as `*` does.
+    let star = p("POST /api/fleet/agents/*/checkin");
+    assert_eq!(r.specificity(), star.specificity());
+    assert!(r.overlaps(&star) && r.covers(&star) && star.covers(&r));
+    assert!(p("/api/fleet/**").covers(&r));
+    assert!(!r.covers(&p("POST /api/fleet/agents/enroll")));
+    assert!(!r.overlaps(&p("POST /api/fleet/agents/enroll")));
+}
+
+#[test]
+fn a_path_parameter_is_refused_where_its_place_or_name_is_unclear() {
+    let e = |s: &str| s.parse::<RoutePattern>().unwrap_err();
+    assert!(e("/a/**/{id}").contains("follows `**`"));
+    assert!(e("/a/{id}/{id}").contains("named twice"));
+    assert!(e("/a/{Id}").contains("is not a path parameter"));
+    assert!(e("/a/{}").contains("is not a path parameter"));
+    assert!(e("/a/{1d}").contains("is not a path parameter"));
+    assert!(e(&format!("/a/{{{}}}", "x".repeat(33))).contains("is not a path parameter"));
+    assert!(e("/a/x{id}").contains("stands alone"));
+    assert!(e("/a/{id").contains("stands alone"));
+    assert!("/a/{id}/b/{sha}".parse::<RoutePattern>().is_ok());
+}

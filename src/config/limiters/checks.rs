@@ -20,6 +20,7 @@ pub(crate) fn unguarded_client_chosen_key(
                 | KeyKind::ClientHeader(_)
                 | KeyKind::Body(_)
                 | KeyKind::BodyIp(_)
+                | KeyKind::IpPath(_)
         )
     };
     let policy = crate::policy::Policy::new(limiters.to_vec());
@@ -58,6 +59,7 @@ pub(in crate::config) fn check_client_chosen_keys(
         KeyKind::IpAgent => "the agent id (X-Agent-ID)",
         KeyKind::Credential => "the Bearer token",
         KeyKind::Body(_) | KeyKind::BodyIp(_) => "a field of the request body",
+        KeyKind::IpPath(_) => "an id in the request's path",
         _ => "a header (nginx and Caddy pass a client's own headers on)",
     };
     let key = l.key.to_string();
@@ -68,7 +70,10 @@ pub(in crate::config) fn check_client_chosen_keys(
         Credential::VerifiedUser => " (from a verified user)",
     };
     let routes: Vec<String> = l.routes.iter().map(|r| format!("\"{r}\"")).collect();
-    let example = if &*l.name == super::ceiling::AGENT_DEVICE {
+    let builtin_ceiling = limiters
+        .iter()
+        .any(|c| &*c.name == super::ceiling::AGENT_IP);
+    let example = if &*l.name == super::ceiling::AGENT_DEVICE && builtin_ceiling {
         "set [limiters.agent-ip] mode = \"enforce\": agent-ip is the ceiling made for agent-device"
             .to_owned()
     } else if l.key == KeyKind::IpAgent {

@@ -457,3 +457,53 @@ fn a_lockout_on_a_body_key_locks_the_address_out_of_the_account_under_a_per_acco
         file_error(&LOCK.replace("body:email+ip", "body:e mail+ip"), &[])
     );
 }
+
+#[test]
+fn with_no_calibration_the_file_is_the_whole_truth() {
+    let load = |toml: &str| {
+        let f = file(toml);
+        Loader::new().file(&f.path).load()
+    };
+    let cfg = load("calibration = \"none\"\n").expect("no limiter at all");
+    assert!(cfg.limiters.is_empty());
+    let cfg = load("calibration = \"agent-fleet\"\n").expect("the built-ins");
+    assert_eq!(cfg.limiters.len(), Config::default().limiters.len());
+    // A built-in's name defines a new limiter, whole: nothing derived or overlaid.
+    let cfg = load("calibration = \"none\"\n[limiters.agent-device]\nlimit = 5\nwindow = \"1m\"\nkey = \"ip\"\nroutes = [\"/api/agent/**\"]\n[limiters.agent-ip]\nlimit = 7\nwindow = \"1h\"\nkey = \"ip\"\nroutes = [\"/x/**\"]\n").expect("valid");
+    let names: Vec<&str> = cfg.limiters.iter().map(|l| &*l.name).collect();
+    assert_eq!(names, ["agent-device", "agent-ip"]);
+    let ip = limiter(&cfg, "agent-ip");
+    assert_eq!(ip.quota.limit(), 7);
+    assert_eq!(ip.routes.len(), 1);
+    assert!(ip.except.is_empty() && ip.new_agents.is_none());
+    assert_eq!(limiter(&cfg, "agent-device").group.as_ref(), "agent-device");
+    // The environment chooses it too.
+    let cfg = Loader::new()
+        .env([("FLEET_LIMITER_CALIBRATION".to_owned(), "none".to_owned())])
+        .load()
+        .expect("valid");
+    assert!(cfg.limiters.is_empty());
+    let e = load("calibration = \"None\"\n").unwrap_err().to_string();
+    assert!(
+        e.contains("calibration: `None` is not a calibration; did you mean \"none\"?"),
+        "{e}"
+    );
+    let e = load("calibration = 0\n").unwrap_err().to_string();
+    assert!(e.contains("calibration:"), "{e}");
+}
+
+#[test]
+fn a_path_key_reads_the_segment_of_its_route() {
+    let f = file("calibration = \"none\"\n[limiters.checkin]\nlimit = 5\nwindow = \"1m\"\nkey = \"ip+path:id\"\nroutes = [\"POST /agents/{id}/checkin\", \"POST /v2/{id}/agents/{id2}\"]\n[limiters.agents-ip]\nlimit = 50\nwindow = \"1m\"\nkey = \"ip\"\nroutes = [\"POST /agents/**\", \"POST /v2/**\"]\n");
+    let cfg = Loader::new().file(&f.path).load().expect("valid");
+    let l = limiter(&cfg, "checkin");
+    assert_eq!(l.key.to_string(), "ip+path:id");
+    assert_eq!(l.path_id("POST", "/agents/a-1/checkin"), Some("a-1"));
+    assert_eq!(l.path_id("POST", "/v2/b-2/agents/c-3"), Some("b-2"));
+    assert_eq!(l.path_id("GET", "/agents/a-1/checkin"), None);
+    assert_eq!(l.path_id("POST", "/agents/a%2Fb/checkin"), None);
+    assert_eq!(
+        limiter(&cfg, "agents-ip").path_id("POST", "/agents/a-1/checkin"),
+        None
+    );
+}
