@@ -50,6 +50,8 @@ pub(super) struct RawConfig {
     pub(super) headers: headers::RawHeaders,
     #[serde(default)]
     pub(super) overrides: Vec<RawOverride>,
+    #[serde(default)]
+    pub(super) roles: BTreeMap<String, Vec<String>>,
 }
 
 /// One `[[overrides]]` entry.
@@ -166,7 +168,10 @@ pub(super) fn build(
     let client_ip = build_client_ip(raw.client_ip, ctx)?;
     let store = build_store(raw.store, ctx)?;
     let fleet = fleet::build_fleet(raw.fleet, ctx)?;
-    let limiters = build_limiter_set(raw.limiters, &fleet, &client_ip, ctx)?;
+    let roles = super::roles::build_roles(raw.roles, ctx)?;
+    super::roles::check_role_precedence(&roles, ctx)?;
+    let raw_limiters = super::roles::apply(raw.limiters, &roles);
+    let limiters = build_limiter_set(raw_limiters, &fleet, &client_ip, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
@@ -192,6 +197,7 @@ pub(super) fn build(
         websocket: websocket::build_websocket(raw.websocket, ctx)?,
         shaping,
         headers: headers::build_headers(raw.headers, ctx)?,
+        roles,
         origins: ctx.origins.clone(),
     })
 }

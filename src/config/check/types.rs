@@ -230,6 +230,12 @@ pub(crate) struct CheckReport {
     /// the heartbeat timeout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shaping: Option<ShapingCheck>,
+    /// Which limiters meter each route pattern and each declared request, as `fleet-limiter
+    /// routes` prints them.
+    pub routes: super::routes::RouteMap,
+    /// Routes that reach nothing: a role left with no route, a pattern that can match no
+    /// request. They inform; the verdict does not count them.
+    pub route_warnings: Vec<String>,
 }
 
 /// `[shaping]` as `check` proves it.

@@ -15,7 +15,10 @@ use std::num::NonZeroU64;
 /// agent or a verified user (its own bucket under `ip+agent` or `user-or-ip`), whether it
 /// carries a dashboard token that would name a user if a verifier were configured, its rate.
 pub(super) struct Req {
-    route: (&'static str, &'static str),
+    method: String,
+    path: String,
+    /// The agents' heartbeat, whose loss marks an agent offline.
+    heartbeat: bool,
     credential: Credential,
     agent_id: bool,
     user: bool,
@@ -32,20 +35,98 @@ pub(super) struct Spec {
     pub(super) reqs: Vec<Req>,
 }
 
+/// The requests each workload sends, as `METHOD /path`: the built-in paths
+/// ([`traffic`]), or where `[roles]` maps a role, a request on the routes of that role's
+/// limiter that the limiter meters ([`role_request`]).
+pub(super) struct Routes {
+    pub(super) heartbeat: (String, String),
+    pub(super) poll: (String, String),
+    pub(super) download: (String, String),
+    pub(super) enroll: (String, String),
+    pub(super) dashboard: (String, String),
+    pub(super) device_poll: (String, String),
+}
+
+impl Routes {
+    pub(super) fn of(cfg: &Config, policy: &Policy) -> Self {
+        let at = |role, default| role_request(cfg, policy, role, default);
+        Self {
+            heartbeat: at("agent", traffic::HEARTBEAT),
+            poll: at("agent", traffic::POLL),
+            download: at("download", traffic::DOWNLOAD),
+            enroll: at("enrollment", traffic::ENROLL),
+            dashboard: at("dashboard", traffic::DASHBOARD),
+            device_poll: at("device-poll", traffic::DEVICE_POLL),
+        }
+    }
+
+    /// The requests as the name the fleet gives them, `METHOD`, `/path`.
+    pub(super) fn named(&self) -> [(&'static str, &(String, String)); 6] {
+        [
+            ("heartbeat", &self.heartbeat),
+            ("task poll", &self.poll),
+            ("download", &self.download),
+            ("enrollment", &self.enroll),
+            ("dashboard", &self.dashboard),
+            ("device-login poll", &self.device_poll),
+        ]
+    }
+}
+
+/// The request of `role` the model sends: the built-in `default` when `[roles]` does not map
+/// the role; otherwise the first request on the routes of the role's limiter that the limiter
+/// meters (`default`'s method first), or `default` when it meters none (`check` warns).
+pub(super) fn role_request(
+    cfg: &Config,
+    policy: &Policy,
+    role: &str,
+    default: (&str, &str),
+) -> (String, String) {
+    let fallback = (default.0.to_owned(), default.1.to_owned());
+    if cfg.roles.get(role).is_none() {
+        return fallback;
+    }
+    let Some(name) = crate::config::roles::ROLES
+        .iter()
+        .find(|r| r.name == role)
+        .and_then(|r| r.limiters.first())
+    else {
+        return fallback;
+    };
+    let Some((i, l)) = policy
+        .limiters()
+        .iter()
+        .enumerate()
+        .find(|(_, l)| &*l.name == *name)
+    else {
+        return fallback;
+    };
+    l.routes
+        .iter()
+        .find_map(|r| policy.first_reached(i, r, &[default.0]))
+        .map(|s| (s.method.to_owned(), s.path))
+        .unwrap_or(fallback)
+}
+
 /// The declared workloads; `verified`: a token verifier is configured, so a dashboard's token
 /// names its analyst (without one it verifies as nothing and the request is anonymous).
-pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
+pub(super) fn workloads(f: &FleetConfig, verified: bool, at: &Routes) -> Vec<Spec> {
     let per_min = |secs: u64| 60.0 / secs as f64;
-    let agent = |route, amount| Req {
-        route,
+    let req = |route: &(String, String)| (route.0.clone(), route.1.clone());
+    let agent = |(method, path): (String, String), amount| Req {
+        method,
+        path,
+        heartbeat: false,
         credential: Credential::None,
         agent_id: true,
         user: false,
         token: false,
         amount,
     };
-    let anon = |route, credential, amount| Req {
-        route,
+    let anon = |(method, path): (String, String), credential, amount| Req {
+        method,
+        path,
+        heartbeat: false,
         credential,
         agent_id: false,
         user: false,
@@ -59,11 +140,14 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
             steady: true,
             unit: "agent",
             reqs: vec![
-                agent(
-                    traffic::HEARTBEAT,
-                    per_min(f.heartbeat_interval_seconds.get()),
-                ),
-                agent(traffic::POLL, per_min(f.poll_interval_seconds.get())),
+                Req {
+                    heartbeat: true,
+                    ..agent(
+                        req(&at.heartbeat),
+                        per_min(f.heartbeat_interval_seconds.get()),
+                    )
+                },
+                agent(req(&at.poll), per_min(f.poll_interval_seconds.get())),
             ],
         },
         Spec {
@@ -72,8 +156,8 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
             steady: false,
             unit: "endpoint",
             reqs: vec![
-                anon(traffic::DOWNLOAD, Credential::None, 1.0),
-                anon(traffic::ENROLL, Credential::None, 1.0),
+                anon(req(&at.download), Credential::None, 1.0),
+                anon(req(&at.enroll), Credential::None, 1.0),
             ],
         },
         Spec {
@@ -86,7 +170,9 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
                 "analyst"
             },
             reqs: vec![Req {
-                route: traffic::DASHBOARD,
+                method: at.dashboard.0.clone(),
+                path: at.dashboard.1.clone(),
+                heartbeat: false,
                 credential: if verified {
                     Credential::VerifiedUser
                 } else {
@@ -104,7 +190,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
             steady: true,
             unit: "CLI",
             reqs: vec![anon(
-                traffic::DEVICE_POLL,
+                req(&at.device_poll),
                 Credential::None,
                 per_min(traffic::DEVICE_POLL_SECONDS),
             )],
@@ -150,14 +236,20 @@ pub(super) struct Model<'a> {
 
 impl<'a> Model<'a> {
     pub(super) fn new(cfg: &'a Config) -> Self {
-        let specs = workloads(&cfg.fleet, cfg.identity.verifies());
         let policy = Policy::new(cfg.limiters.clone());
+        let specs = workloads(
+            &cfg.fleet,
+            cfg.identity.verifies(),
+            &Routes::of(cfg, &policy),
+        );
         let mut reaches: BTreeMap<String, Vec<(usize, usize)>> = BTreeMap::new();
         for (si, spec) in specs.iter().enumerate() {
             for (ri, req) in spec.reqs.iter().enumerate() {
-                let (method, path) = req.route;
-                for l in policy.applicable(method, &CanonicalPath::of_static(path), req.credential)
-                {
+                let Ok(path) = CanonicalPath::parse(&req.path, crate::path::PathRules::STRICT)
+                else {
+                    continue;
+                };
+                for l in policy.applicable(&req.method, &path, req.credential) {
                     reaches
                         .entry(l.name.to_string())
                         .or_default()
@@ -192,7 +284,7 @@ impl<'a> Model<'a> {
             });
             e.amount += req.amount * n as f64;
             e.sharers = e.sharers.max(n);
-            e.carries_heartbeat |= req.route == traffic::HEARTBEAT;
+            e.carries_heartbeat |= req.heartbeat;
             e.ip_fallback |= l.key == KeyKind::UserOrIp && req.token && !req.user && n > 1;
         }
         demand
