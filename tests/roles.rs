@@ -285,6 +285,9 @@ fn hostile_roles_tables_are_refused_naming_the_field() {
         // The safety checks hold on the mapped routes: agent-device keyed on the agent id with
         // no address ceiling beside it on /v1 is refused.
         ("[roles]\nagent = [\"/v1/agents/**\"]\n[limiters.agent-ip]\nroutes = [\"/api/agent/**\"]\n".into(), "limiters.agent-device.key: `ip+agent` keys on the agent id"),
+        // So does the shaping check: hints on the mapped heartbeat route must keep a heartbeat
+        // inside the timeout.
+        ("[roles]\nagent = [\"/v1/agents/**\"]\n[shaping.routes.hb]\nroutes = [\"/v1/agents/**\"]\ninterval = \"80s\"\n".into(), "shaping.routes.hb.interval: hints of up to 120s on the heartbeat route"),
     ];
     for (toml, want) in &cases {
         for cmd in ["check", "routes"] {

@@ -176,7 +176,14 @@ pub(super) fn build(
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
     let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
-    let shaping = super::shaping::build_shaping(raw.shaping, &fleet, identity.verifies(), ctx)?;
+    let (hb_method, hb_path) = super::roles::heartbeat(&roles, &limiters);
+    let shaping = super::shaping::build_shaping(
+        raw.shaping,
+        &fleet,
+        identity.verifies(),
+        (&hb_method, &hb_path),
+        ctx,
+    )?;
     Ok(Config {
         overrides,
         source,

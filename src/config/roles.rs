@@ -300,5 +300,55 @@ pub(super) fn apply(
     given
 }
 
+/// The request of `role` the calibration check models: the built-in `default` when `[roles]`
+/// does not map the role; otherwise the first request on the routes of the role's limiter that
+/// the limiter meters (`default`'s method first), or `default` when it meters none (`check`
+/// warns about that role).
+pub(crate) fn role_request(
+    roles: &RoleMap,
+    policy: &crate::policy::Policy,
+    role: &str,
+    default: (&str, &str),
+) -> (String, String) {
+    let fallback = (default.0.to_owned(), default.1.to_owned());
+    if roles.get(role).is_none() {
+        return fallback;
+    }
+    let Some(name) = ROLES
+        .iter()
+        .find(|r| r.name == role)
+        .and_then(|r| r.limiters.first())
+    else {
+        return fallback;
+    };
+    let Some((i, l)) = policy
+        .limiters()
+        .iter()
+        .enumerate()
+        .find(|(_, l)| &*l.name == *name)
+    else {
+        return fallback;
+    };
+    l.routes
+        .iter()
+        .find_map(|r| policy.first_reached(i, r, &[default.0]))
+        .map(|s| (s.method.to_owned(), s.path))
+        .unwrap_or(fallback)
+}
+
+/// The agents' heartbeat as `check` and the shaping check model it: `POST /api/agent/heartbeat`,
+/// or a request of the `agent` role's routes when `[roles]` maps them.
+pub(crate) fn heartbeat(
+    roles: &RoleMap,
+    limiters: &[crate::policy::LimiterSpec],
+) -> (String, String) {
+    if roles.get("agent").is_none() {
+        let (m, p) = super::check::traffic::HEARTBEAT;
+        return (m.to_owned(), p.to_owned());
+    }
+    let policy = crate::policy::Policy::new(limiters.to_vec());
+    role_request(roles, &policy, "agent", super::check::traffic::HEARTBEAT)
+}
+
 #[cfg(test)]
 mod tests;

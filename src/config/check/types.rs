@@ -283,7 +283,8 @@ impl ShapingCheck {
         if s.routes.is_empty() {
             return None;
         }
-        let heartbeat = crate::config::shaping::heartbeat_route(&s.routes);
+        let (m, p) = crate::config::roles::heartbeat(&cfg.roles, &cfg.limiters);
+        let heartbeat = crate::config::shaping::heartbeat_route(&s.routes, (&m, &p));
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Some(Self {
             routes: s

@@ -37,7 +37,7 @@ pub(super) struct Spec {
 
 /// The requests each workload sends, as `METHOD /path`: the built-in paths
 /// ([`traffic`]), or where `[roles]` maps a role, a request on the routes of that role's
-/// limiter that the limiter meters ([`role_request`]).
+/// limiter that the limiter meters ([`crate::config::roles::role_request`]).
 pub(super) struct Routes {
     pub(super) heartbeat: (String, String),
     pub(super) poll: (String, String),
@@ -49,7 +49,8 @@ pub(super) struct Routes {
 
 impl Routes {
     pub(super) fn of(cfg: &Config, policy: &Policy) -> Self {
-        let at = |role, default| role_request(cfg, policy, role, default);
+        let at =
+            |role, default| crate::config::roles::role_request(&cfg.roles, policy, role, default);
         Self {
             heartbeat: at("agent", traffic::HEARTBEAT),
             poll: at("agent", traffic::POLL),
@@ -71,41 +72,6 @@ impl Routes {
             ("device-login poll", &self.device_poll),
         ]
     }
-}
-
-/// The request of `role` the model sends: the built-in `default` when `[roles]` does not map
-/// the role; otherwise the first request on the routes of the role's limiter that the limiter
-/// meters (`default`'s method first), or `default` when it meters none (`check` warns).
-pub(super) fn role_request(
-    cfg: &Config,
-    policy: &Policy,
-    role: &str,
-    default: (&str, &str),
-) -> (String, String) {
-    let fallback = (default.0.to_owned(), default.1.to_owned());
-    if cfg.roles.get(role).is_none() {
-        return fallback;
-    }
-    let Some(name) = crate::config::roles::ROLES
-        .iter()
-        .find(|r| r.name == role)
-        .and_then(|r| r.limiters.first())
-    else {
-        return fallback;
-    };
-    let Some((i, l)) = policy
-        .limiters()
-        .iter()
-        .enumerate()
-        .find(|(_, l)| &*l.name == *name)
-    else {
-        return fallback;
-    };
-    l.routes
-        .iter()
-        .find_map(|r| policy.first_reached(i, r, &[default.0]))
-        .map(|s| (s.method.to_owned(), s.path))
-        .unwrap_or(fallback)
 }
 
 /// The declared workloads; `verified`: a token verifier is configured, so a dashboard's token
