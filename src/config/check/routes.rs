@@ -5,11 +5,50 @@
 //! (`Policy::samples`): precedence, exceptions, credential kinds and the forwarded methods
 //! count exactly as they do for requests.
 
-use super::workload::Routes;
+use super::traffic;
 use crate::config::roles::{role_of, ROLES};
 use crate::config::Config;
 use crate::policy::{CredentialMatch, LimiterSpec, Mode, Policy, RoutePattern};
 use serde::Serialize;
+
+/// The requests each workload sends, as `METHOD /path`: the built-in paths
+/// ([`traffic`]), or where `[roles]` maps a role, a request on the routes of that role's
+/// limiter that the limiter meters ([`crate::config::roles::role_request`]).
+pub(crate) struct Routes {
+    pub(crate) heartbeat: (String, String),
+    pub(crate) poll: (String, String),
+    pub(crate) download: (String, String),
+    pub(crate) enroll: (String, String),
+    pub(crate) dashboard: (String, String),
+    pub(crate) device_poll: (String, String),
+}
+
+impl Routes {
+    pub(crate) fn of(cfg: &Config, policy: &Policy) -> Self {
+        let at =
+            |role, default| crate::config::roles::role_request(&cfg.roles, policy, role, default);
+        Self {
+            heartbeat: at("agent", traffic::HEARTBEAT),
+            poll: at("agent", traffic::POLL),
+            download: at("download", traffic::DOWNLOAD),
+            enroll: at("enrollment", traffic::ENROLL),
+            dashboard: at("dashboard", traffic::DASHBOARD),
+            device_poll: at("device-poll", traffic::DEVICE_POLL),
+        }
+    }
+
+    /// The requests as the name the fleet gives them, `METHOD`, `/path`.
+    pub(crate) fn named(&self) -> [(&'static str, &(String, String)); 6] {
+        [
+            ("heartbeat", &self.heartbeat),
+            ("task poll", &self.poll),
+            ("download", &self.download),
+            ("enrollment", &self.enroll),
+            ("dashboard", &self.dashboard),
+            ("device-login poll", &self.device_poll),
+        ]
+    }
+}
 
 /// One limiter that meters a route: its name, key and what narrows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,6 +1,7 @@
 //! The workload model: the requests a healthy fleet declares, which limiters meter each (the
 //! gateway's own routing), and how many clients share one bucket of a limiter given its key.
 
+use super::routes::Routes;
 use super::traffic;
 use super::types::Workload;
 use crate::config::{Config, FleetConfig};
@@ -33,45 +34,6 @@ pub(super) struct Spec {
     pub(super) steady: bool,
     pub(super) unit: &'static str,
     pub(super) reqs: Vec<Req>,
-}
-
-/// The requests each workload sends, as `METHOD /path`: the built-in paths
-/// ([`traffic`]), or where `[roles]` maps a role, a request on the routes of that role's
-/// limiter that the limiter meters ([`crate::config::roles::role_request`]).
-pub(super) struct Routes {
-    pub(super) heartbeat: (String, String),
-    pub(super) poll: (String, String),
-    pub(super) download: (String, String),
-    pub(super) enroll: (String, String),
-    pub(super) dashboard: (String, String),
-    pub(super) device_poll: (String, String),
-}
-
-impl Routes {
-    pub(super) fn of(cfg: &Config, policy: &Policy) -> Self {
-        let at =
-            |role, default| crate::config::roles::role_request(&cfg.roles, policy, role, default);
-        Self {
-            heartbeat: at("agent", traffic::HEARTBEAT),
-            poll: at("agent", traffic::POLL),
-            download: at("download", traffic::DOWNLOAD),
-            enroll: at("enrollment", traffic::ENROLL),
-            dashboard: at("dashboard", traffic::DASHBOARD),
-            device_poll: at("device-poll", traffic::DEVICE_POLL),
-        }
-    }
-
-    /// The requests as the name the fleet gives them, `METHOD`, `/path`.
-    pub(super) fn named(&self) -> [(&'static str, &(String, String)); 6] {
-        [
-            ("heartbeat", &self.heartbeat),
-            ("task poll", &self.poll),
-            ("download", &self.download),
-            ("enrollment", &self.enroll),
-            ("dashboard", &self.dashboard),
-            ("device-login poll", &self.device_poll),
-        ]
-    }
 }
 
 /// The declared workloads; `verified`: a token verifier is configured, so a dashboard's token
