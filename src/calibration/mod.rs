@@ -43,7 +43,7 @@ pub fn run_check_with(loader: Loader, format: Format, fail_on_risk: bool) -> Exi
     for w in cfg.count_warnings() {
         crate::log_sink::eprint_line(format!("fleet-limiter: warning: {w}"));
     }
-    let r = check::check(&cfg);
+    let r = check::check(&cfg).with_routes(&cfg);
     for w in &r.route_warnings {
         crate::log_sink::eprint_line(format!("fleet-limiter: warning: {w}"));
     }

@@ -175,8 +175,8 @@ pub(crate) fn check(cfg: &Config) -> CheckReport {
         known_agents,
         shaping: types::ShapingCheck::of(cfg),
         rls: rls_rules(cfg),
-        routes: routes::route_map(cfg),
-        route_warnings: routes::route_warnings(cfg),
+        routes: routes::RouteMap::default(),
+        route_warnings: Vec::new(),
     }
 }
 

@@ -86,7 +86,7 @@ pub(crate) struct RequestLine {
 }
 
 /// The whole map.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub(crate) struct RouteMap {
     pub(crate) routes: Vec<RouteLine>,
     pub(crate) requests: Vec<RequestLine>,
