@@ -119,3 +119,32 @@ fn near_names_are_suggested_and_far_ones_are_not() {
     assert_eq!(nearest("cli-device-poll"), Some("device-poll"));
     assert_eq!(nearest("heartbeat"), None);
 }
+
+#[test]
+fn the_route_map_and_its_warnings_follow_the_roles() {
+    use crate::config::check::routes::{route_map, route_warnings};
+    assert!(route_warnings(&Config::default()).is_empty());
+    let cfg = load("[roles]\nagent = [\"/v1/agents/**\"]\n").expect("loads");
+    let map = route_map(&cfg);
+    let hb = map
+        .requests
+        .iter()
+        .find(|r| r.request == "heartbeat")
+        .expect("the heartbeat");
+    assert_eq!(
+        (hb.method.as_str(), hb.path.as_str()),
+        ("POST", "/v1/agents/x")
+    );
+    let names: Vec<&str> = hb.limiters.iter().map(|m| m.limiter.as_str()).collect();
+    assert_eq!(names, ["agent-device", "agent-ip"]);
+    let line = map
+        .routes
+        .iter()
+        .find(|r| r.route == "/v1/agents/**")
+        .expect("the agents' route");
+    assert_eq!(line.roles, ["agent"]);
+    let shadowed = load("[roles]\ndashboard = [\"/api/agent/**\"]\n").expect("loads");
+    let w = route_warnings(&shadowed);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w.iter().all(|l| l.contains(": roles.dashboard: ")), "{w:?}");
+}
