@@ -256,6 +256,28 @@ fn check_warns_on_a_role_left_with_no_route_and_a_route_that_matches_nothing() {
     assert!(!clean.stderr.contains("warning"), "{}", clean.stderr);
 }
 
+#[actix_rt::test]
+async fn serve_starts_with_the_route_warnings_logged() {
+    let up = common::upstream().await;
+    let gw = Launch::serve()
+        .config_toml("[roles]\nagent = [\"/v1//agents/**\"]\n")
+        .upstream(&up.uri())
+        .spawn();
+    let r = client()
+        .post(gw.url("/v1/agents/checkin"))
+        .header("X-Agent-ID", "host-1")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+    assert!(
+        gw.stderr()
+            .contains("route `/v1//agents/**` is written with an empty segment"),
+        "{}",
+        gw.stderr()
+    );
+}
+
 #[test]
 fn hostile_roles_tables_are_refused_naming_the_field() {
     let long = format!("[roles]\nagent = [\"/{}\"]\n", "a".repeat(2000));
