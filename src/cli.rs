@@ -24,6 +24,9 @@ pub(crate) enum Command {
     /// Check the calibration against the fleet's declared cadences; exit 1 if it is unsafe (or,
     /// with --fail-on-risk, at risk).
     Check(CheckArgs),
+    /// Which limiters meter each route, and each request of the declared fleet: the effective
+    /// route map of the configuration (the built-in one without --config).
+    Routes(RoutesArgs),
     /// Run scripted populations through the real limiter in virtual time and report what they met.
     Simulate(SimulateArgs),
     /// Replay access logs through the real limiter in the logs' own time and report what it would have refused.
@@ -123,6 +126,15 @@ pub(crate) struct CheckArgs {
     /// `[identity]` token verifier, more than their shared bucket carries.
     #[arg(long)]
     pub(crate) fail_on_risk: bool,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct RoutesArgs {
+    #[command(flatten)]
+    pub(crate) cfg: ConfigArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub(crate) format: Format,
 }
 
 #[derive(clap::Args)]

@@ -1,4 +1,4 @@
-//! The `fleet-limiter` command line: `serve`, `check`, `simulate`, `replay`, and the levers of a
+//! The `fleet-limiter` command line: `serve`, `check`, `routes`, `simulate`, `replay`, and the levers of a
 //! running instance (`override`, `reset`, `explain`) (and nothing else belongs here).
 
 mod cli;
@@ -37,6 +37,11 @@ fn main() -> ExitCode {
             let l = loader(&args.cfg);
             warn_unknown(&l);
             fleet_limiter::calibration::run_check_with(l, args.format, args.fail_on_risk)
+        }
+        Command::Routes(args) => {
+            let l = loader(&args.cfg);
+            warn_unknown(&l);
+            fleet_limiter::calibration::run_routes(l, args.format)
         }
         Command::Simulate(args) => fleet_limiter::calibration::run_simulate(
             {

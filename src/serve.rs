@@ -46,6 +46,9 @@ pub fn run(loader: impl Fn() -> Loader + Send + Sync + 'static, allow_unsafe: bo
     for w in cfg.count_warnings() {
         tracing::warn!("{w}");
     }
+    for w in crate::config::check::routes::route_warnings(&cfg) {
+        tracing::warn!("{w}");
+    }
     if let Err(code) = admit_at_startup(&cfg, allow_unsafe) {
         return code;
     }

@@ -43,7 +43,10 @@ pub fn run_check_with(loader: Loader, format: Format, fail_on_risk: bool) -> Exi
     for w in cfg.count_warnings() {
         crate::log_sink::eprint_line(format!("fleet-limiter: warning: {w}"));
     }
-    let r = check::check(&cfg);
+    let r = check::check(&cfg).with_routes(&cfg);
+    for w in &r.route_warnings {
+        crate::log_sink::eprint_line(format!("fleet-limiter: warning: {w}"));
+    }
     match format {
         Format::Table => crate::log_sink::print(&report::check_table(&r)),
         Format::Json => crate::log_sink::print(&report::json(&r)),
@@ -63,6 +66,24 @@ pub fn run_check_with(loader: Loader, format: Format, fail_on_risk: bool) -> Exi
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// `fleet-limiter routes`: print which limiters meter each route pattern, and each request of
+/// the declared fleet; exit 0, or 2 when the configuration cannot be loaded.
+pub fn run_routes(loader: Loader, format: Format) -> ExitCode {
+    let cfg = match loader.load() {
+        Ok(c) => c,
+        Err(e) => {
+            crate::log_sink::eprint_line(format!("fleet-limiter: configuration error: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let map = check::routes::route_map(&cfg);
+    match format {
+        Format::Table => crate::log_sink::print(&report::routes_table(&cfg.source, &map)),
+        Format::Json => crate::log_sink::print(&report::json(&map)),
+    }
+    ExitCode::SUCCESS
 }
 
 /// `fleet-limiter simulate`: run the scenarios, print the report, optionally draw it.

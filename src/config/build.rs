@@ -51,6 +51,8 @@ pub(super) struct RawConfig {
     pub(super) headers: headers::RawHeaders,
     #[serde(default)]
     pub(super) overrides: Vec<RawOverride>,
+    #[serde(default)]
+    pub(super) roles: BTreeMap<String, Vec<String>>,
 }
 
 /// One `[[overrides]]` entry.
@@ -169,12 +171,30 @@ pub(super) fn build(
     let store = build_store(raw.store, ctx)?;
     let fleet = fleet::build_fleet(raw.fleet, ctx)?;
     let calibration = super::base::build_calibration(raw.calibration, ctx)?;
-    let limiters = build_limiter_set(raw.limiters, calibration, &fleet, &client_ip, ctx)?;
+    let roles = super::roles::build_roles(raw.roles, ctx)?;
+    if calibration == super::base::Calibration::None && !roles.mapped.is_empty() {
+        return Err(ctx.err(
+            "roles",
+            "roles map routes onto the built-in calibration, and calibration = \"none\" has \
+             none; with calibration = \"none\", give each limiter its own routes (or leave \
+             calibration out to keep the built-in limiters)",
+        ));
+    }
+    super::roles::check_role_precedence(&roles, ctx)?;
+    let raw_limiters = super::roles::apply(raw.limiters, &roles);
+    let limiters = build_limiter_set(raw_limiters, calibration, &fleet, &client_ip, ctx)?;
     let identity = identity::build(raw.identity, ctx)?;
     let decision = decision::build_decision(raw.decision, &client_ip.trusted, ctx)?;
     let rls = super::rls::build_rls(raw.rls, &limiters, ctx)?;
     let overrides = build_overrides(raw.overrides, &limiters, ctx)?;
-    let shaping = super::shaping::build_shaping(raw.shaping, &fleet, identity.verifies(), ctx)?;
+    let (hb_method, hb_path) = super::roles::heartbeat(&roles, &limiters);
+    let shaping = super::shaping::build_shaping(
+        raw.shaping,
+        &fleet,
+        identity.verifies(),
+        (&hb_method, &hb_path),
+        ctx,
+    )?;
     Ok(Config {
         overrides,
         source,
@@ -195,6 +215,7 @@ pub(super) fn build(
         websocket: websocket::build_websocket(raw.websocket, ctx)?,
         shaping,
         headers: headers::build_headers(raw.headers, ctx)?,
+        roles,
         origins: ctx.origins.clone(),
     })
 }

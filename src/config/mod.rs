@@ -24,6 +24,7 @@ pub(crate) mod identity;
 mod layers;
 mod limiters;
 pub(crate) mod rls;
+pub(crate) mod roles;
 #[cfg(test)]
 pub(crate) use limiters::parse_key;
 pub(crate) use limiters::unguarded_client_chosen_key;
@@ -194,6 +195,8 @@ pub struct Config {
     pub headers: headers::HeaderProfile,
     /// Other limits for chosen principals (`[[overrides]]`), reloaded with the rest.
     pub(crate) overrides: Vec<crate::overrides::Override>,
+    /// The operator's routes for the built-in calibration's roles (`[roles]`).
+    pub(crate) roles: roles::RoleMap,
     /// Where each setting's value came from (the file, a variable, a flag), by TOML path.
     pub(crate) origins: HashMap<String, String>,
 }

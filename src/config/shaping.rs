@@ -180,6 +180,7 @@ pub(super) fn build_shaping(
     raw: RawShaping,
     fleet: &FleetConfig,
     verifies: bool,
+    heartbeat: (&str, &str),
     ctx: &Ctx,
 ) -> Result<ShapingConfig, ConfigError> {
     if raw.routes.len() > MAX_SHAPED {
@@ -196,7 +197,7 @@ pub(super) fn build_shaping(
         routes.push(shaped_route(name, r, verifies, ctx)?);
     }
     check_overlaps(&routes, ctx)?;
-    check_heartbeat(&routes, fleet, ctx)?;
+    check_heartbeat(&routes, fleet, heartbeat, ctx)?;
     let upstream = raw.upstream.map(|u| upstream_target(u, ctx)).transpose()?;
     Ok(ShapingConfig { routes, upstream })
 }
@@ -362,9 +363,10 @@ fn check_overlaps(routes: &[ShapedRoute], ctx: &Ctx) -> Result<(), ConfigError> 
 fn check_heartbeat(
     routes: &[ShapedRoute],
     fleet: &FleetConfig,
+    heartbeat: (&str, &str),
     ctx: &Ctx,
 ) -> Result<(), ConfigError> {
-    let Some(route) = heartbeat_route(routes) else {
+    let Some(route) = heartbeat_route(routes, heartbeat) else {
         return Ok(());
     };
     let Some(longest) = route.longest_hint() else {
@@ -390,9 +392,12 @@ fn check_heartbeat(
     ))
 }
 
-/// The shaped route that claims `POST /api/agent/heartbeat`, if one does.
-pub(crate) fn heartbeat_route(routes: &[ShapedRoute]) -> Option<&ShapedRoute> {
-    let (method, path) = super::check::traffic::HEARTBEAT;
+/// The shaped route that claims the fleet's heartbeat (`POST /api/agent/heartbeat`, or the
+/// `agent` role's request when `[roles]` maps it), if one does.
+pub(crate) fn heartbeat_route<'a>(
+    routes: &'a [ShapedRoute],
+    (method, path): (&str, &str),
+) -> Option<&'a ShapedRoute> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     crate::policy::most_specific(
         routes.iter().map(|r| (r.routes.as_slice(), r)),

@@ -35,6 +35,10 @@ fn expected_at(keys: &[&str]) -> Option<Expected> {
         [] | ["limiters"] | ["admission", "groups"] => Some(Expected::Table(None)),
         ["limiters", _] => Some(Expected::Table(Some("must be a table of limiter fields"))),
         ["limiters", _, f] => field(LIMITER_FIELDS, f),
+        ["roles"] => Some(Expected::Table(Some(
+            "must be a table of roles, each a list of routes, e.g. agent = [\"/v1/agents/**\"]",
+        ))),
+        ["roles", _] => Some(Expected::Value(Kind::List)),
         ["admission", "groups", _] => Some(Expected::Table(Some(
             "must be a table of routes, max_in_flight, queue and body_hold",
         ))),

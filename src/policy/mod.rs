@@ -6,11 +6,13 @@
 //!
 //! The picker lives here; `spec.rs` holds the limiter specs and `routes.rs` the route patterns.
 
+mod reach;
 mod routes;
 mod spec;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use reach::{static_method, Sample};
 pub(crate) use routes::{
     ambiguous_pair, most_specific, valid_param_name, RoutePattern, Specificity,
 };

@@ -274,6 +274,19 @@ impl RoutePattern {
         segs.get(i).copied()
     }
 
+    /// The method the route names, if any.
+    pub fn method(&self) -> Option<&str> {
+        self.method.as_deref()
+    }
+
+    /// The path part as written, without the method.
+    pub fn path_str(&self) -> &str {
+        match &self.method {
+            Some(m) => self.raw[m.len()..].trim_start(),
+            None => &self.raw,
+        }
+    }
+
     /// Requests paths this route matches, its wildcards filled with `fresh`: `*` with one
     /// segment, `**` with none, one and two.
     pub(super) fn sample_paths(&self, fresh: &str) -> Vec<String> {

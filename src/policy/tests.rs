@@ -357,3 +357,72 @@ fn a_path_parameter_is_refused_where_its_place_or_name_is_unclear() {
     assert!(e("/a/{id").contains("stands alone"));
     assert!("/a/{id}/b/{sha}".parse::<RoutePattern>().is_ok());
 }
+
+/// The policy of the built-in calibration, as configuration builds it.
+fn built_in() -> Policy {
+    Policy::new(crate::config::Config::default().limiters)
+}
+
+fn index(p: &Policy, name: &str) -> usize {
+    p.limiters()
+        .iter()
+        .position(|l| &*l.name == name)
+        .expect("limiter")
+}
+
+#[test]
+fn a_routes_samples_fill_its_wildcards_under_the_forwarded_methods() {
+    let pol = built_in();
+    let fresh = pol.fresh_segment();
+    assert!(!["api", "agent", "enroll", "download"].contains(&fresh.as_str()));
+    let any = pol.samples(&p("/v1/**"), &["GET", "POST"]);
+    let got: Vec<(&str, String)> = any.iter().map(|s| (s.method, s.path.clone())).collect();
+    assert_eq!(
+        got,
+        [
+            ("GET", "/v1".to_owned()),
+            ("GET", format!("/v1/{fresh}")),
+            ("GET", format!("/v1/{fresh}/{fresh}")),
+            ("POST", "/v1".to_owned()),
+            ("POST", format!("/v1/{fresh}")),
+            ("POST", format!("/v1/{fresh}/{fresh}")),
+        ]
+    );
+    // A route naming a method that is not forwarded has no sample.
+    assert!(pol.samples(&p("TRACE /v1/**"), &["GET", "POST"]).is_empty());
+    assert_eq!(pol.samples(&p("post /v1/x"), &["GET", "POST"]).len(), 1);
+}
+
+#[test]
+fn the_first_request_a_limiter_meters_on_a_route_follows_precedence_and_exceptions() {
+    let pol = built_in();
+    let device = index(&pol, "agent-device");
+    let ui = index(&pol, "ui");
+    // The heartbeat's limiter meters its subtree, the method asked first, one segment filled.
+    let s = pol
+        .first_reached(device, &p("/api/agent/**"), &["POST", "GET"])
+        .expect("reached");
+    assert_eq!(s.method, "POST");
+    assert_eq!(s.path, format!("/api/agent/{}", pol.fresh_segment()));
+    // The enrolment route belongs to its own limiter in the agent group.
+    assert!(pol
+        .first_reached(device, &p("POST /api/agent/enroll"), &["POST"])
+        .is_none());
+    // The dashboard's limiter excepts the agents' subtree.
+    assert!(pol
+        .first_reached(ui, &p("/api/agent/**"), &["GET", "POST"])
+        .is_none());
+    assert!(pol.first_reached(ui, &p("/api/tasks"), &["GET"]).is_some());
+    // Who meters one sample, and under which credentials: cli-bearer only with a CLI token.
+    let on_tasks = pol.metering(&Sample {
+        method: "GET",
+        path: "/api/tasks".to_owned(),
+    });
+    let bearer = index(&pol, "cli-bearer");
+    let (_, creds) = on_tasks
+        .iter()
+        .find(|(i, _)| *i == bearer)
+        .expect("cli-bearer meters it");
+    assert_eq!(creds, &[crate::identity::Credential::CliToken]);
+    assert!(on_tasks.iter().any(|(i, c)| *i == ui && c.len() == 4));
+}

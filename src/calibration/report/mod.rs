@@ -8,8 +8,10 @@ mod format;
 mod guards;
 mod herd;
 mod limiters;
+mod routes;
 mod simulate;
 
 pub(crate) use check::check_table;
 pub use format::{json, Format};
+pub(crate) use routes::routes_table;
 pub use simulate::simulate_table;

@@ -33,6 +33,7 @@ mod admission;
 mod findings;
 mod judge;
 mod line;
+pub(crate) mod routes;
 mod suggest;
 pub(crate) mod traffic;
 pub(crate) mod types;
@@ -174,6 +175,8 @@ pub(crate) fn check(cfg: &Config) -> CheckReport {
         known_agents,
         shaping: types::ShapingCheck::of(cfg),
         rls: rls_rules(cfg),
+        routes: routes::RouteMap::default(),
+        route_warnings: Vec::new(),
     }
 }
 

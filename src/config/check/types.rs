@@ -230,6 +230,22 @@ pub(crate) struct CheckReport {
     /// the heartbeat timeout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shaping: Option<ShapingCheck>,
+    /// Which limiters meter each route pattern and each declared request, as `fleet-limiter
+    /// routes` prints them (filled by [`CheckReport::with_routes`]: the admission at start-up
+    /// has no use for it).
+    pub routes: super::routes::RouteMap,
+    /// Routes that reach nothing: a role left with no route, a pattern that can match no
+    /// request. They inform; the verdict does not count them.
+    pub route_warnings: Vec<String>,
+}
+
+impl CheckReport {
+    /// The report with the route map and the route warnings of `cfg`, as `check` prints it.
+    pub(crate) fn with_routes(mut self, cfg: &crate::config::Config) -> Self {
+        self.routes = super::routes::route_map(cfg);
+        self.route_warnings = super::routes::route_warnings(cfg);
+        self
+    }
 }
 
 /// `[shaping]` as `check` proves it.
@@ -277,7 +293,8 @@ impl ShapingCheck {
         if s.routes.is_empty() {
             return None;
         }
-        let heartbeat = crate::config::shaping::heartbeat_route(&s.routes);
+        let (m, p) = crate::config::roles::heartbeat(&cfg.roles, &cfg.limiters);
+        let heartbeat = crate::config::shaping::heartbeat_route(&s.routes, (&m, &p));
         let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         Some(Self {
             routes: s

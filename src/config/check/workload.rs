@@ -1,6 +1,7 @@
 //! The workload model: the requests a healthy fleet declares, which limiters meter each (the
 //! gateway's own routing), and how many clients share one bucket of a limiter given its key.
 
+use super::routes::Routes;
 use super::traffic;
 use super::types::Workload;
 use crate::config::{Config, FleetConfig};
@@ -15,7 +16,10 @@ use std::num::NonZeroU64;
 /// agent or a verified user (its own bucket under `ip+agent` or `user-or-ip`), whether it
 /// carries a dashboard token that would name a user if a verifier were configured, its rate.
 pub(super) struct Req {
-    route: (&'static str, &'static str),
+    method: String,
+    path: String,
+    /// The agents' heartbeat, whose loss marks an agent offline.
+    heartbeat: bool,
     credential: Credential,
     agent_id: bool,
     user: bool,
@@ -34,18 +38,23 @@ pub(super) struct Spec {
 
 /// The declared workloads; `verified`: a token verifier is configured, so a dashboard's token
 /// names its analyst (without one it verifies as nothing and the request is anonymous).
-pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
+pub(super) fn workloads(f: &FleetConfig, verified: bool, at: &Routes) -> Vec<Spec> {
     let per_min = |secs: u64| 60.0 / secs as f64;
-    let agent = |route, amount| Req {
-        route,
+    let req = |route: &(String, String)| (route.0.clone(), route.1.clone());
+    let agent = |(method, path): (String, String), amount| Req {
+        method,
+        path,
+        heartbeat: false,
         credential: Credential::None,
         agent_id: true,
         user: false,
         token: false,
         amount,
     };
-    let anon = |route, credential, amount| Req {
-        route,
+    let anon = |(method, path): (String, String), credential, amount| Req {
+        method,
+        path,
+        heartbeat: false,
         credential,
         agent_id: false,
         user: false,
@@ -59,11 +68,14 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
             steady: true,
             unit: "agent",
             reqs: vec![
-                agent(
-                    traffic::HEARTBEAT,
-                    per_min(f.heartbeat_interval_seconds.get()),
-                ),
-                agent(traffic::POLL, per_min(f.poll_interval_seconds.get())),
+                Req {
+                    heartbeat: true,
+                    ..agent(
+                        req(&at.heartbeat),
+                        per_min(f.heartbeat_interval_seconds.get()),
+                    )
+                },
+                agent(req(&at.poll), per_min(f.poll_interval_seconds.get())),
             ],
         },
         Spec {
@@ -72,8 +84,8 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
             steady: false,
             unit: "endpoint",
             reqs: vec![
-                anon(traffic::DOWNLOAD, Credential::None, 1.0),
-                anon(traffic::ENROLL, Credential::None, 1.0),
+                anon(req(&at.download), Credential::None, 1.0),
+                anon(req(&at.enroll), Credential::None, 1.0),
             ],
         },
         Spec {
@@ -86,7 +98,9 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
                 "analyst"
             },
             reqs: vec![Req {
-                route: traffic::DASHBOARD,
+                method: at.dashboard.0.clone(),
+                path: at.dashboard.1.clone(),
+                heartbeat: false,
                 credential: if verified {
                     Credential::VerifiedUser
                 } else {
@@ -104,7 +118,7 @@ pub(super) fn workloads(f: &FleetConfig, verified: bool) -> Vec<Spec> {
             steady: true,
             unit: "CLI",
             reqs: vec![anon(
-                traffic::DEVICE_POLL,
+                req(&at.device_poll),
                 Credential::None,
                 per_min(traffic::DEVICE_POLL_SECONDS),
             )],
@@ -150,14 +164,20 @@ pub(super) struct Model<'a> {
 
 impl<'a> Model<'a> {
     pub(super) fn new(cfg: &'a Config) -> Self {
-        let specs = workloads(&cfg.fleet, cfg.identity.verifies());
         let policy = Policy::new(cfg.limiters.clone());
+        let specs = workloads(
+            &cfg.fleet,
+            cfg.identity.verifies(),
+            &Routes::of(cfg, &policy),
+        );
         let mut reaches: BTreeMap<String, Vec<(usize, usize)>> = BTreeMap::new();
         for (si, spec) in specs.iter().enumerate() {
             for (ri, req) in spec.reqs.iter().enumerate() {
-                let (method, path) = req.route;
-                for l in policy.applicable(method, &CanonicalPath::of_static(path), req.credential)
-                {
+                let Ok(path) = CanonicalPath::parse(&req.path, crate::path::PathRules::STRICT)
+                else {
+                    continue;
+                };
+                for l in policy.applicable(&req.method, &path, req.credential) {
                     reaches
                         .entry(l.name.to_string())
                         .or_default()
@@ -192,7 +212,7 @@ impl<'a> Model<'a> {
             });
             e.amount += req.amount * n as f64;
             e.sharers = e.sharers.max(n);
-            e.carries_heartbeat |= req.route == traffic::HEARTBEAT;
+            e.carries_heartbeat |= req.heartbeat;
             e.ip_fallback |= l.key == KeyKind::UserOrIp && req.token && !req.user && n > 1;
         }
         demand
