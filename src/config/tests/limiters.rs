@@ -490,6 +490,15 @@ fn with_no_calibration_the_file_is_the_whole_truth() {
     );
     let e = load("calibration = 0\n").unwrap_err().to_string();
     assert!(e.contains("calibration:"), "{e}");
+    // Roles map onto the built-in limiters: with none, a [roles] table maps nothing.
+    let e = load("calibration = \"none\"\n[roles]\nagent = [\"/v1/agents/**\"]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("roles:") && e.contains("give each limiter its own routes"),
+        "{e}"
+    );
+    load("[roles]\nagent = [\"/v1/agents/**\"]\n").expect("roles over the built-ins");
 }
 
 #[test]
