@@ -259,6 +259,27 @@ fn the_presets_pass_check() {
     }
 }
 
+#[test]
+fn the_route_map_names_the_path_keys_of_the_elastic_preset() {
+    let out = Launch::command(["routes"]).config_toml(ELASTIC).run(LIMIT);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    let line = |route: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(route))
+            .unwrap_or_else(|| panic!("no line for {route}:\n{}", out.stdout))
+            .to_owned()
+    };
+    let checkin = line("POST /api/fleet/agents/{id}/checkin ");
+    assert!(
+        checkin.contains("fleet-checkin (ip+path:id)") && checkin.contains("fleet-agents-ip (ip)"),
+        "{checkin}"
+    );
+    assert!(line("GET /api/fleet/artifacts/** ").contains("fleet-artifacts (ip)"));
+    // Starting from no calibration, no route serves a built-in role.
+    assert!(!out.stdout.contains("agent-device"), "{}", out.stdout);
+}
+
 async fn osquery(gw: &Gateway, path: &str, node_key: &str) -> u16 {
     common::client()
         .post(gw.url(path))
