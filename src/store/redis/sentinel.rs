@@ -82,25 +82,31 @@ fn percent_decoded(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// `[v6]` or `[v6]:port`: the address and the port as written; `None` when `s` does not open
+/// with `[`.
+pub(super) fn bracketed(s: &str) -> Option<Result<(String, Option<&str>), String>> {
+    let rest = s.strip_prefix('[')?;
+    let Some((v6, after)) = rest.split_once(']') else {
+        return Some(Err(format!("`{s}` opens `[` without closing it")));
+    };
+    if v6.parse::<std::net::Ipv6Addr>().is_err() {
+        return Some(Err(format!("`{v6}` is not an IPv6 address")));
+    }
+    Some(match after.strip_prefix(':') {
+        Some(p) => Ok((v6.to_owned(), Some(p))),
+        None if after.is_empty() => Ok((v6.to_owned(), None)),
+        None => Err(format!("`{s}`: expected `:port` after `]`")),
+    })
+}
+
 /// One `host:port` (or `[v6]:port`, or a host alone for port 26379).
 fn host_port(s: &str) -> Result<(String, u16), String> {
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (v6, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("`{s}` opens `[` without closing it"))?;
-        if v6.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!("`{v6}` is not an IPv6 address"));
-        }
-        match after.strip_prefix(':') {
-            Some(p) => (v6.to_owned(), Some(p)),
-            None if after.is_empty() => (v6.to_owned(), None),
-            None => return Err(format!("`{s}`: expected `:port` after `]`")),
-        }
-    } else {
-        match s.rsplit_once(':') {
+    let (host, port) = match bracketed(s) {
+        Some(v6) => v6?,
+        None => match s.rsplit_once(':') {
             Some((h, p)) => (h.to_owned(), Some(p)),
             None => (s.to_owned(), None),
-        }
+        },
     };
     if host.is_empty() {
         return Err("a Sentinel address has no host".to_owned());

@@ -3,7 +3,7 @@
 //! otherwise than its writer meant, is refused at load with what is wrong and how to write it.
 //! Sentinel URLs have their own reader (`sentinel::parse`).
 
-use super::sentinel::MAX_URL;
+use super::sentinel::{bracketed, MAX_URL};
 
 /// The port a URL without one reaches.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -152,18 +152,8 @@ fn host_port(s: &str, node: bool) -> Result<(String, u16), String> {
             "lists several hosts; one server is redis://host:6379, a Cluster's nodes go in store.cluster (one URL each), and Sentinels in one redis+sentinel://a:26379,b:26379/<master-name> URL".to_owned()
         });
     }
-    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-        let (v6, after) = rest
-            .split_once(']')
-            .ok_or_else(|| format!("`{s}` opens `[` without closing it"))?;
-        if v6.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(format!("`{v6}` is not an IPv6 address"));
-        }
-        match after.strip_prefix(':') {
-            Some(p) => (v6.to_owned(), Some(p)),
-            None if after.is_empty() => (v6.to_owned(), None),
-            None => return Err(format!("`{s}`: expected `:port` after `]`")),
-        }
+    let (host, port) = if let Some(v6) = bracketed(s) {
+        v6?
     } else {
         match s.split_once(':') {
             Some((h, p)) if p.contains(':') => {
