@@ -54,7 +54,7 @@ pub enum KeyKind {
     /// `<ip>+path:<id>`: the client's address and the segment of the request's path that
     /// stands where the route's `{name}` does (`key = "ip+path:<name>"`), for APIs that carry
     /// the agent's id in the path; the segment counts under the `X-Agent-ID` rules
-    /// ([`valid_path_id`]), else `ip:<ip>`.
+    /// (`valid_path_id`), else `ip:<ip>`.
     IpPath(Arc<str>),
     /// `global`: one bucket for every client of the limiter's routes.
     Global,
