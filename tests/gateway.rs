@@ -1198,7 +1198,8 @@ fn start_up_errors_exit_2_and_say_what_to_fix() {
         out.stderr
     );
     assert!(
-        out.stderr.contains("needs window, key, routes"),
+        out.stderr.contains("is not a built-in limiter")
+            && out.stderr.contains("add window, key, routes"),
         "{}",
         out.stderr
     );
