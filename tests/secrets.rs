@@ -503,7 +503,7 @@ async fn query_string_secrets_stay_out_of_logs_answers_metrics_and_reload_report
     let toml = |store_secret: &str| {
         format!(
             "[server]\nupstream = \"{}\"\n\
-             [store]\nbackend = \"redis\"\nurl = \"redis://{redis}/0?protocol=resp2&password={store_secret}\"\n\
+             [store]\nbackend = \"redis\"\nurl = \"redis://:{store_secret}@{redis}/0\"\n\
              [identity]\njwks_url = \"http://{jwks}/jwks.json?api_key={};sig=x#access_token={}\"\n",
             up.uri(),
             QUERY_SECRETS[1],
@@ -575,7 +575,7 @@ async fn query_string_secrets_stay_out_of_logs_answers_metrics_and_reload_report
 
     let log = gw.stderr();
     assert!(log.contains("redis store not reachable yet"), "{log}");
-    assert!(log.contains("/0?***"), "{log}");
+    assert!(log.contains("redis://:***@"), "{log}");
     assert!(log.contains("JWKS"), "{log}");
     assert!(log.contains("/jwks.json?***"), "{log}");
     assert!(log.contains("configuration reload rejected"), "{log}");
@@ -690,16 +690,26 @@ fn check_never_prints_a_query_secret() {
     for format in ["table", "json"] {
         let out = Launch::command(["check", "--format", format])
             .env(
-                "FLEET_LIMITER_STORE_URL",
-                format!("redis://127.0.0.1:1/0?password={S}"),
-            )
-            .env(
                 "FLEET_LIMITER_JWKS_URL",
                 format!("https://127.0.0.1:1/jwks?token={S}"),
             )
             .run(PATIENCE);
         assert!(matches!(out.code, Some(0 | 1)), "{}", out.stderr);
         assert!(!out.stdout.is_empty(), "{}", out.stderr);
+        assert_exit_hidden(&out, &[S]);
+        // A store URL takes no options: refused at load, its query never repeated.
+        let out = Launch::command(["check", "--format", format])
+            .env(
+                "FLEET_LIMITER_STORE_URL",
+                format!("redis://127.0.0.1:1/0?password={S}"),
+            )
+            .run(PATIENCE);
+        assert_eq!(out.code, Some(2), "{}", out.stderr);
+        assert!(
+            out.stderr.contains("store.url") && out.stderr.contains("has options"),
+            "{}",
+            out.stderr
+        );
         assert_exit_hidden(&out, &[S]);
     }
 }
