@@ -29,19 +29,17 @@ fn limiters_cell(ms: &[Metered]) -> String {
     ms.iter().map(limiter_cell).collect::<Vec<_>>().join(", ")
 }
 
+/// A column as wide as its longest cell or its header, and two spaces.
+fn width<'a>(header: &str, cells: impl Iterator<Item = &'a str>) -> usize {
+    cells.map(str::len).fold(header.len(), usize::max) + 2
+}
+
 /// The map as a table, its columns as wide as their longest cell.
 pub(crate) fn routes_table(config: &Option<PathBuf>, map: &RouteMap) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "Routes: {}", source(config));
     let _ = writeln!(o);
-    let route_w = map
-        .routes
-        .iter()
-        .map(|r| r.route.len())
-        .chain(["ROUTE".len()])
-        .max()
-        .unwrap_or(5)
-        + 2;
+    let route_w = width("ROUTE", map.routes.iter().map(|r| r.route.as_str()));
     let role_cells: Vec<String> = map
         .routes
         .iter()
@@ -50,13 +48,7 @@ pub(crate) fn routes_table(config: &Option<PathBuf>, map: &RouteMap) -> String {
             roles => roles.join(", "),
         })
         .collect();
-    let role_w = role_cells
-        .iter()
-        .map(String::len)
-        .chain(["ROLE".len()])
-        .max()
-        .unwrap_or(4)
-        + 2;
+    let role_w = width("ROLE", role_cells.iter().map(String::as_str));
     let _ = writeln!(
         o,
         "{}{}LIMITERS (KEY)",
@@ -79,21 +71,8 @@ pub(crate) fn routes_table(config: &Option<PathBuf>, map: &RouteMap) -> String {
         .iter()
         .map(|q| format!("{} {}", q.method, q.path))
         .collect();
-    let name_w = map
-        .requests
-        .iter()
-        .map(|q| q.request.len())
-        .chain(["REQUEST".len()])
-        .max()
-        .unwrap_or(7)
-        + 2;
-    let req_w = cells
-        .iter()
-        .map(String::len)
-        .chain(["SENT AS".len()])
-        .max()
-        .unwrap_or(7)
-        + 2;
+    let name_w = width("REQUEST", map.requests.iter().map(|q| q.request));
+    let req_w = width("SENT AS", cells.iter().map(String::as_str));
     let _ = writeln!(
         o,
         "{}{}LIMITERS (KEY)",
